@@ -1,0 +1,50 @@
+# Two entry points for a fresh machine: `make serve` and `make test` (see README.md).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo >/dev/null && [ "$$(id -u)" != 0 ] && echo sudo)
+APT_PACKAGES := kcat
+
+.PHONY: serve setup setup-dev system-deps test lint typecheck unit bench clean
+
+serve: setup
+	$(BIN)/lockgate serve $(ARGS)
+
+setup: $(BIN)/.installed
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+setup-dev: $(BIN)/.installed-dev
+
+$(BIN)/.installed-dev: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $@ $(BIN)/.installed
+
+system-deps:
+	@missing=""; for p in $(APT_PACKAGES); do command -v $$p >/dev/null || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing system packages:$$missing"; \
+		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	fi
+
+lint: setup-dev
+	$(BIN)/ruff check .
+
+typecheck: setup-dev
+	$(BIN)/mypy
+
+test: setup-dev system-deps lint typecheck
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+bench: setup-dev
+	$(BIN)/python -m bench.throughput $(ARGS)
+
+clean:
+	rm -rf $(VENV) lockgate-data .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,61 @@
+# The `lockgate` command: serve, and the operator tools (topics, produce, consume, ...).
+from __future__ import annotations
+
+import argparse
+import sys
+
+from lockgate.server.config import BrokerConfig, ConfigError, parse_properties
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from lockgate.server.lifecycle import configure_logging, run
+
+    overrides: dict[str, str] = {}
+    if args.config:
+        with open(args.config, encoding="utf-8") as handle:
+            overrides.update(parse_properties(handle.read()))
+    for item in args.set or []:
+        if "=" not in item:
+            raise ConfigError(f"--set expects name=value, got {item!r}")
+        key, value = item.split("=", 1)
+        overrides[key.strip()] = value.strip()
+    if args.data_dir:
+        overrides["log.dirs"] = args.data_dir
+    if args.listen:
+        overrides["listeners"] = args.listen
+    config = BrokerConfig(overrides)
+    configure_logging(args.log_level)
+    run(config)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lockgate", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="run a single-node broker (127.0.0.1:9092 by default)")
+    serve.add_argument("--data-dir", help="where logs and metadata live (log.dirs)")
+    serve.add_argument("--listen", help="HOST:PORT to listen on (listeners)")
+    serve.add_argument("--config", help="a Java .properties file of broker properties")
+    serve.add_argument("--set", action="append", metavar="NAME=VALUE", help="any broker property")
+    serve.add_argument("--log-level", default="INFO")
+    serve.set_defaults(func=_serve)
+    from lockgate.tools import register_tools
+
+    register_tools(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except ConfigError as exc:
+        print(f"lockgate: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

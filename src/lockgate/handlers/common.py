@@ -1,0 +1,37 @@
+# Small helpers shared by handlers: request field access across versions and partition lookup.
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from lockgate.log.partition import Partition
+from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
+
+NO_EPOCH = -1
+
+
+def millis(value: datetime.timedelta | int) -> int:
+    if isinstance(value, datetime.timedelta):
+        return round(value.total_seconds() * 1000)
+    return int(value)
+
+
+def field(request: Any, name: str, default: Any) -> Any:
+    """A request field that older versions lack."""
+    return getattr(request, name, default)
+
+
+def check_leader_epoch(partition: Partition, current_leader_epoch: int) -> None:
+    """KIP-320/KIP-359: a client that names the leader epoch it knows must be current."""
+    if current_leader_epoch == NO_EPOCH:
+        return
+    if current_leader_epoch < partition.leader_epoch:
+        raise KafkaProtocolError(
+            ErrorCode.fenced_leader_epoch,
+            f"epoch {current_leader_epoch} is older than the leader's {partition.leader_epoch}",
+        )
+    if current_leader_epoch > partition.leader_epoch:
+        raise KafkaProtocolError(
+            ErrorCode.unknown_leader_epoch,
+            f"epoch {current_leader_epoch} is newer than the leader's {partition.leader_epoch}",
+        )

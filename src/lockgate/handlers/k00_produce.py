@@ -1,0 +1,135 @@
+"""Produce (key 0), versions 3–13 (advertised from 0).
+
+Behaviour:
+- v0–2 (magic 0/1 message sets) get UNSUPPORTED_VERSION for every partition; they are
+  advertised anyway because librdkafka disables compression when Produce v0 is missing.
+- acks other than 0, 1, -1: INVALID_REQUIRED_ACKS. acks=0 gets no response at all.
+- Unknown topic: created when auto.create.topics.enable is true, else
+  UNKNOWN_TOPIC_OR_PARTITION; unknown partition: UNKNOWN_TOPIC_OR_PARTITION; unknown topic
+  id (v13): UNKNOWN_TOPIC_ID.
+- KIP-359: a CurrentLeaderEpoch tagged field older than the leader's epoch gets
+  FENCED_LEADER_EPOCH, newer UNKNOWN_LEADER_EPOCH, and nothing is appended.
+- The records must be exactly one v2 batch with a valid CRC-32C (CORRUPT_MESSAGE otherwise),
+  consistent header counts and no control flag (INVALID_RECORD), at most max.message.bytes
+  (MESSAGE_TOO_LARGE). A rejected partition appends nothing; other partitions are unaffected.
+- acks=-1 is answered after the data is durable (fsync, group commit) in the default
+  durability mode; acks=1 after it is written.
+Version notes: v2+ log append time; v5+ log start offset; v8+ error message; v9+ flexible and
+lockgate's KIP-359 tag; v13 topic ids.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from lockgate.handlers.common import check_leader_epoch
+from lockgate.handlers.registry import HandlerResult, RawBody, RequestContext, handles
+from lockgate.protocol.api import ApiKey
+from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
+from lockgate.protocol.produce import (
+    PartitionResult,
+    ProducePartition,
+    ProduceRequestData,
+    ProduceTopic,
+    decode_produce,
+    encode_produce_response,
+)
+from lockgate.protocol.records import validate_produced_batch
+
+log = logging.getLogger(__name__)
+
+
+def _append(
+    ctx: RequestContext, topic_name: str, data: ProducePartition, pending: list[asyncio.Future[None]]
+) -> PartitionResult:
+    broker = ctx.broker
+    result = PartitionResult(data.index)
+    partition = broker.topics.get(topic_name, data.index)
+    if partition is None:
+        raise KafkaProtocolError(ErrorCode.unknown_topic_or_partition)
+    result.log_start_offset = partition.log_start_offset
+    check_leader_epoch(partition, data.current_leader_epoch)
+    records = data.records
+    if records is None:
+        raise KafkaProtocolError(ErrorCode.invalid_record, "null records")
+    if len(records) > partition.config.max_message_bytes:
+        raise KafkaProtocolError(
+            ErrorCode.message_too_large,
+            f"batch of {len(records)} bytes exceeds max.message.bytes",
+        )
+    header = validate_produced_batch(records)
+    if header.producer_id >= 0:
+        raise KafkaProtocolError(
+            ErrorCode.unknown_producer_id, "idempotent producers are not enabled on this broker"
+        )
+    base_offset, append_time = partition.append(bytearray(records), header, ctx.received_ms)
+    pending.append(broker.group_commit.appended(partition))
+    result.base_offset = base_offset
+    result.log_append_time_ms = append_time
+    return result
+
+
+def _topic_name(ctx: RequestContext, topic: ProduceTopic) -> tuple[str | None, ErrorCode]:
+    topics = ctx.broker.topics
+    if topic.topic_id is not None:
+        record = topics.by_id.get(topic.topic_id)
+        return (record.name, ErrorCode.none) if record else (None, ErrorCode.unknown_topic_id)
+    assert topic.name is not None
+    if topic.name not in topics.topics:
+        if not ctx.broker.config.bool("auto.create.topics.enable"):
+            return None, ErrorCode.unknown_topic_or_partition
+        try:
+            topics.create(topic.name, -1, -1, {})
+        except KafkaProtocolError as exc:
+            return None, exc.code
+    return topic.name, ErrorCode.none
+
+
+def produce(
+    ctx: RequestContext, request: ProduceRequestData, pending: list[asyncio.Future[None]]
+) -> list[tuple[ProduceTopic, list[PartitionResult]]]:
+    """Appends every partition's batch (synchronously, before any await, so pipelined requests
+    are applied in order) and returns the per-partition results."""
+    version = request.version
+    request_error = ErrorCode.none
+    if version < 3:
+        request_error = ErrorCode.unsupported_version
+    elif request.acks not in (0, 1, -1):
+        request_error = ErrorCode.invalid_required_acks
+    answer = []
+    for topic in request.topics:
+        results = []
+        name, topic_error = (None, request_error) if request_error else _topic_name(ctx, topic)
+        for data in topic.partitions:
+            if topic_error or name is None:
+                results.append(PartitionResult(data.index, topic_error or ErrorCode.unknown_topic_or_partition))
+                continue
+            try:
+                results.append(_append(ctx, name, data, pending))
+            except KafkaProtocolError as exc:
+                log.info(
+                    "produce to %s-%d from %s (client id %r) rejected: %s",
+                    name, data.index, ctx.peer, ctx.client_id, exc,
+                )
+                results.append(PartitionResult(data.index, exc.code, error_message=exc.message or None))
+        answer.append((topic, results))
+    return answer
+
+
+@handles(ApiKey.PRODUCE, 3, 13, advertised_min=0, decoder=lambda d, o, v: decode_produce(d, o, v))
+async def handle(ctx: RequestContext, request: ProduceRequestData) -> HandlerResult:
+    pending: list[asyncio.Future[None]] = []
+    answer = produce(ctx, request, pending)
+    if request.acks == 0:
+        return None
+    if request.acks == -1 and pending:
+        try:
+            await asyncio.gather(*pending)
+        except OSError:
+            for _topic, results in answer:
+                for result in results:
+                    if result.error_code == 0:
+                        result.error_code = ErrorCode.kafka_storage_error
+                        result.base_offset = -1
+    return RawBody(encode_produce_response(request.version, answer))

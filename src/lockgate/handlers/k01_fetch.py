@@ -1,0 +1,252 @@
+"""Fetch (key 1), versions 4–18.
+
+Behaviour:
+- Returns whole batches from the fetch offset up to the high watermark (read_uncommitted) or
+  the last stable offset (read_committed), at most partition_max_bytes per partition and
+  max_bytes overall, except that the first batch is always returned whole (KIP-74).
+- Long polling: waits up to max_wait for min_bytes of data, waking when data becomes visible.
+- Offsets below the log start or past the log end: OFFSET_OUT_OF_RANGE. Unknown partition:
+  UNKNOWN_TOPIC_OR_PARTITION; unknown topic id (v13+): UNKNOWN_TOPIC_ID.
+- v9+: CurrentLeaderEpoch older than the leader's → FENCED_LEADER_EPOCH, newer →
+  UNKNOWN_LEADER_EPOCH. v12+: LastFetchedEpoch whose history diverges from the leader's gets
+  DivergingEpoch (epoch, end offset).
+- Fetch sessions (KIP-227, v7+): epoch 0 opens a session, a matching epoch fetches
+  incrementally (only changed partitions are answered), -1 closes it; an unknown session gets
+  FETCH_SESSION_ID_NOT_FOUND and a wrong epoch INVALID_FETCH_SESSION_EPOCH.
+Version notes: v4 adds isolation level and aborted transactions; v5 log start offset;
+v7 sessions; v9 current leader epoch; v11 rack id; v12 flexible, diverging epoch; v13 topic ids.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from lockgate.handlers.common import check_leader_epoch, field, millis
+from lockgate.handlers.registry import HandlerResult, RequestContext, handles
+from lockgate.log.partition import Partition
+from lockgate.protocol.api import ApiKey
+from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
+from lockgate.server.fetch_sessions import (
+    FINAL_EPOCH,
+    INITIAL_EPOCH,
+    FetchSession,
+    PartitionKey,
+    SessionPartition,
+    next_epoch,
+)
+
+READ_COMMITTED = 1
+
+
+@dataclass(slots=True)
+class Wanted:
+    key: PartitionKey
+    topic: str | None
+    topic_id: uuid.UUID | None
+    index: int
+    state: SessionPartition
+
+
+def _topic_key(ctx: RequestContext, topic: Any) -> tuple[str, str | None, uuid.UUID | None]:
+    """(session key, topic name if known, topic id) of a request topic entry."""
+    topic_id = field(topic, "topic_id", None)
+    if topic_id is not None and ctx.api_version >= 13:
+        record = ctx.broker.topics.by_id.get(topic_id)
+        return str(topic_id), record.name if record else None, topic_id
+    name = topic.topic
+    record = ctx.broker.topics.topics.get(name)
+    return name, name, record.topic_id if record else None
+
+
+def _requested(ctx: RequestContext, request: Any) -> list[Wanted]:
+    wanted = []
+    for topic in request.topics:
+        key, name, topic_id = _topic_key(ctx, topic)
+        for p in topic.partitions:
+            state = SessionPartition(
+                fetch_offset=p.fetch_offset,
+                max_bytes=p.partition_max_bytes,
+                current_leader_epoch=field(p, "current_leader_epoch", -1),
+                last_fetched_epoch=field(p, "last_fetched_epoch", -1),
+            )
+            wanted.append(Wanted((key, p.partition), name, topic_id, p.partition, state))
+    return wanted
+
+
+def _resolve(ctx: RequestContext, wanted: Wanted) -> Partition:
+    if wanted.topic is None:
+        raise KafkaProtocolError(ErrorCode.unknown_topic_id)
+    partition = ctx.broker.topics.get(wanted.topic, wanted.index)
+    if partition is None:
+        raise KafkaProtocolError(ErrorCode.unknown_topic_or_partition)
+    return partition
+
+
+def _read(
+    ctx: RequestContext, wanted: Wanted, budget: int, isolation: int
+) -> tuple[dict[str, Any], int]:
+    """One partition's response entry and the bytes it carries."""
+    state = wanted.state
+    entry: dict[str, Any] = {
+        "partition_index": wanted.index,
+        "error_code": 0,
+        "high_watermark": -1,
+        "last_stable_offset": -1,
+        "log_start_offset": -1,
+        "aborted_transactions": None,
+        "preferred_read_replica": -1,
+        "records": b"",
+    }
+    try:
+        partition = _resolve(ctx, wanted)
+        entry["high_watermark"] = partition.high_watermark
+        entry["last_stable_offset"] = partition.high_watermark
+        entry["log_start_offset"] = partition.log_start_offset
+        check_leader_epoch(partition, state.current_leader_epoch)
+        offset = state.fetch_offset
+        if state.last_fetched_epoch >= 0:
+            epoch, end = partition.epochs.end_offset_for(
+                state.last_fetched_epoch, partition.log_end_offset
+            )
+            if epoch != state.last_fetched_epoch or end < offset:
+                entry["diverging_epoch"] = {"epoch": epoch, "end_offset": end}
+                return entry, 0
+        if offset < partition.log_start_offset or offset > partition.log_end_offset:
+            raise KafkaProtocolError(ErrorCode.offset_out_of_range)
+        upper = partition.high_watermark
+        if isolation == READ_COMMITTED:
+            entry["aborted_transactions"] = ()
+        data = partition.read(offset, min(state.max_bytes, budget), upper)
+        entry["records"] = data
+        return entry, len(data)
+    except KafkaProtocolError as exc:
+        entry["error_code"] = exc.code
+        return entry, 0
+
+
+def _changed(entry: dict[str, Any], state: SessionPartition) -> bool:
+    return bool(
+        entry["records"]
+        or entry["error_code"]
+        or "diverging_epoch" in entry
+        or entry["high_watermark"] != state.sent_high_watermark
+        or entry["last_stable_offset"] != state.sent_last_stable_offset
+        or entry["log_start_offset"] != state.sent_log_start_offset
+    )
+
+
+def _open_session(ctx: RequestContext, request: Any) -> tuple[list[Wanted], FetchSession | None, int]:
+    """Applies the KIP-227 session rules; returns (partitions to fetch, session, error)."""
+    cache = ctx.broker.fetch_sessions
+    session_id = field(request, "session_id", 0)
+    epoch = field(request, "session_epoch", FINAL_EPOCH)
+    wanted = _requested(ctx, request)
+    if epoch == FINAL_EPOCH:
+        if session_id:
+            cache.remove(session_id)
+        return wanted, None, 0
+    if epoch == INITIAL_EPOCH:
+        if session_id:
+            cache.remove(session_id)
+        session = cache.create()
+        if session is not None:
+            session.partitions = {w.key: w.state for w in wanted}
+        return wanted, session, 0
+    session = cache.get(session_id)
+    if session is None:
+        return [], None, ErrorCode.fetch_session_id_not_found
+    if session.epoch != epoch:
+        return [], None, ErrorCode.invalid_fetch_session_epoch
+    for w in wanted:
+        old = session.partitions.get(w.key)
+        if old is not None:
+            w.state.sent_high_watermark = old.sent_high_watermark
+            w.state.sent_last_stable_offset = old.sent_last_stable_offset
+            w.state.sent_log_start_offset = old.sent_log_start_offset
+        session.partitions[w.key] = w.state
+    for topic in field(request, "forgotten_topics_data", ()):
+        key, _name, _id = _topic_key(ctx, topic)
+        for index in topic.partitions:
+            session.partitions.pop((key, index), None)
+    session.epoch = next_epoch(session.epoch)
+    by_key = {w.key: w for w in wanted}
+    everything = []
+    for key, state in session.partitions.items():
+        w = by_key.get(key)
+        if w is None:
+            topic_key, index = key
+            name, topic_id = _names_of(ctx, topic_key)
+            w = Wanted(key, name, topic_id, index, state)
+        everything.append(w)
+    return everything, session, 0
+
+
+def _names_of(ctx: RequestContext, key: str) -> tuple[str | None, uuid.UUID | None]:
+    if ctx.api_version >= 13:
+        try:
+            topic_id = uuid.UUID(key)
+        except ValueError:
+            return None, None
+        record = ctx.broker.topics.by_id.get(topic_id)
+        return (record.name if record else None), topic_id
+    record = ctx.broker.topics.topics.get(key)
+    return key, record.topic_id if record else None
+
+
+def _response(
+    ctx: RequestContext, error: int, session_id: int, topics: list[tuple[Wanted, dict[str, Any]]]
+) -> dict[str, Any]:
+    grouped: dict[PartitionKey | str, dict[str, Any]] = {}
+    for wanted, entry in topics:
+        topic_key = wanted.key[0]
+        if topic_key not in grouped:
+            grouped[topic_key] = {
+                "topic": wanted.topic or "",
+                "topic_id": wanted.topic_id or uuid.UUID(int=0),
+                "partitions": [],
+            }
+        grouped[topic_key]["partitions"].append(entry)
+    return {
+        "throttle_time": 0,
+        "error_code": error,
+        "session_id": session_id,
+        "responses": list(grouped.values()),
+    }
+
+
+@handles(ApiKey.FETCH, 4, 18)
+async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
+    wanted, session, error = _open_session(ctx, request)
+    if error:
+        return _response(ctx, error, 0, [])
+    incremental = session is not None and field(request, "session_epoch", 0) > 0
+    isolation = request.isolation_level
+    min_bytes = request.min_bytes
+    deadline = time.monotonic() + millis(request.max_wait) / 1000
+    while True:
+        budget = request.max_bytes
+        results = []
+        total = 0
+        for w in wanted:
+            entry, size = _read(ctx, w, budget if total == 0 else max(budget - total, 0), isolation)
+            if total and size > budget - total:
+                entry["records"] = b""
+                size = 0
+            total += size
+            results.append((w, entry))
+        errors = any(entry["error_code"] for _, entry in results)
+        remaining = deadline - time.monotonic()
+        if total >= min_bytes or errors or remaining <= 0 or not wanted:
+            break
+        partitions = [p for w in wanted if w.topic and (p := ctx.broker.topics.get(w.topic, w.index))]
+        await ctx.broker.wait_for_data(partitions, remaining)
+    if incremental:
+        results = [(w, e) for w, e in results if _changed(e, w.state)]
+    for w, entry in results:
+        w.state.sent_high_watermark = entry["high_watermark"]
+        w.state.sent_last_stable_offset = entry["last_stable_offset"]
+        w.state.sent_log_start_offset = entry["log_start_offset"]
+    return _response(ctx, 0, session.session_id if session else 0, results)

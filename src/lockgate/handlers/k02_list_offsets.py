@@ -1,0 +1,78 @@
+"""ListOffsets (key 2), versions 1–11.
+
+Behaviour:
+- Timestamp -1: the high watermark (read_uncommitted) or last stable offset (read_committed);
+  -2, -4 and -5: the log start offset (no tiered storage); -3 (v7+): the record with the
+  largest timestamp; any other timestamp ≥ 0: the first record at or after it, found through
+  the time index, or offset -1 when none.
+- CurrentLeaderEpoch (v4+) older than the leader's → FENCED_LEADER_EPOCH, newer →
+  UNKNOWN_LEADER_EPOCH. Unknown partition: UNKNOWN_TOPIC_OR_PARTITION. Other negative
+  timestamps: INVALID_REQUEST... answered per partition.
+Version notes: v2 isolation level; v4 leader epochs; v7 max timestamp; v6+ flexible.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lockgate.handlers.common import check_leader_epoch, field
+from lockgate.handlers.registry import HandlerResult, RequestContext, handles
+from lockgate.log.partition import Partition
+from lockgate.protocol.api import ApiKey
+from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
+
+LATEST = -1
+EARLIEST = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL = -4
+EARLIEST_PENDING_UPLOAD = -5
+LATEST_TIERED = -6
+
+
+def lookup(partition: Partition, timestamp: int, isolation: int) -> tuple[int, int]:
+    """(offset, timestamp) for one ListOffsets query."""
+    if timestamp == LATEST:
+        return partition.high_watermark, -1
+    if timestamp in (EARLIEST, EARLIEST_LOCAL, EARLIEST_PENDING_UPLOAD):
+        return partition.log_start_offset, -1
+    if timestamp == LATEST_TIERED:
+        return partition.log_start_offset - 1, -1
+    if timestamp == MAX_TIMESTAMP:
+        found = partition.max_timestamp_offset()
+        return found if found else (-1, -1)
+    if timestamp < 0:
+        raise KafkaProtocolError(ErrorCode.invalid_request, f"timestamp {timestamp}")
+    found = partition.offset_for_timestamp(timestamp)
+    return (found[0], found[1]) if found else (-1, -1)
+
+
+@handles(ApiKey.LIST_OFFSETS, 1, 11)
+async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
+    isolation = field(request, "isolation_level", 0)
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for p in topic.partitions:
+            entry: dict[str, Any] = {
+                "partition_index": p.partition_index,
+                "error_code": 0,
+                "timestamp": -1,
+                "offset": -1,
+                "leader_epoch": -1,
+            }
+            try:
+                partition = ctx.broker.topics.get(topic.name, p.partition_index)
+                if partition is None:
+                    raise KafkaProtocolError(ErrorCode.unknown_topic_or_partition)
+                check_leader_epoch(partition, field(p, "current_leader_epoch", -1))
+                offset, timestamp = lookup(partition, p.timestamp, isolation)
+                entry["offset"] = offset
+                entry["timestamp"] = timestamp
+                entry["leader_epoch"] = partition.epoch_of(offset) if offset >= 0 else -1
+                if p.timestamp == LATEST:
+                    entry["leader_epoch"] = partition.leader_epoch
+            except KafkaProtocolError as exc:
+                entry["error_code"] = exc.code
+            partitions.append(entry)
+        topics.append({"name": topic.name, "partitions": partitions})
+    return {"throttle_time": 0, "topics": topics}

@@ -1,0 +1,106 @@
+"""Metadata (key 3), versions 0–13.
+
+Behaviour:
+- Null topic list (or an empty one at v0) = every topic; each partition reports this broker as
+  leader, replica and in-sync replica, with its leader epoch (v7+).
+- A missing topic is created when the request allows it (v4+) and auto.create.topics.enable is
+  true; otherwise UNKNOWN_TOPIC_OR_PARTITION. An illegal name gets INVALID_TOPIC_EXCEPTION.
+- v10+ may name topics by id; an unknown id gets UNKNOWN_TOPIC_ID.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from lockgate.handlers.common import field
+from lockgate.handlers.registry import HandlerResult, RequestContext, handles
+from lockgate.protocol.api import ApiKey
+from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
+from lockgate.server.metadata import TopicRecord
+
+NO_AUTHORIZED_OPERATIONS = -(2**31)
+
+
+def topic_entry(ctx: RequestContext, record: TopicRecord) -> dict[str, Any]:
+    node = ctx.broker.node_id
+    partitions = []
+    for index in range(record.partitions):
+        partition = ctx.broker.topics.get(record.name, index)
+        assert partition is not None
+        partitions.append(
+            {
+                "error_code": 0,
+                "partition_index": index,
+                "leader_id": node,
+                "leader_epoch": partition.leader_epoch,
+                "replica_nodes": (node,),
+                "isr_nodes": (node,),
+                "offline_replicas": (),
+            }
+        )
+    return {
+        "error_code": 0,
+        "name": record.name,
+        "topic_id": record.topic_id,
+        "is_internal": record.internal,
+        "partitions": partitions,
+        "topic_authorized_operations": NO_AUTHORIZED_OPERATIONS,
+    }
+
+
+def error_entry(name: str | None, topic_id: uuid.UUID | None, code: ErrorCode) -> dict[str, Any]:
+    return {
+        "error_code": code,
+        "name": name or "",
+        "topic_id": topic_id or uuid.UUID(int=0),
+        "is_internal": False,
+        "partitions": (),
+        "topic_authorized_operations": NO_AUTHORIZED_OPERATIONS,
+    }
+
+
+@handles(ApiKey.METADATA, 0, 13)
+async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
+    broker = ctx.broker
+    topics = broker.topics
+    requested = request.topics
+    if requested is None or (ctx.api_version == 0 and not requested):
+        entries = [topic_entry(ctx, record) for record in topics.topics.values()]
+    else:
+        allow_create = field(request, "allow_auto_topic_creation", True) and broker.config.bool(
+            "auto.create.topics.enable"
+        )
+        entries = []
+        for wanted in requested:
+            name = wanted.name
+            topic_id = field(wanted, "topic_id", None)
+            if name is None:
+                by_id = topics.by_id.get(topic_id) if topic_id else None
+                entries.append(
+                    topic_entry(ctx, by_id)
+                    if by_id
+                    else error_entry(None, topic_id, ErrorCode.unknown_topic_id)
+                )
+                continue
+            record = topics.topics.get(name)
+            if record is None and allow_create:
+                try:
+                    record = topics.create(name, -1, -1, {})
+                except KafkaProtocolError as exc:
+                    entries.append(error_entry(name, None, exc.code))
+                    continue
+            if record is None:
+                entries.append(error_entry(name, None, ErrorCode.unknown_topic_or_partition))
+            else:
+                entries.append(topic_entry(ctx, record))
+    host, port = broker.advertised
+    return {
+        "throttle_time": 0,
+        "brokers": [{"node_id": broker.node_id, "host": host, "port": port, "rack": None}],
+        "cluster_id": broker.cluster_id,
+        "controller_id": broker.node_id,
+        "topics": entries,
+        "cluster_authorized_operations": NO_AUTHORIZED_OPERATIONS,
+        "error_code": 0,
+    }

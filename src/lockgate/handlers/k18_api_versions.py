@@ -1,0 +1,32 @@
+"""ApiVersions (key 18), versions 0–4.
+
+Behaviour:
+- Lists every API in the handler registry with the versions lockgate serves.
+- A version lockgate does not know is answered by the connection with a v0 response,
+  UNSUPPORTED_VERSION and the supported ranges (KIP-511), so clients can downgrade.
+Version notes: v3+ carries client software name/version (logged) and tagged feature fields.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lockgate.handlers.registry import HANDLERS, HandlerResult, RequestContext, handles
+from lockgate.protocol.api import ApiKey
+
+
+def supported_versions() -> list[dict[str, int]]:
+    return [
+        {"api_key": spec.api_key, "min_version": spec.min_version, "max_version": spec.max_version}
+        for spec in sorted(HANDLERS.values(), key=lambda s: s.api_key)
+    ]
+
+
+@handles(ApiKey.API_VERSIONS, 0, 4)
+async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
+    return {
+        "error_code": 0,
+        "api_keys": supported_versions(),
+        "throttle_time": 0,
+        "finalized_features_epoch": -1,
+    }

@@ -1,0 +1,47 @@
+"""AlterConfigs (key 33), versions 0–2 (the legacy, replace-everything form).
+
+Behaviour: a topic resource's overrides become exactly the given set (validated like
+CreateTopics: INVALID_CONFIG); unknown topic: UNKNOWN_TOPIC_OR_PARTITION; broker resources:
+INVALID_REQUEST (static properties). validate_only changes nothing.
+Version notes: v2 flexible.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lockgate.handlers.configs import TOPIC
+from lockgate.handlers.registry import HandlerResult, RequestContext, handles
+from lockgate.protocol.api import ApiKey
+from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
+
+
+@handles(ApiKey.ALTER_CONFIGS, 0, 2)
+async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
+    topics = ctx.broker.topics
+    responses = []
+    for resource in request.resources:
+        entry: dict[str, Any] = {
+            "error_code": 0,
+            "error_message": None,
+            "resource_type": resource.resource_type,
+            "resource_name": resource.resource_name,
+        }
+        try:
+            if resource.resource_type != TOPIC:
+                raise KafkaProtocolError(ErrorCode.invalid_request, "broker properties are static")
+            name = resource.resource_name
+            record = topics.topics.get(name)
+            if record is None:
+                raise KafkaProtocolError(ErrorCode.unknown_topic_or_partition, f"no topic {name!r}")
+            new = {c.name: c.value for c in resource.configs}
+            dropped = [key for key in record.configs if key not in new]
+            for key, value in new.items():
+                if value is None:
+                    raise KafkaProtocolError(ErrorCode.invalid_config, f"{key} has a null value")
+            topics.alter_configs(name, {k: v for k, v in new.items() if v is not None}, dropped, request.validate_only)
+        except KafkaProtocolError as exc:
+            entry["error_code"] = exc.code
+            entry["error_message"] = exc.message or None
+        responses.append(entry)
+    return {"throttle_time": 0, "responses": responses}

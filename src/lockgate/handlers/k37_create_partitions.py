@@ -1,0 +1,37 @@
+"""CreatePartitions (key 37), versions 0–3.
+
+Behaviour:
+- Grows a topic to `count` partitions; a count not above the current one: INVALID_PARTITIONS;
+  unknown topic: UNKNOWN_TOPIC_OR_PARTITION; assignments must put each new partition on this
+  broker alone (INVALID_REPLICA_ASSIGNMENT); validate_only changes nothing.
+Version notes: v2 flexible.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lockgate.handlers.registry import HandlerResult, RequestContext, handles
+from lockgate.protocol.api import ApiKey
+from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
+
+
+@handles(ApiKey.CREATE_PARTITIONS, 0, 3)
+async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
+    results = []
+    for topic in request.topics:
+        entry: dict[str, Any] = {"name": topic.name, "error_code": 0, "error_message": None}
+        try:
+            if topic.assignments is not None and any(
+                tuple(a.broker_ids) != (ctx.broker.node_id,) for a in topic.assignments
+            ):
+                raise KafkaProtocolError(
+                    ErrorCode.invalid_replica_assignment,
+                    f"new partitions can only live on broker {ctx.broker.node_id}",
+                )
+            ctx.broker.topics.add_partitions(topic.name, topic.count, request.validate_only)
+        except KafkaProtocolError as exc:
+            entry["error_code"] = exc.code
+            entry["error_message"] = exc.message or None
+        results.append(entry)
+    return {"throttle_time": 0, "results": results}

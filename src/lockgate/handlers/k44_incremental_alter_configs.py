@@ -1,0 +1,61 @@
+"""IncrementalAlterConfigs (key 44), versions 0–1.
+
+Behaviour:
+- Topic resources: SET (0) and DELETE (1) change topic overrides, validated like CreateTopics
+  (INVALID_CONFIG); APPEND (2) and SUBTRACT (3) apply only to list configs, and no topic
+  config lockgate supports is a list, so they get INVALID_CONFIG. Unknown topic:
+  UNKNOWN_TOPIC_OR_PARTITION. validate_only changes nothing.
+- Broker resources: INVALID_REQUEST (broker properties are static in lockgate).
+Version notes: v1 flexible.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lockgate.handlers.configs import TOPIC
+from lockgate.handlers.registry import HandlerResult, RequestContext, handles
+from lockgate.protocol.api import ApiKey
+from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
+
+SET, DELETE = 0, 1
+
+
+def _alter(ctx: RequestContext, resource: Any, validate_only: bool) -> None:
+    if resource.resource_type != TOPIC:
+        raise KafkaProtocolError(
+            ErrorCode.invalid_request, "only topic configs can be altered; broker properties are static"
+        )
+    set_values: dict[str, str] = {}
+    delete: list[str] = []
+    for change in resource.configs:
+        if change.config_operation == SET:
+            if change.value is None:
+                raise KafkaProtocolError(ErrorCode.invalid_config, f"{change.name} has no value")
+            set_values[change.name] = change.value
+        elif change.config_operation == DELETE:
+            delete.append(change.name)
+        else:
+            raise KafkaProtocolError(
+                ErrorCode.invalid_config, f"operation {change.config_operation} needs a list config"
+            )
+    ctx.broker.topics.alter_configs(resource.resource_name, set_values, delete, validate_only)
+
+
+@handles(ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, 1)
+async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
+    responses = []
+    for resource in request.resources:
+        entry: dict[str, Any] = {
+            "error_code": 0,
+            "error_message": None,
+            "resource_type": resource.resource_type,
+            "resource_name": resource.resource_name,
+        }
+        try:
+            _alter(ctx, resource, request.validate_only)
+        except KafkaProtocolError as exc:
+            entry["error_code"] = exc.code
+            entry["error_message"] = exc.message or None
+        responses.append(entry)
+    return {"throttle_time": 0, "responses": responses}

@@ -1,0 +1,40 @@
+"""DescribeCluster (key 60), versions 0–2.
+
+Behaviour: the cluster id, this broker as controller and as the only broker. Asking for
+controller endpoints (endpoint type 2) is answered the same way: the broker is its own
+controller. An unknown endpoint type gets UNSUPPORTED_ENDPOINT_TYPE.
+Version notes: v1 endpoint type; v2 fenced brokers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lockgate.handlers.common import field
+from lockgate.handlers.registry import HandlerResult, RequestContext, handles
+from lockgate.protocol.api import ApiKey
+from lockgate.protocol.errors import ErrorCode
+
+NO_AUTHORIZED_OPERATIONS = -(2**31)
+
+
+@handles(ApiKey.DESCRIBE_CLUSTER, 0, 2)
+async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
+    broker = ctx.broker
+    endpoint_type = field(request, "endpoint_type", 1)
+    host, port = broker.advertised
+    error = ErrorCode.none if endpoint_type in (1, 2) else ErrorCode.unsupported_endpoint_type
+    return {
+        "throttle_time": 0,
+        "error_code": error,
+        "error_message": None,
+        "endpoint_type": endpoint_type,
+        "cluster_id": broker.cluster_id,
+        "controller_id": broker.node_id,
+        "brokers": [
+            {"broker_id": broker.node_id, "host": host, "port": port, "rack": None, "is_fenced": False}
+        ]
+        if not error
+        else [],
+        "cluster_authorized_operations": NO_AUTHORIZED_OPERATIONS,
+    }

@@ -1,0 +1,72 @@
+# The handler table: @handles(key, min, max) registers one handler per API key. It feeds
+# ApiVersions and the protocol coverage table in docs/, so what is advertised is what exists.
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from lockgate.protocol.api import ApiKey
+
+if TYPE_CHECKING:
+    from lockgate.server.broker import Broker
+
+
+@dataclass(frozen=True, slots=True)
+class RawBody:
+    """An already encoded response body (hot paths that bypass the kio builder)."""
+
+    data: bytes
+
+
+NO_RESPONSE = None  # e.g. Produce with acks=0
+HandlerResult = Mapping[str, Any] | RawBody | None
+
+
+@dataclass(slots=True)
+class RequestContext:
+    broker: Broker
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    peer: str
+    received_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+
+
+Handler = Callable[[RequestContext, Any], Awaitable[HandlerResult]]
+Decoder = Callable[[bytes, int, int], Any]  # (frame payload, body offset, version) → request
+
+
+@dataclass(frozen=True, slots=True)
+class HandlerSpec:
+    api_key: ApiKey
+    min_version: int
+    max_version: int
+    handler: Handler
+    decoder: Decoder | None
+
+
+HANDLERS: dict[int, HandlerSpec] = {}
+
+
+def handles(
+    api_key: ApiKey,
+    min_version: int,
+    max_version: int,
+    *,
+    advertised_min: int | None = None,
+    decoder: Decoder | None = None,
+) -> Callable[[Handler], Handler]:
+    """Registers a handler for versions min..max. `advertised_min` lets ApiVersions announce
+    lower versions that the handler answers with an error (Produce 0-2). `decoder` replaces
+    kio for hand-written hot paths and raises MalformedFrame on bad input."""
+
+    def register(function: Handler) -> Handler:
+        assert api_key not in HANDLERS, f"two handlers for {api_key.name}"
+        low = min_version if advertised_min is None else advertised_min
+        HANDLERS[api_key] = HandlerSpec(api_key, low, max_version, function, decoder)
+        return function
+
+    return register

@@ -1,0 +1,1 @@
+"""Partition logs: segments, indexes, leader epochs, producer state."""

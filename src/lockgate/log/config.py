@@ -1,0 +1,15 @@
+# The per-topic settings the log layer obeys, resolved from topic overrides and broker defaults.
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    segment_bytes: int = 1 << 30
+    segment_ms: int = 7 * 24 * 3600 * 1000
+    retention_ms: int = 7 * 24 * 3600 * 1000  # -1: keep forever
+    retention_bytes: int = -1  # -1: no size limit
+    index_interval_bytes: int = 4096
+    log_append_time: bool = False  # message.timestamp.type=LogAppendTime
+    max_message_bytes: int = 1048588

@@ -1,0 +1,73 @@
+# Leader epoch history of one partition: (epoch, first offset written in it), persisted in
+# Kafka's leader-epoch-checkpoint text layout. Epochs and start offsets only grow.
+from __future__ import annotations
+
+import bisect
+
+from lockgate.storage.engine import StorageEngine
+
+UNDEFINED_EPOCH = -1
+UNDEFINED_OFFSET = -1
+
+
+class LeaderEpochCache:
+    def __init__(self, storage: StorageEngine, path: str) -> None:
+        self.storage = storage
+        self.path = path
+        self.epochs: list[int] = []
+        self.start_offsets: list[int] = []
+        raw = storage.read_all(path)
+        if raw:
+            self._parse(raw.decode("ascii", errors="replace"))
+
+    def _parse(self, text: str) -> None:
+        lines = text.split("\n")
+        try:
+            count = int(lines[1])
+            entries = [tuple(int(x) for x in line.split()) for line in lines[2 : 2 + count]]
+        except (IndexError, ValueError):
+            return  # damaged: start a fresh history; the next epoch is still persisted
+        for epoch, start in entries:
+            if (not self.epochs or epoch > self.epochs[-1]) and (
+                not self.start_offsets or start >= self.start_offsets[-1]
+            ):
+                self.epochs.append(epoch)
+                self.start_offsets.append(start)
+
+    @property
+    def latest_epoch(self) -> int:
+        return self.epochs[-1] if self.epochs else UNDEFINED_EPOCH
+
+    def begin_epoch(self, epoch: int, start_offset: int) -> None:
+        """Records that leadership at `epoch` starts at `start_offset`, and persists it."""
+        assert epoch > self.latest_epoch
+        self.epochs.append(epoch)
+        self.start_offsets.append(start_offset)
+        self._save()
+
+    def truncate_after(self, log_end_offset: int) -> None:
+        """Drops epochs that start past the log end (after a torn tail was cut)."""
+        changed = False
+        while len(self.epochs) > 1 and self.start_offsets[-1] > log_end_offset:
+            self.epochs.pop()
+            self.start_offsets.pop()
+            changed = True
+        if self.start_offsets and self.start_offsets[-1] > log_end_offset:
+            self.start_offsets[-1] = log_end_offset
+            changed = True
+        if changed:
+            self._save()
+
+    def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
+        """OffsetForLeaderEpoch: (largest epoch <= `epoch`, the offset where it ended)."""
+        if not self.epochs or epoch < self.epochs[0]:
+            return UNDEFINED_EPOCH, UNDEFINED_OFFSET
+        i = bisect.bisect_right(self.epochs, epoch) - 1
+        if i == len(self.epochs) - 1:
+            return self.epochs[i], log_end_offset
+        return self.epochs[i], self.start_offsets[i + 1]
+
+    def _save(self) -> None:
+        lines = ["0", str(len(self.epochs))]
+        lines += [f"{e} {s}" for e, s in zip(self.epochs, self.start_offsets, strict=True)]
+        self.storage.write_atomic(self.path, ("\n".join(lines) + "\n").encode())

@@ -1,0 +1,109 @@
+# Sparse indexes of one segment, kept in memory and mirrored to Kafka-layout files.
+#
+# Offset index entries: (offset - segment base) int32, file position int32.
+# Time index entries: max timestamp so far int64, (offset - segment base) int32.
+# Both are append-only and strictly increasing; a file that breaks that is rebuilt.
+from __future__ import annotations
+
+import bisect
+import struct
+from array import array
+
+from lockgate.storage.engine import AppendFile
+
+_OFFSET_ENTRY = struct.Struct(">ii")
+_TIME_ENTRY = struct.Struct(">qi")
+
+
+class OffsetIndex:
+    def __init__(self, file: AppendFile) -> None:
+        self.file = file
+        self.relative_offsets = array("q")
+        self.positions = array("q")
+
+    def load(self, log_size: int) -> bool:
+        """Loads the file; False (and empty) when it is damaged and must be rebuilt."""
+        raw = self.file.read(0, self.file.size)
+        if len(raw) % _OFFSET_ENTRY.size:
+            return False
+        last_offset, last_position = -1, -1
+        for relative, position in _OFFSET_ENTRY.iter_unpack(raw):
+            if relative <= last_offset or position <= last_position or position >= log_size:
+                self.relative_offsets = array("q")
+                self.positions = array("q")
+                return False
+            self.relative_offsets.append(relative)
+            self.positions.append(position)
+            last_offset, last_position = relative, position
+        return True
+
+    def append(self, relative_offset: int, position: int) -> None:
+        self.relative_offsets.append(relative_offset)
+        self.positions.append(position)
+        self.file.append(_OFFSET_ENTRY.pack(relative_offset, position))
+
+    def lookup(self, relative_offset: int) -> int:
+        """File position of the last indexed batch starting at or before the offset."""
+        i = bisect.bisect_right(self.relative_offsets, relative_offset) - 1
+        return self.positions[i] if i >= 0 else 0
+
+    def reset(self) -> None:
+        self.relative_offsets = array("q")
+        self.positions = array("q")
+        self.file.truncate(0)
+
+    def truncate_to_position(self, position: int) -> None:
+        keep = bisect.bisect_left(self.positions, position)
+        del self.relative_offsets[keep:]
+        del self.positions[keep:]
+        self.file.truncate(keep * _OFFSET_ENTRY.size)
+
+
+class TimeIndex:
+    def __init__(self, file: AppendFile) -> None:
+        self.file = file
+        self.timestamps = array("q")
+        self.relative_offsets = array("q")
+
+    def load(self) -> bool:
+        raw = self.file.read(0, self.file.size)
+        if len(raw) % _TIME_ENTRY.size:
+            return False
+        last_ts, last_offset = -(2**63), -1
+        for timestamp, relative in _TIME_ENTRY.iter_unpack(raw):
+            if timestamp <= last_ts or relative < last_offset:
+                self.timestamps = array("q")
+                self.relative_offsets = array("q")
+                return False
+            self.timestamps.append(timestamp)
+            self.relative_offsets.append(relative)
+            last_ts, last_offset = timestamp, relative
+        return True
+
+    @property
+    def last_timestamp(self) -> int:
+        return self.timestamps[-1] if self.timestamps else -1
+
+    def append(self, timestamp: int, relative_offset: int) -> None:
+        if self.timestamps and timestamp <= self.timestamps[-1]:
+            return
+        self.timestamps.append(timestamp)
+        self.relative_offsets.append(relative_offset)
+        self.file.append(_TIME_ENTRY.pack(timestamp, relative_offset))
+
+    def lookup(self, timestamp: int) -> int:
+        """Relative offset to start scanning from for the first record at or after `timestamp`:
+        the entry before the first one that reaches it (entries hold running maxima)."""
+        i = bisect.bisect_left(self.timestamps, timestamp) - 1
+        return self.relative_offsets[i] if i >= 0 else 0
+
+    def reset(self) -> None:
+        self.timestamps = array("q")
+        self.relative_offsets = array("q")
+        self.file.truncate(0)
+
+    def truncate_to_offset(self, relative_offset: int) -> None:
+        keep = bisect.bisect_left(self.relative_offsets, relative_offset)
+        del self.timestamps[keep:]
+        del self.relative_offsets[keep:]
+        self.file.truncate(keep * _TIME_ENTRY.size)

@@ -1,0 +1,252 @@
+# A partition's log: the ordered segments, their recovery, appends, reads and retention.
+#
+# Invariants: segments are contiguous and sorted by base offset; only the last one is written;
+# high_watermark <= log_end_offset, and in durable mode it only passes data that was fsynced,
+# so a consumer never sees a record a crash could take back.
+from __future__ import annotations
+
+import bisect
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import replace
+
+from lockgate.log.config import LogConfig
+from lockgate.log.epochs import LeaderEpochCache
+from lockgate.log.segment import Segment
+from lockgate.protocol.records import (
+    BatchHeader,
+    assign_offset,
+    iter_records,
+    parse_header,
+    set_log_append_time,
+)
+from lockgate.storage.engine import AppendFile, StorageEngine
+
+log = logging.getLogger(__name__)
+
+
+def partition_dir(topic: str, index: int) -> str:
+    return f"{topic}-{index}"
+
+
+class Partition:
+    def __init__(
+        self,
+        storage: StorageEngine,
+        topic: str,
+        index: int,
+        topic_id: uuid.UUID,
+        config: Callable[[], LogConfig],
+    ) -> None:
+        self.storage = storage
+        self.topic = topic
+        self.index = index
+        self.topic_id = topic_id
+        self.directory = partition_dir(topic, index)
+        self._config = config
+        self.segments: list[Segment] = []
+        self.high_watermark = 0
+        self.epochs = LeaderEpochCache(storage, f"{self.directory}/leader-epoch-checkpoint")
+        self.leader_epoch = -1
+        self.unsynced: list[AppendFile] = []  # files written since the last fsync
+        self.hw_listeners: set[Callable[[], None]] = set()
+
+    @property
+    def config(self) -> LogConfig:
+        return self._config()
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.segments[-1].next_offset
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.segments[0].base_offset
+
+    @property
+    def active(self) -> Segment:
+        return self.segments[-1]
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(segment.size for segment in self.segments)
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def load(self, now_ms: int) -> None:
+        """Opens the segments on storage, cuts a torn tail, and starts a new leader epoch."""
+        self.storage.make_dirs(self.directory)
+        bases = sorted(
+            int(name[:-4])
+            for name in self.storage.list_dir(self.directory)
+            if name.endswith(".log") and name[:-4].isdigit()
+        )
+        interval = self.config.index_interval_bytes
+        for base in bases:
+            self.segments.append(Segment(self.storage, self.directory, base, now_ms))
+        for segment in self.segments[:-1]:
+            segment.load(interval)
+        if not self.segments:
+            self.segments.append(Segment(self.storage, self.directory, 0, now_ms))
+        cut = self.active.recover(interval, validate=True)
+        if cut:
+            log.warning(
+                "%s-%d: cut %d bytes of torn or corrupt data after offset %d",
+                self.topic, self.index, cut, self.log_end_offset,
+            )
+        self.epochs.truncate_after(self.log_end_offset)
+        self.high_watermark = self.log_end_offset
+        self.leader_epoch = self.epochs.latest_epoch + 1
+        self.epochs.begin_epoch(self.leader_epoch, self.log_end_offset)
+
+    def close(self) -> None:
+        for segment in self.segments:
+            segment.close()
+
+    # -- appends -------------------------------------------------------------------------------
+
+    def append(self, batch: bytearray, header: BatchHeader, now_ms: int) -> tuple[int, int]:
+        """Assigns offsets to a validated batch and appends it. Returns (base offset, log append
+        time or -1). The batch becomes visible once the high watermark passes it."""
+        config = self.config
+        self._maybe_roll(len(batch), now_ms, config)
+        base_offset = self.log_end_offset
+        assign_offset(batch, base_offset, self.leader_epoch)
+        append_time = -1
+        if config.log_append_time:
+            set_log_append_time(batch, now_ms)
+            append_time = now_ms
+        stored = parse_header(batch) if append_time >= 0 else _rebased(header, base_offset)
+        self.active.append(batch, stored, config.index_interval_bytes)
+        if not self.unsynced or self.unsynced[-1] is not self.active.log:
+            self.unsynced.append(self.active.log)
+        return base_offset, append_time
+
+    def _maybe_roll(self, incoming: int, now_ms: int, config: LogConfig) -> None:
+        active = self.active
+        if active.is_empty:
+            return
+        too_big = active.size + incoming > config.segment_bytes
+        too_old = now_ms - active.created_ms >= config.segment_ms
+        if too_big or too_old:
+            self.roll(now_ms)
+
+    def roll(self, now_ms: int) -> None:
+        self.active.seal()
+        self.segments.append(Segment(self.storage, self.directory, self.log_end_offset, now_ms))
+
+    def take_unsynced(self) -> list[AppendFile]:
+        files, self.unsynced = self.unsynced, []
+        return files
+
+    def advance_high_watermark(self, offset: int) -> None:
+        if offset > self.high_watermark:
+            self.high_watermark = min(offset, self.log_end_offset)
+            listeners, self.hw_listeners = self.hw_listeners, set()
+            for listener in listeners:
+                listener()
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def segment_for(self, offset: int) -> int:
+        return max(0, bisect.bisect_right([s.base_offset for s in self.segments], offset) - 1)
+
+    def read(self, offset: int, max_bytes: int, upper_offset: int) -> bytes:
+        """Batches from `offset` up to (not including) `upper_offset`, whole batches only."""
+        if offset >= upper_offset:
+            return b""
+        for segment in self.segments[self.segment_for(offset) :]:
+            if segment.next_offset <= offset:
+                continue
+            data = segment.read(offset, max_bytes, upper_offset)
+            if data:
+                return data
+        return b""
+
+    def batches_from(self, offset: int) -> list[tuple[Segment, int, BatchHeader]]:
+        """Every batch header at or after `offset` (used by the rare scans: ListOffsets)."""
+        found = []
+        for segment in self.segments[self.segment_for(offset) :]:
+            position = segment.position_of(max(offset, segment.base_offset))
+            if position is None:
+                continue
+            found.extend((segment, pos, header) for pos, header in segment.headers(position))
+        return found
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with a timestamp at or after `timestamp`
+        below the high watermark, or None."""
+        for segment in self.segments:
+            if segment.max_timestamp < timestamp:
+                continue
+            start = segment.base_offset + segment.time_index.lookup(timestamp)
+            position = segment.position_of(start)
+            if position is None:
+                continue
+            for pos, header in segment.headers(position):
+                if header.base_offset >= self.high_watermark:
+                    return None
+                if header.max_timestamp >= timestamp:
+                    for offset, record_time, _k, _v in iter_records(segment.log.read(pos, header.size)):
+                        if record_time >= timestamp:
+                            return offset, record_time
+        return None
+
+    def max_timestamp_offset(self) -> tuple[int, int] | None:
+        """(offset, timestamp) of the record with the largest timestamp (KIP-734)."""
+        best: tuple[int, int] | None = None
+        for segment in self.segments:
+            if segment.is_empty or (best is not None and segment.max_timestamp <= best[1]):
+                continue
+            for pos, header in segment.headers(0):
+                if header.base_offset >= self.high_watermark:
+                    break
+                if best is None or header.max_timestamp > best[1]:
+                    for offset, record_time, _k, _v in iter_records(segment.log.read(pos, header.size)):
+                        if best is None or record_time > best[1]:
+                            best = (offset, record_time)
+        return best
+
+    def epoch_of(self, offset: int) -> int:
+        """The leader epoch that wrote `offset` (or -1 when unknown)."""
+        epochs = self.epochs
+        i = bisect.bisect_right(epochs.start_offsets, offset) - 1
+        return epochs.epochs[i] if i >= 0 else -1
+
+    # -- retention -----------------------------------------------------------------------------
+
+    def apply_retention(self, now_ms: int) -> int:
+        """Deletes whole segments past retention.ms / retention.bytes; returns how many."""
+        config = self.config
+        deleted = 0
+        while True:
+            oldest = self.segments[0]
+            expired = (
+                config.retention_ms >= 0
+                and not oldest.is_empty
+                and oldest.max_timestamp >= 0
+                and now_ms - oldest.max_timestamp > config.retention_ms
+            )
+            oversize = (
+                config.retention_bytes >= 0
+                and self.size_bytes - oldest.size >= config.retention_bytes
+                and not oldest.is_empty
+            )
+            if not (expired or oversize):
+                return deleted
+            if len(self.segments) == 1:
+                if oldest.next_offset > self.high_watermark:
+                    return deleted  # never delete what consumers have not been allowed to see
+                self.roll(now_ms)
+            self.segments.pop(0)
+            oldest.close()
+            for suffix in (".log", ".index", ".timeindex"):
+                self.storage.remove(oldest.stem + suffix)
+            deleted += 1
+            log.info("%s-%d: deleted segment %d by retention", self.topic, self.index, oldest.base_offset)
+
+
+def _rebased(header: BatchHeader, base_offset: int) -> BatchHeader:
+    """The header after offset assignment, without re-parsing the bytes."""
+    return replace(header, base_offset=base_offset)

@@ -1,0 +1,170 @@
+# One log segment: the batches of a contiguous offset range in a file named by its base offset,
+# with its offset and time indexes. Batches are stored exactly as validated on append.
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from lockgate.log.index import OffsetIndex, TimeIndex
+from lockgate.protocol.records import (
+    HEADER_SIZE,
+    BatchHeader,
+    batch_is_intact,
+    parse_header,
+    peek_batch_size,
+)
+from lockgate.storage.engine import AppendFile, StorageEngine
+
+_SCAN_CHUNK = 1 << 20
+
+
+def segment_name(base_offset: int) -> str:
+    return f"{base_offset:020d}"
+
+
+class Segment:
+    def __init__(self, storage: StorageEngine, directory: str, base_offset: int, now_ms: int) -> None:
+        stem = f"{directory}/{segment_name(base_offset)}"
+        self.base_offset = base_offset
+        self.log: AppendFile = storage.open_append(stem + ".log")
+        self.offset_index = OffsetIndex(storage.open_append(stem + ".index"))
+        self.time_index = TimeIndex(storage.open_append(stem + ".timeindex"))
+        self.next_offset = base_offset
+        self.max_timestamp = -1
+        self.created_ms = now_ms
+        self._bytes_since_index = 0
+        self.stem = stem
+
+    @property
+    def size(self) -> int:
+        return self.log.size
+
+    @property
+    def is_empty(self) -> bool:
+        return self.next_offset == self.base_offset
+
+    def append(self, batch: bytes | bytearray, header: BatchHeader, index_interval: int) -> int:
+        """Appends a batch whose header fields describe its final offsets; returns its position."""
+        position = self.log.append(batch)
+        relative_last = header.last_offset - self.base_offset
+        if position == 0 or self._bytes_since_index >= index_interval:
+            self.offset_index.append(header.base_offset - self.base_offset, position)
+            if header.max_timestamp > self.time_index.last_timestamp:
+                self.time_index.append(header.max_timestamp, relative_last)
+            self._bytes_since_index = 0
+        self._bytes_since_index += len(batch)
+        self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
+        self.next_offset = header.last_offset + 1
+        return position
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def headers(self, position: int = 0) -> Iterator[tuple[int, BatchHeader]]:
+        """Batch headers from `position` on (no CRC check), stopping at a cut batch."""
+        size = self.log.size
+        while position + HEADER_SIZE <= size:
+            header = parse_header(self.log.read(position, HEADER_SIZE))
+            if header.magic != 2 or header.size < HEADER_SIZE or position + header.size > size:
+                return
+            yield position, header
+            position += header.size
+
+    def position_of(self, offset: int) -> int | None:
+        """Position of the batch holding `offset` (or the first one after it), None if none."""
+        start = self.offset_index.lookup(offset - self.base_offset)
+        for position, header in self.headers(start):
+            if header.last_offset >= offset:
+                return position
+        return None
+
+    def read(self, offset: int, max_bytes: int, upper_offset: int) -> bytes:
+        """Whole batches from the one holding `offset`, ending before `upper_offset`, at most
+        `max_bytes` unless the first batch alone is larger (KIP-74: always make progress)."""
+        position = self.position_of(offset)
+        if position is None:
+            return b""
+        data = self.log.read(position, min(max_bytes, self.log.size - position))
+        end = 0
+        while True:
+            prefix = peek_batch_size(data, end)
+            if prefix is None:
+                break
+            base_offset, size, _magic = prefix
+            if base_offset >= upper_offset:
+                break
+            if end + size > len(data):
+                if end == 0:  # the first batch is larger than max_bytes: return it whole
+                    return self.log.read(position, size)
+                break
+            end += size
+        return data[:end] if end < len(data) else data
+
+    # -- recovery ------------------------------------------------------------------------------
+
+    def recover(self, index_interval: int, validate: bool) -> int:
+        """Rebuilds state by scanning the file. With `validate`, checks every CRC and cuts the
+        file at the first torn or corrupt batch. Returns the number of bytes cut."""
+        self.offset_index.reset()
+        self.time_index.reset()
+        self._bytes_since_index = 0
+        self.next_offset = self.base_offset
+        self.max_timestamp = -1
+        size = self.log.size
+        position = 0
+        chunk = b""
+        chunk_start = 0
+        while position < size:
+            if position + HEADER_SIZE > chunk_start + len(chunk):
+                chunk_start = position
+                chunk = self.log.read(position, max(_SCAN_CHUNK, HEADER_SIZE))
+            local = position - chunk_start
+            prefix = peek_batch_size(chunk, local)
+            if prefix is None or prefix[1] < HEADER_SIZE or prefix[2] != 2:
+                break
+            total = prefix[1]
+            if local + total > len(chunk):
+                chunk_start = position
+                chunk = self.log.read(position, max(_SCAN_CHUNK, total))
+                local = 0
+                if total > len(chunk):
+                    break
+            header = batch_is_intact(chunk, local) if validate else parse_header(chunk, local)
+            if header is None:
+                break
+            self._index_recovered(position, header, index_interval)
+            position += total
+        cut = size - position
+        if cut:
+            self.log.truncate(position)
+        return cut
+
+    def _index_recovered(self, position: int, header: BatchHeader, index_interval: int) -> None:
+        if position == 0 or self._bytes_since_index >= index_interval:
+            self.offset_index.append(header.base_offset - self.base_offset, position)
+            if header.max_timestamp > self.time_index.last_timestamp:
+                self.time_index.append(header.max_timestamp, header.last_offset - self.base_offset)
+            self._bytes_since_index = 0
+        self._bytes_since_index += header.size
+        self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
+        self.next_offset = header.last_offset + 1
+
+    def load(self, index_interval: int) -> None:
+        """Opens a sealed segment: trusts valid index files, rebuilds damaged ones."""
+        if not (self.offset_index.load(self.log.size) and self.time_index.load()):
+            self.recover(index_interval, validate=False)
+            return
+        start = self.offset_index.positions[-1] if self.offset_index.positions else 0
+        for _position, header in self.headers(start):
+            self.next_offset = header.last_offset + 1
+        self.max_timestamp = self.time_index.last_timestamp
+        if self.next_offset == self.base_offset and self.log.size:
+            self.recover(index_interval, validate=False)
+
+    def close(self) -> None:
+        for file in (self.log, self.offset_index.file, self.time_index.file):
+            file.close()
+
+    def seal(self) -> None:
+        """Called when the segment stops being active: the last time-index entry records the
+        segment's max timestamp so retention and ListOffsets need no scan after a restart."""
+        if not self.is_empty:
+            self.time_index.append(self.max_timestamp, self.next_offset - 1 - self.base_offset)

@@ -1,0 +1,1 @@
+"""The broker process: configuration, listener, connections, lifecycle."""

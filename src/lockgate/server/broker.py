@@ -1,0 +1,133 @@
+# The broker: wires storage, topics, durability and the listener together, and owns the
+# background tasks (retention). Everything runs on one event loop; only fsync leaves it.
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Iterable
+
+from lockgate.handlers import load_all
+from lockgate.log.partition import Partition
+from lockgate.server.config import BrokerConfig, parse_listener
+from lockgate.server.connection import Connection
+from lockgate.server.durability import GroupCommit
+from lockgate.server.fetch_sessions import FetchSessionCache
+from lockgate.server.metadata import LocalMetadataStore
+from lockgate.server.topics import TopicManager
+from lockgate.storage.disk import DiskEngine
+from lockgate.storage.engine import StorageEngine
+
+log = logging.getLogger(__name__)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig, storage: StorageEngine | None = None) -> None:
+        load_all()
+        self.config = config
+        self.storage = storage if storage is not None else DiskEngine(config.get("log.dirs"))
+        self.node_id = config.int("node.id")
+        self.host, self.port = parse_listener(config.get("listeners"))
+        self.store = LocalMetadataStore(self.storage)
+        self.topics = TopicManager(self.storage, self.store, config, now_ms)
+        self.group_commit = GroupCommit(config.durable and self.storage.durable)
+        self.connections: set[Connection] = set()
+        self.fetch_sessions = FetchSessionCache(config.int("max.incremental.fetch.session.cache.slots"))
+        self._server: asyncio.Server | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self.started = asyncio.Event()
+
+    @property
+    def cluster_id(self) -> str:
+        return self.store.cluster_id
+
+    @property
+    def advertised(self) -> tuple[str, int]:
+        advertised = self.config.get("advertised.listeners")
+        return parse_listener(advertised) if advertised else (self.host, self.port)
+
+    async def start(self) -> None:
+        started = time.monotonic()
+        self.topics.load()
+        self._server = await asyncio.start_server(
+            self._accept, self.host, self.port, limit=1 << 20, reuse_address=True
+        )
+        sockets = self._server.sockets
+        if sockets and self.port == 0:
+            self.port = sockets[0].getsockname()[1]
+        self._tasks.append(asyncio.create_task(self._retention_loop()))
+        log.info(
+            "lockgate broker %d listening on %s:%d (cluster %s, %d partitions loaded in %.2fs, "
+            "durability %s)",
+            self.node_id, self.host, self.port, self.cluster_id, len(self.topics.partitions),
+            time.monotonic() - started, "fsync" if self.group_commit.durable else "page-cache",
+        )
+        self.started.set()
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connection = Connection(self, reader, writer)
+        self.connections.add(connection)
+        try:
+            await connection.run()
+        finally:
+            self.connections.discard(connection)
+
+    async def stop(self) -> None:
+        """Graceful: stop accepting, answer in-flight requests, flush, close the logs."""
+        log.info("shutting down")
+        if self._server is not None:
+            self._server.close()
+        for task in self._tasks:
+            task.cancel()
+        for connection in list(self.connections):
+            connection.stop_reading()
+        deadline = time.monotonic() + 30
+        while self.connections and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        await self.group_commit.drain()
+        await asyncio.to_thread(self._sync_everything)
+        self.topics.close()
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 5)
+        log.info("stopped")
+
+    def _sync_everything(self) -> None:
+        for partition in self.topics.partitions.values():
+            for segment in partition.segments[-2:]:
+                segment.log.sync()
+
+    async def _retention_loop(self) -> None:
+        interval = self.config.int("log.retention.check.interval.ms") / 1000
+        while True:
+            await asyncio.sleep(interval)
+            self.apply_retention()
+
+    def apply_retention(self) -> int:
+        now = now_ms()
+        return sum(p.apply_retention(now) for p in list(self.topics.partitions.values()))
+
+    async def wait_for_data(self, partitions: Iterable[Partition], timeout_s: float) -> None:
+        """Long polling: returns when any partition's high watermark moves, or on timeout."""
+        loop = asyncio.get_running_loop()
+        woken: asyncio.Future[None] = loop.create_future()
+
+        def wake() -> None:
+            if not woken.done():
+                woken.set_result(None)
+
+        watched = list(partitions)
+        for partition in watched:
+            partition.hw_listeners.add(wake)
+        try:
+            await asyncio.wait_for(woken, timeout_s)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            for partition in watched:
+                partition.hw_listeners.discard(wake)

@@ -1,0 +1,193 @@
+# Broker and topic configuration, using Kafka's property names wherever Kafka has one.
+#
+# Broker properties come from defaults < --config FILE (Java .properties) < --set name=value.
+# Topic configs resolve as topic override < the broker property that backs it < default.
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from lockgate.log.config import LogConfig
+
+DAY_MS = 24 * 3600 * 1000
+
+BROKER_DEFAULTS: dict[str, str] = {
+    "node.id": "0",
+    "listeners": "127.0.0.1:9092",
+    "advertised.listeners": "",
+    "log.dirs": "lockgate-data",
+    "num.partitions": "1",
+    "default.replication.factor": "1",
+    "auto.create.topics.enable": "true",
+    "delete.topic.enable": "true",
+    "log.retention.ms": str(7 * DAY_MS),
+    "log.retention.bytes": "-1",
+    "log.retention.check.interval.ms": "300000",
+    "log.segment.bytes": str(1 << 30),
+    "log.roll.ms": str(7 * DAY_MS),
+    "log.index.interval.bytes": "4096",
+    "log.message.timestamp.type": "CreateTime",
+    "log.cleanup.policy": "delete",
+    "message.max.bytes": "1048588",
+    "min.insync.replicas": "1",
+    "compression.type": "producer",
+    "socket.request.max.bytes": str(100 * 1024 * 1024),
+    "queued.max.requests": "500",
+    "fetch.max.bytes": str(55 * 1024 * 1024),
+    "max.incremental.fetch.session.cache.slots": "1000",
+    # lockgate's own: "fsync" answers acks=all produces only after their data is fsynced
+    # (group commit); "page-cache" answers once the data is written, like Kafka's default.
+    "lockgate.durability": "fsync",
+}
+
+# Kafka's aliases with coarser units; the finer property wins when both are set.
+_ALIASES = {
+    "log.retention.hours": ("log.retention.ms", 3600 * 1000),
+    "log.retention.minutes": ("log.retention.ms", 60 * 1000),
+    "log.roll.hours": ("log.roll.ms", 3600 * 1000),
+    "log.dir": ("log.dirs", 0),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class TopicConfigSpec:
+    name: str
+    broker_property: str | None
+    default: str
+    kind: str  # "long", "int", "string", "choice:a,b", "bool"
+
+
+TOPIC_CONFIGS: dict[str, TopicConfigSpec] = {
+    spec.name: spec
+    for spec in (
+        TopicConfigSpec("cleanup.policy", "log.cleanup.policy", "delete", "choice:delete"),
+        TopicConfigSpec("retention.ms", "log.retention.ms", str(7 * DAY_MS), "long"),
+        TopicConfigSpec("retention.bytes", "log.retention.bytes", "-1", "long"),
+        TopicConfigSpec("segment.bytes", "log.segment.bytes", str(1 << 30), "int"),
+        TopicConfigSpec("segment.ms", "log.roll.ms", str(7 * DAY_MS), "long"),
+        TopicConfigSpec("index.interval.bytes", "log.index.interval.bytes", "4096", "int"),
+        TopicConfigSpec(
+            "message.timestamp.type",
+            "log.message.timestamp.type",
+            "CreateTime",
+            "choice:CreateTime,LogAppendTime",
+        ),
+        TopicConfigSpec("max.message.bytes", "message.max.bytes", "1048588", "int"),
+        TopicConfigSpec("min.insync.replicas", "min.insync.replicas", "1", "int"),
+        TopicConfigSpec("compression.type", "compression.type", "producer", "choice:producer"),
+    )
+}
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Java .properties subset: key=value or key: value lines, # and ! comments."""
+    result: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        for separator in ("=", ":"):
+            if separator in line:
+                key, value = line.split(separator, 1)
+                result[key.strip()] = value.strip()
+                break
+        else:
+            raise ConfigError(f"not a property line: {raw!r}")
+    return result
+
+
+def check_value(spec: TopicConfigSpec, value: str) -> str:
+    """Normalises a topic config value or raises ConfigError with the reason."""
+    kind = spec.kind
+    if kind in ("long", "int"):
+        try:
+            number = int(value)
+        except ValueError:
+            raise ConfigError(f"{spec.name}={value!r} is not a number") from None
+        if kind == "int" and not -(2**31) <= number < 2**31:
+            raise ConfigError(f"{spec.name}={value} is out of range")
+        if spec.name in ("segment.bytes",) and number < 14:
+            raise ConfigError(f"{spec.name}={value} is below the minimum of 14")
+        if spec.name in ("max.message.bytes", "index.interval.bytes", "segment.ms") and number < 0:
+            raise ConfigError(f"{spec.name}={value} must not be negative")
+        if spec.name == "min.insync.replicas" and number < 1:
+            raise ConfigError(f"{spec.name}={value} must be at least 1")
+        return str(number)
+    if kind.startswith("choice:"):
+        choices = kind[len("choice:") :].split(",")
+        if value not in choices:
+            raise ConfigError(
+                f"{spec.name}={value!r} is not supported by lockgate (supported: {', '.join(choices)})"
+            )
+        return value
+    return value
+
+
+class BrokerConfig:
+    def __init__(self, overrides: Mapping[str, str] | None = None) -> None:
+        self.values = dict(BROKER_DEFAULTS)
+        explicit: set[str] = set()
+        for key, value in (overrides or {}).items():
+            if key in _ALIASES:
+                target, unit = _ALIASES[key]
+                if target in explicit:
+                    continue
+                self.values[target] = value if unit == 0 else str(int(value) * unit)
+            else:
+                self.values[key] = value
+                explicit.add(key)
+
+    def get(self, name: str) -> str:
+        return self.values[name]
+
+    def int(self, name: str) -> int:
+        try:
+            return int(self.values[name])
+        except ValueError:
+            raise ConfigError(f"{name}={self.values[name]!r} is not a number") from None
+
+    def bool(self, name: str) -> bool:
+        return self.values[name].lower() == "true"
+
+    @property
+    def durable(self) -> bool:
+        mode = self.values["lockgate.durability"]
+        if mode not in ("fsync", "page-cache"):
+            raise ConfigError(f"lockgate.durability={mode!r}: use fsync or page-cache")
+        return mode == "fsync"
+
+    def topic_default(self, name: str) -> str:
+        spec = TOPIC_CONFIGS[name]
+        if spec.broker_property and spec.broker_property in self.values:
+            return self.values[spec.broker_property]
+        return spec.default
+
+    def resolve_topic(self, overrides: Mapping[str, str]) -> dict[str, str]:
+        return {name: overrides.get(name, self.topic_default(name)) for name in TOPIC_CONFIGS}
+
+    def log_config(self, overrides: Mapping[str, str]) -> LogConfig:
+        resolved = self.resolve_topic(overrides)
+        return LogConfig(
+            segment_bytes=int(resolved["segment.bytes"]),
+            segment_ms=int(resolved["segment.ms"]),
+            retention_ms=int(resolved["retention.ms"]),
+            retention_bytes=int(resolved["retention.bytes"]),
+            index_interval_bytes=int(resolved["index.interval.bytes"]),
+            log_append_time=resolved["message.timestamp.type"] == "LogAppendTime",
+            max_message_bytes=int(resolved["max.message.bytes"]),
+        )
+
+
+def parse_listener(value: str) -> tuple[str, int]:
+    """'HOST:PORT' or 'PLAINTEXT://HOST:PORT' → (host, port)."""
+    address = value.split(",")[0].strip()
+    if "://" in address:
+        address = address.split("://", 1)[1]
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError(f"listener {value!r} is not HOST:PORT")
+    return host.strip("[]"), int(port)

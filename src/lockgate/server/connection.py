@@ -1,0 +1,176 @@
+# One client connection: reads frames, runs each request as a task, writes responses in
+# request order. Requests are started in arrival order and handlers change state before their
+# first await, so pipelined requests take effect in order while slow ones (fsync, long-poll
+# fetch) overlap. A frame that cannot be a valid request closes the connection, as Kafka does.
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from typing import TYPE_CHECKING
+
+from lockgate.handlers.registry import HANDLERS, HandlerSpec, RawBody, RequestContext
+from lockgate.protocol.api import (
+    ApiKey,
+    BodyDecodeError,
+    build,
+    decode_body,
+    encode,
+    is_flexible,
+    request_class,
+    response_class,
+)
+from lockgate.protocol.errors import ErrorCode
+from lockgate.protocol.frame import MalformedFrame, parse_request_header, peek_api, response_frame
+
+if TYPE_CHECKING:
+    from lockgate.server.broker import Broker
+
+log = logging.getLogger(__name__)
+
+_SIZE = struct.Struct(">i")
+_WRITE_HIGH_WATER = 4 << 20
+
+
+class CloseConnection(Exception):
+    pass
+
+
+class Connection:
+    def __init__(
+        self, broker: Broker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        self.broker = broker
+        self.reader = reader
+        self.writer = writer
+        peer = writer.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.client_id: str | None = None
+        self._queue: asyncio.Queue[asyncio.Task[bytes | None] | bytes | None] = asyncio.Queue(
+            maxsize=broker.config.int("queued.max.requests")
+        )
+        self._read_task: asyncio.Task[None] | None = None
+
+    async def run(self) -> None:
+        writer_task = asyncio.create_task(self._write_loop())
+        self._read_task = asyncio.create_task(self._read_loop())
+        try:
+            await self._read_task
+        except asyncio.CancelledError:
+            pass
+        finally:
+            await self._queue.put(None)
+            try:
+                await writer_task
+            finally:
+                self.writer.close()
+
+    def stop_reading(self) -> None:
+        """Graceful shutdown: no new requests; in-flight ones are answered, then we close."""
+        if self._read_task is not None:
+            self._read_task.cancel()
+
+    async def _read_loop(self) -> None:
+        max_size = self.broker.config.int("socket.request.max.bytes")
+        try:
+            while True:
+                (size,) = _SIZE.unpack(await self.reader.readexactly(4))
+                if size < 0 or size > max_size:
+                    raise CloseConnection(
+                        f"frame of {size} bytes is outside 0..socket.request.max.bytes={max_size}"
+                    )
+                payload = await self.reader.readexactly(size)
+                await self._queue.put(self._dispatch(payload))
+        except (asyncio.IncompleteReadError, ConnectionError):
+            return
+        except CloseConnection as exc:
+            log.warning("closing connection from %s (client id %r): %s", self.peer, self.client_id, exc)
+
+    def _dispatch(self, payload: bytes) -> asyncio.Task[bytes | None] | bytes:
+        try:
+            api_key, version, correlation_id = peek_api(payload)
+        except MalformedFrame as exc:
+            raise CloseConnection(str(exc)) from None
+        spec = HANDLERS.get(api_key)
+        if spec is None:
+            raise CloseConnection(f"unknown API key {api_key}")
+        if not spec.min_version <= version <= spec.max_version:
+            if api_key == ApiKey.API_VERSIONS:
+                log.info(
+                    "%s (client id %r) asked for ApiVersions v%d; answering with v0",
+                    self.peer, self.client_id, version,
+                )
+                return response_frame(correlation_id, False, unsupported_api_versions())
+            raise CloseConnection(
+                f"{ApiKey(api_key).name} v{version} is not supported "
+                f"(v{spec.min_version}-{spec.max_version})"
+            )
+        flexible = is_flexible(api_key, version)
+        try:
+            header = parse_request_header(payload, flexible)
+            self.client_id = header.client_id
+            if spec.decoder is not None:
+                request = spec.decoder(payload, header.body_offset, version)
+            else:
+                cls = request_class(api_key, version)
+                assert cls is not None
+                request = decode_body(cls, payload, header.body_offset)
+        except (MalformedFrame, BodyDecodeError) as exc:
+            raise CloseConnection(f"malformed {ApiKey(api_key).name} v{version}: {exc}") from None
+        context = RequestContext(
+            self.broker, api_key, version, correlation_id, header.client_id, self.peer
+        )
+        response_flexible = flexible and api_key != ApiKey.API_VERSIONS
+        return asyncio.create_task(self._handle(spec, context, request, response_flexible))
+
+    async def _handle(
+        self, spec: HandlerSpec, context: RequestContext, request: object, flexible: bool
+    ) -> bytes | None:
+        try:
+            result = await spec.handler(context, request)
+        except Exception:
+            log.exception(
+                "%s v%d from %s (client id %r) failed; closing the connection",
+                spec.api_key.name, context.api_version, self.peer, self.client_id,
+            )
+            self.stop_reading()
+            return None
+        if result is None:
+            return None
+        if isinstance(result, RawBody):
+            body = result.data
+        else:
+            body = encode(build(response_class(spec.api_key, context.api_version), result))
+        return response_frame(context.correlation_id, flexible, body)
+
+    async def _write_loop(self) -> None:
+        writer = self.writer
+        broken = False
+        while (item := await self._queue.get()) is not None:
+            frame = item if isinstance(item, bytes) else await item
+            if frame is None or broken:
+                continue
+            try:
+                writer.write(frame)
+                if writer.transport.get_write_buffer_size() > _WRITE_HIGH_WATER:
+                    await writer.drain()
+            except (ConnectionError, RuntimeError):
+                broken = True
+                self.stop_reading()
+        if not broken:
+            try:
+                await writer.drain()
+            except ConnectionError:
+                pass
+
+
+def unsupported_api_versions() -> bytes:
+    """The v0 ApiVersions answer to a version we do not know, listing what we support."""
+    from lockgate.handlers.k18_api_versions import supported_versions
+
+    return encode(
+        build(
+            response_class(ApiKey.API_VERSIONS, 0),
+            {"error_code": ErrorCode.unsupported_version, "api_keys": supported_versions()},
+        )
+    )

@@ -1,0 +1,205 @@
+# Topics and their partitions: creation, deletion, partition growth, config changes, and the
+# partitions' logs. Owns every Partition object; handlers reach partitions only through here.
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from collections.abc import Callable, Mapping
+
+from lockgate.log.config import LogConfig
+from lockgate.log.partition import Partition, partition_dir
+from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
+from lockgate.server.config import TOPIC_CONFIGS, BrokerConfig, ConfigError, check_value
+from lockgate.server.metadata import MetadataStore, TopicRecord
+from lockgate.storage.engine import StorageEngine
+
+log = logging.getLogger(__name__)
+
+_LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+MAX_PARTITIONS = 10_000
+_PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
+
+
+def validate_topic_name(name: str) -> None:
+    if name in (".", "..") or not _LEGAL_NAME.match(name):
+        raise KafkaProtocolError(
+            ErrorCode.invalid_topic_exception,
+            f"topic name {name!r} must be 1-249 characters of [a-zA-Z0-9._-] and not '.' or '..'",
+        )
+
+
+class TopicManager:
+    def __init__(
+        self,
+        storage: StorageEngine,
+        store: MetadataStore,
+        config: BrokerConfig,
+        clock_ms: Callable[[], int],
+    ) -> None:
+        self.storage = storage
+        self.store = store
+        self.config = config
+        self.clock_ms = clock_ms
+        self.topics: dict[str, TopicRecord] = {}
+        self.by_id: dict[uuid.UUID, TopicRecord] = {}
+        self.partitions: dict[tuple[str, int], Partition] = {}
+        self._log_configs: dict[str, LogConfig] = {}
+
+    def load(self) -> None:
+        now = self.clock_ms()
+        for record in self.store.topics().values():
+            self._register(record)
+            for index in range(record.partitions):
+                self._open_partition(record, index, now)
+        self._remove_orphans()
+
+    def _remove_orphans(self) -> None:
+        """Removes partition directories no topic owns: leftovers of a crash during DeleteTopics
+        (the metadata change is made first) or of a partially deleted directory."""
+        for name in self.storage.list_dir(""):
+            match = _PARTITION_DIR.match(name)
+            if name.endswith(".deleted") or (
+                match and (match.group(1), int(match.group(2))) not in self.partitions
+            ):
+                log.warning("removing %s: no topic owns it", name)
+                self.storage.remove_tree(name)
+
+    def _register(self, record: TopicRecord) -> None:
+        self.topics[record.name] = record
+        self.by_id[record.topic_id] = record
+        self._log_configs[record.name] = self.config.log_config(record.configs)
+
+    def _open_partition(self, record: TopicRecord, index: int, now_ms: int) -> Partition:
+        name = record.name
+        partition = Partition(
+            self.storage, name, index, record.topic_id, lambda: self._log_configs[name]
+        )
+        partition.load(now_ms)
+        self.partitions[(name, index)] = partition
+        return partition
+
+    # -- queries -------------------------------------------------------------------------------
+
+    def get(self, topic: str, index: int) -> Partition | None:
+        return self.partitions.get((topic, index))
+
+    def resolved_configs(self, topic: str) -> dict[str, str]:
+        return self.config.resolve_topic(self.topics[topic].configs)
+
+    # -- changes -------------------------------------------------------------------------------
+
+    def check_configs(self, configs: Mapping[str, str | None]) -> dict[str, str]:
+        checked = {}
+        for name, value in configs.items():
+            spec = TOPIC_CONFIGS.get(name)
+            if spec is None:
+                raise KafkaProtocolError(ErrorCode.invalid_config, f"unknown topic config {name!r}")
+            if value is None:
+                raise KafkaProtocolError(ErrorCode.invalid_config, f"{name} has a null value")
+            try:
+                checked[name] = check_value(spec, value)
+            except ConfigError as exc:
+                raise KafkaProtocolError(ErrorCode.invalid_config, str(exc)) from None
+        return checked
+
+    def create(
+        self,
+        name: str,
+        partitions: int,
+        replication_factor: int,
+        configs: Mapping[str, str | None],
+        validate_only: bool = False,
+        internal: bool = False,
+    ) -> TopicRecord:
+        validate_topic_name(name)
+        if name in self.topics:
+            raise KafkaProtocolError(ErrorCode.topic_already_exists, f"topic {name!r} already exists")
+        if partitions == -1:
+            partitions = self.config.int("num.partitions")
+        if not 1 <= partitions <= MAX_PARTITIONS:
+            raise KafkaProtocolError(
+                ErrorCode.invalid_partitions, f"partition count {partitions} is not in 1..{MAX_PARTITIONS}"
+            )
+        if replication_factor == -1:
+            replication_factor = self.config.int("default.replication.factor")
+        if replication_factor != 1:
+            raise KafkaProtocolError(
+                ErrorCode.invalid_replication_factor,
+                f"replication factor {replication_factor} is larger than the 1 available broker",
+            )
+        checked = self.check_configs(configs)
+        record = TopicRecord(name, uuid.uuid4(), partitions, checked, internal)
+        if validate_only:
+            return record
+        now = self.clock_ms()
+        self.store.put_topic(record)
+        self._register(record)
+        for index in range(partitions):
+            self._open_partition(record, index, now)
+        log.info("created topic %s with %d partitions %s", name, partitions, checked or "")
+        return record
+
+    def delete(self, name: str) -> TopicRecord:
+        record = self.topics.get(name)
+        if record is None:
+            raise KafkaProtocolError(ErrorCode.unknown_topic_or_partition, f"no topic {name!r}")
+        if record.internal:
+            raise KafkaProtocolError(ErrorCode.invalid_topic_exception, f"{name} is internal")
+        self.store.remove_topic(name)
+        del self.topics[name]
+        del self.by_id[record.topic_id]
+        del self._log_configs[name]
+        for index in range(record.partitions):
+            partition = self.partitions.pop((name, index))
+            partition.close()
+            directory = partition_dir(name, index)
+            trash = f"{directory}.{record.topic_id.hex}.deleted"
+            self.storage.rename(directory, trash)
+            self.storage.remove_tree(trash)
+        log.info("deleted topic %s", name)
+        return record
+
+    def add_partitions(self, name: str, count: int, validate_only: bool = False) -> None:
+        record = self.topics.get(name)
+        if record is None:
+            raise KafkaProtocolError(ErrorCode.unknown_topic_or_partition, f"no topic {name!r}")
+        if count <= record.partitions:
+            raise KafkaProtocolError(
+                ErrorCode.invalid_partitions,
+                f"topic {name} has {record.partitions} partitions; the new count must be larger",
+            )
+        if count > MAX_PARTITIONS:
+            raise KafkaProtocolError(ErrorCode.invalid_partitions, f"at most {MAX_PARTITIONS}")
+        if validate_only:
+            return
+        old = record.partitions
+        record.partitions = count
+        self.store.put_topic(record)
+        now = self.clock_ms()
+        for index in range(old, count):
+            self._open_partition(record, index, now)
+        log.info("topic %s grew from %d to %d partitions", name, old, count)
+
+    def alter_configs(
+        self, name: str, set_values: Mapping[str, str], delete: list[str], validate_only: bool
+    ) -> None:
+        record = self.topics.get(name)
+        if record is None:
+            raise KafkaProtocolError(ErrorCode.unknown_topic_or_partition, f"no topic {name!r}")
+        for key in delete:
+            if key not in TOPIC_CONFIGS:
+                raise KafkaProtocolError(ErrorCode.invalid_config, f"unknown topic config {key!r}")
+        checked = self.check_configs(set_values)
+        if validate_only:
+            return
+        configs = {k: v for k, v in record.configs.items() if k not in delete}
+        configs.update(checked)
+        record.configs = configs
+        self.store.put_topic(record)
+        self._log_configs[name] = self.config.log_config(configs)
+        log.info("topic %s configs are now %s", name, configs)
+
+    def close(self) -> None:
+        for partition in self.partitions.values():
+            partition.close()

@@ -1,0 +1,1 @@
+"""Byte storage behind one interface: the local disk by default, memory for tests."""

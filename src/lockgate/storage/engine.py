@@ -1,0 +1,49 @@
+# The storage interface the log layer writes through. Paths are relative to the engine's root
+# and use "/" separators. `sync` is the only blocking call that may be slow: callers run it in
+# a worker thread; everything else is cheap enough for the event loop.
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class AppendFile(Protocol):
+    """A file that grows by appends and can be cut back (torn-tail recovery, truncation)."""
+
+    @property
+    def size(self) -> int: ...
+
+    def append(self, data: bytes | bytearray | memoryview) -> int:
+        """Appends and returns the position the data starts at."""
+
+    def read(self, position: int, size: int) -> bytes: ...
+
+    def truncate(self, size: int) -> None: ...
+
+    def sync(self) -> None:
+        """Makes every append so far durable (fsync). Safe to call from a worker thread."""
+
+    def close(self) -> None: ...
+
+
+class StorageEngine(Protocol):
+    durable: bool  # False when sync() cannot make data outlive the process (memory)
+
+    def open_append(self, path: str) -> AppendFile: ...
+
+    def exists(self, path: str) -> bool: ...
+
+    def list_dir(self, path: str) -> list[str]: ...
+
+    def make_dirs(self, path: str) -> None: ...
+
+    def read_all(self, path: str) -> bytes | None:
+        """The whole file, or None when it does not exist."""
+
+    def write_atomic(self, path: str, data: bytes) -> None:
+        """Replaces the file so that a crash leaves either the old or the new content."""
+
+    def remove(self, path: str) -> None: ...
+
+    def remove_tree(self, path: str) -> None: ...
+
+    def rename(self, source: str, target: str) -> None: ...
