@@ -3,7 +3,7 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo >/dev/null && [ "$$(id -u)" != 0 ] && echo sudo)
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 APT_PACKAGES := kcat
 
 .PHONY: serve setup setup-dev system-deps test lint typecheck unit bench clean

@@ -32,7 +32,9 @@ def _serve(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lockgate", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    serve = commands.add_parser("serve", help="run a single-node broker (127.0.0.1:9092 by default)")
+    serve = commands.add_parser(
+        "serve", help="run a single-node broker (127.0.0.1:9092 by default)"
+    )
     serve.add_argument("--data-dir", help="where logs and metadata live (log.dirs)")
     serve.add_argument("--listen", help="HOST:PORT to listen on (listeners)")
     serve.add_argument("--config", help="a Java .properties file of broker properties")

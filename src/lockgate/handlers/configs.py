@@ -33,10 +33,15 @@ def describe_topic(ctx: RequestContext, name: str, keys: Any) -> list[dict[str, 
             continue
         spec = TOPIC_CONFIGS[key]
         broker_set = spec.broker_property is not None and (
-            ctx.broker.config.values.get(spec.broker_property) != BROKER_DEFAULTS.get(spec.broker_property)
+            ctx.broker.config.values.get(spec.broker_property)
+            != BROKER_DEFAULTS.get(spec.broker_property)
         )
         source = (
-            SOURCE_TOPIC if key in record.configs else SOURCE_STATIC_BROKER if broker_set else SOURCE_DEFAULT
+            SOURCE_TOPIC
+            if key in record.configs
+            else SOURCE_STATIC_BROKER
+            if broker_set
+            else SOURCE_DEFAULT
         )
         entries.append(_entry(key, value, False, source, config_type(spec.kind)))
     return entries

@@ -41,7 +41,10 @@ log = logging.getLogger(__name__)
 
 
 def _append(
-    ctx: RequestContext, topic_name: str, data: ProducePartition, pending: list[asyncio.Future[None]]
+    ctx: RequestContext,
+    topic_name: str,
+    data: ProducePartition,
+    pending: list[asyncio.Future[None]],
 ) -> PartitionResult:
     broker = ctx.broker
     result = PartitionResult(data.index)
@@ -77,7 +80,7 @@ def _topic_name(ctx: RequestContext, topic: ProduceTopic) -> tuple[str | None, E
         return (record.name, ErrorCode.none) if record else (None, ErrorCode.unknown_topic_id)
     assert topic.name is not None
     if topic.name not in topics.topics:
-        if not ctx.broker.config.bool("auto.create.topics.enable"):
+        if not ctx.broker.config.flag("auto.create.topics.enable"):
             return None, ErrorCode.unknown_topic_or_partition
         try:
             topics.create(topic.name, -1, -1, {})
@@ -103,16 +106,24 @@ def produce(
         name, topic_error = (None, request_error) if request_error else _topic_name(ctx, topic)
         for data in topic.partitions:
             if topic_error or name is None:
-                results.append(PartitionResult(data.index, topic_error or ErrorCode.unknown_topic_or_partition))
+                results.append(
+                    PartitionResult(data.index, topic_error or ErrorCode.unknown_topic_or_partition)
+                )
                 continue
             try:
                 results.append(_append(ctx, name, data, pending))
             except KafkaProtocolError as exc:
                 log.info(
                     "produce to %s-%d from %s (client id %r) rejected: %s",
-                    name, data.index, ctx.peer, ctx.client_id, exc,
+                    name,
+                    data.index,
+                    ctx.peer,
+                    ctx.client_id,
+                    exc,
                 )
-                results.append(PartitionResult(data.index, exc.code, error_message=exc.message or None))
+                results.append(
+                    PartitionResult(data.index, exc.code, error_message=exc.message or None)
+                )
         answer.append((topic, results))
     return answer
 

@@ -138,7 +138,9 @@ def _changed(entry: dict[str, Any], state: SessionPartition) -> bool:
     )
 
 
-def _open_session(ctx: RequestContext, request: Any) -> tuple[list[Wanted], FetchSession | None, int]:
+def _open_session(
+    ctx: RequestContext, request: Any
+) -> tuple[list[Wanted], FetchSession | None, int]:
     """Applies the KIP-227 session rules; returns (partitions to fetch, session, error)."""
     cache = ctx.broker.fetch_sessions
     session_id = field(request, "session_id", 0)
@@ -174,13 +176,13 @@ def _open_session(ctx: RequestContext, request: Any) -> tuple[list[Wanted], Fetc
     session.epoch = next_epoch(session.epoch)
     by_key = {w.key: w for w in wanted}
     everything = []
-    for key, state in session.partitions.items():
-        w = by_key.get(key)
-        if w is None:
-            topic_key, index = key
+    for session_key, state in session.partitions.items():
+        known = by_key.get(session_key)
+        if known is None:
+            topic_key, index = session_key
             name, topic_id = _names_of(ctx, topic_key)
-            w = Wanted(key, name, topic_id, index, state)
-        everything.append(w)
+            known = Wanted(session_key, name, topic_id, index, state)
+        everything.append(known)
     return everything, session, 0
 
 
@@ -241,7 +243,9 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
         remaining = deadline - time.monotonic()
         if total >= min_bytes or errors or remaining <= 0 or not wanted:
             break
-        partitions = [p for w in wanted if w.topic and (p := ctx.broker.topics.get(w.topic, w.index))]
+        partitions = [
+            p for w in wanted if w.topic and (p := ctx.broker.topics.get(w.topic, w.index))
+        ]
         await ctx.broker.wait_for_data(partitions, remaining)
     if incremental:
         results = [(w, e) for w, e in results if _changed(e, w.state)]

@@ -68,7 +68,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     if requested is None or (ctx.api_version == 0 and not requested):
         entries = [topic_entry(ctx, record) for record in topics.topics.values()]
     else:
-        allow_create = field(request, "allow_auto_topic_creation", True) and broker.config.bool(
+        allow_create = field(request, "allow_auto_topic_creation", True) and broker.config.flag(
             "auto.create.topics.enable"
         )
         entries = []

@@ -58,7 +58,9 @@ def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> dict[str, A
                 "name": name,
                 "value": value,
                 "read_only": False,
-                "config_source": CONFIG_SOURCE_TOPIC if name in record.configs else CONFIG_SOURCE_DEFAULT,
+                "config_source": CONFIG_SOURCE_TOPIC
+                if name in record.configs
+                else CONFIG_SOURCE_DEFAULT,
                 "is_sensitive": False,
             }
             for name, value in sorted(resolved.items())

@@ -28,10 +28,13 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     responses = []
     for name, topic_id in wanted:
         entry: dict[str, Any] = {
-            "name": name, "topic_id": topic_id or uuid.UUID(int=0), "error_code": 0, "error_message": None,
+            "name": name,
+            "topic_id": topic_id or uuid.UUID(int=0),
+            "error_code": 0,
+            "error_message": None,
         }
         try:
-            if not ctx.broker.config.bool("delete.topic.enable"):
+            if not ctx.broker.config.flag("delete.topic.enable"):
                 raise KafkaProtocolError(ErrorCode.topic_deletion_disabled)
             if name is None:
                 record = topics.by_id.get(topic_id) if topic_id else None

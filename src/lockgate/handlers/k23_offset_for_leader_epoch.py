@@ -26,14 +26,19 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
         partitions = []
         for p in topic.partitions:
             entry: dict[str, Any] = {
-                "error_code": 0, "partition": p.partition, "leader_epoch": -1, "end_offset": -1,
+                "error_code": 0,
+                "partition": p.partition,
+                "leader_epoch": -1,
+                "end_offset": -1,
             }
             try:
                 partition = ctx.broker.topics.get(topic.topic, p.partition)
                 if partition is None:
                     raise KafkaProtocolError(ErrorCode.unknown_topic_or_partition)
                 check_leader_epoch(partition, p.current_leader_epoch)
-                epoch, end = partition.epochs.end_offset_for(p.leader_epoch, partition.log_end_offset)
+                epoch, end = partition.epochs.end_offset_for(
+                    p.leader_epoch, partition.log_end_offset
+                )
                 entry["leader_epoch"] = epoch
                 entry["end_offset"] = end
             except KafkaProtocolError as exc:

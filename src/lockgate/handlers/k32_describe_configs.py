@@ -37,7 +37,8 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
                 entry["configs"] = describe_broker(ctx, resource.resource_name, keys)
             else:
                 raise KafkaProtocolError(
-                    ErrorCode.invalid_request, f"resource type {resource.resource_type} is not supported"
+                    ErrorCode.invalid_request,
+                    f"resource type {resource.resource_type} is not supported",
                 )
         except KafkaProtocolError as exc:
             entry["error_code"] = exc.code

@@ -24,7 +24,8 @@ SET, DELETE = 0, 1
 def _alter(ctx: RequestContext, resource: Any, validate_only: bool) -> None:
     if resource.resource_type != TOPIC:
         raise KafkaProtocolError(
-            ErrorCode.invalid_request, "only topic configs can be altered; broker properties are static"
+            ErrorCode.invalid_request,
+            "only topic configs can be altered; broker properties are static",
         )
     set_values: dict[str, str] = {}
     delete: list[str] = []

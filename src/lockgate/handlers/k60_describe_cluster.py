@@ -32,7 +32,13 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
         "cluster_id": broker.cluster_id,
         "controller_id": broker.node_id,
         "brokers": [
-            {"broker_id": broker.node_id, "host": host, "port": port, "rack": None, "is_fenced": False}
+            {
+                "broker_id": broker.node_id,
+                "host": host,
+                "port": port,
+                "rack": None,
+                "is_fenced": False,
+            }
         ]
         if not error
         else [],

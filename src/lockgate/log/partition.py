@@ -93,7 +93,10 @@ class Partition:
         if cut:
             log.warning(
                 "%s-%d: cut %d bytes of torn or corrupt data after offset %d",
-                self.topic, self.index, cut, self.log_end_offset,
+                self.topic,
+                self.index,
+                cut,
+                self.log_end_offset,
             )
         self.epochs.truncate_after(self.log_end_offset)
         self.high_watermark = self.log_end_offset
@@ -166,7 +169,7 @@ class Partition:
 
     def batches_from(self, offset: int) -> list[tuple[Segment, int, BatchHeader]]:
         """Every batch header at or after `offset` (used by the rare scans: ListOffsets)."""
-        found = []
+        found: list[tuple[Segment, int, BatchHeader]] = []
         for segment in self.segments[self.segment_for(offset) :]:
             position = segment.position_of(max(offset, segment.base_offset))
             if position is None:
@@ -188,7 +191,9 @@ class Partition:
                 if header.base_offset >= self.high_watermark:
                     return None
                 if header.max_timestamp >= timestamp:
-                    for offset, record_time, _k, _v in iter_records(segment.log.read(pos, header.size)):
+                    for offset, record_time, _k, _v in iter_records(
+                        segment.log.read(pos, header.size)
+                    ):
                         if record_time >= timestamp:
                             return offset, record_time
         return None
@@ -203,7 +208,9 @@ class Partition:
                 if header.base_offset >= self.high_watermark:
                     break
                 if best is None or header.max_timestamp > best[1]:
-                    for offset, record_time, _k, _v in iter_records(segment.log.read(pos, header.size)):
+                    for offset, record_time, _k, _v in iter_records(
+                        segment.log.read(pos, header.size)
+                    ):
                         if best is None or record_time > best[1]:
                             best = (offset, record_time)
         return best
@@ -244,7 +251,9 @@ class Partition:
             for suffix in (".log", ".index", ".timeindex"):
                 self.storage.remove(oldest.stem + suffix)
             deleted += 1
-            log.info("%s-%d: deleted segment %d by retention", self.topic, self.index, oldest.base_offset)
+            log.info(
+                "%s-%d: deleted segment %d by retention", self.topic, self.index, oldest.base_offset
+            )
 
 
 def _rebased(header: BatchHeader, base_offset: int) -> BatchHeader:

@@ -22,7 +22,9 @@ def segment_name(base_offset: int) -> str:
 
 
 class Segment:
-    def __init__(self, storage: StorageEngine, directory: str, base_offset: int, now_ms: int) -> None:
+    def __init__(
+        self, storage: StorageEngine, directory: str, base_offset: int, now_ms: int
+    ) -> None:
         stem = f"{directory}/{segment_name(base_offset)}"
         self.base_offset = base_offset
         self.log: AppendFile = storage.open_append(stem + ".log")

@@ -20,8 +20,9 @@ from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_re
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
+from kio.static.protocol import Entity
 
-E = TypeVar("E")
+E = TypeVar("E", bound=Entity)
 
 
 class ApiKey(enum.IntEnum):
@@ -111,7 +112,9 @@ def _identity(value: Any) -> Any:
 
 
 def _to_timedelta(value: Any) -> Any:
-    return value if isinstance(value, datetime.timedelta) else datetime.timedelta(milliseconds=value)
+    return (
+        value if isinstance(value, datetime.timedelta) else datetime.timedelta(milliseconds=value)
+    )
 
 
 def _to_error_code(value: Any) -> Any:
@@ -136,7 +139,7 @@ def _converter_for(annotation: Any) -> _Converter:
         return lambda v: tuple(item(x) for x in v)
     if isinstance(annotation, type):
         if is_dataclass(annotation):
-            return functools.partial(build, annotation)
+            return functools.partial(build, annotation)  # type: ignore[type-var]
         if issubclass(annotation, ErrorCode):
             return _to_error_code
         if issubclass(annotation, datetime.timedelta):
@@ -146,8 +149,17 @@ def _converter_for(annotation: Any) -> _Converter:
     return _identity
 
 
-@functools.cache
 def _plan(cls: type[Any]) -> tuple[tuple[str, bool, _Converter], ...]:
+    plan = _PLANS.get(cls)
+    if plan is None:
+        plan = _PLANS[cls] = _make_plan(cls)
+    return plan
+
+
+_PLANS: dict[type[Any], tuple[tuple[str, bool, _Converter], ...]] = {}
+
+
+def _make_plan(cls: type[Any]) -> tuple[tuple[str, bool, _Converter], ...]:
     hints = typing.get_type_hints(cls)
     plan = []
     for f in fields(cls):
@@ -169,9 +181,3 @@ def build(cls: type[E], data: Mapping[str, Any] | E) -> E:
         elif required:
             raise KeyError(f"{cls.__qualname__}.{name} is required")
     return cls(**kwargs)
-
-
-def field_names(cls: type[Any]) -> frozenset[str]:
-    return frozenset(name for name, _, _ in _plan(cls))
-
-

@@ -20,7 +20,9 @@ MAGIC_OFFSET = 16
 CRC_OFFSET = 17
 ATTRIBUTES_OFFSET = 21
 MAX_TIMESTAMP_OFFSET = 35
-MIN_RECORD_SIZE = 7  # length, attributes, timestampDelta, offsetDelta, keyLength, valueLength, headers
+MIN_RECORD_SIZE = (
+    7  # length, attributes, timestampDelta, offsetDelta, keyLength, valueLength, headers
+)
 
 COMPRESSION_MASK = 0x07
 TIMESTAMP_TYPE_BIT = 0x08  # 1 = LogAppendTime
@@ -85,7 +87,7 @@ class BatchHeader:
         return (self.base_sequence + self.last_offset_delta) % (1 << 31)
 
 
-def parse_header(data: bytes | memoryview, pos: int = 0) -> BatchHeader:
+def parse_header(data: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
     return BatchHeader(*_HEADER.unpack_from(data, pos))
 
 
@@ -97,7 +99,7 @@ def peek_batch_size(data: bytes | memoryview, pos: int) -> tuple[int, int, int] 
     return base_offset, LOG_OVERHEAD + batch_length, magic
 
 
-def compute_crc(batch: bytes | memoryview) -> int:
+def compute_crc(batch: bytes | bytearray | memoryview) -> int:
     return int(crc32c.crc32c(memoryview(batch)[ATTRIBUTES_OFFSET:]))
 
 
@@ -110,8 +112,12 @@ def validate_produced_batch(records: bytes) -> BatchHeader:
     if size < HEADER_SIZE:
         prefix = peek_batch_size(records, 0)
         if prefix is not None and prefix[2] != 2:
-            raise KafkaProtocolError(ErrorCode.invalid_record, f"magic {prefix[2]} is not supported")
-        raise KafkaProtocolError(ErrorCode.corrupt_message, f"record set of {size} bytes is too short")
+            raise KafkaProtocolError(
+                ErrorCode.invalid_record, f"magic {prefix[2]} is not supported"
+            )
+        raise KafkaProtocolError(
+            ErrorCode.corrupt_message, f"record set of {size} bytes is too short"
+        )
     header = parse_header(records)
     if header.magic != 2:
         raise KafkaProtocolError(ErrorCode.invalid_record, f"magic {header.magic} is not supported")
@@ -172,6 +178,7 @@ def batch_is_intact(data: bytes | memoryview, pos: int) -> BatchHeader | None:
 # ---------------------------------------------------------------------------------------------
 # Building batches (used by control markers, tests and the client).
 
+
 def _varint(value: int) -> bytes:
     zigzag = (value << 1) ^ (value >> 63)
     out = bytearray()
@@ -205,7 +212,7 @@ def encode_record(
 
 
 def build_batch(
-    records: list[tuple[bytes | None, bytes | None]] | list[bytes],
+    records: list[tuple[bytes | None, bytes | None]],
     *,
     base_offset: int = 0,
     timestamp_ms: int = 0,
@@ -220,10 +227,7 @@ def build_batch(
     """Builds a v2 batch from (key, value) pairs, or from already encoded (and possibly
     compressed) record bytes with an explicit count."""
     if encoded is None:
-        body = b"".join(
-            encode_record(i, 0, key, value)
-            for i, (key, value) in enumerate(records)  # type: ignore[misc]
-        )
+        body = b"".join(encode_record(i, 0, key, value) for i, (key, value) in enumerate(records))
         count = len(records)
     else:
         body = encoded
@@ -308,7 +312,9 @@ def iter_records(batch: bytes) -> list[tuple[int, int, bytes | None, bytes | Non
             fields.append(None if size < 0 else body[pos : pos + size])
             pos += max(size, 0)
         timestamp = (
-            header.max_timestamp if header.log_append_time else header.base_timestamp + timestamp_delta
+            header.max_timestamp
+            if header.log_append_time
+            else header.base_timestamp + timestamp_delta
         )
         records.append((header.base_offset + offset_delta, timestamp, fields[0], fields[1]))
         pos = end

@@ -31,13 +31,15 @@ class Broker:
         load_all()
         self.config = config
         self.storage = storage if storage is not None else DiskEngine(config.get("log.dirs"))
-        self.node_id = config.int("node.id")
+        self.node_id = config.integer("node.id")
         self.host, self.port = parse_listener(config.get("listeners"))
         self.store = LocalMetadataStore(self.storage)
         self.topics = TopicManager(self.storage, self.store, config, now_ms)
         self.group_commit = GroupCommit(config.durable and self.storage.durable)
         self.connections: set[Connection] = set()
-        self.fetch_sessions = FetchSessionCache(config.int("max.incremental.fetch.session.cache.slots"))
+        self.fetch_sessions = FetchSessionCache(
+            config.integer("max.incremental.fetch.session.cache.slots")
+        )
         self._server: asyncio.Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.started = asyncio.Event()
@@ -64,8 +66,13 @@ class Broker:
         log.info(
             "lockgate broker %d listening on %s:%d (cluster %s, %d partitions loaded in %.2fs, "
             "durability %s)",
-            self.node_id, self.host, self.port, self.cluster_id, len(self.topics.partitions),
-            time.monotonic() - started, "fsync" if self.group_commit.durable else "page-cache",
+            self.node_id,
+            self.host,
+            self.port,
+            self.cluster_id,
+            len(self.topics.partitions),
+            time.monotonic() - started,
+            "fsync" if self.group_commit.durable else "page-cache",
         )
         self.started.set()
 
@@ -103,7 +110,7 @@ class Broker:
                 segment.log.sync()
 
     async def _retention_loop(self) -> None:
-        interval = self.config.int("log.retention.check.interval.ms") / 1000
+        interval = self.config.integer("log.retention.check.interval.ms") / 1000
         while True:
             await asyncio.sleep(interval)
             self.apply_retention()
@@ -126,7 +133,7 @@ class Broker:
             partition.hw_listeners.add(wake)
         try:
             await asyncio.wait_for(woken, timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         finally:
             for partition in watched:

@@ -120,9 +120,8 @@ def check_value(spec: TopicConfigSpec, value: str) -> str:
     if kind.startswith("choice:"):
         choices = kind[len("choice:") :].split(",")
         if value not in choices:
-            raise ConfigError(
-                f"{spec.name}={value!r} is not supported by lockgate (supported: {', '.join(choices)})"
-            )
+            supported = ", ".join(choices)
+            raise ConfigError(f"{spec.name}={value!r} is not supported (supported: {supported})")
         return value
     return value
 
@@ -144,13 +143,13 @@ class BrokerConfig:
     def get(self, name: str) -> str:
         return self.values[name]
 
-    def int(self, name: str) -> int:
+    def integer(self, name: str) -> int:
         try:
             return int(self.values[name])
         except ValueError:
             raise ConfigError(f"{name}={self.values[name]!r} is not a number") from None
 
-    def bool(self, name: str) -> bool:
+    def flag(self, name: str) -> bool:
         return self.values[name].lower() == "true"
 
     @property

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import struct
 from typing import TYPE_CHECKING
@@ -47,7 +48,7 @@ class Connection:
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.client_id: str | None = None
         self._queue: asyncio.Queue[asyncio.Task[bytes | None] | bytes | None] = asyncio.Queue(
-            maxsize=broker.config.int("queued.max.requests")
+            maxsize=broker.config.integer("queued.max.requests")
         )
         self._read_task: asyncio.Task[None] | None = None
 
@@ -71,7 +72,7 @@ class Connection:
             self._read_task.cancel()
 
     async def _read_loop(self) -> None:
-        max_size = self.broker.config.int("socket.request.max.bytes")
+        max_size = self.broker.config.integer("socket.request.max.bytes")
         try:
             while True:
                 (size,) = _SIZE.unpack(await self.reader.readexactly(4))
@@ -84,7 +85,9 @@ class Connection:
         except (asyncio.IncompleteReadError, ConnectionError):
             return
         except CloseConnection as exc:
-            log.warning("closing connection from %s (client id %r): %s", self.peer, self.client_id, exc)
+            log.warning(
+                "closing connection from %s (client id %r): %s", self.peer, self.client_id, exc
+            )
 
     def _dispatch(self, payload: bytes) -> asyncio.Task[bytes | None] | bytes:
         try:
@@ -98,7 +101,9 @@ class Connection:
             if api_key == ApiKey.API_VERSIONS:
                 log.info(
                     "%s (client id %r) asked for ApiVersions v%d; answering with v0",
-                    self.peer, self.client_id, version,
+                    self.peer,
+                    self.client_id,
+                    version,
                 )
                 return response_frame(correlation_id, False, unsupported_api_versions())
             raise CloseConnection(
@@ -131,7 +136,10 @@ class Connection:
         except Exception:
             log.exception(
                 "%s v%d from %s (client id %r) failed; closing the connection",
-                spec.api_key.name, context.api_version, self.peer, self.client_id,
+                spec.api_key.name,
+                context.api_version,
+                self.peer,
+                self.client_id,
             )
             self.stop_reading()
             return None
@@ -158,10 +166,8 @@ class Connection:
                 broken = True
                 self.stop_reading()
         if not broken:
-            try:
+            with contextlib.suppress(ConnectionError):
                 await writer.drain()
-            except ConnectionError:
-                pass
 
 
 def unsupported_api_versions() -> bytes:

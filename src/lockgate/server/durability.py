@@ -9,6 +9,7 @@ import asyncio
 import logging
 
 from lockgate.log.partition import Partition
+from lockgate.storage.engine import AppendFile
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,6 @@ class GroupCommit:
             await asyncio.shield(self._task)
 
 
-def _sync_all(files: list[object]) -> None:
+def _sync_all(files: list[AppendFile]) -> None:
     for file in files:
-        file.sync()  # type: ignore[attr-defined]
+        file.sync()

@@ -114,15 +114,18 @@ class TopicManager:
     ) -> TopicRecord:
         validate_topic_name(name)
         if name in self.topics:
-            raise KafkaProtocolError(ErrorCode.topic_already_exists, f"topic {name!r} already exists")
+            raise KafkaProtocolError(
+                ErrorCode.topic_already_exists, f"topic {name!r} already exists"
+            )
         if partitions == -1:
-            partitions = self.config.int("num.partitions")
+            partitions = self.config.integer("num.partitions")
         if not 1 <= partitions <= MAX_PARTITIONS:
             raise KafkaProtocolError(
-                ErrorCode.invalid_partitions, f"partition count {partitions} is not in 1..{MAX_PARTITIONS}"
+                ErrorCode.invalid_partitions,
+                f"partition count {partitions} is not in 1..{MAX_PARTITIONS}",
             )
         if replication_factor == -1:
-            replication_factor = self.config.int("default.replication.factor")
+            replication_factor = self.config.integer("default.replication.factor")
         if replication_factor != 1:
             raise KafkaProtocolError(
                 ErrorCode.invalid_replication_factor,

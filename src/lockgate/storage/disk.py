@@ -1,6 +1,7 @@
 # Local-disk storage: plain files under a root directory; fsync for durability.
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 
@@ -87,10 +88,8 @@ class DiskEngine:
             os.close(directory)
 
     def remove(self, path: str) -> None:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.remove(self._path(path))
-        except FileNotFoundError:
-            pass
 
     def remove_tree(self, path: str) -> None:
         shutil.rmtree(self._path(path), ignore_errors=True)

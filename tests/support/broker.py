@@ -1,0 +1,95 @@
+# A lockgate broker in a child process on 127.0.0.1, for tests that need a real server:
+# start, clean restart (SIGTERM), crash (SIGKILL), with bounded waits everywhere.
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for_port(port: int, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout}s")
+
+
+class BrokerProcess:
+    def __init__(self, data_dir: Path, settings: dict[str, str] | None = None) -> None:
+        self.data_dir = data_dir
+        self.port = free_port()
+        self.settings = dict(settings or {})
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log_path = data_dir.parent / f"{data_dir.name}-broker.log"
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> BrokerProcess:
+        command = [
+            sys.executable,
+            "-m",
+            "lockgate.cli",
+            "serve",
+            "--data-dir",
+            str(self.data_dir),
+            "--listen",
+            self.bootstrap,
+        ]
+        for key, value in self.settings.items():
+            command += ["--set", f"{key}={value}"]
+        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
+        self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        try:
+            wait_for_port(self.port)
+        except TimeoutError:
+            self.kill()
+            raise RuntimeError(f"broker did not start:\n{self.log()}") from None
+        return self
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """Clean shutdown through SIGTERM; returns the exit code."""
+        if self.process is None:
+            return 0
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            code = self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            code = self.process.wait(10)
+        self.process = None
+        return code
+
+    def kill(self) -> None:
+        """kill -9: no chance to flush or close anything."""
+        if self.process is None:
+            return
+        os.kill(self.process.pid, signal.SIGKILL)
+        self.process.wait(10)
+        self.process = None
+
+    def restart(self, clean: bool = True) -> BrokerProcess:
+        if clean:
+            self.stop()
+        else:
+            self.kill()
+        return self.start()
