@@ -62,10 +62,6 @@ def _append(
             f"batch of {len(records)} bytes exceeds max.message.bytes",
         )
     header = validate_produced_batch(records)
-    if header.producer_id >= 0:
-        raise KafkaProtocolError(
-            ErrorCode.unknown_producer_id, "idempotent producers are not enabled on this broker"
-        )
     base_offset, append_time = partition.append(bytearray(records), header, ctx.received_ms)
     pending.append(broker.group_commit.appended(partition))
     result.base_offset = base_offset

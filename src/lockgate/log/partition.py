@@ -13,7 +13,9 @@ from dataclasses import replace
 
 from lockgate.log.config import LogConfig
 from lockgate.log.epochs import LeaderEpochCache
-from lockgate.log.segment import Segment
+from lockgate.log.producer_state import Duplicate, ProducerStateTable
+from lockgate.log.segment import Segment, segment_name
+from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.protocol.records import (
     BatchHeader,
     assign_offset,
@@ -24,6 +26,8 @@ from lockgate.protocol.records import (
 from lockgate.storage.engine import AppendFile, StorageEngine
 
 log = logging.getLogger(__name__)
+
+SNAPSHOTS_KEPT = 2
 
 
 def partition_dir(topic: str, index: int) -> str:
@@ -51,6 +55,7 @@ class Partition:
         self.leader_epoch = -1
         self.unsynced: list[AppendFile] = []  # files written since the last fsync
         self.hw_listeners: set[Callable[[], None]] = set()
+        self.producers = ProducerStateTable()
 
     @property
     def config(self) -> LogConfig:
@@ -99,13 +104,98 @@ class Partition:
                 self.log_end_offset,
             )
         self.epochs.truncate_after(self.log_end_offset)
+        self._load_producer_state()
         self.high_watermark = self.log_end_offset
         self.leader_epoch = self.epochs.latest_epoch + 1
         self.epochs.begin_epoch(self.leader_epoch, self.log_end_offset)
 
     def close(self) -> None:
+        """Clean shutdown: a producer-state snapshot spares the next start a log replay."""
+        self.write_snapshot()
         for segment in self.segments:
             segment.close()
+
+    # -- producer state ------------------------------------------------------------------------
+
+    def _snapshot_offsets(self) -> list[int]:
+        return sorted(
+            int(name[: -len(".snapshot")])
+            for name in self.storage.list_dir(self.directory)
+            if name.endswith(".snapshot") and name[: -len(".snapshot")].isdigit()
+        )
+
+    def _snapshot_path(self, offset: int) -> str:
+        return f"{self.directory}/{segment_name(offset)}.snapshot"
+
+    def write_snapshot(self) -> None:
+        offset = self.log_end_offset
+        self.storage.write_atomic(self._snapshot_path(offset), self.producers.snapshot(offset))
+        for old in self._snapshot_offsets()[:-SNAPSHOTS_KEPT]:
+            self.storage.remove(self._snapshot_path(old))
+
+    def _load_producer_state(self) -> None:
+        """Latest valid snapshot at or below the log end, then a replay of the batches after
+        it. Without one, the whole log is replayed."""
+        end = self.log_end_offset
+        start = self.log_start_offset
+        for offset in reversed(self._snapshot_offsets()):
+            raw = self.storage.read_all(self._snapshot_path(offset))
+            loaded = ProducerStateTable.from_snapshot(raw) if raw is not None else None
+            if offset > end or loaded is None:
+                log.warning("%s-%d: ignoring snapshot at %d", self.topic, self.index, offset)
+                self.storage.remove(self._snapshot_path(offset))
+                continue
+            self.producers, start = loaded
+            break
+        replayed = 0
+        for _segment, _position, header in self.batches_from(start):
+            if header.base_offset >= start and header.producer_id >= 0 and not header.is_control:
+                self._record_producer(header, header.max_timestamp)
+                replayed += 1
+        if replayed:
+            log.info(
+                "%s-%d: replayed %d producer batches from %d",
+                self.topic,
+                self.index,
+                replayed,
+                start,
+            )
+
+    def _record_producer(self, header: BatchHeader, now_ms: int) -> None:
+        previous = self.producers.get(header.producer_id)
+        txn_first = -1
+        if header.is_transactional:
+            open_first = previous.txn_first_offset if previous else -1
+            txn_first = open_first if open_first >= 0 else header.base_offset
+        self.producers.record_append(
+            header.producer_id,
+            header.producer_epoch,
+            header.base_sequence,
+            header.last_sequence,
+            header.last_offset,
+            now_ms,
+            txn_first,
+        )
+
+    def _check_producer(self, header: BatchHeader) -> Duplicate | None:
+        if header.base_sequence < 0:
+            raise KafkaProtocolError(
+                ErrorCode.invalid_record, f"producer {header.producer_id} sent no sequence number"
+            )
+        entry = self.producers.get(header.producer_id)
+        if (
+            entry is not None
+            and not header.is_transactional
+            and entry.txn_first_offset >= 0
+            and header.producer_epoch == entry.epoch
+        ):
+            raise KafkaProtocolError(
+                ErrorCode.invalid_txn_state,
+                f"producer {header.producer_id}: non-transactional batch inside a transaction",
+            )
+        return self.producers.check(
+            header.producer_id, header.producer_epoch, header.base_sequence, header.last_sequence
+        )
 
     # -- appends -------------------------------------------------------------------------------
 
@@ -113,6 +203,10 @@ class Partition:
         """Assigns offsets to a validated batch and appends it. Returns (base offset, log append
         time or -1). The batch becomes visible once the high watermark passes it."""
         config = self.config
+        if header.producer_id >= 0:
+            duplicate = self._check_producer(header)
+            if duplicate is not None:
+                return duplicate.base_offset, duplicate.timestamp if config.log_append_time else -1
         self._maybe_roll(len(batch), now_ms, config)
         base_offset = self.log_end_offset
         assign_offset(batch, base_offset, self.leader_epoch)
@@ -122,6 +216,8 @@ class Partition:
             append_time = now_ms
         stored = parse_header(batch) if append_time >= 0 else _rebased(header, base_offset)
         self.active.append(batch, stored, config.index_interval_bytes)
+        if header.producer_id >= 0:
+            self._record_producer(stored, now_ms)
         if not self.unsynced or self.unsynced[-1] is not self.active.log:
             self.unsynced.append(self.active.log)
         return base_offset, append_time
@@ -138,6 +234,7 @@ class Partition:
     def roll(self, now_ms: int) -> None:
         self.active.seal()
         self.segments.append(Segment(self.storage, self.directory, self.log_end_offset, now_ms))
+        self.write_snapshot()
 
     def take_unsynced(self) -> list[AppendFile]:
         files, self.unsynced = self.unsynced, []

@@ -15,6 +15,7 @@ from lockgate.server.connection import Connection
 from lockgate.server.durability import GroupCommit
 from lockgate.server.fetch_sessions import FetchSessionCache
 from lockgate.server.metadata import LocalMetadataStore
+from lockgate.server.producer_ids import ProducerIdManager
 from lockgate.server.topics import TopicManager
 from lockgate.storage.disk import DiskEngine
 from lockgate.storage.engine import StorageEngine
@@ -35,6 +36,7 @@ class Broker:
         self.host, self.port = parse_listener(config.get("listeners"))
         self.store = LocalMetadataStore(self.storage)
         self.topics = TopicManager(self.storage, self.store, config, now_ms)
+        self.producer_ids = ProducerIdManager(self.storage)
         self.group_commit = GroupCommit(config.durable and self.storage.durable)
         self.connections: set[Connection] = set()
         self.fetch_sessions = FetchSessionCache(
@@ -63,6 +65,7 @@ class Broker:
         if sockets and self.port == 0:
             self.port = sockets[0].getsockname()[1]
         self._tasks.append(asyncio.create_task(self._retention_loop()))
+        self._tasks.append(asyncio.create_task(self._producer_expiry_loop()))
         log.info(
             "lockgate broker %d listening on %s:%d (cluster %s, %d partitions loaded in %.2fs, "
             "durability %s)",
@@ -114,6 +117,21 @@ class Broker:
         while True:
             await asyncio.sleep(interval)
             self.apply_retention()
+
+    async def _producer_expiry_loop(self) -> None:
+        interval = self.config.integer("producer.id.expiration.check.interval.ms") / 1000
+        while True:
+            await asyncio.sleep(interval)
+            self.expire_producers()
+
+    def expire_producers(self) -> int:
+        """Forgets producers idle for longer than producer.id.expiration.ms (KIP-360: they
+        are told UNKNOWN_PRODUCER_ID if they come back mid-sequence and bump their epoch)."""
+        cutoff = now_ms() - self.config.integer("producer.id.expiration.ms")
+        expired = sum(p.producers.expire(cutoff) for p in self.topics.partitions.values())
+        if expired:
+            log.info("expired %d idle producer entries", expired)
+        return expired
 
     def apply_retention(self) -> int:
         now = now_ms()

@@ -35,6 +35,8 @@ BROKER_DEFAULTS: dict[str, str] = {
     "queued.max.requests": "500",
     "fetch.max.bytes": str(55 * 1024 * 1024),
     "max.incremental.fetch.session.cache.slots": "1000",
+    "producer.id.expiration.ms": str(DAY_MS),
+    "producer.id.expiration.check.interval.ms": "600000",
     # lockgate's own: "fsync" answers acks=all produces only after their data is fsynced
     # (group commit); "page-cache" answers once the data is written, like Kafka's default.
     "lockgate.durability": "fsync",
