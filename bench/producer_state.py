@@ -68,9 +68,8 @@ def main() -> None:
     print(f"bytes/entry (tracemalloc){traced / entries:>12.1f}   (target <= 150)")
     print(f"bytes/entry (RSS growth) {(rss_after - rss_before) / entries:>12.1f}")
     print(f"build                    {build_seconds:>12.2f} s")
-    print(
-        f"snapshot all             {snapshot_seconds:>12.2f} s  ({snapshot_bytes / entries:.0f} B/entry on disk)"
-    )
+    on_disk = snapshot_bytes / entries
+    print(f"snapshot all             {snapshot_seconds:>12.2f} s  ({on_disk:.0f} B/entry on disk)")
     print(f"load all                 {load_seconds:>12.2f} s")
 
 
