@@ -103,7 +103,7 @@ def _read(
     try:
         partition = _resolve(ctx, wanted)
         entry["high_watermark"] = partition.high_watermark
-        entry["last_stable_offset"] = partition.high_watermark
+        entry["last_stable_offset"] = partition.last_stable_offset
         entry["log_start_offset"] = partition.log_start_offset
         check_leader_epoch(partition, state.current_leader_epoch)
         offset = state.fetch_offset
@@ -118,7 +118,11 @@ def _read(
             raise KafkaProtocolError(ErrorCode.offset_out_of_range)
         upper = partition.high_watermark
         if isolation == READ_COMMITTED:
-            entry["aborted_transactions"] = ()
+            upper = partition.last_stable_offset
+            entry["aborted_transactions"] = [
+                {"producer_id": a.producer_id, "first_offset": a.first_offset}
+                for a in partition.aborted.overlapping(offset, upper)
+            ]
         data = partition.read(offset, min(state.max_bytes, budget), upper)
         entry["records"] = data
         return entry, len(data)

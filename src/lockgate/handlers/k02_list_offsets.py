@@ -21,6 +21,7 @@ from lockgate.log.partition import Partition
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 
+READ_COMMITTED = 1
 LATEST = -1
 EARLIEST = -2
 MAX_TIMESTAMP = -3
@@ -32,7 +33,8 @@ LATEST_TIERED = -6
 def lookup(partition: Partition, timestamp: int, isolation: int) -> tuple[int, int]:
     """(offset, timestamp) for one ListOffsets query."""
     if timestamp == LATEST:
-        return partition.high_watermark, -1
+        committed = isolation == READ_COMMITTED
+        return (partition.last_stable_offset if committed else partition.high_watermark), -1
     if timestamp in (EARLIEST, EARLIEST_LOCAL, EARLIEST_PENDING_UPLOAD):
         return partition.log_start_offset, -1
     if timestamp == LATEST_TIERED:

@@ -13,12 +13,22 @@ from dataclasses import replace
 
 from lockgate.log.config import LogConfig
 from lockgate.log.epochs import LeaderEpochCache
-from lockgate.log.producer_state import Duplicate, ProducerStateTable
+from lockgate.log.producer_state import Duplicate, ProducerEntry, ProducerStateTable
 from lockgate.log.segment import Segment, segment_name
+from lockgate.log.txn_index import (
+    TXN_INDEX_SUFFIX,
+    AbortedTxn,
+    AbortedTxnIndex,
+    encode_entry,
+    load_entries,
+)
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.protocol.records import (
+    CONTROL_COMMIT,
     BatchHeader,
     assign_offset,
+    build_control_batch,
+    control_type,
     iter_records,
     parse_header,
     set_log_append_time,
@@ -56,6 +66,8 @@ class Partition:
         self.unsynced: list[AppendFile] = []  # files written since the last fsync
         self.hw_listeners: set[Callable[[], None]] = set()
         self.producers = ProducerStateTable()
+        self.open_txns: dict[int, int] = {}  # producer id → first offset of its open transaction
+        self.aborted = AbortedTxnIndex()
 
     @property
     def config(self) -> LogConfig:
@@ -68,6 +80,13 @@ class Partition:
     @property
     def log_start_offset(self) -> int:
         return self.segments[0].base_offset
+
+    @property
+    def last_stable_offset(self) -> int:
+        """No read_committed consumer may read at or past the first open transaction."""
+        if not self.open_txns:
+            return self.high_watermark
+        return min(min(self.open_txns.values()), self.high_watermark)
 
     @property
     def active(self) -> Segment:
@@ -104,6 +123,10 @@ class Partition:
                 self.log_end_offset,
             )
         self.epochs.truncate_after(self.log_end_offset)
+        for segment in self.segments:
+            for entry in load_entries(self.storage, segment.stem + TXN_INDEX_SUFFIX):
+                if entry.last_offset < self.log_end_offset:
+                    self.aborted.add(entry)
         self._load_producer_state()
         self.high_watermark = self.log_end_offset
         self.leader_epoch = self.epochs.latest_epoch + 1
@@ -147,11 +170,21 @@ class Partition:
                 continue
             self.producers, start = loaded
             break
+        self.open_txns = {
+            e.producer_id: e.txn_first_offset
+            for e in self.producers.entries()
+            if e.txn_first_offset >= 0
+        }
         replayed = 0
-        for _segment, _position, header in self.batches_from(start):
-            if header.base_offset >= start and header.producer_id >= 0 and not header.is_control:
+        for segment, position, header in self.batches_from(start):
+            if header.base_offset < start or header.producer_id < 0:
+                continue
+            if header.is_control:
+                commit = control_type(segment.log.read(position, header.size)) == CONTROL_COMMIT
+                self._apply_marker(header, commit, segment)
+            else:
                 self._record_producer(header, header.max_timestamp)
-                replayed += 1
+            replayed += 1
         if replayed:
             log.info(
                 "%s-%d: replayed %d producer batches from %d",
@@ -167,6 +200,7 @@ class Partition:
         if header.is_transactional:
             open_first = previous.txn_first_offset if previous else -1
             txn_first = open_first if open_first >= 0 else header.base_offset
+            self.open_txns[header.producer_id] = txn_first
         self.producers.record_append(
             header.producer_id,
             header.producer_epoch,
@@ -246,6 +280,67 @@ class Partition:
             listeners, self.hw_listeners = self.hw_listeners, set()
             for listener in listeners:
                 listener()
+
+    def write_marker(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+        now_ms: int,
+        strict_epoch: bool,
+    ) -> int:
+        """Appends a COMMIT/ABORT control batch ending the producer's transaction here and
+        returns its offset. A marker older than the producer's epoch is refused; under
+        transaction version 2 (`strict_epoch`) it must be newer than the epoch that wrote the
+        open transaction, so that a delayed marker cannot end a later transaction."""
+        entry = self.producers.get(producer_id)
+        if entry is not None and (
+            producer_epoch < entry.epoch
+            or (strict_epoch and producer_id in self.open_txns and producer_epoch <= entry.epoch)
+        ):
+            raise KafkaProtocolError(
+                ErrorCode.invalid_producer_epoch,
+                f"marker epoch {producer_epoch} of producer {producer_id} is behind {entry.epoch}",
+            )
+        batch = bytearray(
+            build_control_batch(producer_id, producer_epoch, commit, coordinator_epoch, now_ms)
+        )
+        header = parse_header(batch)
+        self._maybe_roll(len(batch), now_ms, self.config)
+        offset = self.log_end_offset
+        assign_offset(batch, offset, self.leader_epoch)
+        stored = _rebased(header, offset)
+        self.active.append(batch, stored, self.config.index_interval_bytes)
+        if not self.unsynced or self.unsynced[-1] is not self.active.log:
+            self.unsynced.append(self.active.log)
+        self._apply_marker(stored, commit, self.active, now_ms)
+        return offset
+
+    def _apply_marker(
+        self, header: BatchHeader, commit: bool, segment: Segment, now_ms: int = -1
+    ) -> None:
+        """Ends the producer's open transaction (if any) at this marker."""
+        producer_id = header.producer_id
+        first = self.open_txns.pop(producer_id, -1)
+        if first >= 0 and not commit:
+            aborted = AbortedTxn(producer_id, first, header.base_offset, self.last_stable_offset)
+            if self.aborted.add(aborted):
+                segment.txn_index().append(encode_entry(aborted))
+        entry = self.producers.get(producer_id)
+        bumped = entry is None or header.producer_epoch > entry.epoch
+        self.producers.put(
+            ProducerEntry(
+                producer_id,
+                header.producer_epoch,
+                -1 if bumped or entry is None else entry.first_sequence,
+                -1 if bumped or entry is None else entry.last_sequence,
+                header.base_offset if entry is None else entry.last_offset,
+                now_ms if now_ms >= 0 else header.max_timestamp,
+                -1,
+                entry.coordinator_epoch if entry else -1,
+            )
+        )
 
     # -- reads ---------------------------------------------------------------------------------
 
@@ -345,8 +440,9 @@ class Partition:
                 self.roll(now_ms)
             self.segments.pop(0)
             oldest.close()
-            for suffix in (".log", ".index", ".timeindex"):
+            for suffix in (".log", ".index", ".timeindex", TXN_INDEX_SUFFIX):
                 self.storage.remove(oldest.stem + suffix)
+            self.aborted.drop_before(self.log_start_offset)
             deleted += 1
             log.info(
                 "%s-%d: deleted segment %d by retention", self.topic, self.index, oldest.base_offset

@@ -35,6 +35,8 @@ class Segment:
         self.created_ms = now_ms
         self._bytes_since_index = 0
         self.stem = stem
+        self._storage = storage
+        self._txn_index: AppendFile | None = None
 
     @property
     def size(self) -> int:
@@ -161,9 +163,16 @@ class Segment:
         if self.next_offset == self.base_offset and self.log.size:
             self.recover(index_interval, validate=False)
 
+    def txn_index(self) -> AppendFile:
+        """The aborted-transaction index file, opened on first use (most segments have none)."""
+        if self._txn_index is None:
+            self._txn_index = self._storage.open_append(self.stem + ".txnindex")
+        return self._txn_index
+
     def close(self) -> None:
-        for file in (self.log, self.offset_index.file, self.time_index.file):
-            file.close()
+        for file in (self.log, self.offset_index.file, self.time_index.file, self._txn_index):
+            if file is not None:
+                file.close()
 
     def seal(self) -> None:
         """Called when the segment stops being active: the last time-index entry records the

@@ -319,3 +319,35 @@ def iter_records(batch: bytes) -> list[tuple[int, int, bytes | None, bytes | Non
         records.append((header.base_offset + offset_delta, timestamp, fields[0], fields[1]))
         pos = end
     return records
+
+
+# ---------------------------------------------------------------------------------------------
+# Control batches (transaction markers).
+
+CONTROL_ABORT = 0
+CONTROL_COMMIT = 1
+_CONTROL_KEY = struct.Struct(">hh")
+_CONTROL_VALUE = struct.Struct(">hi")
+
+
+def build_control_batch(
+    producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int, timestamp_ms: int
+) -> bytes:
+    key = _CONTROL_KEY.pack(0, CONTROL_COMMIT if commit else CONTROL_ABORT)
+    value = _CONTROL_VALUE.pack(0, coordinator_epoch)
+    return build_batch(
+        [(key, value)],
+        timestamp_ms=timestamp_ms,
+        attributes=TRANSACTIONAL_BIT | CONTROL_BIT,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+    )
+
+
+def control_type(batch: bytes) -> int:
+    """CONTROL_COMMIT or CONTROL_ABORT of a control batch (from its single record's key)."""
+    records = iter_records(batch)
+    key = records[0][2] if records else None
+    if key is None or len(key) < _CONTROL_KEY.size:
+        raise ValueError("control record without a valid key")
+    return int(_CONTROL_KEY.unpack_from(key)[1])
