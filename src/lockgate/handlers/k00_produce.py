@@ -12,6 +12,13 @@ Behaviour:
 - The records must be exactly one v2 batch with a valid CRC-32C (CORRUPT_MESSAGE otherwise),
   consistent header counts and no control flag (INVALID_RECORD), at most max.message.bytes
   (MESSAGE_TOO_LARGE). A rejected partition appends nothing; other partitions are unaffected.
+- Idempotent batches follow the producer-state rules (INVALID_PRODUCER_EPOCH,
+  OUT_OF_ORDER_SEQUENCE_NUMBER, DUPLICATE_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID; an exact
+  retry of the latest batch gets its original offset). Transactional batches must belong to
+  the producer's open transaction on a partition added to it: INVALID_TXN_STATE (v≤10) or
+  TRANSACTION_ABORTABLE (v11+) otherwise, INVALID_PRODUCER_EPOCH for a stale epoch,
+  NOT_ENOUGH_REPLICAS (retriable) while the transaction is changing state; v12+ adds the
+  partition implicitly (TV2).
 - acks=-1 is answered after the data is durable (fsync, group commit) in the default
   durability mode; acks=1 after it is written.
 Version notes: v2+ log append time; v5+ log start offset; v8+ error message; v9+ flexible and
@@ -23,8 +30,10 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from lockgate.coordinator.txn import coordinator as rules
 from lockgate.handlers.common import check_leader_epoch
 from lockgate.handlers.registry import HandlerResult, RawBody, RequestContext, handles
+from lockgate.handlers.txn_common import map_abortable
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.protocol.produce import (
@@ -35,13 +44,48 @@ from lockgate.protocol.produce import (
     decode_produce,
     encode_produce_response,
 )
-from lockgate.protocol.records import validate_produced_batch
+from lockgate.protocol.records import BatchHeader, validate_produced_batch
 
 log = logging.getLogger(__name__)
+
+FIRST_IMPLICIT_ADD_VERSION = 12
+
+
+def _verify_transaction(
+    ctx: RequestContext,
+    transactional_id: str | None,
+    partition: tuple[str, int],
+    header: BatchHeader,
+    pending: list[asyncio.Future[None]],
+) -> None:
+    """KIP-890: a transactional batch must belong to the producer's open transaction and to a
+    partition added to it; Produce v12+ (TV2) adds the partition implicitly."""
+    if transactional_id is None:
+        raise KafkaProtocolError(
+            ErrorCode.invalid_txn_state, "transactional batch without a transactional id"
+        )
+    coordinator = ctx.broker.transactions
+    meta = coordinator.txns.get(transactional_id)
+    error = rules.verify_partition(meta, header.producer_id, header.producer_epoch, partition)
+    if error == ErrorCode.transaction_abortable and ctx.api_version >= FIRST_IMPLICIT_ADD_VERSION:
+        error, durable = coordinator.add_implicitly(
+            transactional_id, header.producer_id, header.producer_epoch, partition
+        )
+        if durable is not None:
+            pending.append(durable)
+    if error in (ErrorCode.concurrent_transactions, ErrorCode.coordinator_load_in_progress):
+        error = ErrorCode.not_enough_replicas  # retriable for every client version
+    elif error == ErrorCode.producer_fenced:
+        error = ErrorCode.invalid_producer_epoch
+    if error:
+        raise KafkaProtocolError(
+            map_abortable(error, ctx.api_version, 11), f"transaction {transactional_id!r}"
+        )
 
 
 def _append(
     ctx: RequestContext,
+    transactional_id: str | None,
     topic_name: str,
     data: ProducePartition,
     pending: list[asyncio.Future[None]],
@@ -62,6 +106,8 @@ def _append(
             f"batch of {len(records)} bytes exceeds max.message.bytes",
         )
     header = validate_produced_batch(records)
+    if header.is_transactional:
+        _verify_transaction(ctx, transactional_id, (topic_name, data.index), header, pending)
     base_offset, append_time = partition.append(bytearray(records), header, ctx.received_ms)
     pending.append(broker.group_commit.appended(partition))
     result.base_offset = base_offset
@@ -107,7 +153,7 @@ def produce(
                 )
                 continue
             try:
-                results.append(_append(ctx, name, data, pending))
+                results.append(_append(ctx, request.transactional_id, name, data, pending))
             except KafkaProtocolError as exc:
                 log.info(
                     "produce to %s-%d from %s (client id %r) rejected: %s",

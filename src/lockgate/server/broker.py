@@ -8,6 +8,7 @@ import logging
 import time
 from collections.abc import Iterable
 
+from lockgate.coordinator.txn.service import TransactionCoordinator
 from lockgate.handlers import load_all
 from lockgate.log.partition import Partition
 from lockgate.server.config import BrokerConfig, parse_listener
@@ -37,6 +38,7 @@ class Broker:
         self.store = LocalMetadataStore(self.storage)
         self.topics = TopicManager(self.storage, self.store, config, now_ms)
         self.producer_ids = ProducerIdManager(self.storage)
+        self.transactions = TransactionCoordinator(self)
         self.group_commit = GroupCommit(config.durable and self.storage.durable)
         self.connections: set[Connection] = set()
         self.fetch_sessions = FetchSessionCache(
@@ -58,6 +60,7 @@ class Broker:
     async def start(self) -> None:
         started = time.monotonic()
         self.topics.load()
+        self._ensure_internal_topics()
         self._server = await asyncio.start_server(
             self._accept, self.host, self.port, limit=1 << 20, reuse_address=True
         )
@@ -66,6 +69,7 @@ class Broker:
             self.port = sockets[0].getsockname()[1]
         self._tasks.append(asyncio.create_task(self._retention_loop()))
         self._tasks.append(asyncio.create_task(self._producer_expiry_loop()))
+        self._tasks.append(asyncio.create_task(self._transaction_loops()))
         log.info(
             "lockgate broker %d listening on %s:%d (cluster %s, %d partitions loaded in %.2fs, "
             "durability %s)",
@@ -78,6 +82,32 @@ class Broker:
             "fsync" if self.group_commit.durable else "page-cache",
         )
         self.started.set()
+
+    def _ensure_internal_topics(self) -> None:
+        self.transactions.ensure_topic()
+        offsets = "__consumer_offsets"
+        if offsets not in self.topics.topics:
+            count = self.config.integer("offsets.topic.num.partitions")
+            self.topics.create(offsets, count, 1, {}, internal=True)
+
+    async def _transaction_loops(self) -> None:
+        """Loads the transaction log after the listener is up (requests meanwhile get
+        COORDINATOR_LOAD_IN_PROGRESS), then aborts timed-out transactions and expires idle ids."""
+        await asyncio.sleep(0)
+        self.transactions.load()
+        abort_every = self.config.integer(
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms"
+        )
+        expire_every = self.config.integer(
+            "transaction.remove.expired.transaction.cleanup.interval.ms"
+        )
+        last_expiry = time.monotonic()
+        while True:
+            await asyncio.sleep(abort_every / 1000)
+            await self.transactions.abort_timed_out()
+            if time.monotonic() - last_expiry >= expire_every / 1000:
+                last_expiry = time.monotonic()
+                await self.transactions.expire_idle()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         connection = Connection(self, reader, writer)
@@ -99,6 +129,7 @@ class Broker:
         deadline = time.monotonic() + 30
         while self.connections and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
+        await self.transactions.drain()
         await self.group_commit.drain()
         await asyncio.to_thread(self._sync_everything)
         self.topics.close()

@@ -35,6 +35,12 @@ BROKER_DEFAULTS: dict[str, str] = {
     "queued.max.requests": "500",
     "fetch.max.bytes": str(55 * 1024 * 1024),
     "max.incremental.fetch.session.cache.slots": "1000",
+    "transaction.state.log.num.partitions": "50",
+    "offsets.topic.num.partitions": "50",
+    "transaction.max.timeout.ms": "900000",
+    "transactional.id.expiration.ms": str(7 * DAY_MS),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "10000",
+    "transaction.remove.expired.transaction.cleanup.interval.ms": "3600000",
     "producer.id.expiration.ms": str(DAY_MS),
     "producer.id.expiration.check.interval.ms": "600000",
     # lockgate's own: "fsync" answers acks=all produces only after their data is fsynced

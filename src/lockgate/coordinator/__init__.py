@@ -1,0 +1,1 @@
+"""Coordinators: pure state machines plus the glue that logs and applies their transitions."""

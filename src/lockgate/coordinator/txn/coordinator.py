@@ -1,0 +1,319 @@
+# The transaction coordinator's rules as pure functions:
+#   (metadata or None, request, now) → Outcome(error, metadata to log, answer, markers?)
+# No awaits, no sockets, no clocks: the service (service.py) logs the new metadata durably,
+# then installs it, then (for PrepareCommit/PrepareAbort) writes markers and completes.
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from lockgate.coordinator.txn.metadata import (
+    MAX_EPOCH,
+    NO_EPOCH,
+    NO_PRODUCER_ID,
+    TV2,
+    TopicPartition,
+    TxnMetadata,
+)
+from lockgate.coordinator.txn.state import COMPLETE, PREPARING, TxnState
+from lockgate.protocol.errors import ErrorCode
+
+AllocateId = Callable[[], int]
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    error: ErrorCode
+    transition: TxnMetadata | None = None  # to log durably before answering
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_EPOCH
+
+    @property
+    def writes_markers(self) -> bool:
+        return self.transition is not None and self.transition.state in PREPARING
+
+
+def fail(error: ErrorCode) -> Outcome:
+    return Outcome(error)
+
+
+def _epoch_exhausted(epoch: int) -> bool:
+    return epoch >= MAX_EPOCH - 1
+
+
+# -- InitProducerId --
+
+
+def init_producer_id(
+    meta: TxnMetadata | None,
+    transactional_id: str,
+    timeout_ms: int,
+    producer_id: int,
+    producer_epoch: int,
+    now_ms: int,
+    max_timeout_ms: int,
+    allocate: AllocateId,
+) -> Outcome:
+    """KIP-98 + KIP-360. (-1, -1) is a new instance that fences the old one; a known
+    (id, epoch) is a live producer bumping its epoch, and a retry with the epoch it had before
+    the last bump gets the same answer again."""
+    if (producer_id == NO_PRODUCER_ID) != (producer_epoch == NO_EPOCH):
+        return fail(ErrorCode.invalid_request)
+    if not 0 < timeout_ms <= max_timeout_ms:
+        return fail(ErrorCode.invalid_transaction_timeout)
+    if meta is None or meta.state == TxnState.DEAD:
+        new = TxnMetadata(
+            transactional_id, allocate(), 0, timeout_ms, TxnState.EMPTY, last_update_ms=now_ms
+        )
+        return Outcome(ErrorCode.none, new, new.producer_id, 0)
+    if producer_id != NO_PRODUCER_ID and producer_id not in (
+        meta.producer_id,
+        meta.prev_producer_id,
+    ):
+        return fail(ErrorCode.producer_fenced)
+    if meta.state in PREPARING or meta.state == TxnState.PREPARE_EPOCH_FENCE:
+        return fail(ErrorCode.concurrent_transactions)
+    if meta.state == TxnState.ONGOING:
+        return _fence_and_abort(meta, now_ms)
+    # Empty, CompleteCommit, CompleteAbort
+    if producer_id != NO_PRODUCER_ID:
+        is_retry = producer_epoch == meta.last_producer_epoch and producer_id in (
+            meta.producer_id,
+            meta.prev_producer_id,
+        )
+        if is_retry:
+            return Outcome(ErrorCode.none, None, meta.producer_id, meta.producer_epoch)
+        if producer_id != meta.producer_id or producer_epoch != meta.producer_epoch:
+            return fail(ErrorCode.producer_fenced)
+    if _epoch_exhausted(meta.producer_epoch):
+        new = meta.to(
+            TxnState.EMPTY,
+            producer_id=allocate(),
+            producer_epoch=0,
+            prev_producer_id=meta.producer_id,
+            last_producer_epoch=meta.producer_epoch,
+        )
+    else:
+        new = meta.to(
+            TxnState.EMPTY,
+            producer_epoch=meta.producer_epoch + 1,
+            prev_producer_id=NO_PRODUCER_ID,
+            last_producer_epoch=meta.producer_epoch,
+        )
+    new = _reset(new, timeout_ms, now_ms)
+    return Outcome(ErrorCode.none, new, new.producer_id, new.producer_epoch)
+
+
+def _reset(meta: TxnMetadata, timeout_ms: int, now_ms: int) -> TxnMetadata:
+    return TxnMetadata(
+        meta.transactional_id,
+        meta.producer_id,
+        meta.producer_epoch,
+        timeout_ms,
+        meta.state,
+        frozenset(),
+        -1,
+        now_ms,
+        meta.prev_producer_id,
+        NO_PRODUCER_ID,
+        meta.client_transaction_version,
+        NO_EPOCH,
+        meta.last_producer_epoch,
+    )
+
+
+def _fence_and_abort(meta: TxnMetadata, now_ms: int) -> Outcome:
+    """A new instance arrived while a transaction is open: bump the epoch (fencing the old
+    instance's writes and markers) and abort. The caller retries after CONCURRENT_TRANSACTIONS."""
+    fenced = meta.to(TxnState.PREPARE_EPOCH_FENCE)
+    epoch = (
+        fenced.producer_epoch + 1 if fenced.producer_epoch < MAX_EPOCH else fenced.producer_epoch
+    )
+    aborting = fenced.to(
+        TxnState.PREPARE_ABORT,
+        producer_epoch=epoch,
+        last_producer_epoch=NO_EPOCH,
+        last_update_ms=now_ms,
+    )
+    return Outcome(ErrorCode.concurrent_transactions, aborting)
+
+
+# -- AddPartitionsToTxn / AddOffsetsToTxn --
+
+
+def add_partitions(
+    meta: TxnMetadata | None,
+    producer_id: int,
+    producer_epoch: int,
+    partitions: Iterable[TopicPartition],
+    now_ms: int,
+    client_transaction_version: int = 0,
+) -> Outcome:
+    wanted = frozenset(partitions)
+    error = _check_producer(meta, producer_id, producer_epoch)
+    if error:
+        return fail(error)
+    assert meta is not None
+    if meta.state in PREPARING or meta.state == TxnState.PREPARE_EPOCH_FENCE:
+        return fail(ErrorCode.concurrent_transactions)
+    if meta.state == TxnState.DEAD:
+        return fail(ErrorCode.invalid_producer_id_mapping)
+    if meta.state == TxnState.ONGOING and wanted <= meta.partitions:
+        return Outcome(ErrorCode.none)
+    start = meta.start_ms if meta.state == TxnState.ONGOING else now_ms
+    version = max(meta.client_transaction_version, client_transaction_version)
+    new = meta.to(
+        TxnState.ONGOING,
+        partitions=meta.partitions | wanted,
+        start_ms=start,
+        last_update_ms=now_ms,
+        client_transaction_version=version,
+    )
+    return Outcome(ErrorCode.none, new)
+
+
+def verify_partition(
+    meta: TxnMetadata | None, producer_id: int, producer_epoch: int, partition: TopicPartition
+) -> ErrorCode:
+    """KIP-890 part 1: a transactional produce must target a partition of the open transaction."""
+    error = _check_producer(meta, producer_id, producer_epoch)
+    if error:
+        return error
+    assert meta is not None
+    if meta.state != TxnState.ONGOING or partition not in meta.partitions:
+        return ErrorCode.transaction_abortable
+    return ErrorCode.none
+
+
+def _check_producer(meta: TxnMetadata | None, producer_id: int, producer_epoch: int) -> ErrorCode:
+    if meta is None or producer_id != meta.producer_id:
+        return ErrorCode.invalid_producer_id_mapping
+    if producer_epoch != meta.producer_epoch:
+        return ErrorCode.producer_fenced
+    return ErrorCode.none
+
+
+# -- EndTxn --
+
+
+def end_txn(
+    meta: TxnMetadata | None,
+    producer_id: int,
+    producer_epoch: int,
+    commit: bool,
+    now_ms: int,
+    transaction_version: int,
+    allocate: AllocateId,
+) -> Outcome:
+    """Returns the transition to log (if any) and the answer. Markers are written after it."""
+    if meta is None:
+        return fail(ErrorCode.invalid_producer_id_mapping)
+    if transaction_version >= TV2:
+        return _end_txn_v2(meta, producer_id, producer_epoch, commit, now_ms, allocate)
+    if producer_id != meta.producer_id:
+        return fail(ErrorCode.invalid_producer_id_mapping)
+    if producer_epoch != meta.producer_epoch:
+        return fail(ErrorCode.producer_fenced)
+    target = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+    done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+    if meta.state == TxnState.ONGOING:
+        return Outcome(ErrorCode.none, meta.to(target, last_update_ms=now_ms))
+    if meta.state == done:
+        return Outcome(ErrorCode.none)
+    if meta.state == target:
+        return fail(ErrorCode.concurrent_transactions)
+    return fail(ErrorCode.invalid_txn_state)
+
+
+def _end_txn_v2(
+    meta: TxnMetadata,
+    producer_id: int,
+    producer_epoch: int,
+    commit: bool,
+    now_ms: int,
+    allocate: AllocateId,
+) -> Outcome:
+    """TV2: every commit/abort bumps the epoch; the answer names the id/epoch to use next.
+    A retry whose first attempt completed (carrying the epoch before the bump, or the id
+    before an exhaustion rotation) is recognised and answered with success."""
+    target = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+    done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+    retry_of_bump = producer_id == meta.producer_id and producer_epoch == meta.producer_epoch - 1
+    retry_of_rotation = (
+        producer_id == meta.prev_producer_id and meta.prev_producer_id != NO_PRODUCER_ID
+    )
+    is_retry = retry_of_bump or retry_of_rotation
+    if meta.state in COMPLETE and is_retry:
+        if meta.state == done:
+            return Outcome(ErrorCode.none, None, meta.producer_id, meta.producer_epoch)
+        return fail(ErrorCode.invalid_txn_state)
+    if meta.state in PREPARING and is_retry:
+        return fail(
+            ErrorCode.concurrent_transactions
+            if meta.state == target
+            else ErrorCode.invalid_txn_state
+        )
+    if producer_id != meta.producer_id:
+        return fail(ErrorCode.invalid_producer_id_mapping)
+    if producer_epoch != meta.producer_epoch:
+        return fail(ErrorCode.producer_fenced)
+    if meta.state in PREPARING or meta.state == TxnState.PREPARE_EPOCH_FENCE:
+        return fail(ErrorCode.concurrent_transactions)
+    if meta.state != TxnState.ONGOING and commit:
+        return fail(ErrorCode.invalid_txn_state)
+    if meta.state == TxnState.DEAD:
+        return fail(ErrorCode.invalid_producer_id_mapping)
+    bumped = meta.producer_epoch + 1
+    changes: dict[str, object] = {
+        "producer_epoch": bumped,
+        "last_update_ms": now_ms,
+        "client_transaction_version": TV2,
+        "prev_producer_id": NO_PRODUCER_ID,
+    }
+    if bumped >= MAX_EPOCH:
+        changes["next_producer_id"] = allocate()
+        changes["next_producer_epoch"] = 0
+    new = meta.to(target, **changes)
+    if new.next_producer_id != NO_PRODUCER_ID:
+        return Outcome(ErrorCode.none, new, new.next_producer_id, new.next_producer_epoch)
+    return Outcome(ErrorCode.none, new, new.producer_id, new.producer_epoch)
+
+
+def complete(meta: TxnMetadata, now_ms: int) -> TxnMetadata:
+    """After every marker of a PrepareCommit/PrepareAbort is durable: the Complete state, and
+    under TV2 with an exhausted epoch the switch to the next producer id."""
+    done = (
+        TxnState.COMPLETE_COMMIT
+        if meta.state == TxnState.PREPARE_COMMIT
+        else TxnState.COMPLETE_ABORT
+    )
+    changes: dict[str, object] = {
+        "partitions": frozenset(),
+        "last_update_ms": now_ms,
+        "start_ms": -1,
+    }
+    if meta.next_producer_id != NO_PRODUCER_ID:
+        changes.update(
+            producer_id=meta.next_producer_id,
+            producer_epoch=meta.next_producer_epoch,
+            prev_producer_id=meta.producer_id,
+            next_producer_id=NO_PRODUCER_ID,
+            next_producer_epoch=NO_EPOCH,
+        )
+    return meta.to(done, **changes)
+
+
+# -- timeouts and expiry --
+
+
+def abort_if_timed_out(meta: TxnMetadata, now_ms: int) -> TxnMetadata | None:
+    """An Ongoing transaction older than its timeout is aborted with an epoch bump, so the
+    producer that let it time out is fenced."""
+    if meta.state != TxnState.ONGOING or now_ms - meta.start_ms <= meta.timeout_ms:
+        return None
+    return _fence_and_abort(meta, now_ms).transition
+
+
+def expire_if_idle(meta: TxnMetadata, now_ms: int, expiration_ms: int) -> bool:
+    idle = meta.state in COMPLETE or meta.state == TxnState.EMPTY
+    return idle and now_ms - meta.last_update_ms > expiration_ms

@@ -1,0 +1,247 @@
+# The transaction coordinator at run time: owns every transactional id's metadata, applies the
+# pure rules of coordinator.py with prepare → durable append to __transaction_state → install,
+# writes the markers of PrepareCommit/PrepareAbort and completes them, aborts timed-out
+# transactions and expires idle ids. State is rebuilt at start-up by replaying the log; until
+# then requests get COORDINATOR_LOAD_IN_PROGRESS.
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from lockgate.coordinator.txn import coordinator as rules
+from lockgate.coordinator.txn.log import (
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+    partition_for,
+)
+from lockgate.coordinator.txn.metadata import TV2, TopicPartition, TxnMetadata
+from lockgate.coordinator.txn.state import PREPARING, TxnState
+from lockgate.log.partition import Partition
+from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
+from lockgate.protocol.records import build_batch, iter_records, validate_produced_batch
+
+if TYPE_CHECKING:
+    from lockgate.server.broker import Broker
+
+log = logging.getLogger(__name__)
+
+TRANSACTION_STATE_TOPIC = "__transaction_state"
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class TransactionCoordinator:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        config = broker.config
+        self.num_partitions = config.integer("transaction.state.log.num.partitions")
+        self.max_timeout_ms = config.integer("transaction.max.timeout.ms")
+        self.expiration_ms = config.integer("transactional.id.expiration.ms")
+        self.txns: dict[str, TxnMetadata] = {}
+        self.pending: set[str] = set()
+        self.loaded = False
+        self._completions: set[asyncio.Task[None]] = set()
+
+    # -- loading -------------------------------------------------------------------------------
+
+    def ensure_topic(self) -> None:
+        topics = self.broker.topics
+        if TRANSACTION_STATE_TOPIC not in topics.topics:
+            topics.create(TRANSACTION_STATE_TOPIC, self.num_partitions, 1, {}, internal=True)
+        self.num_partitions = topics.topics[TRANSACTION_STATE_TOPIC].partitions
+
+    def load(self) -> None:
+        """Replays __transaction_state (the latest record per id wins; null = expired) and
+        resumes transactions that were preparing when the broker stopped."""
+        started = time.monotonic()
+        records = 0
+        for index in range(self.num_partitions):
+            partition = self._log_partition_at(index)
+            for segment, position, header in partition.batches_from(partition.log_start_offset):
+                if header.is_control:
+                    continue
+                for _offset, _ts, key, value in iter_records(
+                    segment.log.read(position, header.size)
+                ):
+                    if key is None:
+                        continue
+                    try:
+                        transactional_id = decode_key(key)
+                        if value is None:
+                            self.txns.pop(transactional_id, None)
+                        else:
+                            self.txns[transactional_id] = decode_value(transactional_id, value)
+                    except ValueError as exc:
+                        log.error("skipping a damaged %s record: %s", TRANSACTION_STATE_TOPIC, exc)
+                    records += 1
+        self.loaded = True
+        resumed = [t for t, meta in self.txns.items() if meta.state in PREPARING]
+        for transactional_id in resumed:
+            self._spawn_completion(transactional_id)
+        log.info(
+            "transaction coordinator loaded %d ids from %d records in %.2fs; resuming %d",
+            len(self.txns),
+            records,
+            time.monotonic() - started,
+            len(resumed),
+        )
+
+    def _log_partition_at(self, index: int) -> Partition:
+        partition = self.broker.topics.get(TRANSACTION_STATE_TOPIC, index)
+        assert partition is not None
+        return partition
+
+    def coordinator_epoch(self, transactional_id: str) -> int:
+        return self._log_partition_at(
+            partition_for(transactional_id, self.num_partitions)
+        ).leader_epoch
+
+    # -- applying transitions ------------------------------------------------------------------
+
+    def gate(self, transactional_id: str) -> ErrorCode:
+        """The error to answer before the rules are even consulted, if any."""
+        if not self.loaded:
+            return ErrorCode.coordinator_load_in_progress
+        if transactional_id in self.pending:
+            return ErrorCode.concurrent_transactions
+        return ErrorCode.none
+
+    def _append(self, meta: TxnMetadata | None, transactional_id: str) -> asyncio.Future[None]:
+        """Appends the record (synchronously: callers must not await before this) and returns
+        the future of its durability."""
+        value = None if meta is None else encode_value(meta)
+        batch = build_batch([(encode_key(transactional_id), value)], timestamp_ms=now_ms())
+        partition = self._log_partition_at(partition_for(transactional_id, self.num_partitions))
+        partition.append(bytearray(batch), validate_produced_batch(batch), now_ms())
+        return self.broker.group_commit.appended(partition)
+
+    async def apply(self, transactional_id: str, outcome: rules.Outcome) -> ErrorCode:
+        """Logs the outcome's transition durably, installs it and starts its markers. Returns
+        the error to answer (the outcome's own, or NOT_COORDINATOR if the log write failed)."""
+        new = outcome.transition
+        if new is None:
+            return outcome.error
+        self.pending.add(transactional_id)
+        try:
+            await self._append(new, transactional_id)
+        except OSError as exc:
+            log.error("could not log %s for %r: %s", new.state.display_name, transactional_id, exc)
+            return ErrorCode.not_coordinator
+        finally:
+            self.pending.discard(transactional_id)
+        self.txns[transactional_id] = new
+        if new.state in PREPARING:
+            self._spawn_completion(transactional_id)
+        return outcome.error
+
+    def add_implicitly(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partition: TopicPartition,
+    ) -> tuple[ErrorCode, asyncio.Future[None] | None]:
+        """TV2 (Produce v12+): adds the partition inside the produce path, without awaiting, so
+        pipelined produces keep their order. The transaction-log record is appended before
+        the data and made durable by the same group commit the produce waits for."""
+        gate = self.gate(transactional_id)
+        if gate:
+            return gate, None
+        outcome = rules.add_partitions(
+            self.txns.get(transactional_id), producer_id, producer_epoch, [partition], now_ms(), TV2
+        )
+        if outcome.error or outcome.transition is None:
+            return outcome.error, None
+        future = self._append(outcome.transition, transactional_id)
+        self.txns[transactional_id] = outcome.transition
+        return ErrorCode.none, future
+
+    def _spawn_completion(self, transactional_id: str) -> None:
+        task = asyncio.get_running_loop().create_task(self._complete(transactional_id))
+        self._completions.add(task)
+        task.add_done_callback(self._completions.discard)
+
+    async def _complete(self, transactional_id: str) -> None:
+        """Writes the markers of a prepared decision, waits until they are durable, then logs
+        the Complete state. Retried on storage errors; the Prepare state stays until then."""
+        meta = self.txns[transactional_id]
+        commit = meta.state == TxnState.PREPARE_COMMIT
+        epoch = self.coordinator_epoch(transactional_id)
+        for attempt in range(1, 1000):
+            written = []
+            for topic, index in sorted(meta.partitions):
+                partition = self.broker.topics.get(topic, index)
+                if partition is None:
+                    continue  # the topic was deleted: nothing left to mark
+                try:
+                    partition.write_marker(
+                        meta.producer_id, meta.producer_epoch, commit, epoch, now_ms(), meta.tv2
+                    )
+                except KafkaProtocolError as exc:
+                    log.warning(
+                        "marker for %r on %s-%d refused: %s", transactional_id, topic, index, exc
+                    )
+                    continue
+                written.append(self.broker.group_commit.appended(partition))
+            try:
+                await asyncio.gather(*written)
+                done = rules.complete(meta, now_ms())
+                self.pending.add(transactional_id)
+                try:
+                    await self._append(done, transactional_id)
+                finally:
+                    self.pending.discard(transactional_id)
+            except OSError as exc:
+                log.error("completing %r failed (attempt %d): %s", transactional_id, attempt, exc)
+                await asyncio.sleep(min(attempt, 10))
+                continue
+            self.txns[transactional_id] = done
+            return
+
+    async def drain(self) -> None:
+        """Shutdown: lets in-flight completions finish."""
+        if self._completions:
+            await asyncio.wait(list(self._completions), timeout=10)
+
+    # -- periodic work -------------------------------------------------------------------------
+
+    async def abort_timed_out(self) -> int:
+        aborted = 0
+        now = now_ms()
+        for transactional_id, meta in list(self.txns.items()):
+            if transactional_id in self.pending:
+                continue
+            transition = rules.abort_if_timed_out(meta, now)
+            if transition is None:
+                continue
+            log.info("aborting %r: open for longer than %d ms", transactional_id, meta.timeout_ms)
+            await self.apply(transactional_id, rules.Outcome(ErrorCode.none, transition))
+            aborted += 1
+        return aborted
+
+    async def expire_idle(self) -> int:
+        now = now_ms()
+        expired = [
+            transactional_id
+            for transactional_id, meta in self.txns.items()
+            if transactional_id not in self.pending
+            and rules.expire_if_idle(meta, now, self.expiration_ms)
+        ]
+        for transactional_id in expired:
+            self.pending.add(transactional_id)
+            try:
+                await self._append(None, transactional_id)
+                self.txns.pop(transactional_id, None)
+            except OSError as exc:
+                log.error("could not expire %r: %s", transactional_id, exc)
+            finally:
+                self.pending.discard(transactional_id)
+        if expired:
+            log.info("expired %d idle transactional ids", len(expired))
+        return len(expired)

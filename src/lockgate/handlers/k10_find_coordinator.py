@@ -1,0 +1,55 @@
+"""FindCoordinator (key 10), versions 0–6.
+
+Behaviour:
+- Key type 1 (transaction): this broker, once the transaction log is loaded
+  (COORDINATOR_LOAD_IN_PROGRESS before).
+- Key type 0 (group): COORDINATOR_NOT_AVAILABLE until lockgate has a group coordinator.
+- Other key types: INVALID_REQUEST.
+Version notes: v1 key type and error message; v3 flexible; v4+ batched keys.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lockgate.handlers.common import field
+from lockgate.handlers.registry import HandlerResult, RequestContext, handles
+from lockgate.protocol.api import ApiKey
+from lockgate.protocol.errors import ErrorCode
+
+GROUP = 0
+TRANSACTION = 1
+
+
+def _locate(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
+    host, port = ctx.broker.advertised
+    error = ErrorCode.none
+    if key_type == TRANSACTION:
+        if not ctx.broker.transactions.loaded:
+            error = ErrorCode.coordinator_load_in_progress
+    elif key_type == GROUP:
+        error = ErrorCode.coordinator_not_available
+    else:
+        error = ErrorCode.invalid_request
+    found = not error
+    return {
+        "key": key,
+        "node_id": ctx.broker.node_id if found else -1,
+        "host": host if found else "",
+        "port": port if found else -1,
+        "error_code": error,
+        "error_message": None if found else error.name,
+    }
+
+
+@handles(ApiKey.FIND_COORDINATOR, 0, 6)
+async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
+    key_type = field(request, "key_type", GROUP)
+    if ctx.api_version >= 4:
+        return {
+            "throttle_time": 0,
+            "coordinators": [_locate(ctx, key, key_type) for key in request.coordinator_keys],
+        }
+    answer = _locate(ctx, request.key, key_type)
+    answer["throttle_time"] = 0
+    return answer

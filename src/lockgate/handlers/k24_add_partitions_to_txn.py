@@ -1,0 +1,95 @@
+"""AddPartitionsToTxn (key 24), versions 0–5.
+
+Behaviour:
+- v0–3 (clients): adds partitions to the open transaction (starting it from Empty/Complete*).
+  Unknown id or producer id: INVALID_PRODUCER_ID_MAPPING; wrong epoch: PRODUCER_FENCED; while
+  preparing or pending: CONCURRENT_TRANSACTIONS; unknown partitions: UNKNOWN_TOPIC_OR_PARTITION
+  and the others OPERATION_NOT_ATTEMPTED. Already included partitions: success, nothing logged.
+- v4–5 (brokers, KIP-890 part 1): batched by transaction; VerifyOnly checks that each
+  partition is in the open transaction (TRANSACTION_ABORTABLE when not) without adding it.
+Version notes: v2 PRODUCER_FENCED (older: INVALID_PRODUCER_EPOCH); v3 flexible; v4 batched.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lockgate.coordinator.txn import coordinator as rules
+from lockgate.handlers.registry import HandlerResult, RequestContext, handles
+from lockgate.handlers.txn_common import map_fenced
+from lockgate.protocol.api import ApiKey
+from lockgate.protocol.errors import ErrorCode
+
+
+def _results(topics: Any, error_of: dict[tuple[str, int], ErrorCode]) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": topic.name,
+            "results_by_partition": [
+                {"partition_index": p, "partition_error_code": error_of[(topic.name, p)]}
+                for p in topic.partitions
+            ],
+        }
+        for topic in topics
+    ]
+
+
+async def _add(
+    ctx: RequestContext,
+    transactional_id: str,
+    producer_id: int,
+    epoch: int,
+    topics: Any,
+    verify_only: bool,
+) -> dict[tuple[str, int], ErrorCode]:
+    wanted = [(topic.name, p) for topic in topics for p in topic.partitions]
+    unknown = {tp for tp in wanted if ctx.broker.topics.get(*tp) is None}
+    if unknown:
+        return {
+            tp: ErrorCode.unknown_topic_or_partition
+            if tp in unknown
+            else ErrorCode.operation_not_attempted
+            for tp in wanted
+        }
+    coordinator = ctx.broker.transactions
+    gate = coordinator.gate(transactional_id)
+    if gate:
+        return dict.fromkeys(wanted, gate)
+    meta = coordinator.txns.get(transactional_id)
+    if verify_only:
+        return {tp: rules.verify_partition(meta, producer_id, epoch, tp) for tp in wanted}
+    outcome = rules.add_partitions(meta, producer_id, epoch, wanted, ctx.received_ms)
+    error = await coordinator.apply(transactional_id, outcome)
+    return dict.fromkeys(wanted, map_fenced(error, ctx.api_version, 2))
+
+
+@handles(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 5)
+async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
+    if ctx.api_version <= 3:
+        topics = request.v3_and_below_topics
+        errors = await _add(
+            ctx,
+            request.v3_and_below_transactional_id,
+            request.v3_and_below_producer_id,
+            request.v3_and_below_producer_epoch,
+            topics,
+            False,
+        )
+        return {"throttle_time": 0, "results_by_topic_v3_and_below": _results(topics, errors)}
+    results = []
+    for txn in request.transactions:
+        errors = await _add(
+            ctx,
+            txn.transactional_id,
+            txn.producer_id,
+            txn.producer_epoch,
+            txn.topics,
+            txn.verify_only,
+        )
+        results.append(
+            {
+                "transactional_id": txn.transactional_id,
+                "topic_results": _results(txn.topics, errors),
+            }
+        )
+    return {"throttle_time": 0, "error_code": 0, "results_by_transaction": results}

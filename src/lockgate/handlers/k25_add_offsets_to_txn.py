@@ -1,0 +1,39 @@
+"""AddOffsetsToTxn (key 25), versions 0–4.
+
+Behaviour: adds the group's __consumer_offsets partition to the open transaction so that its
+TxnOffsetCommit is committed or aborted with it; errors as AddPartitionsToTxn
+(INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED, CONCURRENT_TRANSACTIONS).
+Version notes: v2 PRODUCER_FENCED (older: INVALID_PRODUCER_EPOCH); v3 flexible.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lockgate.coordinator.txn import coordinator as rules
+from lockgate.coordinator.txn.log import partition_for
+from lockgate.handlers.registry import HandlerResult, RequestContext, handles
+from lockgate.handlers.txn_common import map_fenced
+from lockgate.protocol.api import ApiKey
+
+CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
+
+
+@handles(ApiKey.ADD_OFFSETS_TO_TXN, 0, 4)
+async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
+    coordinator = ctx.broker.transactions
+    transactional_id = request.transactional_id
+    gate = coordinator.gate(transactional_id)
+    if gate:
+        return {"throttle_time": 0, "error_code": gate}
+    offsets = ctx.broker.topics.topics[CONSUMER_OFFSETS_TOPIC]
+    partition = (CONSUMER_OFFSETS_TOPIC, partition_for(request.group_id, offsets.partitions))
+    outcome = rules.add_partitions(
+        coordinator.txns.get(transactional_id),
+        request.producer_id,
+        request.producer_epoch,
+        [partition],
+        ctx.received_ms,
+    )
+    error = await coordinator.apply(transactional_id, outcome)
+    return {"throttle_time": 0, "error_code": map_fenced(error, ctx.api_version, 2)}

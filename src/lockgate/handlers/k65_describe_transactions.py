@@ -1,0 +1,65 @@
+"""DescribeTransactions (key 65), version 0.
+
+Behaviour: for each transactional id, its state name, timeout, start time (-1 when no
+transaction is open), producer id/epoch and partitions. Unknown id:
+TRANSACTIONAL_ID_NOT_FOUND; before the log is loaded: COORDINATOR_LOAD_IN_PROGRESS.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections import defaultdict
+from typing import Any
+
+from lockgate.handlers.registry import HandlerResult, RequestContext, handles
+from lockgate.protocol.api import ApiKey
+from lockgate.protocol.errors import ErrorCode
+
+_EPOCH = datetime.datetime.fromtimestamp(0, datetime.UTC)
+
+
+def _timestamp(ms: int) -> datetime.datetime:
+    return _EPOCH + datetime.timedelta(milliseconds=ms)
+
+
+@handles(ApiKey.DESCRIBE_TRANSACTIONS, 0, 0)
+async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
+    coordinator = ctx.broker.transactions
+    states = []
+    for transactional_id in request.transactional_ids:
+        meta = coordinator.txns.get(transactional_id)
+        error = ErrorCode.none
+        if not coordinator.loaded:
+            error = ErrorCode.coordinator_load_in_progress
+        elif meta is None:
+            error = ErrorCode.transactional_id_not_found
+        if meta is None or error:
+            states.append(
+                {
+                    "error_code": error,
+                    "transactional_id": transactional_id,
+                    "transaction_state": "",
+                    "transaction_timeout": 0,
+                    "transaction_start_time": _timestamp(-1),
+                    "producer_id": -1,
+                    "producer_epoch": -1,
+                    "topics": (),
+                }
+            )
+            continue
+        by_topic: dict[str, list[int]] = defaultdict(list)
+        for topic, index in sorted(meta.partitions):
+            by_topic[topic].append(index)
+        states.append(
+            {
+                "error_code": 0,
+                "transactional_id": transactional_id,
+                "transaction_state": meta.state.display_name,
+                "transaction_timeout": meta.timeout_ms,
+                "transaction_start_time": _timestamp(meta.start_ms),
+                "producer_id": meta.producer_id,
+                "producer_epoch": meta.producer_epoch,
+                "topics": [{"topic": t, "partitions": tuple(p)} for t, p in by_topic.items()],
+            }
+        )
+    return {"throttle_time": 0, "transaction_states": states}
