@@ -3,7 +3,7 @@
 Behaviour:
 - Key type 1 (transaction): this broker, once the transaction log is loaded
   (COORDINATOR_LOAD_IN_PROGRESS before).
-- Key type 0 (group): COORDINATOR_NOT_AVAILABLE until lockgate has a group coordinator.
+- Key type 0 (group): this broker, once __consumer_offsets is loaded.
 - Other key types: INVALID_REQUEST.
 Version notes: v1 key type and error message; v3 flexible; v4+ batched keys.
 """
@@ -28,7 +28,8 @@ def _locate(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
         if not ctx.broker.transactions.loaded:
             error = ErrorCode.coordinator_load_in_progress
     elif key_type == GROUP:
-        error = ErrorCode.coordinator_not_available
+        if not ctx.broker.groups.loaded:
+            error = ErrorCode.coordinator_load_in_progress
     else:
         error = ErrorCode.invalid_request
     found = not error

@@ -66,6 +66,7 @@ class Partition:
         self.unsynced: list[AppendFile] = []  # files written since the last fsync
         self.hw_listeners: set[Callable[[], None]] = set()
         self.producers = ProducerStateTable()
+        self.marker_listeners: list[Callable[[int, bool], None]] = []  # (producer id, commit)
         self.open_txns: dict[int, int] = {}  # producer id → first offset of its open transaction
         self.aborted = AbortedTxnIndex()
 
@@ -233,11 +234,15 @@ class Partition:
 
     # -- appends -------------------------------------------------------------------------------
 
-    def append(self, batch: bytearray, header: BatchHeader, now_ms: int) -> tuple[int, int]:
+    def append(
+        self, batch: bytearray, header: BatchHeader, now_ms: int, internal: bool = False
+    ) -> tuple[int, int]:
         """Assigns offsets to a validated batch and appends it. Returns (base offset, log append
-        time or -1). The batch becomes visible once the high watermark passes it."""
+        time or -1). The batch becomes visible once the high watermark passes it. `internal`
+        batches come from a coordinator (transactional offset commits): they carry a producer
+        id and epoch but no sequence, so only the transaction bookkeeping applies."""
         config = self.config
-        if header.producer_id >= 0:
+        if header.producer_id >= 0 and not internal:
             duplicate = self._check_producer(header)
             if duplicate is not None:
                 return duplicate.base_offset, duplicate.timestamp if config.log_append_time else -1
@@ -315,6 +320,8 @@ class Partition:
         if not self.unsynced or self.unsynced[-1] is not self.active.log:
             self.unsynced.append(self.active.log)
         self._apply_marker(stored, commit, self.active, now_ms)
+        for listener in self.marker_listeners:
+            listener(producer_id, commit)
         return offset
 
     def _apply_marker(

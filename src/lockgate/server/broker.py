@@ -8,6 +8,7 @@ import logging
 import time
 from collections.abc import Iterable
 
+from lockgate.coordinator.group.service import GroupCoordinator
 from lockgate.coordinator.txn.service import TransactionCoordinator
 from lockgate.handlers import load_all
 from lockgate.log.partition import Partition
@@ -39,6 +40,7 @@ class Broker:
         self.topics = TopicManager(self.storage, self.store, config, now_ms)
         self.producer_ids = ProducerIdManager(self.storage)
         self.transactions = TransactionCoordinator(self)
+        self.groups = GroupCoordinator(self)
         self.group_commit = GroupCommit(config.durable and self.storage.durable)
         self.connections: set[Connection] = set()
         self.fetch_sessions = FetchSessionCache(
@@ -70,6 +72,7 @@ class Broker:
         self._tasks.append(asyncio.create_task(self._retention_loop()))
         self._tasks.append(asyncio.create_task(self._producer_expiry_loop()))
         self._tasks.append(asyncio.create_task(self._transaction_loops()))
+        self._tasks.append(asyncio.create_task(self._session_loop()))
         log.info(
             "lockgate broker %d listening on %s:%d (cluster %s, %d partitions loaded in %.2fs, "
             "durability %s)",
@@ -85,16 +88,14 @@ class Broker:
 
     def _ensure_internal_topics(self) -> None:
         self.transactions.ensure_topic()
-        offsets = "__consumer_offsets"
-        if offsets not in self.topics.topics:
-            count = self.config.integer("offsets.topic.num.partitions")
-            self.topics.create(offsets, count, 1, {}, internal=True)
+        self.groups.ensure_topic()
 
     async def _transaction_loops(self) -> None:
         """Loads the transaction log after the listener is up (requests meanwhile get
         COORDINATOR_LOAD_IN_PROGRESS), then aborts timed-out transactions and expires idle ids."""
         await asyncio.sleep(0)
         self.transactions.load()
+        self.groups.load()
         abort_every = self.config.integer(
             "transaction.abort.timed.out.transaction.cleanup.interval.ms"
         )
@@ -108,6 +109,11 @@ class Broker:
             if time.monotonic() - last_expiry >= expire_every / 1000:
                 last_expiry = time.monotonic()
                 await self.transactions.expire_idle()
+
+    async def _session_loop(self) -> None:
+        while True:
+            await asyncio.sleep(0.5)
+            self.groups.expire_sessions()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         connection = Connection(self, reader, writer)

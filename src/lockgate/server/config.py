@@ -41,6 +41,10 @@ BROKER_DEFAULTS: dict[str, str] = {
     "transactional.id.expiration.ms": str(7 * DAY_MS),
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "10000",
     "transaction.remove.expired.transaction.cleanup.interval.ms": "3600000",
+    "group.initial.rebalance.delay.ms": "3000",
+    "group.min.session.timeout.ms": "6000",
+    "group.max.session.timeout.ms": "1800000",
+    "offset.metadata.max.bytes": "4096",
     "producer.id.expiration.ms": str(DAY_MS),
     "producer.id.expiration.check.interval.ms": "600000",
     # lockgate's own: "fsync" answers acks=all produces only after their data is fsynced

@@ -1,0 +1,101 @@
+# One classic group's state and the membership checks shared by its APIs. The rules here are
+# synchronous and side-effect free apart from mutating the Group they are given; waiting
+# (join barriers, sync) lives in service.py.
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from lockgate.coordinator.group.records import CommittedOffset
+from lockgate.coordinator.group.state import LEGAL_PREVIOUS, GroupState
+from lockgate.protocol.errors import ErrorCode
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(slots=True)
+class Member:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    assignment: bytes = b""
+    last_heartbeat: float = 0.0
+    join_waiter: asyncio.Future[dict[str, Any]] | None = None
+    sync_waiter: asyncio.Future[dict[str, Any]] | None = None
+
+    def metadata_for(self, protocol: str | None) -> bytes:
+        return next((meta for name, meta in self.protocols if name == protocol), b"")
+
+
+@dataclass(slots=True)
+class Group:
+    group_id: str
+    state: GroupState = GroupState.EMPTY
+    protocol_type: str = ""
+    protocol: str | None = None
+    generation: int = 0
+    leader: str | None = None
+    members: dict[str, Member] = field(default_factory=dict)
+    static_members: dict[str, str] = field(default_factory=dict)  # instance id → member id
+    pending_members: set[str] = field(default_factory=set)  # told MEMBER_ID_REQUIRED
+    offsets: dict[TopicPartition, CommittedOffset] = field(default_factory=dict)
+    state_timestamp: int = -1
+    rebalance_task: asyncio.Task[None] | None = None
+    rebalance_deadline: float = 0.0
+
+    def transition(self, state: GroupState) -> None:
+        if self.state not in LEGAL_PREVIOUS[state]:
+            raise ValueError(
+                f"group {self.group_id}: illegal transition {self.state.value} → {state.value}"
+            )
+        self.state = state
+
+    def select_protocol(self) -> str | None:
+        """The protocol every member supports that most members prefer (Kafka's vote)."""
+        if not self.members:
+            return None
+        common = set.intersection(
+            *({name for name, _ in m.protocols} for m in self.members.values())
+        )
+        if not common:
+            return None
+        votes = Counter(
+            next(name for name, _ in m.protocols if name in common) for m in self.members.values()
+        )
+        return max(sorted(common), key=lambda name: votes[name])
+
+    def supports(self, protocol_type: str, protocols: list[tuple[str, bytes]]) -> bool:
+        if not self.members:
+            return bool(protocol_type) and bool(protocols)
+        if protocol_type != self.protocol_type:
+            return False
+        offered = {name for name, _ in protocols}
+        return all(offered & {name for name, _ in m.protocols} for m in self.members.values())
+
+    def check_member(
+        self, member_id: str, group_instance_id: str | None, generation: int | None
+    ) -> ErrorCode:
+        """Membership of a request that names a member (Sync, Heartbeat, commits: KIP-447)."""
+        if group_instance_id is not None:
+            known = self.static_members.get(group_instance_id)
+            if known is not None and known != member_id:
+                return ErrorCode.fenced_instance_id
+        if member_id not in self.members:
+            return ErrorCode.unknown_member_id
+        if generation is not None and generation != self.generation:
+            return ErrorCode.illegal_generation
+        return ErrorCode.none
+
+    def all_joined(self) -> bool:
+        return all(m.join_waiter is not None for m in self.members.values())
+
+    @property
+    def max_rebalance_timeout_ms(self) -> int:
+        return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)

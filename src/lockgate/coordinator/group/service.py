@@ -1,0 +1,739 @@
+# The group coordinator at run time: classic-protocol membership (join barrier, sync, session
+# expiry, static members), committed offsets persisted in __consumer_offsets (Kafka's record
+# layout, replayed at start-up), and transactional offsets (KIP-447) that become visible only
+# when the transaction's commit marker reaches the offsets partition.
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from lockgate.coordinator.group.group import Group, Member, TopicPartition
+from lockgate.coordinator.group.records import (
+    CommittedOffset,
+    GroupRecord,
+    MemberRecord,
+    decode_group_value,
+    decode_key,
+    decode_offset_value,
+    group_key,
+    group_value,
+    offset_key,
+    offset_value,
+)
+from lockgate.coordinator.group.state import GroupState
+from lockgate.coordinator.txn.log import partition_for
+from lockgate.log.partition import Partition
+from lockgate.protocol.errors import ErrorCode
+from lockgate.protocol.records import (
+    CONTROL_COMMIT,
+    TRANSACTIONAL_BIT,
+    build_batch,
+    control_type,
+    iter_records,
+    validate_produced_batch,
+)
+
+if TYPE_CHECKING:
+    from lockgate.server.broker import Broker
+
+log = logging.getLogger(__name__)
+
+CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
+Answer = dict[str, Any]
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class GroupCoordinator:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        config = broker.config
+        self.num_partitions = config.integer("offsets.topic.num.partitions")
+        self.initial_delay_ms = config.integer("group.initial.rebalance.delay.ms")
+        self.min_session_ms = config.integer("group.min.session.timeout.ms")
+        self.max_session_ms = config.integer("group.max.session.timeout.ms")
+        self.max_metadata_bytes = config.integer("offset.metadata.max.bytes")
+        self.groups: dict[str, Group] = {}
+        # producer id → group → offsets written in its open transaction
+        self.pending_txn_offsets: dict[int, dict[str, dict[TopicPartition, CommittedOffset]]] = {}
+        self.loaded = False
+
+    # -- the offsets topic ----------------------------------------------------------------------
+
+    def ensure_topic(self) -> None:
+        topics = self.broker.topics
+        if CONSUMER_OFFSETS_TOPIC not in topics.topics:
+            topics.create(CONSUMER_OFFSETS_TOPIC, self.num_partitions, 1, {}, internal=True)
+        self.num_partitions = topics.topics[CONSUMER_OFFSETS_TOPIC].partitions
+        for index in range(self.num_partitions):
+            self._partition_at(index).marker_listeners.append(self._on_marker(index))
+
+    def offsets_partition(self, group_id: str) -> int:
+        return partition_for(group_id, self.num_partitions)
+
+    def _partition_at(self, index: int) -> Partition:
+        partition = self.broker.topics.get(CONSUMER_OFFSETS_TOPIC, index)
+        assert partition is not None
+        return partition
+
+    def _append(
+        self,
+        group_id: str,
+        records: list[tuple[bytes, bytes | None]],
+        producer: tuple[int, int] | None = None,
+    ) -> asyncio.Future[None]:
+        """Appends records (synchronously) to the group's offsets partition; returns the future
+        of their durability. `producer` makes it a transactional batch of that producer."""
+        producer_id, epoch = producer if producer else (-1, -1)
+        batch = build_batch(
+            list(records),
+            timestamp_ms=now_ms(),
+            attributes=TRANSACTIONAL_BIT if producer else 0,
+            producer_id=producer_id,
+            producer_epoch=epoch,
+        )
+        partition = self._partition_at(self.offsets_partition(group_id))
+        partition.append(bytearray(batch), validate_produced_batch(batch), now_ms(), internal=True)
+        return self.broker.group_commit.appended(partition)
+
+    def load(self) -> None:
+        started = time.monotonic()
+        for index in range(self.num_partitions):
+            partition = self._partition_at(index)
+            pending: dict[int, list[tuple[bytes, bytes | None]]] = {}
+            for segment, position, header in partition.batches_from(partition.log_start_offset):
+                data = segment.log.read(position, header.size)
+                if header.is_control:
+                    records = pending.pop(header.producer_id, [])
+                    if control_type(data) == CONTROL_COMMIT:
+                        for key, value in records:
+                            self._replay(key, value)
+                    continue
+                for _offset, _ts, record_key, value in iter_records(data):
+                    if record_key is None:
+                        continue
+                    key = record_key
+                    if header.is_transactional:
+                        pending.setdefault(header.producer_id, []).append((key, value))
+                    else:
+                        self._replay(key, value)
+            for producer_id, records in pending.items():  # transactions still open
+                for key, value in records:
+                    decoded = decode_key(key)
+                    if isinstance(decoded, tuple) and value is not None:
+                        group, topic, p = decoded
+                        self.pending_txn_offsets.setdefault(producer_id, {}).setdefault(group, {})[
+                            (topic, p)
+                        ] = decode_offset_value(value)
+        self.loaded = True
+        log.info(
+            "group coordinator loaded %d groups in %.2fs",
+            len(self.groups),
+            time.monotonic() - started,
+        )
+
+    def _replay(self, key: bytes, value: bytes | None) -> None:
+        try:
+            decoded = decode_key(key)
+            if isinstance(decoded, tuple):
+                group_id, topic, partition = decoded
+                group = self.groups.setdefault(group_id, Group(group_id))
+                if value is None:
+                    group.offsets.pop((topic, partition), None)
+                else:
+                    group.offsets[(topic, partition)] = decode_offset_value(value)
+                return
+            if value is None:
+                self.groups.pop(decoded, None)
+                return
+            self._restore_group(decoded, decode_group_value(value))
+        except (ValueError, UnicodeDecodeError, IndexError) as exc:
+            log.error("skipping a damaged %s record: %s", CONSUMER_OFFSETS_TOPIC, exc)
+
+    def _restore_group(self, group_id: str, record: GroupRecord) -> None:
+        group = self.groups.setdefault(group_id, Group(group_id))
+        group.protocol_type = record.protocol_type
+        group.generation = record.generation
+        group.protocol = record.protocol
+        group.leader = record.leader
+        group.members = {}
+        group.static_members = {}
+        now = time.monotonic()
+        for m in record.members:
+            member = Member(
+                m.member_id,
+                m.group_instance_id,
+                m.client_id,
+                m.client_host,
+                m.rebalance_timeout_ms,
+                m.session_timeout_ms,
+                record.protocol_type,
+                [(record.protocol or "", m.subscription)],
+                m.assignment,
+                now,
+            )
+            group.members[m.member_id] = member
+            if m.group_instance_id:
+                group.static_members[m.group_instance_id] = m.member_id
+        group.state = GroupState.STABLE if group.members else GroupState.EMPTY
+
+    def _group_record(self, group: Group) -> GroupRecord:
+        return GroupRecord(
+            group.protocol_type,
+            group.generation,
+            group.protocol,
+            group.leader,
+            now_ms(),
+            tuple(
+                MemberRecord(
+                    m.member_id,
+                    m.group_instance_id,
+                    m.client_id,
+                    m.client_host,
+                    m.rebalance_timeout_ms,
+                    m.session_timeout_ms,
+                    m.metadata_for(group.protocol),
+                    m.assignment,
+                )
+                for m in group.members.values()
+            ),
+        )
+
+    def _persist_group(self, group: Group) -> asyncio.Future[None]:
+        return self._append(
+            group.group_id, [(group_key(group.group_id), group_value(self._group_record(group)))]
+        )
+
+    # -- membership ------------------------------------------------------------------------------
+
+    async def join(
+        self,
+        group_id: str,
+        member_id: str,
+        group_instance_id: str | None,
+        protocol_type: str,
+        protocols: list[tuple[str, bytes]],
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        client_id: str,
+        client_host: str,
+        require_known_member_id: bool,
+    ) -> Answer:
+        def error(code: ErrorCode, member: str = member_id) -> Answer:
+            return {"error_code": code, "member_id": member}
+
+        if not self.loaded:
+            return error(ErrorCode.coordinator_load_in_progress)
+        if not group_id:
+            return error(ErrorCode.invalid_group_id)
+        if not self.min_session_ms <= session_timeout_ms <= self.max_session_ms:
+            return error(ErrorCode.invalid_session_timeout)
+        group = self.groups.get(group_id)
+        if group is None:
+            if member_id:
+                return error(ErrorCode.unknown_member_id)
+            group = self.groups[group_id] = Group(group_id)
+        if not group.supports(protocol_type, protocols):
+            return error(ErrorCode.inconsistent_group_protocol)
+        if not member_id:
+            member_id = f"{group_instance_id or client_id}-{uuid.uuid4()}"
+            if group_instance_id is None and require_known_member_id:
+                group.pending_members.add(member_id)
+                return error(ErrorCode.member_id_required, member_id)
+            if group_instance_id is not None:
+                self._replace_static_member(group, group_instance_id, member_id)
+        elif member_id not in group.members and member_id not in group.pending_members:
+            return error(ErrorCode.unknown_member_id)
+        elif (
+            group_instance_id is not None
+            and group.static_members.get(group_instance_id, member_id) != member_id
+        ):
+            return error(ErrorCode.fenced_instance_id)
+        group.pending_members.discard(member_id)
+        member = group.members.get(member_id)
+        if member is None:
+            member = group.members[member_id] = Member(
+                member_id,
+                group_instance_id,
+                client_id,
+                client_host,
+                rebalance_timeout_ms,
+                session_timeout_ms,
+                protocol_type,
+                protocols,
+            )
+            if group_instance_id is not None:
+                group.static_members[group_instance_id] = member_id
+        member.protocols = protocols
+        member.session_timeout_ms = session_timeout_ms
+        member.rebalance_timeout_ms = rebalance_timeout_ms
+        member.last_heartbeat = time.monotonic()
+        if member.join_waiter is not None and not member.join_waiter.done():
+            member.join_waiter.set_result(error(ErrorCode.unknown_member_id))
+        waiter: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+        member.join_waiter = waiter
+        if not group.protocol_type:
+            group.protocol_type = protocol_type
+        if group.state != GroupState.PREPARING_REBALANCE:
+            self._prepare_rebalance(group, f"{member_id} joined")
+        else:
+            self._maybe_complete_join(group)
+        return await waiter
+
+    def _replace_static_member(self, group: Group, instance_id: str, new_member_id: str) -> None:
+        """A static member that restarts takes its place back and fences its old incarnation."""
+        old_id = group.static_members.get(instance_id)
+        old = group.members.pop(old_id, None) if old_id else None
+        if old is None:
+            return
+        for waiter in (old.join_waiter, old.sync_waiter):
+            if waiter is not None and not waiter.done():
+                waiter.set_result(
+                    {"error_code": ErrorCode.fenced_instance_id, "member_id": old.member_id}
+                )
+        old.member_id = new_member_id
+        old.join_waiter = old.sync_waiter = None
+        group.members[new_member_id] = old
+        group.static_members[instance_id] = new_member_id
+        if group.leader == old_id:
+            group.leader = new_member_id
+
+    def _prepare_rebalance(self, group: Group, reason: str) -> None:
+        initial = group.state == GroupState.EMPTY
+        for member in group.members.values():
+            if member.sync_waiter is not None and not member.sync_waiter.done():
+                member.sync_waiter.set_result({"error_code": ErrorCode.rebalance_in_progress})
+            member.sync_waiter = None
+        group.transition(GroupState.PREPARING_REBALANCE)
+        log.info(
+            "group %s rebalancing (generation %d): %s", group.group_id, group.generation, reason
+        )
+        delay = self.initial_delay_ms if initial else group.max_rebalance_timeout_ms
+        group.rebalance_deadline = time.monotonic() + delay / 1000
+        if group.rebalance_task is None or group.rebalance_task.done():
+            group.rebalance_task = asyncio.get_running_loop().create_task(
+                self._rebalance_timer(group, initial)
+            )
+
+    async def _rebalance_timer(self, group: Group, initial: bool) -> None:
+        """Completes the join when everyone has rejoined (after the initial delay for a new
+        group, which new joiners extend up to the rebalance timeout), or at the deadline."""
+        hard_deadline = (
+            time.monotonic() + max(group.max_rebalance_timeout_ms, self.initial_delay_ms) / 1000
+        )
+        while group.state == GroupState.PREPARING_REBALANCE:
+            remaining = group.rebalance_deadline - time.monotonic()
+            if remaining <= 0 or (not initial and group.all_joined()):
+                break
+            if initial and group.all_joined() and remaining > 0:
+                await asyncio.sleep(min(remaining, 0.05))
+                if time.monotonic() >= min(group.rebalance_deadline, hard_deadline):
+                    break
+                continue
+            await asyncio.sleep(min(remaining, 0.05))
+        if group.state == GroupState.PREPARING_REBALANCE:
+            await self._complete_join(group)
+
+    def _maybe_complete_join(self, group: Group) -> None:
+        if self.initial_delay_ms and group.generation == 0:
+            # a new joiner during the initial delay extends it (bounded by the timer)
+            group.rebalance_deadline = max(
+                group.rebalance_deadline, time.monotonic() + self.initial_delay_ms / 1000
+            )
+
+    async def _complete_join(self, group: Group) -> None:
+        for member_id in [m for m, member in group.members.items() if member.join_waiter is None]:
+            log.info(
+                "group %s: %s did not rejoin in time and is removed", group.group_id, member_id
+            )
+            self._remove_member(group, member_id)
+        group.generation += 1
+        if not group.members:
+            group.transition(GroupState.EMPTY)
+            group.protocol = None
+            group.leader = None
+            await self._persist_group(group)
+            return
+        group.protocol = group.select_protocol()
+        if group.leader not in group.members:
+            group.leader = next(iter(group.members))
+        group.transition(GroupState.COMPLETING_REBALANCE)
+        durable = self._persist_group(group)
+        try:
+            await durable
+        except OSError as exc:
+            log.error(
+                "group %s: could not persist generation %d: %s",
+                group.group_id,
+                group.generation,
+                exc,
+            )
+        everyone = [
+            {
+                "member_id": m.member_id,
+                "group_instance_id": m.group_instance_id,
+                "metadata": m.metadata_for(group.protocol),
+            }
+            for m in group.members.values()
+        ]
+        for member in group.members.values():
+            waiter, member.join_waiter = member.join_waiter, None
+            member.last_heartbeat = time.monotonic()
+            if waiter is None or waiter.done():
+                continue
+            waiter.set_result(
+                {
+                    "error_code": 0,
+                    "generation_id": group.generation,
+                    "protocol_type": group.protocol_type,
+                    "protocol_name": group.protocol,
+                    "leader": group.leader,
+                    "member_id": member.member_id,
+                    "skip_assignment": False,
+                    "members": everyone if member.member_id == group.leader else [],
+                }
+            )
+        log.info(
+            "group %s generation %d: %d members, protocol %s, leader %s",
+            group.group_id,
+            group.generation,
+            len(group.members),
+            group.protocol,
+            group.leader,
+        )
+
+    def _remove_member(self, group: Group, member_id: str) -> None:
+        member = group.members.pop(member_id, None)
+        if member is None:
+            return
+        if (
+            member.group_instance_id
+            and group.static_members.get(member.group_instance_id) == member_id
+        ):
+            del group.static_members[member.group_instance_id]
+        for waiter in (member.join_waiter, member.sync_waiter):
+            if waiter is not None and not waiter.done():
+                waiter.set_result(
+                    {"error_code": ErrorCode.unknown_member_id, "member_id": member_id}
+                )
+
+    async def sync(
+        self,
+        group_id: str,
+        generation: int,
+        member_id: str,
+        group_instance_id: str | None,
+        protocol_type: str | None,
+        protocol_name: str | None,
+        assignments: dict[str, bytes],
+    ) -> Answer:
+        group = self.groups.get(group_id)
+        if not self.loaded:
+            return {"error_code": ErrorCode.coordinator_load_in_progress}
+        if group is None:
+            return {"error_code": ErrorCode.unknown_member_id}
+        error = group.check_member(member_id, group_instance_id, generation)
+        if error:
+            return {"error_code": error}
+        if (protocol_type is not None and protocol_type != group.protocol_type) or (
+            protocol_name is not None and protocol_name != group.protocol
+        ):
+            return {"error_code": ErrorCode.inconsistent_group_protocol}
+        member = group.members[member_id]
+        member.last_heartbeat = time.monotonic()
+        answer = {
+            "error_code": 0,
+            "protocol_type": group.protocol_type,
+            "protocol_name": group.protocol,
+        }
+        if group.state == GroupState.PREPARING_REBALANCE:
+            return {"error_code": ErrorCode.rebalance_in_progress}
+        if group.state == GroupState.STABLE:
+            return {**answer, "assignment": member.assignment}
+        waiter: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+        member.sync_waiter = waiter
+        if member_id == group.leader:
+            for m in group.members.values():
+                m.assignment = assignments.get(m.member_id, b"")
+            group.transition(GroupState.STABLE)
+            try:
+                await self._persist_group(group)
+            except OSError as exc:
+                log.error("group %s: could not persist assignments: %s", group_id, exc)
+            for m in group.members.values():
+                pending, m.sync_waiter = m.sync_waiter, None
+                if pending is not None and not pending.done():
+                    pending.set_result({**answer, "assignment": m.assignment})
+        return await waiter
+
+    def heartbeat(
+        self, group_id: str, generation: int, member_id: str, group_instance_id: str | None
+    ) -> ErrorCode:
+        if not self.loaded:
+            return ErrorCode.coordinator_load_in_progress
+        group = self.groups.get(group_id)
+        if group is None:
+            return ErrorCode.unknown_member_id
+        error = group.check_member(member_id, group_instance_id, generation)
+        if error:
+            return error
+        group.members[member_id].last_heartbeat = time.monotonic()
+        if group.state == GroupState.PREPARING_REBALANCE:
+            return ErrorCode.rebalance_in_progress
+        return ErrorCode.none
+
+    def leave(
+        self, group_id: str, members: list[tuple[str, str | None]]
+    ) -> tuple[ErrorCode, list[Answer]]:
+        group = self.groups.get(group_id)
+        if not self.loaded:
+            return ErrorCode.coordinator_load_in_progress, []
+        if group is None:
+            return ErrorCode.unknown_member_id, []
+        answers = []
+        left = 0
+        for member_id, instance_id in members:
+            if instance_id is not None:
+                known = group.static_members.get(instance_id)
+                if known is None or (member_id and known != member_id):
+                    code = (
+                        ErrorCode.unknown_member_id
+                        if known is None
+                        else ErrorCode.fenced_instance_id
+                    )
+                    answers.append(
+                        {
+                            "member_id": member_id,
+                            "group_instance_id": instance_id,
+                            "error_code": code,
+                        }
+                    )
+                    continue
+                member_id = known
+            if member_id not in group.members:
+                answers.append(
+                    {
+                        "member_id": member_id,
+                        "group_instance_id": instance_id,
+                        "error_code": ErrorCode.unknown_member_id,
+                    }
+                )
+                continue
+            self._remove_member(group, member_id)
+            left += 1
+            answers.append(
+                {"member_id": member_id, "group_instance_id": instance_id, "error_code": 0}
+            )
+        if left:
+            self._after_departure(group, f"{left} member(s) left")
+        return ErrorCode.none, answers
+
+    def _after_departure(self, group: Group, reason: str) -> None:
+        if group.state == GroupState.PREPARING_REBALANCE:
+            return  # the running timer completes the join with whoever rejoined
+        if not group.members and group.state != GroupState.EMPTY:
+            self._prepare_rebalance(group, reason)
+            return
+        if group.members:
+            self._prepare_rebalance(group, reason)
+
+    def expire_sessions(self) -> int:
+        now = time.monotonic()
+        expired = 0
+        for group in list(self.groups.values()):
+            for member_id, member in list(group.members.items()):
+                waiting = member.join_waiter is not None or member.sync_waiter is not None
+                if not waiting and now - member.last_heartbeat > member.session_timeout_ms / 1000:
+                    log.info("group %s: session of %s expired", group.group_id, member_id)
+                    self._remove_member(group, member_id)
+                    self._after_departure(group, f"session of {member_id} expired")
+                    expired += 1
+        return expired
+
+    # -- offsets ---------------------------------------------------------------------------------
+
+    async def commit(
+        self,
+        group_id: str,
+        generation: int,
+        member_id: str,
+        group_instance_id: str | None,
+        offsets: dict[TopicPartition, CommittedOffset],
+    ) -> dict[TopicPartition, ErrorCode]:
+        def all_(code: ErrorCode) -> dict[TopicPartition, ErrorCode]:
+            return dict.fromkeys(offsets, code)
+
+        if not self.loaded:
+            return all_(ErrorCode.coordinator_load_in_progress)
+        if not group_id:
+            return all_(ErrorCode.invalid_group_id)
+        group = self.groups.get(group_id)
+        standalone = generation < 0 and not member_id and group_instance_id is None
+        if group is None:
+            if not standalone:
+                return all_(
+                    ErrorCode.illegal_generation if generation >= 0 else ErrorCode.unknown_member_id
+                )
+            group = self.groups[group_id] = Group(group_id)
+        if standalone:
+            if group.members:
+                return all_(ErrorCode.unknown_member_id)
+        else:
+            error = group.check_member(member_id, group_instance_id, generation)
+            if error:
+                return all_(error)
+            if group.state == GroupState.COMPLETING_REBALANCE:
+                return all_(ErrorCode.rebalance_in_progress)
+        results = self._check_offsets(offsets)
+        accepted = {tp: o for tp, o in offsets.items() if not results[tp]}
+        if accepted:
+            try:
+                await self._append(
+                    group_id,
+                    [(offset_key(group_id, *tp), offset_value(o)) for tp, o in accepted.items()],
+                )
+            except OSError:
+                return all_(ErrorCode.kafka_storage_error)
+            group.offsets.update(accepted)
+        return results
+
+    def _check_offsets(
+        self, offsets: dict[TopicPartition, CommittedOffset]
+    ) -> dict[TopicPartition, ErrorCode]:
+        results = {}
+        for tp, committed in offsets.items():
+            if self.broker.topics.get(*tp) is None:
+                results[tp] = ErrorCode.unknown_topic_or_partition
+            elif len(committed.metadata.encode()) > self.max_metadata_bytes:
+                results[tp] = ErrorCode.offset_metadata_too_large
+            else:
+                results[tp] = ErrorCode.none
+        return results
+
+    def fetch(
+        self, group_id: str, partitions: list[TopicPartition] | None, require_stable: bool
+    ) -> tuple[ErrorCode, dict[TopicPartition, tuple[CommittedOffset | None, ErrorCode]]]:
+        if not self.loaded:
+            return ErrorCode.coordinator_load_in_progress, {}
+        group = self.groups.get(group_id)
+        committed = group.offsets if group else {}
+        wanted = list(committed) if partitions is None else partitions
+        unstable = set()
+        if require_stable:
+            for by_group in self.pending_txn_offsets.values():
+                unstable |= set(by_group.get(group_id, {}))
+        answers: dict[TopicPartition, tuple[CommittedOffset | None, ErrorCode]] = {}
+        for tp in wanted:
+            error = ErrorCode.unstable_offset_commit if tp in unstable else ErrorCode.none
+            answers[tp] = (committed.get(tp), error)
+        return ErrorCode.none, answers
+
+    async def txn_commit(
+        self,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        generation: int,
+        member_id: str,
+        group_instance_id: str | None,
+        offsets: dict[TopicPartition, CommittedOffset],
+    ) -> dict[TopicPartition, ErrorCode]:
+        """Transactional offsets (the transaction checks are the caller's): KIP-447 fencing
+        when the request names a generation, member or instance; then a transactional batch
+        of the producer in the offsets partition; visible once its commit marker lands."""
+        if not self.loaded:
+            return dict.fromkeys(offsets, ErrorCode.coordinator_load_in_progress)
+        if generation >= 0 or member_id or group_instance_id is not None:
+            group = self.groups.get(group_id)
+            error = (
+                ErrorCode.unknown_member_id
+                if group is None
+                else group.check_member(
+                    member_id, group_instance_id, generation if generation >= 0 else None
+                )
+            )
+            if error:
+                return dict.fromkeys(offsets, error)
+        results = self._check_offsets(offsets)
+        accepted = {tp: o for tp, o in offsets.items() if not results[tp]}
+        if accepted:
+            records: list[tuple[bytes, bytes | None]] = [
+                (offset_key(group_id, *tp), offset_value(o)) for tp, o in accepted.items()
+            ]
+            durable = self._append(group_id, records, (producer_id, producer_epoch))
+            self.pending_txn_offsets.setdefault(producer_id, {}).setdefault(group_id, {}).update(
+                accepted
+            )
+            try:
+                await durable
+            except OSError:
+                return dict.fromkeys(offsets, ErrorCode.kafka_storage_error)
+        return results
+
+    def _on_marker(self, partition_index: int) -> Any:
+        def apply(producer_id: int, commit: bool) -> None:
+            by_group = self.pending_txn_offsets.get(producer_id)
+            if not by_group:
+                return
+            for group_id in [g for g in by_group if self.offsets_partition(g) == partition_index]:
+                offsets = by_group.pop(group_id)
+                if commit:
+                    self.groups.setdefault(group_id, Group(group_id)).offsets.update(offsets)
+            if not by_group:
+                del self.pending_txn_offsets[producer_id]
+
+        return apply
+
+    # -- administration -------------------------------------------------------------------------
+
+    async def delete_group(self, group_id: str) -> ErrorCode:
+        group = self.groups.get(group_id)
+        if not self.loaded:
+            return ErrorCode.coordinator_load_in_progress
+        if group is None:
+            return ErrorCode.group_id_not_found
+        if group.members:
+            return ErrorCode.non_empty_group
+        records: list[tuple[bytes, bytes | None]] = [
+            (offset_key(group_id, *tp), None) for tp in group.offsets
+        ]
+        records.append((group_key(group_id), None))
+        del self.groups[group_id]
+        try:
+            await self._append(group_id, records)
+        except OSError:
+            return ErrorCode.kafka_storage_error
+        return ErrorCode.none
+
+    async def delete_offsets(
+        self, group_id: str, partitions: list[TopicPartition]
+    ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
+        from lockgate.coordinator.group.records import subscribed_topics
+
+        group = self.groups.get(group_id)
+        if not self.loaded:
+            return ErrorCode.coordinator_load_in_progress, {}
+        if group is None:
+            return ErrorCode.group_id_not_found, {}
+        subscribed: set[str] = set()
+        if group.protocol_type == "consumer":
+            for member in group.members.values():
+                subscribed |= subscribed_topics(member.metadata_for(group.protocol))
+        results = {
+            tp: ErrorCode.group_subscribed_to_topic if tp[0] in subscribed else ErrorCode.none
+            for tp in partitions
+        }
+        doomed = [tp for tp, error in results.items() if not error and tp in group.offsets]
+        if doomed:
+            try:
+                await self._append(group_id, [(offset_key(group_id, *tp), None) for tp in doomed])
+            except OSError:
+                return ErrorCode.kafka_storage_error, {}
+            for tp in doomed:
+                group.offsets.pop(tp, None)
+        return ErrorCode.none, results

@@ -1,0 +1,76 @@
+"""OffsetCommit (key 8), versions 2–10.
+
+Behaviour:
+- Commits offsets for a group, durably, before answering. A standalone commit (generation -1,
+  no member) is accepted for a group without members (created if needed); otherwise the
+  member and generation must be current: UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION,
+  FENCED_INSTANCE_ID; during CompletingRebalance: REBALANCE_IN_PROGRESS (commits during
+  PreparingRebalance are allowed, as consumers commit while revoking).
+- Per partition: UNKNOWN_TOPIC_OR_PARTITION (UNKNOWN_TOPIC_ID at v10), metadata longer than
+  offset.metadata.max.bytes: OFFSET_METADATA_TOO_LARGE.
+Version notes: v2–4 retention time (ignored: offsets live as long as the group); v6 leader
+epoch; v7 group instance id; v8 flexible; v10 topic ids.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from lockgate.coordinator.group.records import CommittedOffset
+from lockgate.handlers.common import field
+from lockgate.handlers.registry import HandlerResult, RequestContext, handles
+from lockgate.protocol.api import ApiKey
+from lockgate.protocol.errors import ErrorCode
+
+
+def topic_name(ctx: RequestContext, topic: Any) -> str | None:
+    if ctx.api_version >= 10 and field(topic, "topic_id", None) is not None:
+        record = ctx.broker.topics.by_id.get(topic.topic_id)
+        return record.name if record else None
+    return str(topic.name)
+
+
+@handles(ApiKey.OFFSET_COMMIT, 2, 10)
+async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
+    offsets: dict[tuple[str, int], CommittedOffset] = {}
+    unknown_ids = set()
+    for topic in request.topics:
+        name = topic_name(ctx, topic)
+        if name is None:
+            unknown_ids.add(topic.topic_id)
+            continue
+        for p in topic.partitions:
+            offsets[(name, p.partition_index)] = CommittedOffset(
+                p.committed_offset,
+                field(p, "committed_leader_epoch", -1),
+                p.committed_metadata or "",
+                ctx.received_ms,
+            )
+    results = await ctx.broker.groups.commit(
+        request.group_id,
+        request.generation_id_or_member_epoch,
+        request.member_id,
+        field(request, "group_instance_id", None),
+        offsets,
+    )
+    topics = []
+    for topic in request.topics:
+        name = topic_name(ctx, topic)
+        partitions = [
+            {
+                "partition_index": p.partition_index,
+                "error_code": ErrorCode.unknown_topic_id
+                if name is None
+                else results[(name, p.partition_index)],
+            }
+            for p in topic.partitions
+        ]
+        topics.append(
+            {
+                "name": name or "",
+                "topic_id": field(topic, "topic_id", uuid.UUID(int=0)),
+                "partitions": partitions,
+            }
+        )
+    return {"throttle_time": 0, "topics": topics}

@@ -1,0 +1,28 @@
+"""LeaveGroup (key 13), versions 0–5.
+
+Behaviour: removes the members and rebalances the rest. v0–2 name one member id; v3+ a batch
+of members by id or group instance id, each answered on its own (UNKNOWN_MEMBER_ID,
+FENCED_INSTANCE_ID when the instance belongs to another member id).
+Version notes: v3 batched; v4 flexible; v5 reason.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lockgate.handlers.registry import HandlerResult, RequestContext, handles
+from lockgate.protocol.api import ApiKey
+
+
+@handles(ApiKey.LEAVE_GROUP, 0, 5)
+async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
+    groups = ctx.broker.groups
+    if ctx.api_version < 3:
+        error, answers = groups.leave(request.group_id, [(request.member_id, None)])
+        if not error and answers:
+            error = answers[0]["error_code"]
+        return {"throttle_time": 0, "error_code": error, "members": []}
+    error, answers = groups.leave(
+        request.group_id, [(m.member_id, m.group_instance_id) for m in request.members]
+    )
+    return {"throttle_time": 0, "error_code": error, "members": answers}

@@ -1,0 +1,36 @@
+"""SyncGroup (key 14), versions 0–5.
+
+Behaviour: the leader's assignments are stored and every member waiting in the generation
+gets its own; followers wait for the leader. UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID,
+ILLEGAL_GENERATION (another generation), REBALANCE_IN_PROGRESS (a new rebalance began),
+INCONSISTENT_GROUP_PROTOCOL (v5 protocol type/name differ from the group's).
+Version notes: v3 group instance id; v4 flexible; v5 protocol type/name.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lockgate.handlers.common import field
+from lockgate.handlers.registry import HandlerResult, RequestContext, handles
+from lockgate.protocol.api import ApiKey
+
+
+@handles(ApiKey.SYNC_GROUP, 0, 5)
+async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
+    answer = await ctx.broker.groups.sync(
+        request.group_id,
+        request.generation_id,
+        request.member_id,
+        field(request, "group_instance_id", None),
+        field(request, "protocol_type", None),
+        field(request, "protocol_name", None),
+        {a.member_id: a.assignment for a in request.assignments},
+    )
+    return {
+        "throttle_time": 0,
+        "protocol_type": None,
+        "protocol_name": None,
+        "assignment": b"",
+        **answer,
+    }

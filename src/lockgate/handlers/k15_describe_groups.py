@@ -1,0 +1,59 @@
+"""DescribeGroups (key 15), versions 0–6.
+
+Behaviour: state, protocol type and name, and members (id, instance id, client id and host,
+metadata and assignment) of each group; an unknown group is reported as Dead with no members
+(v0–5) or GROUP_ID_NOT_FOUND (v6, like Kafka 4).
+Version notes: v3 authorized operations (not computed: -2147483648); v4 instance ids; v5
+flexible; v6 error message and GROUP_ID_NOT_FOUND.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lockgate.coordinator.group.state import GroupState
+from lockgate.handlers.registry import HandlerResult, RequestContext, handles
+from lockgate.protocol.api import ApiKey
+from lockgate.protocol.errors import ErrorCode
+
+NO_AUTHORIZED_OPERATIONS = -(2**31)
+
+
+@handles(ApiKey.DESCRIBE_GROUPS, 0, 6)
+async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
+    coordinator = ctx.broker.groups
+    described = []
+    for group_id in request.groups:
+        group = coordinator.groups.get(group_id)
+        entry: dict[str, Any] = {
+            "error_code": 0,
+            "error_message": None,
+            "group_id": group_id,
+            "group_state": GroupState.DEAD.value,
+            "protocol_type": "",
+            "protocol_data": "",
+            "members": [],
+            "authorized_operations": NO_AUTHORIZED_OPERATIONS,
+        }
+        if not coordinator.loaded:
+            entry["error_code"] = ErrorCode.coordinator_load_in_progress
+        elif group is None:
+            if ctx.api_version >= 6:
+                entry["error_code"] = ErrorCode.group_id_not_found
+        else:
+            entry["group_state"] = group.state.value
+            entry["protocol_type"] = group.protocol_type
+            entry["protocol_data"] = group.protocol or ""
+            entry["members"] = [
+                {
+                    "member_id": m.member_id,
+                    "group_instance_id": m.group_instance_id,
+                    "client_id": m.client_id,
+                    "client_host": m.client_host,
+                    "member_metadata": m.metadata_for(group.protocol),
+                    "member_assignment": m.assignment,
+                }
+                for m in group.members.values()
+            ]
+        described.append(entry)
+    return {"throttle_time": 0, "groups": described}

@@ -1,0 +1,39 @@
+"""ListGroups (key 16), versions 0–5.
+
+Behaviour: every group with its protocol type; v4 filters by state names, v5 by group type
+(only "classic" groups exist here).
+Version notes: v3 flexible; v4 states filter; v5 types filter and group type.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lockgate.handlers.common import field
+from lockgate.handlers.registry import HandlerResult, RequestContext, handles
+from lockgate.protocol.api import ApiKey
+from lockgate.protocol.errors import ErrorCode
+
+
+@handles(ApiKey.LIST_GROUPS, 0, 5)
+async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
+    coordinator = ctx.broker.groups
+    if not coordinator.loaded:
+        return {
+            "throttle_time": 0,
+            "error_code": ErrorCode.coordinator_load_in_progress,
+            "groups": [],
+        }
+    states = {s.lower() for s in field(request, "states_filter", ())}
+    types = {t.lower() for t in field(request, "types_filter", ())}
+    listed = [
+        {
+            "group_id": g.group_id,
+            "protocol_type": g.protocol_type,
+            "group_state": g.state.value,
+            "group_type": "classic",
+        }
+        for g in sorted(coordinator.groups.values(), key=lambda g: g.group_id)
+        if (not states or g.state.value.lower() in states) and (not types or "classic" in types)
+    ]
+    return {"throttle_time": 0, "error_code": 0, "groups": listed}

@@ -1,0 +1,85 @@
+"""TxnOffsetCommit (key 28), versions 0–5.
+
+Behaviour:
+- Offsets committed inside a transaction: the producer must own the transactional id
+  (INVALID_PRODUCER_ID_MAPPING), at its current epoch (PRODUCER_FENCED; INVALID_PRODUCER_EPOCH
+  before v3), and the group's offsets partition must be in the open transaction
+  (AddOffsetsToTxn; v5 with TV2 adds it implicitly): TRANSACTION_ABORTABLE, or
+  INVALID_TXN_STATE before v4, otherwise.
+- KIP-447 (v3+): when the request names a generation ≥ 0, a member id or an instance id, the
+  member must be current: UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, FENCED_INSTANCE_ID. This is
+  what fences a zombie that fell out of the group.
+- The offsets are invisible to OffsetFetch until the transaction's commit marker reaches the
+  offsets partition, dropped on abort; RequireStable fetches get UNSTABLE_OFFSET_COMMIT.
+Version notes: v2 leader epoch; v3 generation/member/instance (KIP-447), flexible; v5 TV2.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lockgate.coordinator.group.records import CommittedOffset
+from lockgate.coordinator.txn import coordinator as rules
+from lockgate.handlers.common import field
+from lockgate.handlers.registry import HandlerResult, RequestContext, handles
+from lockgate.handlers.txn_common import map_abortable, map_fenced
+from lockgate.protocol.api import ApiKey
+from lockgate.protocol.errors import ErrorCode
+
+CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
+
+
+def _check_transaction(ctx: RequestContext, request: Any) -> ErrorCode:
+    transactions = ctx.broker.transactions
+    gate = transactions.gate(request.transactional_id)
+    if gate:
+        return gate
+    partition = (CONSUMER_OFFSETS_TOPIC, ctx.broker.groups.offsets_partition(request.group_id))
+    meta = transactions.txns.get(request.transactional_id)
+    error = rules.verify_partition(meta, request.producer_id, request.producer_epoch, partition)
+    if error == ErrorCode.transaction_abortable and ctx.api_version >= 5:
+        error, _durable = transactions.add_implicitly(
+            request.transactional_id, request.producer_id, request.producer_epoch, partition
+        )
+    return map_abortable(map_fenced(error, ctx.api_version, 3), ctx.api_version, 4)
+
+
+@handles(ApiKey.TXN_OFFSET_COMMIT, 0, 5)
+async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
+    offsets = {
+        (topic.name, p.partition_index): CommittedOffset(
+            p.committed_offset,
+            field(p, "committed_leader_epoch", -1),
+            p.committed_metadata or "",
+            ctx.received_ms,
+        )
+        for topic in request.topics
+        for p in topic.partitions
+    }
+    error = _check_transaction(ctx, request)
+    if error:
+        results = dict.fromkeys(offsets, error)
+    else:
+        results = await ctx.broker.groups.txn_commit(
+            request.group_id,
+            request.producer_id,
+            request.producer_epoch,
+            field(request, "generation_id", -1),
+            field(request, "member_id", ""),
+            field(request, "group_instance_id", None),
+            offsets,
+        )
+    topics = [
+        {
+            "name": topic.name,
+            "partitions": [
+                {
+                    "partition_index": p.partition_index,
+                    "error_code": results[(topic.name, p.partition_index)],
+                }
+                for p in topic.partitions
+            ],
+        }
+        for topic in request.topics
+    ]
+    return {"throttle_time": 0, "topics": topics}
