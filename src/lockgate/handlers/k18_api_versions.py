@@ -4,6 +4,9 @@ Behaviour:
 - Lists every API in the handler registry with the versions lockgate serves.
 - A version lockgate does not know is answered by the connection with a v0 response,
   UNSUPPORTED_VERSION and the supported ranges (KIP-511), so clients can downgrade.
+- v3+: feature `transaction.version` supported 0–2 and finalized at 2: transaction version 2
+  (KIP-890: epoch bump per transaction, EndTxn v5, implicit partition add on Produce v12+ and
+  TxnOffsetCommit v5) works end to end, proven by tests/integration/test_transaction_version_2.py.
 Version notes: v3+ carries client software name/version (logged) and tagged feature fields.
 """
 
@@ -22,11 +25,30 @@ def supported_versions() -> list[dict[str, int]]:
     ]
 
 
+TRANSACTION_VERSION = "transaction.version"
+TRANSACTION_VERSION_LEVEL = 2
+FEATURES_EPOCH = 1  # the finalized features never change while lockgate runs
+
+
 @handles(ApiKey.API_VERSIONS, 0, 4)
 async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     return {
         "error_code": 0,
         "api_keys": supported_versions(),
         "throttle_time": 0,
-        "finalized_features_epoch": -1,
+        "supported_features": [
+            {
+                "name": TRANSACTION_VERSION,
+                "min_version": 0,
+                "max_version": TRANSACTION_VERSION_LEVEL,
+            }
+        ],
+        "finalized_features_epoch": FEATURES_EPOCH,
+        "finalized_features": [
+            {
+                "name": TRANSACTION_VERSION,
+                "min_version_level": TRANSACTION_VERSION_LEVEL,
+                "max_version_level": TRANSACTION_VERSION_LEVEL,
+            }
+        ],
     }
