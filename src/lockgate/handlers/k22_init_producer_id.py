@@ -1,4 +1,4 @@
-"""InitProducerId (key 22), versions 0–5.
+"""InitProducerId (key 22), versions 0–6.
 
 Behaviour:
 - Idempotent producers (no transactional id): a fresh producer id from the persisted allocator
@@ -11,8 +11,16 @@ Behaviour:
   epoch exhaustion allocates a new producer id; an unknown producer id: PRODUCER_FENCED.
 - Exactly one of ProducerId/ProducerEpoch -1: INVALID_REQUEST. Timeout ≤ 0 or above
   transaction.max.timeout.ms: INVALID_TRANSACTION_TIMEOUT.
+- v6 (KIP-939): Enable2Pc marks the id's transactions two-phase (never aborted by the timeout
+  task); refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED unless
+  transaction.two.phase.commit.enable=true. KeepPreparedTxn keeps an open transaction instead
+  of aborting it: the answer is a fresh id/epoch (NextProducerId/NextProducerEpoch, bumped on
+  every call, a new id when the epoch would overflow) plus OngoingTxnProducerId/Epoch of the
+  kept transaction, which EndTxn v5 with the fresh pair then commits or aborts. With no open
+  transaction the ongoing pair is -1/-1.
 Version notes: v2 flexible; v3 ProducerId/ProducerEpoch (KIP-360); v4 PRODUCER_FENCED (older
-versions get INVALID_PRODUCER_EPOCH); v5 may answer TRANSACTION_ABORTABLE (never needed here).
+versions get INVALID_PRODUCER_EPOCH); v5 may answer TRANSACTION_ABORTABLE (never needed here);
+v6 Enable2Pc, KeepPreparedTxn, OngoingTxnProducerId/Epoch.
 """
 
 from __future__ import annotations
@@ -27,16 +35,20 @@ from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
 
 
-def _answer(error: ErrorCode, producer_id: int = -1, epoch: int = -1) -> dict[str, Any]:
+def _answer(
+    error: ErrorCode, producer_id: int = -1, epoch: int = -1, ongoing: tuple[int, int] = (-1, -1)
+) -> dict[str, Any]:
     return {
         "throttle_time": 0,
         "error_code": error,
         "producer_id": producer_id,
         "producer_epoch": epoch,
+        "ongoing_txn_producer_id": ongoing[0],
+        "ongoing_txn_producer_epoch": ongoing[1],
     }
 
 
-@handles(ApiKey.INIT_PRODUCER_ID, 0, 5)
+@handles(ApiKey.INIT_PRODUCER_ID, 0, 6)
 async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     producer_id = field(request, "producer_id", -1)
     epoch = field(request, "producer_epoch", -1)
@@ -46,6 +58,9 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     broker = ctx.broker
     if transactional_id is None:
         return _answer(ErrorCode.none, broker.producer_ids.allocate(), 0)
+    enable_2pc = field(request, "enable2_pc", False)
+    if enable_2pc and not broker.config.flag("transaction.two.phase.commit.enable"):
+        return _answer(ErrorCode.transactional_id_authorization_failed)
     coordinator = broker.transactions
     gate = coordinator.gate(transactional_id)
     if gate:
@@ -59,8 +74,11 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
         ctx.received_ms,
         coordinator.max_timeout_ms,
         broker.producer_ids.allocate,
+        enable_2pc,
+        field(request, "keep_prepared_txn", False),
     )
     error = await coordinator.apply(transactional_id, outcome)
     if error:
         return _answer(map_fenced(error, ctx.api_version, 4))
-    return _answer(ErrorCode.none, outcome.producer_id, outcome.producer_epoch)
+    ongoing = (outcome.ongoing_producer_id, outcome.ongoing_producer_epoch)
+    return _answer(ErrorCode.none, outcome.producer_id, outcome.producer_epoch, ongoing)

@@ -38,6 +38,7 @@ BROKER_DEFAULTS: dict[str, str] = {
     "transaction.state.log.num.partitions": "50",
     "offsets.topic.num.partitions": "50",
     "transaction.max.timeout.ms": "900000",
+    "transaction.two.phase.commit.enable": "false",
     "transactional.id.expiration.ms": str(7 * DAY_MS),
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "10000",
     "transaction.remove.expired.transaction.cleanup.interval.ms": "3600000",

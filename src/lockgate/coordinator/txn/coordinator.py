@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from lockgate.coordinator.txn.metadata import (
     MAX_EPOCH,
@@ -27,6 +27,8 @@ class Outcome:
     transition: TxnMetadata | None = None  # to log durably before answering
     producer_id: int = NO_PRODUCER_ID
     producer_epoch: int = NO_EPOCH
+    ongoing_producer_id: int = NO_PRODUCER_ID  # KIP-939: the kept transaction's id/epoch
+    ongoing_producer_epoch: int = NO_EPOCH
 
     @property
     def writes_markers(self) -> bool:
@@ -53,27 +55,38 @@ def init_producer_id(
     now_ms: int,
     max_timeout_ms: int,
     allocate: AllocateId,
+    enable_2pc: bool = False,
+    keep_prepared: bool = False,
 ) -> Outcome:
     """KIP-98 + KIP-360. (-1, -1) is a new instance that fences the old one; a known
     (id, epoch) is a live producer bumping its epoch, and a retry with the epoch it had before
-    the last bump gets the same answer again."""
+    the last bump gets the same answer again. KIP-939: `keep_prepared` keeps an open
+    (prepared) transaction instead of aborting it and hands out the next id/epoch to finish it
+    with; `enable_2pc` marks the id's transactions as two-phase (no timeout abort). Whether
+    2PC is allowed at all is the caller's check (a broker setting)."""
     if (producer_id == NO_PRODUCER_ID) != (producer_epoch == NO_EPOCH):
         return fail(ErrorCode.invalid_request)
     if not 0 < timeout_ms <= max_timeout_ms:
         return fail(ErrorCode.invalid_transaction_timeout)
     if meta is None or meta.state == TxnState.DEAD:
         new = TxnMetadata(
-            transactional_id, allocate(), 0, timeout_ms, TxnState.EMPTY, last_update_ms=now_ms
+            transactional_id,
+            allocate(),
+            0,
+            timeout_ms,
+            TxnState.EMPTY,
+            last_update_ms=now_ms,
+            two_phase_commit=enable_2pc,
         )
         return Outcome(ErrorCode.none, new, new.producer_id, 0)
-    if producer_id != NO_PRODUCER_ID and producer_id not in (
-        meta.producer_id,
-        meta.prev_producer_id,
-    ):
+    known = (meta.producer_id, meta.prev_producer_id, meta.next_producer_id)
+    if producer_id != NO_PRODUCER_ID and producer_id not in known:
         return fail(ErrorCode.producer_fenced)
     if meta.state in PREPARING or meta.state == TxnState.PREPARE_EPOCH_FENCE:
         return fail(ErrorCode.concurrent_transactions)
     if meta.state == TxnState.ONGOING:
+        if keep_prepared:
+            return _keep_prepared(meta, now_ms, allocate, enable_2pc)
         return _fence_and_abort(meta, now_ms)
     # Empty, CompleteCommit, CompleteAbort
     if producer_id != NO_PRODUCER_ID:
@@ -90,7 +103,11 @@ def init_producer_id(
             TxnState.EMPTY,
             producer_id=allocate(),
             producer_epoch=0,
-            prev_producer_id=meta.producer_id,
+            prev_producer_id=(
+                meta.prev_producer_id
+                if meta.prev_producer_id != NO_PRODUCER_ID
+                else meta.producer_id
+            ),
             last_producer_epoch=meta.producer_epoch,
         )
     else:
@@ -100,25 +117,48 @@ def init_producer_id(
             prev_producer_id=NO_PRODUCER_ID,
             last_producer_epoch=meta.producer_epoch,
         )
-    new = _reset(new, timeout_ms, now_ms)
+    new = replace(_reset(new, timeout_ms, now_ms), two_phase_commit=enable_2pc)
     return Outcome(ErrorCode.none, new, new.producer_id, new.producer_epoch)
 
 
+def _next_id(producer_id: int, epoch: int, allocate: AllocateId) -> tuple[int, int]:
+    """The id/epoch after (producer_id, epoch): the next epoch, or a new id at epoch 0 when the
+    next epoch would reach MAX_EPOCH (never handed to a client; markers may use it)."""
+    if epoch + 1 >= MAX_EPOCH:
+        return allocate(), 0
+    return producer_id, epoch + 1
+
+
+def _keep_prepared(
+    meta: TxnMetadata, now_ms: int, allocate: AllocateId, enable_2pc: bool
+) -> Outcome:
+    """KIP-939: the restarted client gets a fresh id/epoch (NextProducerId/NextProducerEpoch,
+    bumped on every such restart) while the prepared transaction keeps its own, reported as
+    OngoingTxnProducerId/Epoch; completing it later uses the fresh pair."""
+    if meta.next_producer_id != NO_PRODUCER_ID:
+        base = (meta.next_producer_id, meta.next_producer_epoch)
+    else:
+        base = (meta.producer_id, meta.producer_epoch)
+    next_id, next_epoch = _next_id(*base, allocate)
+    new = meta.to(
+        TxnState.ONGOING,
+        next_producer_id=next_id,
+        next_producer_epoch=next_epoch,
+        last_update_ms=now_ms,
+        two_phase_commit=meta.two_phase_commit or enable_2pc,
+    )
+    return Outcome(ErrorCode.none, new, next_id, next_epoch, meta.producer_id, meta.producer_epoch)
+
+
 def _reset(meta: TxnMetadata, timeout_ms: int, now_ms: int) -> TxnMetadata:
-    return TxnMetadata(
-        meta.transactional_id,
-        meta.producer_id,
-        meta.producer_epoch,
-        timeout_ms,
-        meta.state,
-        frozenset(),
-        -1,
-        now_ms,
-        meta.prev_producer_id,
-        NO_PRODUCER_ID,
-        meta.client_transaction_version,
-        NO_EPOCH,
-        meta.last_producer_epoch,
+    return replace(
+        meta,
+        timeout_ms=timeout_ms,
+        partitions=frozenset(),
+        start_ms=-1,
+        last_update_ms=now_ms,
+        next_producer_id=NO_PRODUCER_ID,
+        next_producer_epoch=NO_EPOCH,
     )
 
 
@@ -242,7 +282,13 @@ def _end_txn_v2(
     retry_of_rotation = (
         producer_id == meta.prev_producer_id and meta.prev_producer_id != NO_PRODUCER_ID
     )
-    is_retry = retry_of_bump or retry_of_rotation
+    retry_while_preparing = meta.state in PREPARING and (producer_id, producer_epoch + 1) == (
+        meta.next_producer_id,
+        meta.next_producer_epoch,
+    )
+    is_retry = retry_of_bump or retry_of_rotation or retry_while_preparing
+    if meta.state == TxnState.ONGOING and meta.next_producer_id != NO_PRODUCER_ID:
+        return _end_kept(meta, producer_id, producer_epoch, target, now_ms, allocate)
     if meta.state in COMPLETE and is_retry:
         if meta.state == done:
             return Outcome(ErrorCode.none, None, meta.producer_id, meta.producer_epoch)
@@ -279,6 +325,35 @@ def _end_txn_v2(
     return Outcome(ErrorCode.none, new, new.producer_id, new.producer_epoch)
 
 
+def _end_kept(
+    meta: TxnMetadata,
+    producer_id: int,
+    producer_epoch: int,
+    target: TxnState,
+    now_ms: int,
+    allocate: AllocateId,
+) -> Outcome:
+    """Completing a transaction kept across a client restart (KIP-939): the client speaks with
+    the latest id/epoch; markers go out under the transaction's own id with its epoch bumped;
+    the answer is the id/epoch after the client's. PrevProducerId remembers the client's id
+    when that answer is a new id, so that a retry is recognised."""
+    if producer_id != meta.next_producer_id:
+        return fail(ErrorCode.invalid_producer_id_mapping)
+    if producer_epoch != meta.next_producer_epoch:
+        return fail(ErrorCode.producer_fenced)
+    next_id, next_epoch = _next_id(producer_id, producer_epoch, allocate)
+    new = meta.to(
+        target,
+        producer_epoch=meta.producer_epoch + 1,
+        next_producer_id=next_id,
+        next_producer_epoch=next_epoch,
+        prev_producer_id=producer_id if next_id != producer_id else NO_PRODUCER_ID,
+        last_update_ms=now_ms,
+        client_transaction_version=TV2,
+    )
+    return Outcome(ErrorCode.none, new, next_id, next_epoch)
+
+
 def complete(meta: TxnMetadata, now_ms: int) -> TxnMetadata:
     """After every marker of a PrepareCommit/PrepareAbort is durable: the Complete state, and
     under TV2 with an exhausted epoch the switch to the next producer id."""
@@ -296,7 +371,11 @@ def complete(meta: TxnMetadata, now_ms: int) -> TxnMetadata:
         changes.update(
             producer_id=meta.next_producer_id,
             producer_epoch=meta.next_producer_epoch,
-            prev_producer_id=meta.producer_id,
+            prev_producer_id=(
+                meta.prev_producer_id
+                if meta.prev_producer_id != NO_PRODUCER_ID
+                else meta.producer_id
+            ),
             next_producer_id=NO_PRODUCER_ID,
             next_producer_epoch=NO_EPOCH,
         )
@@ -311,6 +390,8 @@ def abort_if_timed_out(meta: TxnMetadata, now_ms: int) -> TxnMetadata | None:
     producer that let it time out is fenced."""
     if meta.state != TxnState.ONGOING or now_ms - meta.start_ms <= meta.timeout_ms:
         return None
+    if meta.two_phase_commit:
+        return None  # KIP-939: only the external transaction manager decides
     return _fence_and_abort(meta, now_ms).transition
 
 

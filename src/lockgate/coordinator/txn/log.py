@@ -4,8 +4,8 @@
 # Value v0: producer id i64, epoch i16, timeout i32, status i8, partitions (nullable array of
 # topic + int32 ids), last update i64, start i64. v1 is the flexible form of the same fields
 # with tagged fields 0 PreviousProducerId, 1 NextProducerId, 2 ClientTransactionVersion (Kafka)
-# and 3 NextProducerEpoch (lockgate's tag for KIP-939, which Kafka has not assigned). A null
-# value is a tombstone: the transactional id expired.
+# and lockgate's tags for KIP-939, which Kafka has not assigned: 3 NextProducerEpoch and
+# 4 TwoPhaseCommit (int8). A null value is a tombstone: the transactional id expired.
 from __future__ import annotations
 
 import struct
@@ -21,6 +21,7 @@ _TAG_PREV_PRODUCER_ID = 0
 _TAG_NEXT_PRODUCER_ID = 1
 _TAG_CLIENT_TXN_VERSION = 2
 _TAG_NEXT_PRODUCER_EPOCH = 3
+_TAG_TWO_PHASE_COMMIT = 4
 
 _FIXED = struct.Struct(">qhib")
 _TIMES = struct.Struct(">qq")
@@ -70,6 +71,8 @@ def encode_value(meta: TxnMetadata) -> bytes:
         tags.append((_TAG_CLIENT_TXN_VERSION, struct.pack(">h", meta.client_transaction_version)))
     if meta.next_producer_epoch != NO_EPOCH:
         tags.append((_TAG_NEXT_PRODUCER_EPOCH, struct.pack(">h", meta.next_producer_epoch)))
+    if meta.two_phase_commit:
+        tags.append((_TAG_TWO_PHASE_COMMIT, b"\x01"))
     out += _uvarint(len(tags))
     for tag, payload in tags:
         out += _uvarint(tag) + _uvarint(len(payload)) + payload
@@ -152,6 +155,7 @@ def decode_value(transactional_id: str, data: bytes) -> TxnMetadata:
         next_producer_id=tag(_TAG_NEXT_PRODUCER_ID, ">q", NO_PRODUCER_ID),
         client_transaction_version=tag(_TAG_CLIENT_TXN_VERSION, ">h", 0),
         next_producer_epoch=tag(_TAG_NEXT_PRODUCER_EPOCH, ">h", NO_EPOCH),
+        two_phase_commit=bool(tag(_TAG_TWO_PHASE_COMMIT, ">b", 0)),
     )
 
 

@@ -28,6 +28,7 @@ class TxnMetadata:
     next_producer_id: int = NO_PRODUCER_ID  # tag 1: the id handed out on epoch exhaustion
     client_transaction_version: int = 0  # tag 2
     next_producer_epoch: int = NO_EPOCH  # tag 3 (lockgate; KIP-939's NextProducerEpoch)
+    two_phase_commit: bool = False  # tag 4 (lockgate): KIP-939, exempt from the timeout aborter
     last_producer_epoch: int = NO_EPOCH  # memory only: recognises a retried InitProducerId
 
     @property

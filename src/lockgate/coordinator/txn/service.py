@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from typing import TYPE_CHECKING
 
@@ -31,6 +32,12 @@ log = logging.getLogger(__name__)
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 
+# Test hook, for crash-recovery tests only: when LOCKGATE_TEST_CRASH_POINT names a point of
+# _complete, the broker dies there with os._exit(137), as if killed with SIGKILL. Read once per
+# coordinator; unset (always, outside those tests) it has no effect.
+CRASH_POINT_VARIABLE = "LOCKGATE_TEST_CRASH_POINT"
+CRASH_POINTS = frozenset({"after-prepare", "between-markers", "after-markers"})
+
 
 def now_ms() -> int:
     return int(time.time() * 1000)
@@ -47,6 +54,12 @@ class TransactionCoordinator:
         self.pending: set[str] = set()
         self.loaded = False
         self._completions: set[asyncio.Task[None]] = set()
+        self._crash_point = os.environ.get(CRASH_POINT_VARIABLE, "")
+        if self._crash_point not in CRASH_POINTS | {""}:
+            log.error("ignoring %s=%r: not a crash point", CRASH_POINT_VARIABLE, self._crash_point)
+            self._crash_point = ""
+        elif self._crash_point:
+            log.warning("test hook: will crash at %r of a transaction", self._crash_point)
 
     # -- loading -------------------------------------------------------------------------------
 
@@ -173,6 +186,7 @@ class TransactionCoordinator:
         meta = self.txns[transactional_id]
         commit = meta.state == TxnState.PREPARE_COMMIT
         epoch = self.coordinator_epoch(transactional_id)
+        self._crash_if_at("after-prepare")
         for attempt in range(1, 1000):
             written = []
             for topic, index in sorted(meta.partitions):
@@ -189,8 +203,12 @@ class TransactionCoordinator:
                     )
                     continue
                 written.append(self.broker.group_commit.appended(partition))
+                if self._crash_point == "between-markers" and len(meta.partitions) > 1:
+                    await written[0]  # test hook: the first marker is durable, the others unwritten
+                    self._crash_if_at("between-markers")
             try:
                 await asyncio.gather(*written)
+                self._crash_if_at("after-markers")
                 done = rules.complete(meta, now_ms())
                 self.pending.add(transactional_id)
                 try:
@@ -203,6 +221,13 @@ class TransactionCoordinator:
                 continue
             self.txns[transactional_id] = done
             return
+
+    def _crash_if_at(self, point: str) -> None:
+        """Test hook (see CRASH_POINT_VARIABLE): dies here, without any cleanup, if asked to."""
+        if self._crash_point == point:
+            log.warning("test hook: crashing at %r", point)
+            logging.shutdown()
+            os._exit(137)
 
     async def drain(self) -> None:
         """Shutdown: lets in-flight completions finish."""
