@@ -33,6 +33,7 @@ class RequestContext:
     client_id: str | None
     peer: str
     received_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    started: float = field(default_factory=time.monotonic)
 
 
 Handler = Callable[[RequestContext, Any], Awaitable[HandlerResult]]

@@ -17,6 +17,7 @@ from lockgate.server.connection import Connection
 from lockgate.server.durability import GroupCommit
 from lockgate.server.fetch_sessions import FetchSessionCache
 from lockgate.server.metadata import LocalMetadataStore
+from lockgate.server.metrics import BrokerMetrics
 from lockgate.server.producer_ids import ProducerIdManager
 from lockgate.server.topics import TopicManager
 from lockgate.storage.disk import DiskEngine
@@ -41,6 +42,8 @@ class Broker:
         self.producer_ids = ProducerIdManager(self.storage)
         self.transactions = TransactionCoordinator(self)
         self.groups = GroupCoordinator(self)
+        self.metrics = BrokerMetrics(self)
+        self.metrics_port = -1
         self.group_commit = GroupCommit(config.durable and self.storage.durable)
         self.connections: set[Connection] = set()
         self.fetch_sessions = FetchSessionCache(
@@ -69,6 +72,11 @@ class Broker:
         sockets = self._server.sockets
         if sockets and self.port == 0:
             self.port = sockets[0].getsockname()[1]
+        metrics_port = self.config.integer("lockgate.metrics.port")
+        if metrics_port >= 0:
+            self.metrics_port = await self.metrics.serve(
+                self.config.get("lockgate.metrics.host"), metrics_port
+            )
         self._tasks.append(asyncio.create_task(self._retention_loop()))
         self._tasks.append(asyncio.create_task(self._producer_expiry_loop()))
         self._tasks.append(asyncio.create_task(self._transaction_loops()))
@@ -128,6 +136,7 @@ class Broker:
         log.info("shutting down")
         if self._server is not None:
             self._server.close()
+        await self.metrics.close()
         for task in self._tasks:
             task.cancel()
         for connection in list(self.connections):
