@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import logging
 import struct
+import time
 from typing import TYPE_CHECKING
 
 from lockgate.handlers.registry import HANDLERS, HandlerSpec, RawBody, RequestContext
@@ -80,9 +81,21 @@ class Connection:
                     raise CloseConnection(
                         f"frame of {size} bytes is outside 0..socket.request.max.bytes={max_size}"
                     )
-                payload = await self.reader.readexactly(size)
+                try:
+                    payload = await self.reader.readexactly(size)
+                except asyncio.IncompleteReadError as exc:
+                    raise CloseConnection(
+                        f"the stream ended {len(exc.partial)} bytes into a frame of {size}"
+                    ) from None
                 await self._queue.put(self._dispatch(payload))
-        except (asyncio.IncompleteReadError, ConnectionError):
+        except asyncio.IncompleteReadError as exc:
+            if exc.partial:
+                log.warning(
+                    "connection from %s (client id %r) ended inside a frame size prefix",
+                    self.peer,
+                    self.client_id,
+                )
+        except ConnectionError:
             return
         except CloseConnection as exc:
             log.warning(
@@ -96,8 +109,10 @@ class Connection:
             raise CloseConnection(str(exc)) from None
         spec = HANDLERS.get(api_key)
         if spec is None:
+            self._note_client_id(payload)
             raise CloseConnection(f"unknown API key {api_key}")
         if not spec.min_version <= version <= spec.max_version:
+            self._note_client_id(payload)
             if api_key == ApiKey.API_VERSIONS:
                 log.info(
                     "%s (client id %r) asked for ApiVersions v%d; answering with v0",
@@ -128,6 +143,12 @@ class Connection:
         response_flexible = flexible and api_key != ApiKey.API_VERSIONS
         return asyncio.create_task(self._handle(spec, context, request, response_flexible))
 
+    def _note_client_id(self, payload: bytes) -> None:
+        """Reads the client id of a request rejected before its header is parsed, so that the
+        log line names the client: the header up to the client id is the same in every API."""
+        with contextlib.suppress(MalformedFrame):
+            self.client_id = parse_request_header(payload, None).client_id
+
     async def _handle(
         self, spec: HandlerSpec, context: RequestContext, request: object, flexible: bool
     ) -> bytes | None:
@@ -143,6 +164,7 @@ class Connection:
             )
             self.stop_reading()
             return None
+        self.broker.metrics.request_done(spec.api_key.name, time.monotonic() - context.started)
         if result is None:
             return None
         if isinstance(result, RawBody):
