@@ -319,13 +319,18 @@ class Partition:
         self.active.append(batch, stored, self.config.index_interval_bytes)
         if not self.unsynced or self.unsynced[-1] is not self.active.log:
             self.unsynced.append(self.active.log)
-        self._apply_marker(stored, commit, self.active, now_ms)
+        self._apply_marker(stored, commit, self.active, now_ms, coordinator_epoch)
         for listener in self.marker_listeners:
             listener(producer_id, commit)
         return offset
 
     def _apply_marker(
-        self, header: BatchHeader, commit: bool, segment: Segment, now_ms: int = -1
+        self,
+        header: BatchHeader,
+        commit: bool,
+        segment: Segment,
+        now_ms: int = -1,
+        coordinator_epoch: int = -1,
     ) -> None:
         """Ends the producer's open transaction (if any) at this marker."""
         producer_id = header.producer_id
@@ -345,7 +350,9 @@ class Partition:
                 header.base_offset if entry is None else entry.last_offset,
                 now_ms if now_ms >= 0 else header.max_timestamp,
                 -1,
-                entry.coordinator_epoch if entry else -1,
+                coordinator_epoch
+                if coordinator_epoch >= 0 or entry is None
+                else entry.coordinator_epoch,
             )
         )
 
