@@ -166,14 +166,6 @@ def test_confluent_describe_cluster(shared_broker: BrokerProcess) -> None:
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "protocol/api.py decode_body rejects trailing bytes, and librdkafka 2.16 sends an "
-        "all-topics Metadata v13 with 3 stray bytes (an unfinalised 4-byte array-count "
-        "placeholder); Kafka ignores trailing bytes, lockgate closes the connection"
-    ),
-)
 def test_confluent_list_all_topics(shared_broker: BrokerProcess) -> None:
     name = "admin-confluent-listed"
     create_topic(shared_broker.bootstrap, name, 1)

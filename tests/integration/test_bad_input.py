@@ -222,14 +222,7 @@ class BadInput:
     name: str
     send: Callable[[KafkaWire], object]
     expected: object
-    # Why no log line is expected yet (a broker bug outside this test's reach), if any.
-    log_xfail: str | None = None
 
-
-_PRODUCE_REQUEST_ERRORS_NOT_LOGGED = (
-    "handlers/k00_produce.py answers request-level Produce errors (UNSUPPORTED_VERSION for "
-    "v0-2, INVALID_REQUIRED_ACKS) without logging them, unlike per-partition rejections"
-)
 
 BAD_INPUTS = [
     BadInput("garbage-frame", garbage_frame, CLOSED),
@@ -276,13 +269,11 @@ BAD_INPUTS = [
         "produce-v2",
         _produce_error(build_batch([(None, b"v2")]), version=2),
         _partition_error(UNSUPPORTED_VERSION),
-        log_xfail=_PRODUCE_REQUEST_ERRORS_NOT_LOGGED,
     ),
     BadInput(
         "acks-5",
         _produce_error(build_batch([(None, b"acks")]), acks=5),
         _partition_error(INVALID_REQUIRED_ACKS),
-        log_xfail=_PRODUCE_REQUEST_ERRORS_NOT_LOGGED,
     ),
 ]
 
@@ -421,17 +412,7 @@ def _log_lines_for(log: str, address: str) -> list[str]:
     return [line for line in log.splitlines() if pattern.search(line)]
 
 
-@pytest.mark.parametrize(
-    "bad",
-    [
-        pytest.param(
-            bad,
-            marks=[pytest.mark.xfail(strict=True, reason=bad.log_xfail)] if bad.log_xfail else [],
-        )
-        for bad in BAD_INPUTS
-    ],
-    ids=lambda bad: bad.name,
-)
+@pytest.mark.parametrize("bad", BAD_INPUTS, ids=lambda bad: bad.name)
 def test_bad_input_is_logged_once_with_client_id_and_address(
     scenario: Scenario, bad: BadInput
 ) -> None:

@@ -142,6 +142,11 @@ def produce(
         request_error = ErrorCode.unsupported_version
     elif request.acks not in (0, 1, -1):
         request_error = ErrorCode.invalid_required_acks
+    if request_error:
+        log.info(
+            "produce v%d from %s (client id %r) rejected: %s",
+            version, ctx.peer, ctx.client_id, request_error.name,
+        )
     answer = []
     for topic in request.topics:
         results = []

@@ -87,11 +87,11 @@ def is_flexible(api_key: int, version: int) -> bool:
 def decode_body(cls: type[E], payload: bytes, offset: int) -> E:
     data = memoryview(bytes(payload) if isinstance(payload, bytearray) else payload)
     try:
-        value, size = entity_reader(cls)(data, offset)
+        value, _size = entity_reader(cls)(data, offset)
     except (SerialError, KeyError, ValueError, TypeError, OverflowError, IndexError) as exc:
         raise BodyDecodeError(f"{type(exc).__name__}: {exc}") from exc
-    if offset + size != len(data):
-        raise BodyDecodeError(f"{len(data) - offset - size} trailing bytes after the body")
+    # Trailing bytes are ignored, as Kafka does: librdkafka's all-topics Metadata request
+    # carries a few.
     return value
 
 
