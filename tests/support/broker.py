@@ -29,10 +29,17 @@ def wait_for_port(port: int, timeout: float = 30.0) -> None:
 
 
 class BrokerProcess:
-    def __init__(self, data_dir: Path, settings: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        settings: dict[str, str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.data_dir = data_dir
         self.port = free_port()
         self.settings = dict(settings or {})
+        # Extra environment variables for the child (on top of ours); change before a restart.
+        self.env = dict(env or {})
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir.parent / f"{data_dir.name}-broker.log"
 
@@ -54,7 +61,10 @@ class BrokerProcess:
         for key, value in self.settings.items():
             command += ["--set", f"{key}={value}"]
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
-        self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        environment = {**os.environ, **self.env} if self.env else None
+        self.process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, env=environment
+        )
         log.close()
         try:
             wait_for_port(self.port)
@@ -76,6 +86,14 @@ class BrokerProcess:
         except subprocess.TimeoutExpired:
             self.process.kill()
             code = self.process.wait(10)
+        self.process = None
+        return code
+
+    def wait_exit(self, timeout: float = 30.0) -> int:
+        """Waits for the broker to exit by itself (a crash); returns its exit code."""
+        if self.process is None:
+            raise RuntimeError("the broker is not running")
+        code = self.process.wait(timeout)
         self.process = None
         return code
 
