@@ -82,6 +82,14 @@ def init_producer_id(
     known = (meta.producer_id, meta.prev_producer_id, meta.next_producer_id)
     if producer_id != NO_PRODUCER_ID and producer_id not in known:
         return fail(ErrorCode.producer_fenced)
+    if (
+        producer_id != NO_PRODUCER_ID
+        and producer_id == meta.prev_producer_id
+        and not _epoch_exhausted(producer_epoch)
+    ):
+        # Kafka: the id before a rotation can only be a retry from its exhausted epoch; an
+        # older instance of that id must not fence (abort) the new id's transaction
+        return fail(ErrorCode.producer_fenced)
     if meta.state in PREPARING or meta.state == TxnState.PREPARE_EPOCH_FENCE:
         return fail(ErrorCode.concurrent_transactions)
     if meta.state == TxnState.ONGOING:
@@ -98,6 +106,9 @@ def init_producer_id(
             return Outcome(ErrorCode.none, None, meta.producer_id, meta.producer_epoch)
         if producer_id != meta.producer_id or producer_epoch != meta.producer_epoch:
             return fail(ErrorCode.producer_fenced)
+    # the epoch a retry of this bump carries; after (-1, -1) the epoch before the bump is the
+    # fenced instance's, which must not pass for a retry (Kafka records none either)
+    last_epoch = meta.producer_epoch if producer_id != NO_PRODUCER_ID else NO_EPOCH
     if _epoch_exhausted(meta.producer_epoch):
         new = meta.to(
             TxnState.EMPTY,
@@ -108,14 +119,14 @@ def init_producer_id(
                 if meta.prev_producer_id != NO_PRODUCER_ID
                 else meta.producer_id
             ),
-            last_producer_epoch=meta.producer_epoch,
+            last_producer_epoch=last_epoch,
         )
     else:
         new = meta.to(
             TxnState.EMPTY,
             producer_epoch=meta.producer_epoch + 1,
             prev_producer_id=NO_PRODUCER_ID,
-            last_producer_epoch=meta.producer_epoch,
+            last_producer_epoch=last_epoch,
         )
     new = replace(_reset(new, timeout_ms, now_ms), two_phase_commit=enable_2pc)
     return Outcome(ErrorCode.none, new, new.producer_id, new.producer_epoch)
@@ -190,6 +201,8 @@ def add_partitions(
     client_transaction_version: int = 0,
 ) -> Outcome:
     wanted = frozenset(partitions)
+    if _answered_but_preparing(meta, producer_id, producer_epoch):
+        return fail(ErrorCode.concurrent_transactions)
     error = _check_producer(meta, producer_id, producer_epoch)
     if error:
         return fail(error)
@@ -208,6 +221,7 @@ def add_partitions(
         start_ms=start,
         last_update_ms=now_ms,
         client_transaction_version=version,
+        prev_producer_id=NO_PRODUCER_ID,  # Kafka: only right after a rotation
     )
     return Outcome(ErrorCode.none, new)
 
@@ -223,6 +237,20 @@ def verify_partition(
     if meta.state != TxnState.ONGOING or partition not in meta.partitions:
         return ErrorCode.transaction_abortable
     return ErrorCode.none
+
+
+def _answered_but_preparing(
+    meta: TxnMetadata | None, producer_id: int, producer_epoch: int
+) -> bool:
+    """TV2: EndTxn v5 answers with the next id/epoch before the markers are written. A client
+    already using a new id from an epoch overflow must be told to wait, like one using the
+    bumped epoch of the same id, not that its id is unknown."""
+    return (
+        meta is not None
+        and meta.state in PREPARING
+        and meta.next_producer_id != NO_PRODUCER_ID
+        and (producer_id, producer_epoch) == (meta.next_producer_id, meta.next_producer_epoch)
+    )
 
 
 def _check_producer(meta: TxnMetadata | None, producer_id: int, producer_epoch: int) -> ErrorCode:
@@ -278,9 +306,18 @@ def _end_txn_v2(
     before an exhaustion rotation) is recognised and answered with success."""
     target = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
     done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
-    retry_of_bump = producer_id == meta.producer_id and producer_epoch == meta.producer_epoch - 1
+    # a Complete state at the last epoch comes from a fence (a TV2 bump to it rotates the id):
+    # taking the fenced producer's abort for a retry would hand it that epoch, with none left
+    # above it for the next transaction's markers
+    retry_of_bump = (
+        producer_id == meta.producer_id
+        and producer_epoch == meta.producer_epoch - 1
+        and not (meta.state in COMPLETE and meta.producer_epoch >= MAX_EPOCH)
+    )
     retry_of_rotation = (
-        producer_id == meta.prev_producer_id and meta.prev_producer_id != NO_PRODUCER_ID
+        producer_id == meta.prev_producer_id
+        and meta.prev_producer_id != NO_PRODUCER_ID
+        and _epoch_exhausted(producer_epoch)
     )
     retry_while_preparing = meta.state in PREPARING and (producer_id, producer_epoch + 1) == (
         meta.next_producer_id,
@@ -289,6 +326,8 @@ def _end_txn_v2(
     is_retry = retry_of_bump or retry_of_rotation or retry_while_preparing
     if meta.state == TxnState.ONGOING and meta.next_producer_id != NO_PRODUCER_ID:
         return _end_kept(meta, producer_id, producer_epoch, target, now_ms, allocate)
+    if _answered_but_preparing(meta, producer_id, producer_epoch):
+        return fail(ErrorCode.concurrent_transactions)
     if meta.state in COMPLETE and is_retry:
         if meta.state == done:
             return Outcome(ErrorCode.none, None, meta.producer_id, meta.producer_epoch)

@@ -42,6 +42,8 @@ def encode_key(transactional_id: str) -> bytes:
 
 
 def decode_key(data: bytes) -> str:
+    if len(data) < 4:
+        raise ValueError(f"not a transaction log key ({len(data)} bytes)")
     version, size = struct.unpack_from(">hh", data, 0)
     if version != KEY_VERSION or size < 0 or 4 + size != len(data):
         raise ValueError(f"not a transaction log key (version {version})")
@@ -114,12 +116,16 @@ class _Cursor:
         for _ in range(count):
             tag, self.pos = read_unsigned_varint(self.data, self.pos)
             size, self.pos = read_unsigned_varint(self.data, self.pos)
+            if self.pos + size > len(self.data):
+                raise MalformedFrame(f"tag {tag} runs past the end")
             tags[tag] = self.data[self.pos : self.pos + size]
             self.pos += size
         return tags
 
 
 def decode_value(transactional_id: str, data: bytes) -> TxnMetadata:
+    if len(data) < 2:
+        raise ValueError(f"damaged transaction log value ({len(data)} bytes)")
     (version,) = struct.unpack_from(">h", data, 0)
     if version not in (0, 1):
         raise ValueError(f"unknown transaction log value version {version}")
@@ -140,7 +146,11 @@ def decode_value(transactional_id: str, data: bytes) -> TxnMetadata:
 
     def tag(number: int, fmt: str, default: int) -> int:
         raw = tags.get(number)
-        return int(struct.unpack(fmt, raw)[0]) if raw is not None else default
+        if raw is None:
+            return default
+        if len(raw) != struct.calcsize(fmt):
+            raise ValueError(f"damaged transaction log value: tag {number} of {len(raw)} bytes")
+        return int(struct.unpack(fmt, raw)[0])
 
     return TxnMetadata(
         transactional_id=transactional_id,
