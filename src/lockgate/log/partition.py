@@ -336,7 +336,9 @@ class Partition:
         producer_id = header.producer_id
         first = self.open_txns.pop(producer_id, -1)
         if first >= 0 and not commit:
-            aborted = AbortedTxn(producer_id, first, header.base_offset, self.last_stable_offset)
+            # Kafka's value: where the next open transaction begins, or just past the marker
+            stable = min(self.open_txns.values(), default=header.base_offset + 1)
+            aborted = AbortedTxn(producer_id, first, header.base_offset, stable)
             if self.aborted.add(aborted):
                 segment.txn_index().append(encode_entry(aborted))
         entry = self.producers.get(producer_id)
