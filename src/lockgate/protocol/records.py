@@ -223,9 +223,11 @@ def build_batch(
     partition_leader_epoch: int = -1,
     encoded: bytes | None = None,
     record_count: int | None = None,
+    max_timestamp_ms: int | None = None,
 ) -> bytes:
     """Builds a v2 batch from (key, value) pairs, or from already encoded (and possibly
-    compressed) record bytes with an explicit count."""
+    compressed) record bytes with an explicit count. `max_timestamp_ms` defaults to
+    `timestamp_ms` (the base timestamp), right when every record has timestamp delta 0."""
     if encoded is None:
         body = b"".join(encode_record(i, 0, key, value) for i, (key, value) in enumerate(records))
         count = len(records)
@@ -237,7 +239,7 @@ def build_batch(
         attributes,
         count - 1,
         timestamp_ms,
-        timestamp_ms,
+        timestamp_ms if max_timestamp_ms is None else max_timestamp_ms,
         producer_id,
         producer_epoch,
         base_sequence,
@@ -351,3 +353,92 @@ def control_type(batch: bytes) -> int:
     if key is None or len(key) < _CONTROL_KEY.size:
         raise ValueError("control record without a valid key")
     return int(_CONTROL_KEY.unpack_from(key)[1])
+
+
+# ---------------------------------------------------------------------------------------------
+# Whole records (with headers) and compression for writers: the client's producer and consumer.
+
+COMPRESSION_CODECS: dict[str, int] = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
+
+def compress(codec: int, data: bytes) -> bytes:
+    """Compresses encoded records for a batch whose attributes carry `codec`.
+
+    Snappy is written raw rather than xerial-framed: librdkafka, kafka-python and `decompress`
+    above read it, and so does the Java client, whose snappy-java SnappyInputStream treats
+    input without the xerial header as one raw block. LZ4 is the frame format (magic 1+).
+    """
+    import cramjam
+
+    if codec == 0:
+        return data
+    if codec == 1:
+        return bytes(cramjam.gzip.compress(data))
+    if codec == 2:
+        return bytes(cramjam.snappy.compress_raw(data))
+    if codec == 3:
+        return bytes(cramjam.lz4.compress(data))
+    if codec == 4:
+        return bytes(cramjam.zstd.compress(data))
+    raise ValueError(f"unknown compression codec {codec}")
+
+
+RecordHeaders = tuple[tuple[str, bytes | None], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: RecordHeaders
+
+
+def read_records(batch: bytes) -> list[Record]:
+    """Every record of one complete v2 batch, headers included; decompresses as needed.
+
+    Raises ValueError when the records do not parse (a batch whose CRC was not checked may
+    be anything)."""
+    header = parse_header(batch)
+    body = decompress(header.compression, bytes(batch[HEADER_SIZE : header.size]))
+    records: list[Record] = []
+    pos = 0
+    try:
+        for _ in range(header.record_count):
+            length, pos = _read_varint(body, pos)
+            end = pos + length
+            pos += 1  # record attributes: unused in v2
+            timestamp_delta, pos = _read_varint(body, pos)
+            offset_delta, pos = _read_varint(body, pos)
+            key, pos = _read_nullable_bytes(body, pos)
+            value, pos = _read_nullable_bytes(body, pos)
+            header_count, pos = _read_varint(body, pos)
+            headers: list[tuple[str, bytes | None]] = []
+            for _ in range(max(header_count, 0)):
+                name, pos = _read_nullable_bytes(body, pos)
+                header_value, pos = _read_nullable_bytes(body, pos)
+                headers.append(((name or b"").decode("utf-8", errors="replace"), header_value))
+            if pos > end or end > len(body):
+                raise ValueError(f"record at offset delta {offset_delta} overruns its length")
+            timestamp = (
+                header.max_timestamp
+                if header.log_append_time
+                else header.base_timestamp + timestamp_delta
+            )
+            records.append(
+                Record(header.base_offset + offset_delta, timestamp, key, value, tuple(headers))
+            )
+            pos = end
+    except IndexError as exc:
+        raise ValueError("records end before the batch's record count") from exc
+    return records
+
+
+def _read_nullable_bytes(data: bytes, pos: int) -> tuple[bytes | None, int]:
+    size, pos = _read_varint(data, pos)
+    if size < 0:
+        return None, pos
+    if pos + size > len(data):
+        raise ValueError("a record field runs past the end of the batch")
+    return data[pos : pos + size], pos + size

@@ -1,9 +1,18 @@
-"""Operator tools behind `lockgate topics|produce|consume`."""
+"""Operator tools behind `lockgate topics|produce|consume`.
+
+Each command lives in its own module with a `register(commands)` that adds its subparser. The
+tools only use lockgate.client, i.e. the Kafka protocol, so they work against any
+Kafka-compatible broker.
+"""
 
 from __future__ import annotations
 
 import argparse
 
+from lockgate.tools import consume, produce, topics
+
 
 def register_tools(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Adds the tool subcommands (each module registers its own)."""
+    for module in (topics, produce, consume):
+        module.register(commands)

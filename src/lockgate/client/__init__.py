@@ -1,0 +1,31 @@
+# lockgate.client — lockgate's own asyncio Kafka client: connections with version negotiation,
+# cluster metadata, admin, a plain producer and a manually assigned consumer. It speaks the
+# Kafka protocol only, so it works against any Kafka-compatible broker.
+from __future__ import annotations
+
+from lockgate.client.admin import Admin, ConfigEntry, ConfigSource, NewTopic, TopicDescription
+from lockgate.client.cluster import Cluster, PartitionInfo, TopicInfo, TopicPartition
+from lockgate.client.connection import BrokerConnection
+from lockgate.client.consumer import Consumer, IsolationLevel, Message, OffsetReset
+from lockgate.client.errors import KafkaError
+from lockgate.client.producer import Producer, RecordMetadata
+
+__all__ = [
+    "Admin",
+    "BrokerConnection",
+    "Cluster",
+    "ConfigEntry",
+    "ConfigSource",
+    "Consumer",
+    "IsolationLevel",
+    "KafkaError",
+    "Message",
+    "NewTopic",
+    "OffsetReset",
+    "PartitionInfo",
+    "Producer",
+    "RecordMetadata",
+    "TopicDescription",
+    "TopicInfo",
+    "TopicPartition",
+]

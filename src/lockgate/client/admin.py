@@ -1,0 +1,348 @@
+# client/admin.py — topic and config administration: create/delete/list/describe topics,
+# add partitions, describe and incrementally alter topic configs.
+#
+# Every method raises the named KafkaError of the first resource that failed (in the order
+# given); resources before it in a batch may have been changed already, as with Kafka's own
+# admin client. Topic changes go to the controller (any broker on KRaft clusters, which forward).
+from __future__ import annotations
+
+import enum
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from lockgate.client.cluster import Cluster, PartitionInfo, TopicInfo
+from lockgate.client.connection import DEFAULT_CLIENT_ID
+from lockgate.client.errors import ErrorCode, UnknownTopicOrPartitionError, error_for, raise_for
+from lockgate.protocol.api import ApiKey
+
+# The broker may use the whole operation timeout before it answers; the client waits that
+# long plus this margin for the network.
+RESPONSE_MARGIN_MS = 1_000
+
+
+class ResourceType(enum.IntEnum):
+    TOPIC = 2
+    BROKER = 4
+
+
+class ConfigSource(enum.IntEnum):
+    """DescribeConfigs' config_source (Kafka's DescribeConfigsResponse.ConfigSource)."""
+
+    UNKNOWN = 0
+    DYNAMIC_TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+    DYNAMIC_BROKER_LOGGER_CONFIG = 6
+    CLIENT_METRICS_CONFIG = 7
+    GROUP_CONFIG = 8
+
+
+class AlterConfigOp(enum.IntEnum):
+    SET = 0
+    DELETE = 1
+    APPEND = 2
+    SUBTRACT = 3
+
+
+@dataclass(frozen=True, slots=True)
+class NewTopic:
+    name: str
+    num_partitions: int = -1  # -1: the broker's num.partitions
+    replication_factor: int = -1  # -1: the broker's default.replication.factor
+    configs: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigEntry:
+    name: str
+    value: str | None
+    source: ConfigSource
+    read_only: bool
+    sensitive: bool
+
+    @property
+    def is_default(self) -> bool:
+        return self.source in (ConfigSource.DEFAULT_CONFIG, ConfigSource.STATIC_BROKER_CONFIG)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDescription:
+    name: str
+    topic_id: uuid.UUID | None
+    internal: bool
+    partitions: tuple[PartitionInfo, ...]
+
+    @property
+    def replication_factor(self) -> int:
+        return max((len(p.replicas) for p in self.partitions), default=0)
+
+
+class Admin:
+    """`async with Admin("host:port") as admin: await admin.create_topics([...])`."""
+
+    def __init__(
+        self,
+        bootstrap_servers: str | Sequence[str] | None = None,
+        *,
+        cluster: Cluster | None = None,
+        client_id: str | None = DEFAULT_CLIENT_ID,
+        request_timeout_ms: int = 30_000,
+    ) -> None:
+        if cluster is None:
+            if bootstrap_servers is None:
+                raise ValueError("give bootstrap_servers or a cluster")
+            cluster = Cluster(
+                bootstrap_servers, client_id=client_id, request_timeout_ms=request_timeout_ms
+            )
+            self._owns_cluster = True
+        else:
+            self._owns_cluster = False
+        self.cluster = cluster
+
+    async def __aenter__(self) -> Admin:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        if self._owns_cluster:
+            await self.cluster.start()
+
+    async def close(self) -> None:
+        if self._owns_cluster:
+            await self.cluster.close()
+
+    # ------------------------------------------------------------------------------------------
+    # Topics
+
+    async def create_topics(
+        self,
+        topics: Iterable[NewTopic],
+        *,
+        timeout_ms: int | None = None,
+        validate_only: bool = False,
+    ) -> dict[str, uuid.UUID | None]:
+        """Creates topics; returns their ids (None from brokers older than CreateTopics v7)."""
+        wanted = list(topics)
+        connection = await self.cluster.controller_connection()
+        response = await connection.request(
+            ApiKey.CREATE_TOPICS,
+            {
+                "topics": [
+                    {
+                        "name": topic.name,
+                        "num_partitions": topic.num_partitions,
+                        "replication_factor": topic.replication_factor,
+                        "assignments": [],
+                        "configs": [
+                            {"name": name, "value": value} for name, value in topic.configs.items()
+                        ],
+                    }
+                    for topic in wanted
+                ],
+                "timeout": self._operation_timeout(timeout_ms),
+                "validate_only": validate_only,
+            },
+            timeout_ms=self._operation_timeout(timeout_ms) + RESPONSE_MARGIN_MS,
+        )
+        results = {result.name: result for result in response.topics}
+        created: dict[str, uuid.UUID | None] = {}
+        for topic in wanted:
+            result = _result_for(results, topic.name, "CreateTopics")
+            raise_for(result.error_code, result.error_message, f"topic {topic.name}")
+            topic_id = getattr(result, "topic_id", None)
+            created[topic.name] = None if topic_id is None or topic_id.int == 0 else topic_id
+        return created
+
+    async def create_topic(
+        self,
+        name: str,
+        num_partitions: int = -1,
+        replication_factor: int = -1,
+        configs: Mapping[str, str] | None = None,
+        *,
+        timeout_ms: int | None = None,
+    ) -> uuid.UUID | None:
+        created = await self.create_topics(
+            [NewTopic(name, num_partitions, replication_factor, dict(configs or {}))],
+            timeout_ms=timeout_ms,
+        )
+        return created[name]
+
+    async def delete_topics(self, names: Iterable[str], *, timeout_ms: int | None = None) -> None:
+        wanted = list(names)
+        connection = await self.cluster.controller_connection()
+        response = await connection.request(
+            ApiKey.DELETE_TOPICS,
+            {
+                "topics": [{"name": name, "topic_id": None} for name in wanted],  # v6+
+                "topic_names": wanted,  # v1-5
+                "timeout": self._operation_timeout(timeout_ms),
+            },
+            timeout_ms=self._operation_timeout(timeout_ms) + RESPONSE_MARGIN_MS,
+        )
+        results = {result.name: result for result in response.responses}
+        for name in wanted:
+            result = _result_for(results, name, "DeleteTopics")
+            raise_for(result.error_code, getattr(result, "error_message", None), f"topic {name}")
+            self.cluster.invalidate(name)
+
+    async def list_topics(self, *, include_internal: bool = False) -> list[str]:
+        metadata = await self.cluster.refresh_metadata(None)
+        return sorted(
+            name
+            for name, info in metadata.topics.items()
+            if info.error_code == ErrorCode.none and (include_internal or not info.internal)
+        )
+
+    async def describe_topics(self, names: Iterable[str] | None = None) -> list[TopicDescription]:
+        """Partitions, leaders, leader epochs, replicas and ISR of the named topics (all
+        non-internal topics when `names` is None). Unknown topics raise."""
+        wanted = None if names is None else list(names)
+        metadata = await self.cluster.refresh_metadata(wanted)
+        if wanted is None:
+            wanted = sorted(n for n, info in metadata.topics.items() if not info.internal)
+        descriptions = []
+        for name in wanted:
+            info = metadata.topics.get(name)
+            if info is None:
+                raise UnknownTopicOrPartitionError(f"topic {name}")
+            raise_for(info.error_code, info.error_message, f"topic {name}")
+            descriptions.append(_describe(info))
+        return descriptions
+
+    async def create_partitions(
+        self,
+        new_totals: Mapping[str, int],
+        *,
+        timeout_ms: int | None = None,
+        validate_only: bool = False,
+    ) -> None:
+        """Raises each topic's partition count to the total given (Kafka cannot lower it)."""
+        connection = await self.cluster.controller_connection()
+        response = await connection.request(
+            ApiKey.CREATE_PARTITIONS,
+            {
+                "topics": [
+                    {"name": name, "count": count, "assignments": None}
+                    for name, count in new_totals.items()
+                ],
+                "timeout": self._operation_timeout(timeout_ms),
+                "validate_only": validate_only,
+            },
+            timeout_ms=self._operation_timeout(timeout_ms) + RESPONSE_MARGIN_MS,
+        )
+        results = {result.name: result for result in response.results}
+        for name in new_totals:
+            result = _result_for(results, name, "CreatePartitions")
+            raise_for(result.error_code, result.error_message, f"topic {name}")
+            self.cluster.invalidate(name)
+
+    # ------------------------------------------------------------------------------------------
+    # Configs
+
+    async def describe_configs(
+        self,
+        name: str,
+        resource_type: ResourceType = ResourceType.TOPIC,
+        keys: Sequence[str] | None = None,
+    ) -> dict[str, ConfigEntry]:
+        """The configs of one topic (or broker, by id as a string); `keys` None = all."""
+        connection = await self.cluster.any_connection()
+        response = await connection.request(
+            ApiKey.DESCRIBE_CONFIGS,
+            {
+                "resources": [
+                    {
+                        "resource_type": int(resource_type),
+                        "resource_name": name,
+                        "configuration_keys": None if keys is None else list(keys),
+                    }
+                ],
+                "include_synonyms": False,
+                "include_documentation": False,
+            },
+        )
+        result = _only(response.results, "DescribeConfigs")
+        raise_for(result.error_code, result.error_message, f"{resource_type.name.lower()} {name}")
+        return {
+            entry.name: ConfigEntry(
+                name=entry.name,
+                value=entry.value,
+                source=_config_source(entry),
+                read_only=bool(entry.read_only),
+                sensitive=bool(entry.is_sensitive),
+            )
+            for entry in result.configs
+        }
+
+    async def alter_configs(
+        self,
+        name: str,
+        *,
+        set_configs: Mapping[str, str] | None = None,
+        delete_configs: Iterable[str] = (),
+        resource_type: ResourceType = ResourceType.TOPIC,
+        validate_only: bool = False,
+    ) -> None:
+        """IncrementalAlterConfigs: sets some configs and removes overrides of others, leaving
+        every other config as it was (unlike the legacy AlterConfigs)."""
+        changes: list[dict[str, Any]] = [
+            {"name": key, "config_operation": int(AlterConfigOp.SET), "value": value}
+            for key, value in (set_configs or {}).items()
+        ]
+        changes += [
+            {"name": key, "config_operation": int(AlterConfigOp.DELETE), "value": None}
+            for key in delete_configs
+        ]
+        if not changes:
+            raise ValueError("nothing to alter: give set_configs or delete_configs")
+        connection = await self.cluster.any_connection()
+        response = await connection.request(
+            ApiKey.INCREMENTAL_ALTER_CONFIGS,
+            {
+                "resources": [
+                    {"resource_type": int(resource_type), "resource_name": name, "configs": changes}
+                ],
+                "validate_only": validate_only,
+            },
+        )
+        result = _only(response.responses, "IncrementalAlterConfigs")
+        raise_for(result.error_code, result.error_message, f"{resource_type.name.lower()} {name}")
+
+    # ------------------------------------------------------------------------------------------
+
+    def _operation_timeout(self, timeout_ms: int | None) -> int:
+        """Topic operations default to the request timeout, as far as the broker's wait goes."""
+        return self.cluster.request_timeout_ms if timeout_ms is None else timeout_ms
+
+
+def _result_for(results: Mapping[str | None, Any], name: str, api: str) -> Any:
+    result = results.get(name)
+    if result is None:
+        raise error_for(ErrorCode.unknown_server_error, f"{api} response does not mention {name}")
+    return result
+
+
+def _only(results: Sequence[Any], api: str) -> Any:
+    if len(results) != 1:
+        raise error_for(ErrorCode.unknown_server_error, f"{api}: {len(results)} results for one")
+    return results[0]
+
+
+def _config_source(entry: Any) -> ConfigSource:
+    try:
+        return ConfigSource(int(getattr(entry, "config_source", -1)))
+    except ValueError:
+        # DescribeConfigs v0 had only is_default; lockgate and modern brokers send the source.
+        return ConfigSource.UNKNOWN
+
+
+def _describe(info: TopicInfo) -> TopicDescription:
+    return TopicDescription(info.name, info.topic_id, info.internal, info.partitions)

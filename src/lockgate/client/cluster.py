@@ -1,0 +1,398 @@
+# client/cluster.py — what the client knows about the cluster: bootstrap addresses, brokers,
+# topics with their partitions' leaders and leader epochs, and one connection per broker id.
+#
+# Metadata is a snapshot replaced as a whole on every refresh: readers never see a half-updated
+# view. Connections are opened lazily, one per broker id, and replaced when they break; a lock
+# per broker id keeps two callers from opening two. Bootstrap addresses are only used until a
+# Metadata answer names the brokers (and again if every known broker is unreachable).
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from lockgate.client.connection import DEFAULT_CLIENT_ID, BrokerConnection
+from lockgate.client.errors import (
+    ErrorCode,
+    KafkaConnectionError,
+    KafkaError,
+    KafkaTimeoutError,
+    LeaderNotAvailableError,
+    UnknownTopicOrPartitionError,
+    error_for,
+)
+from lockgate.protocol.api import ApiKey
+
+NO_LEADER = -1
+NO_LEADER_EPOCH = -1
+DEFAULT_PORT = 9092
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class TopicPartition:
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerAddress:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    topic: str
+    partition: int
+    leader_id: int
+    leader_epoch: int  # -1 when the broker's Metadata version predates leader epochs (v7)
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    offline_replicas: tuple[int, ...]
+    error_code: ErrorCode = ErrorCode.none
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    name: str
+    topic_id: uuid.UUID | None  # None before Metadata v10
+    internal: bool
+    partitions: tuple[PartitionInfo, ...]  # sorted by partition index
+    error_code: ErrorCode = ErrorCode.none
+    error_message: str | None = None
+
+    def partition(self, index: int) -> PartitionInfo:
+        if 0 <= index < len(self.partitions) and self.partitions[index].partition == index:
+            return self.partitions[index]
+        raise UnknownTopicOrPartitionError(f"{self.name} has no partition {index}")
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterMetadata:
+    cluster_id: str | None = None
+    controller_id: int = -1
+    brokers: Mapping[int, BrokerAddress] = field(default_factory=dict)
+    topics: Mapping[str, TopicInfo] = field(default_factory=dict)
+
+
+def parse_bootstrap(servers: str | Sequence[str]) -> list[tuple[str, int]]:
+    """ "host:port[,host:port]" (or a list of them) → [(host, port)]. IPv6 hosts go in
+    brackets ("[::1]:9092"); a missing port means 9092; a PLAINTEXT:// prefix is accepted."""
+    items = servers.split(",") if isinstance(servers, str) else list(servers)
+    addresses: list[tuple[str, int]] = []
+    for raw in items:
+        item = raw.strip()
+        if not item:
+            continue
+        if "://" in item:
+            item = item.split("://", 1)[1]
+        if item.startswith("["):
+            host, _, rest = item[1:].partition("]")
+            port_text = rest.removeprefix(":")
+        elif item.count(":") == 1:
+            host, port_text = item.split(":")
+        else:
+            host, port_text = item, ""
+        try:
+            port = int(port_text) if port_text else DEFAULT_PORT
+        except ValueError:
+            raise ValueError(f"bad port in bootstrap address {raw.strip()!r}") from None
+        if not host or not 0 < port < 65536:
+            raise ValueError(f"bad bootstrap address {raw.strip()!r}")
+        addresses.append((host, port))
+    if not addresses:
+        raise ValueError("no bootstrap address given")
+    return addresses
+
+
+class Cluster:
+    """Bootstrap, metadata and connections shared by the admin, producer and consumer."""
+
+    def __init__(
+        self,
+        bootstrap_servers: str | Sequence[str],
+        *,
+        client_id: str | None = DEFAULT_CLIENT_ID,
+        request_timeout_ms: int = 30_000,
+        connect_timeout_ms: int = 10_000,
+        retry_backoff_ms: int = 100,
+        metadata_retries: int = 20,
+    ) -> None:
+        self.bootstrap = parse_bootstrap(bootstrap_servers)
+        self.client_id = client_id
+        self.request_timeout_ms = request_timeout_ms
+        self.connect_timeout_ms = connect_timeout_ms
+        self.retry_backoff_ms = retry_backoff_ms
+        self.metadata_retries = metadata_retries
+        self.metadata = ClusterMetadata()
+        self._connections: dict[int, BrokerConnection] = {}
+        self._connect_locks: dict[int, asyncio.Lock] = {}
+        self._bootstrap_connection: BrokerConnection | None = None
+        self._bootstrap_lock = asyncio.Lock()
+        self._closed = False
+
+    async def __aenter__(self) -> Cluster:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        """Connects to a bootstrap server and learns the brokers (no topics yet)."""
+        await self.refresh_metadata(())
+
+    # ------------------------------------------------------------------------------------------
+    # Connections
+
+    async def connection(self, node_id: int) -> BrokerConnection:
+        """The connection to a broker by id, opened (or reopened) on demand."""
+        self._check_open()
+        existing = self._connections.get(node_id)
+        if existing is not None and existing.connected:
+            return existing
+        lock = self._connect_locks.setdefault(node_id, asyncio.Lock())
+        async with lock:
+            existing = self._connections.get(node_id)
+            if existing is not None and existing.connected:
+                return existing
+            broker = self.metadata.brokers.get(node_id)
+            if broker is None:
+                await self.refresh_metadata(())
+                broker = self.metadata.brokers.get(node_id)
+                if broker is None:
+                    raise KafkaConnectionError(f"broker {node_id} is not in the cluster metadata")
+            connection = self._new_connection(broker.host, broker.port, node_id)
+            await connection.connect()
+            self._connections[node_id] = connection
+            return connection
+
+    async def any_connection(self) -> BrokerConnection:
+        """Some live connection: a known broker's, else a bootstrap server's."""
+        self._check_open()
+        for connection in self._connections.values():
+            if connection.connected:
+                return connection
+        for node_id in _shuffled(self.metadata.brokers):
+            with contextlib.suppress(KafkaConnectionError, KafkaTimeoutError):
+                return await self.connection(node_id)
+        return await self._bootstrap()
+
+    async def controller_connection(self) -> BrokerConnection:
+        """The controller's connection, for topic changes. KRaft clusters report a random
+        broker as controller and forward; any broker does then."""
+        controller = self.metadata.controller_id
+        if controller in self.metadata.brokers:
+            return await self.connection(controller)
+        return await self.any_connection()
+
+    async def _bootstrap(self) -> BrokerConnection:
+        async with self._bootstrap_lock:
+            current = self._bootstrap_connection
+            if current is not None and current.connected:
+                return current
+            failures: list[str] = []
+            for host, port in self.bootstrap:
+                connection = self._new_connection(host, port, None)
+                try:
+                    await connection.connect()
+                except (KafkaConnectionError, KafkaTimeoutError) as exc:
+                    failures.append(exc.message)
+                    continue
+                self._bootstrap_connection = connection
+                return connection
+            raise KafkaConnectionError("no bootstrap server reachable: " + "; ".join(failures))
+
+    def _new_connection(self, host: str, port: int, node_id: int | None) -> BrokerConnection:
+        return BrokerConnection(
+            host,
+            port,
+            node_id=node_id,
+            client_id=self.client_id,
+            request_timeout_ms=self.request_timeout_ms,
+            connect_timeout_ms=self.connect_timeout_ms,
+        )
+
+    # ------------------------------------------------------------------------------------------
+    # Metadata
+
+    async def refresh_metadata(
+        self, topics: Iterable[str] | None = None, *, allow_auto_topic_creation: bool = False
+    ) -> ClusterMetadata:
+        """Asks for metadata: `topics` None = every topic, () = brokers only. Known topics that
+        were not asked about are kept from the previous snapshot."""
+        wanted = None if topics is None else sorted(set(topics))
+        connection = await self.any_connection()
+        version = connection.version_for(ApiKey.METADATA)
+        requested: list[dict[str, Any]] | None
+        if wanted is None or (not wanted and version == 0):
+            # v0 cannot ask for no topics: its empty list means all of them, like null later.
+            requested = [] if version == 0 else None
+        else:
+            requested = [{"name": name, "topic_id": None} for name in wanted]
+        response = await connection.request(
+            ApiKey.METADATA,
+            {
+                "topics": requested,
+                "allow_auto_topic_creation": allow_auto_topic_creation,
+                "include_cluster_authorized_operations": False,
+                "include_topic_authorized_operations": False,
+            },
+            version=version,
+        )
+        top_error = getattr(response, "error_code", ErrorCode.none)
+        if top_error != ErrorCode.none:
+            raise error_for(top_error, getattr(response, "error_message", None), "Metadata")
+        self.metadata = self._merge(response, replace_all=wanted is None)
+        return self.metadata
+
+    def _merge(self, response: Any, *, replace_all: bool) -> ClusterMetadata:
+        brokers = {
+            int(b.node_id): BrokerAddress(int(b.node_id), b.host, int(b.port), b.rack)
+            for b in response.brokers
+        }
+        # Topics answered with an error are kept too: the caller that asked reads the error
+        # from the snapshot, and `_usable` makes the next lookup ask again.
+        topics: dict[str, TopicInfo] = {} if replace_all else dict(self.metadata.topics)
+        for topic in response.topics:
+            if topic.name is not None:
+                topics[topic.name] = _topic_info(topic)
+        return ClusterMetadata(
+            cluster_id=getattr(response, "cluster_id", None),
+            controller_id=int(getattr(response, "controller_id", -1)),
+            brokers=brokers,
+            topics=topics,
+        )
+
+    async def topic(
+        self, name: str, *, refresh: bool = False, allow_auto_topic_creation: bool = False
+    ) -> TopicInfo:
+        """A topic whose every partition has a leader, refreshing metadata (with backoff, a
+        bounded number of times) while the broker answers a retriable error such as
+        LEADER_NOT_AVAILABLE for a topic being created. Raises the named error otherwise."""
+        info = None if refresh else self.metadata.topics.get(name)
+        if info is not None and _usable(info):
+            return info
+        last: KafkaError | None = None
+        for attempt in range(self.metadata_retries):
+            if attempt:
+                await asyncio.sleep(self.retry_backoff_ms / 1000)
+            metadata = await self.refresh_metadata(
+                [name], allow_auto_topic_creation=allow_auto_topic_creation
+            )
+            info = metadata.topics.get(name)
+            if info is None:
+                last = UnknownTopicOrPartitionError(name)
+                continue
+            if info.error_code != ErrorCode.none:
+                last = error_for(info.error_code, info.error_message, f"topic {name}")
+                # A missing topic that may be auto-created deserves the retries too.
+                if not last.retriable or (
+                    info.error_code == ErrorCode.unknown_topic_or_partition
+                    and not allow_auto_topic_creation
+                ):
+                    raise last
+                continue
+            if _usable(info):
+                return info
+            last = LeaderNotAvailableError(f"topic {name} has partitions without a leader")
+        assert last is not None
+        raise last
+
+    async def partition(
+        self, topic_partition: TopicPartition, *, refresh: bool = False
+    ) -> PartitionInfo:
+        """The partition's current leader and leader epoch."""
+        info = await self.topic(topic_partition.topic, refresh=refresh)
+        return info.partition(topic_partition.partition)
+
+    async def leader_connection(
+        self, topic_partition: TopicPartition, *, refresh: bool = False
+    ) -> tuple[BrokerConnection, PartitionInfo]:
+        partition = await self.partition(topic_partition, refresh=refresh)
+        return await self.connection(partition.leader_id), partition
+
+    def invalidate(self, topic: str) -> None:
+        """Forgets a topic's metadata (after NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH...),
+        so that the next lookup asks the cluster again."""
+        topics = dict(self.metadata.topics)
+        if topics.pop(topic, None) is not None:
+            self.metadata = ClusterMetadata(
+                self.metadata.cluster_id, self.metadata.controller_id, self.metadata.brokers, topics
+            )
+
+    async def drop_connection(self, node_id: int) -> None:
+        connection = self._connections.pop(node_id, None)
+        if connection is not None:
+            await connection.close()
+
+    # ------------------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise KafkaConnectionError("the client is closed")
+
+    async def close(self) -> None:
+        self._closed = True
+        connections = list(self._connections.values())
+        if self._bootstrap_connection is not None:
+            connections.append(self._bootstrap_connection)
+        self._connections.clear()
+        self._bootstrap_connection = None
+        await asyncio.gather(*(c.close() for c in connections), return_exceptions=True)
+
+
+def _topic_info(topic: Any) -> TopicInfo:
+    partitions = tuple(
+        sorted(
+            (
+                PartitionInfo(
+                    topic=topic.name,
+                    partition=int(p.partition_index),
+                    leader_id=int(p.leader_id),
+                    leader_epoch=int(getattr(p, "leader_epoch", NO_LEADER_EPOCH)),
+                    replicas=tuple(int(r) for r in p.replica_nodes),
+                    isr=tuple(int(r) for r in p.isr_nodes),
+                    offline_replicas=tuple(int(r) for r in getattr(p, "offline_replicas", ())),
+                    error_code=ErrorCode(p.error_code),
+                )
+                for p in topic.partitions
+            ),
+            key=lambda p: p.partition,
+        )
+    )
+    topic_id = getattr(topic, "topic_id", None)
+    return TopicInfo(
+        name=topic.name,
+        topic_id=None if topic_id is None or topic_id.int == 0 else topic_id,
+        internal=bool(getattr(topic, "is_internal", False)),
+        partitions=partitions,
+        error_code=ErrorCode(topic.error_code),
+    )
+
+
+def _usable(info: TopicInfo) -> bool:
+    return (
+        info.error_code == ErrorCode.none
+        and bool(info.partitions)
+        and all(p.leader_id != NO_LEADER for p in info.partitions)
+    )
+
+
+def _shuffled(items: Iterable[int]) -> list[int]:
+    out = list(items)
+    random.shuffle(out)
+    return out

@@ -1,0 +1,565 @@
+# client/consumer.py — a manually assigned asyncio consumer: positions from explicit offsets or
+# ListOffsets (earliest/latest), Fetch from each partition's leader, records decoded with their
+# headers, read_committed filtering of aborted transactions.
+#
+# Invariants:
+# - A partition's position only moves forward past what was returned or skipped: past every
+#   record handed out, and past whole batches that hold nothing for the caller (control
+#   batches, aborted data, records below the position), so a fetch never loops on them.
+# - Batches are checked (CRC-32C) before their records are trusted; a trailing partial batch
+#   (Fetch cuts at max bytes) is dropped and fetched again from its start.
+# - read_committed: an aborted transaction's records are dropped from its first offset (as
+#   listed by the broker) until its producer's ABORT marker, as the Java consumer does.
+#
+# No group membership or committed offsets yet: there is no group coordinator to talk to.
+from __future__ import annotations
+
+import asyncio
+import enum
+import heapq
+from collections import deque
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from lockgate.client.cluster import Cluster, PartitionInfo, TopicPartition
+from lockgate.client.connection import DEFAULT_CLIENT_ID
+from lockgate.client.errors import (
+    CorruptRecordError,
+    ErrorCode,
+    KafkaConnectionError,
+    KafkaError,
+    OffsetOutOfRangeError,
+    error_for,
+)
+from lockgate.protocol.api import ApiKey
+from lockgate.protocol.records import (
+    CONTROL_ABORT,
+    RecordHeaders,
+    batch_is_intact,
+    control_type,
+    parse_header,
+    peek_batch_size,
+    read_records,
+)
+
+FIRST_FETCH_VERSION = 4  # isolation level and aborted transactions
+FIRST_FETCH_TOPIC_ID_VERSION = 13
+FIRST_LIST_OFFSETS_VERSION = 1
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+CONSUMER_REPLICA_ID = -1
+
+
+class IsolationLevel(enum.IntEnum):
+    READ_UNCOMMITTED = 0
+    READ_COMMITTED = 1
+
+
+class OffsetReset(enum.Enum):
+    EARLIEST = "earliest"
+    LATEST = "latest"
+    NONE = "none"  # raise OffsetOutOfRangeError
+
+
+class TimestampType(enum.IntEnum):
+    CREATE_TIME = 0
+    LOG_APPEND_TIME = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    timestamp_type: TimestampType
+    key: bytes | None
+    value: bytes | None
+    headers: RecordHeaders
+    leader_epoch: int  # the batch's partition leader epoch, -1 if unknown
+
+
+@dataclass(slots=True)
+class FetchedPartition:
+    messages: list[Message]
+    next_position: int | None  # None: keep the position (nothing complete was returned)
+
+
+class Consumer:
+    """`async with Consumer("host:port") as consumer: consumer.assign([...]); await ...`."""
+
+    def __init__(
+        self,
+        bootstrap_servers: str | Sequence[str] | None = None,
+        *,
+        cluster: Cluster | None = None,
+        client_id: str | None = DEFAULT_CLIENT_ID,
+        isolation_level: IsolationLevel | str = IsolationLevel.READ_UNCOMMITTED,
+        auto_offset_reset: OffsetReset | str = OffsetReset.LATEST,
+        fetch_max_wait_ms: int = 500,
+        fetch_min_bytes: int = 1,
+        fetch_max_bytes: int = 52_428_800,
+        max_partition_fetch_bytes: int = 1_048_576,
+        request_timeout_ms: int = 30_000,
+        retry_backoff_ms: int = 100,
+        check_crcs: bool = True,
+    ) -> None:
+        if cluster is None:
+            if bootstrap_servers is None:
+                raise ValueError("give bootstrap_servers or a cluster")
+            cluster = Cluster(
+                bootstrap_servers,
+                client_id=client_id,
+                request_timeout_ms=request_timeout_ms,
+                retry_backoff_ms=retry_backoff_ms,
+            )
+            self._owns_cluster = True
+        else:
+            self._owns_cluster = False
+        self.cluster = cluster
+        self.isolation_level = (
+            IsolationLevel[isolation_level.upper()]
+            if isinstance(isolation_level, str)
+            else isolation_level
+        )
+        self.auto_offset_reset = OffsetReset(auto_offset_reset)
+        self.fetch_max_wait_ms = fetch_max_wait_ms
+        self.fetch_min_bytes = fetch_min_bytes
+        self.fetch_max_bytes = fetch_max_bytes
+        self.max_partition_fetch_bytes = max_partition_fetch_bytes
+        self.retry_backoff = retry_backoff_ms / 1000
+        self.check_crcs = check_crcs
+        self._positions: dict[TopicPartition, int | None] = {}
+        self._closed = False
+
+    async def __aenter__(self) -> Consumer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        if self._owns_cluster:
+            await self.cluster.start()
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._owns_cluster:
+            await self.cluster.close()
+
+    # ------------------------------------------------------------------------------------------
+    # Assignment and positions
+
+    async def partitions_for(self, topic: str) -> list[int]:
+        info = await self.cluster.topic(topic, refresh=True)
+        return [p.partition for p in info.partitions]
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        """Replaces the assignment. Partitions kept from the previous one keep their position;
+        new ones start at auto_offset_reset unless seek() says otherwise."""
+        wanted = list(dict.fromkeys(partitions))
+        self._positions = {tp: self._positions.get(tp) for tp in wanted}
+
+    def assignment(self) -> list[TopicPartition]:
+        return list(self._positions)
+
+    def seek(self, topic_partition: TopicPartition, offset: int) -> None:
+        if topic_partition not in self._positions:
+            raise ValueError(f"{topic_partition} is not assigned")
+        if offset < 0:
+            raise ValueError(f"offset {offset} is negative")
+        self._positions[topic_partition] = offset
+
+    async def seek_to_beginning(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        await self._seek_to(EARLIEST_TIMESTAMP, partitions)
+
+    async def seek_to_end(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        await self._seek_to(LATEST_TIMESTAMP, partitions)
+
+    async def position(self, topic_partition: TopicPartition) -> int:
+        """The offset of the next record to be returned, resolving auto_offset_reset."""
+        if topic_partition not in self._positions:
+            raise ValueError(f"{topic_partition} is not assigned")
+        await self._resolve_missing_positions()
+        position = self._positions[topic_partition]
+        assert position is not None
+        return position
+
+    async def _seek_to(self, timestamp: int, partitions: Iterable[TopicPartition] | None) -> None:
+        targets = list(self._positions) if partitions is None else list(partitions)
+        for tp in targets:
+            if tp not in self._positions:
+                raise ValueError(f"{tp} is not assigned")
+        offsets = await self.list_offsets({tp: timestamp for tp in targets})
+        self._positions.update(offsets)
+
+    async def beginning_offsets(
+        self, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, int]:
+        return await self.list_offsets({tp: EARLIEST_TIMESTAMP for tp in partitions})
+
+    async def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """The high watermark (read_uncommitted) or last stable offset (read_committed)."""
+        return await self.list_offsets({tp: LATEST_TIMESTAMP for tp in partitions})
+
+    async def list_offsets(
+        self, timestamps: dict[TopicPartition, int]
+    ) -> dict[TopicPartition, int]:
+        """ListOffsets against each leader: -2 earliest, -1 latest, else the first offset whose
+        timestamp is at least the one given (-1 when there is none)."""
+        result: dict[TopicPartition, int] = {}
+        remaining = dict(timestamps)
+        last_error: KafkaError | None = None
+        for attempt in range(self.cluster.metadata_retries):
+            if not remaining:
+                break
+            if attempt:
+                await asyncio.sleep(self.retry_backoff)
+            by_leader: dict[int, list[tuple[TopicPartition, PartitionInfo]]] = {}
+            for tp in remaining:
+                partition = await self.cluster.partition(tp)
+                by_leader.setdefault(partition.leader_id, []).append((tp, partition))
+            answers = await asyncio.gather(
+                *(
+                    self._list_offsets_from(leader, group, remaining)
+                    for leader, group in by_leader.items()
+                ),
+                return_exceptions=True,
+            )
+            for answer in answers:
+                if isinstance(answer, BaseException):
+                    if not isinstance(answer, KafkaError) or not answer.retriable:
+                        raise answer
+                    last_error = answer
+                    continue
+                for tp, outcome in answer.items():
+                    if isinstance(outcome, int):
+                        result[tp] = outcome
+                        remaining.pop(tp, None)
+                    elif outcome.retriable:
+                        # a moved leader or a stale epoch: ask the cluster again next round
+                        self.cluster.invalidate(tp.topic)
+                        last_error = outcome
+                    else:
+                        raise outcome
+        if remaining:
+            raise last_error or KafkaConnectionError(
+                f"no offsets for {', '.join(map(str, remaining))}"
+            )
+        return result
+
+    async def _list_offsets_from(
+        self,
+        leader_id: int,
+        group: list[tuple[TopicPartition, PartitionInfo]],
+        timestamps: dict[TopicPartition, int],
+    ) -> dict[TopicPartition, int | KafkaError]:
+        connection = await self.cluster.connection(leader_id)
+        version = connection.version_for(
+            ApiKey.LIST_OFFSETS, min_version=FIRST_LIST_OFFSETS_VERSION
+        )
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for tp, partition in group:
+            by_topic.setdefault(tp.topic, []).append(
+                {
+                    "partition_index": tp.partition,
+                    "current_leader_epoch": partition.leader_epoch,
+                    "timestamp": timestamps[tp],
+                }
+            )
+        response = await connection.request(
+            ApiKey.LIST_OFFSETS,
+            {
+                "replica_id": CONSUMER_REPLICA_ID,
+                "isolation_level": int(self.isolation_level),
+                "topics": [{"name": name, "partitions": parts} for name, parts in by_topic.items()],
+                "timeout": self.cluster.request_timeout_ms,
+            },
+            version=version,
+        )
+        outcome: dict[TopicPartition, int | KafkaError] = {}
+        for topic in response.topics:
+            for answer in topic.partitions:
+                tp = TopicPartition(topic.name, int(answer.partition_index))
+                if answer.error_code != ErrorCode.none:
+                    outcome[tp] = error_for(answer.error_code, None, f"ListOffsets {tp}")
+                else:
+                    outcome[tp] = int(answer.offset)
+        return outcome
+
+    async def _resolve_missing_positions(self) -> None:
+        missing = [tp for tp, position in self._positions.items() if position is None]
+        if not missing:
+            return
+        if self.auto_offset_reset is OffsetReset.NONE:
+            raise OffsetOutOfRangeError(
+                f"no position for {', '.join(map(str, missing))} and auto_offset_reset is none"
+            )
+        timestamp = (
+            EARLIEST_TIMESTAMP
+            if self.auto_offset_reset is OffsetReset.EARLIEST
+            else LATEST_TIMESTAMP
+        )
+        self._positions.update(await self.list_offsets({tp: timestamp for tp in missing}))
+
+    # ------------------------------------------------------------------------------------------
+    # Fetching
+
+    async def poll(self, timeout_ms: int | None = None) -> list[Message]:
+        """One round of Fetch requests (one per leader, in parallel); returns the messages
+        they brought, possibly none. The brokers hold each request up to
+        min(fetch_max_wait_ms, timeout_ms) waiting for data."""
+        if self._closed:
+            raise KafkaConnectionError("the consumer is closed")
+        if not self._positions:
+            raise ValueError("no partitions assigned")
+        await self._resolve_missing_positions()
+        max_wait = (
+            self.fetch_max_wait_ms
+            if timeout_ms is None
+            else min(self.fetch_max_wait_ms, timeout_ms)
+        )
+        by_leader: dict[int, list[tuple[TopicPartition, PartitionInfo]]] = {}
+        for tp in self._positions:
+            try:
+                partition = await self.cluster.partition(tp)
+            except KafkaError as exc:
+                if not exc.retriable:
+                    raise
+                continue
+            by_leader.setdefault(partition.leader_id, []).append((tp, partition))
+        if not by_leader:
+            await asyncio.sleep(self.retry_backoff)
+            return []
+        results = await asyncio.gather(
+            *(self._fetch_from(leader, group, max_wait) for leader, group in by_leader.items()),
+            return_exceptions=True,
+        )
+        messages: list[Message] = []
+        retry = False
+        for result in results:
+            if isinstance(result, BaseException):
+                if isinstance(result, KafkaError) and result.retriable:
+                    retry = True
+                    continue
+                raise result
+            messages.extend(result)
+        if retry and not messages:
+            await asyncio.sleep(self.retry_backoff)
+        return messages
+
+    def messages(
+        self, *, max_messages: int | None = None, idle_timeout_ms: int | None = None
+    ) -> AsyncIterator[Message]:
+        """Async iterator over messages: stops after `max_messages`, or once no message came
+        for `idle_timeout_ms` (runs until cancelled when both are None)."""
+        return _MessageStream(self, max_messages, idle_timeout_ms)
+
+    async def _fetch_from(
+        self, leader_id: int, group: list[tuple[TopicPartition, PartitionInfo]], max_wait_ms: int
+    ) -> list[Message]:
+        connection = await self.cluster.connection(leader_id)
+        version = connection.version_for(ApiKey.FETCH, min_version=FIRST_FETCH_VERSION)
+        use_ids = version >= FIRST_FETCH_TOPIC_ID_VERSION
+        topic_ids: dict[str, Any] = {}
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for tp, partition in group:
+            position = self._positions.get(tp)
+            if position is None:
+                continue
+            if use_ids:
+                info = self.cluster.metadata.topics.get(tp.topic)
+                if info is None or info.topic_id is None:
+                    self.cluster.invalidate(tp.topic)
+                    continue
+                topic_ids[tp.topic] = info.topic_id
+            by_topic.setdefault(tp.topic, []).append(
+                {
+                    "partition": tp.partition,
+                    "current_leader_epoch": partition.leader_epoch,
+                    "fetch_offset": position,
+                    "last_fetched_epoch": -1,
+                    "log_start_offset": -1,
+                    "partition_max_bytes": self.max_partition_fetch_bytes,
+                }
+            )
+        if not by_topic:
+            return []
+        response = await connection.request(
+            ApiKey.FETCH,
+            {
+                "replica_id": CONSUMER_REPLICA_ID,
+                "max_wait": max_wait_ms,
+                "min_bytes": self.fetch_min_bytes,
+                "max_bytes": self.fetch_max_bytes,
+                "isolation_level": int(self.isolation_level),
+                "session_id": 0,
+                "session_epoch": -1,  # no fetch session: every request is a full fetch
+                "topics": [
+                    {"topic": name, "topic_id": topic_ids.get(name), "partitions": parts}
+                    for name, parts in by_topic.items()
+                ],
+                "forgotten_topics_data": [],
+                "rack_id": "",
+            },
+            version=version,
+            timeout_ms=self.cluster.request_timeout_ms + max_wait_ms,
+        )
+        if response.error_code != ErrorCode.none:
+            raise error_for(response.error_code, None, "Fetch")
+        names_by_id = {topic_id: name for name, topic_id in topic_ids.items()}
+        messages: list[Message] = []
+        for topic in response.responses:
+            name = names_by_id.get(topic.topic_id) if use_ids else topic.topic
+            if name is None:
+                continue
+            for data in topic.partitions:
+                tp = TopicPartition(name, int(data.partition_index))
+                if tp not in self._positions:
+                    continue
+                messages.extend(self._apply_partition(tp, data))
+        return messages
+
+    def _apply_partition(self, tp: TopicPartition, data: Any) -> list[Message]:
+        error = ErrorCode(data.error_code)
+        position = self._positions.get(tp)
+        if position is None:
+            return []
+        if error == ErrorCode.offset_out_of_range:
+            if self.auto_offset_reset is OffsetReset.NONE:
+                raise OffsetOutOfRangeError(f"{tp} has no offset {position}")
+            self._positions[tp] = None  # resolved by the next poll
+            return []
+        if error != ErrorCode.none:
+            exc = error_for(error, None, f"Fetch {tp}")
+            if exc.retriable:
+                self.cluster.invalidate(tp.topic)
+                return []
+            raise exc
+        aborted = [
+            (int(a.first_offset), int(a.producer_id)) for a in (data.aborted_transactions or ())
+        ]
+        result = decode_fetched(
+            tp,
+            bytes(data.records or b""),
+            position,
+            aborted if self.isolation_level is IsolationLevel.READ_COMMITTED else None,
+            check_crcs=self.check_crcs,
+        )
+        if result.next_position is not None and self._positions.get(tp) == position:
+            self._positions[tp] = result.next_position
+        return result.messages
+
+
+class _MessageStream(AsyncIterator[Message]):
+    def __init__(self, consumer: Consumer, max_messages: int | None, idle_timeout_ms: int | None):
+        self._consumer = consumer
+        self._left = max_messages
+        self._idle_timeout = None if idle_timeout_ms is None else idle_timeout_ms / 1000
+        self._buffer: deque[Message] = deque()
+
+    def __aiter__(self) -> _MessageStream:
+        return self
+
+    async def __anext__(self) -> Message:
+        if self._left is not None and self._left <= 0:
+            raise StopAsyncIteration
+        loop = asyncio.get_running_loop()
+        deadline = None if self._idle_timeout is None else loop.time() + self._idle_timeout
+        while not self._buffer:
+            if deadline is None:
+                wait_ms = None
+            else:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    raise StopAsyncIteration
+                wait_ms = max(1, int(remaining * 1000))
+            self._buffer.extend(await self._consumer.poll(wait_ms))
+        if self._left is not None:
+            self._left -= 1
+        return self._buffer.popleft()
+
+
+def decode_fetched(
+    tp: TopicPartition,
+    records: bytes,
+    position: int,
+    aborted_transactions: list[tuple[int, int]] | None,
+    *,
+    check_crcs: bool = True,
+) -> FetchedPartition:
+    """The messages in one partition's Fetch records at or after `position`, and the position
+    after them. `aborted_transactions` (first offset, producer id) enables read_committed
+    filtering; None means read_uncommitted."""
+    messages: list[Message] = []
+    next_position: int | None = None
+    aborted_queue = list(aborted_transactions or ())
+    heapq.heapify(aborted_queue)
+    aborting: set[int] = set()  # producers whose records are being dropped
+    pos = 0
+    while pos < len(records):
+        prefix = peek_batch_size(records, pos)
+        if prefix is None:
+            break
+        _base, size, magic = prefix
+        if pos + size > len(records):
+            break  # cut by the fetch size: fetched again from its start
+        if magic != 2:
+            raise CorruptRecordError(f"{tp}: batch with magic {magic} at byte {pos}")
+        chunk = records[pos : pos + size]
+        pos += size
+        header = batch_is_intact(chunk, 0) if check_crcs else parse_header(chunk)
+        if header is None:
+            raise CorruptRecordError(f"{tp}: batch failed its CRC-32C check")
+        if header.last_offset < position:
+            continue
+        # Batches come in offset order: whatever this one holds, it is behind us afterwards.
+        next_position = header.last_offset + 1
+        if aborted_transactions is not None:
+            while aborted_queue and aborted_queue[0][0] <= header.last_offset:
+                aborting.add(heapq.heappop(aborted_queue)[1])
+        if header.is_control:
+            if header.producer_id in aborting and _is_abort_marker(chunk):
+                aborting.discard(header.producer_id)
+            continue
+        if (
+            aborted_transactions is not None
+            and header.is_transactional
+            and header.producer_id in aborting
+        ):
+            continue
+        try:
+            decoded = read_records(chunk)
+        except Exception as exc:  # decompressors raise their own types
+            raise CorruptRecordError(
+                f"{tp}: undecodable batch at offset {header.base_offset}: {exc}"
+            ) from exc
+        timestamp_type = (
+            TimestampType.LOG_APPEND_TIME if header.log_append_time else TimestampType.CREATE_TIME
+        )
+        for record in decoded:
+            if record.offset < position:
+                continue
+            messages.append(
+                Message(
+                    topic=tp.topic,
+                    partition=tp.partition,
+                    offset=record.offset,
+                    timestamp=record.timestamp,
+                    timestamp_type=timestamp_type,
+                    key=record.key,
+                    value=record.value,
+                    headers=record.headers,
+                    leader_epoch=header.partition_leader_epoch,
+                )
+            )
+    return FetchedPartition(messages, next_position)
+
+
+def _is_abort_marker(batch: bytes) -> bool:
+    try:
+        return control_type(batch) == CONTROL_ABORT
+    except (ValueError, IndexError):
+        return False  # an unknown control record type is skipped, as Kafka's consumer does
