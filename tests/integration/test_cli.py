@@ -183,11 +183,6 @@ def test_topics_errors_exit_non_zero_with_the_kafka_error(broker_process: Broker
         assert expected in result.stderr.decode(), (args, result.stderr)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="broker bug: CreateTopics v7 error results lack topic_id, so the broker never "
-    "answers (handlers/k19_create_topics.py, server/connection.py)",
-)
 def test_creating_an_existing_topic_fails(broker_process: BrokerProcess) -> None:
     ok(topics(broker_process, "create", "--topic", "dup", "--partitions", "1"))
     result = lockgate(

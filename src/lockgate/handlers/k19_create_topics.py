@@ -75,6 +75,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     for topic in request.topics:
         entry: dict[str, Any] = {
             "name": topic.name,
+            "topic_id": None,
             "error_code": 0,
             "error_message": None,
             "num_partitions": -1,

@@ -154,6 +154,12 @@ class Connection:
     ) -> bytes | None:
         try:
             result = await spec.handler(context, request)
+            if result is None:
+                body = None
+            elif isinstance(result, RawBody):
+                body = result.data
+            else:
+                body = encode(build(response_class(spec.api_key, context.api_version), result))
         except Exception:
             log.exception(
                 "%s v%d from %s (client id %r) failed; closing the connection",
@@ -165,12 +171,8 @@ class Connection:
             self.stop_reading()
             return None
         self.broker.metrics.request_done(spec.api_key.name, time.monotonic() - context.started)
-        if result is None:
+        if body is None:
             return None
-        if isinstance(result, RawBody):
-            body = result.data
-        else:
-            body = encode(build(response_class(spec.api_key, context.api_version), result))
         return response_frame(context.correlation_id, flexible, body)
 
     async def _write_loop(self) -> None:
