@@ -49,6 +49,7 @@ class Group:
     state_timestamp: int = -1
     rebalance_task: asyncio.Task[None] | None = None
     rebalance_deadline: float = 0.0
+    rebalance_initial: bool = False  # the running rebalance began in Empty (initial delay)
 
     def transition(self, state: GroupState) -> None:
         if self.state not in LEGAL_PREVIOUS[state]:

@@ -71,25 +71,28 @@ class _Reader:
         self.data = data
         self.pos = 0
 
+    def _take(self, size: int) -> bytes:
+        # A damaged record must raise ValueError (which replay skips), never struct.error,
+        # and a cut string must not decode as a shorter one.
+        if size > len(self.data) - self.pos:
+            raise ValueError(f"record cut short: {size} bytes wanted at {self.pos}")
+        raw = self.data[self.pos : self.pos + size]
+        self.pos += size
+        return raw
+
     def unpack(self, fmt: str) -> tuple[int, ...]:
         layout = struct.Struct(fmt)
-        values = layout.unpack_from(self.data, self.pos)
-        self.pos += layout.size
-        return tuple(int(v) for v in values)
+        return tuple(int(v) for v in layout.unpack(self._take(layout.size)))
 
     def string(self) -> str | None:
         (size,) = self.unpack(">h")
         if size < 0:
             return None
-        raw = self.data[self.pos : self.pos + size]
-        self.pos += size
-        return raw.decode()
+        return self._take(size).decode()
 
     def bytes_(self) -> bytes:
         (size,) = self.unpack(">i")
-        raw = self.data[self.pos : self.pos + max(size, 0)]
-        self.pos += max(size, 0)
-        return raw
+        return self._take(max(size, 0))
 
 
 def offset_key(group: str, topic: str, partition: int) -> bytes:
@@ -194,5 +197,5 @@ def subscribed_topics(subscription: bytes) -> set[str]:
         reader.unpack(">h")
         (count,) = reader.unpack(">i")
         return {reader.string() or "" for _ in range(max(count, 0))}
-    except (struct.error, UnicodeDecodeError):
+    except ValueError:  # cut short or not UTF-8
         return set()

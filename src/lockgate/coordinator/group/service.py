@@ -247,13 +247,15 @@ class GroupCoordinator:
                 return error(ErrorCode.member_id_required, member_id)
             if group_instance_id is not None:
                 self._replace_static_member(group, group_instance_id, member_id)
-        elif member_id not in group.members and member_id not in group.pending_members:
-            return error(ErrorCode.unknown_member_id)
         elif (
             group_instance_id is not None
             and group.static_members.get(group_instance_id, member_id) != member_id
         ):
+            # before the unknown-member check (as Kafka): a replaced incarnation must stop,
+            # not rejoin without an id and fence its replacement in turn
             return error(ErrorCode.fenced_instance_id)
+        elif member_id not in group.members and member_id not in group.pending_members:
+            return error(ErrorCode.unknown_member_id)
         group.pending_members.discard(member_id)
         member = group.members.get(member_id)
         if member is None:
@@ -315,29 +317,35 @@ class GroupCoordinator:
         )
         delay = self.initial_delay_ms if initial else group.max_rebalance_timeout_ms
         group.rebalance_deadline = time.monotonic() + delay / 1000
+        group.rebalance_initial = initial
+        # A running timer task may be inside _complete_join, awaiting the previous generation's
+        # write: it notices the new rebalance afterwards and runs it too.
         if group.rebalance_task is None or group.rebalance_task.done():
             group.rebalance_task = asyncio.get_running_loop().create_task(
-                self._rebalance_timer(group, initial)
+                self._rebalance_timer(group)
             )
 
-    async def _rebalance_timer(self, group: Group, initial: bool) -> None:
+    async def _rebalance_timer(self, group: Group) -> None:
         """Completes the join when everyone has rejoined (after the initial delay for a new
-        group, which new joiners extend up to the rebalance timeout), or at the deadline."""
-        hard_deadline = (
-            time.monotonic() + max(group.max_rebalance_timeout_ms, self.initial_delay_ms) / 1000
-        )
+        group, which new joiners extend up to the rebalance timeout), or at the deadline;
+        again if another rebalance began while the generation was being written."""
         while group.state == GroupState.PREPARING_REBALANCE:
-            remaining = group.rebalance_deadline - time.monotonic()
-            if remaining <= 0 or (not initial and group.all_joined()):
-                break
-            if initial and group.all_joined() and remaining > 0:
-                await asyncio.sleep(min(remaining, 0.05))
-                if time.monotonic() >= min(group.rebalance_deadline, hard_deadline):
+            initial = group.rebalance_initial
+            hard_deadline = (
+                time.monotonic() + max(group.max_rebalance_timeout_ms, self.initial_delay_ms) / 1000
+            )
+            while group.state == GroupState.PREPARING_REBALANCE:
+                remaining = group.rebalance_deadline - time.monotonic()
+                if remaining <= 0 or (not initial and group.all_joined()):
                     break
-                continue
-            await asyncio.sleep(min(remaining, 0.05))
-        if group.state == GroupState.PREPARING_REBALANCE:
-            await self._complete_join(group)
+                if initial and group.all_joined() and remaining > 0:
+                    await asyncio.sleep(min(remaining, 0.05))
+                    if time.monotonic() >= min(group.rebalance_deadline, hard_deadline):
+                        break
+                    continue
+                await asyncio.sleep(min(remaining, 0.05))
+            if group.state == GroupState.PREPARING_REBALANCE:
+                await self._complete_join(group)
 
     def _maybe_complete_join(self, group: Group) -> None:
         if self.initial_delay_ms and group.generation == 0:
@@ -363,6 +371,7 @@ class GroupCoordinator:
         if group.leader not in group.members:
             group.leader = next(iter(group.members))
         group.transition(GroupState.COMPLETING_REBALANCE)
+        generation = group.generation
         durable = self._persist_group(group)
         try:
             await durable
@@ -373,6 +382,10 @@ class GroupCoordinator:
                 group.generation,
                 exc,
             )
+        if group.state != GroupState.COMPLETING_REBALANCE or group.generation != generation:
+            # A member joined or left during the write and a new rebalance began: the waiting
+            # members count as rejoined and get the next generation instead of this one.
+            return
         everyone = [
             {
                 "member_id": m.member_id,
