@@ -9,6 +9,7 @@ from lockgate.server.broker import Broker
 from lockgate.server.config import BrokerConfig
 from lockgate.storage.memory import MemoryEngine
 from tests.support.broker import BrokerProcess
+from tests.support.fault_proxy import FaultProxy, broker_behind
 
 
 @pytest.fixture
@@ -31,3 +32,26 @@ async def memory_broker() -> AsyncIterator[Broker]:
         yield broker
     finally:
         await broker.stop()
+
+
+@pytest.fixture
+def fault_proxy() -> Iterator[FaultProxy]:
+    """A started fault proxy on 127.0.0.1 with no upstream yet; stopped afterwards."""
+    with FaultProxy() as proxy:
+        yield proxy
+
+
+@pytest.fixture
+def proxied_broker(
+    request: pytest.FixtureRequest, tmp_path: Path, fault_proxy: FaultProxy
+) -> Iterator[BrokerProcess]:
+    """A broker in a child process reached through `fault_proxy` and advertising its address,
+    so that clients reconnect through the proxy too. Extra broker properties come from
+    indirect parametrization: `@pytest.mark.parametrize("proxied_broker", [{...}],
+    indirect=True)`. Killed afterwards."""
+    settings: dict[str, str] = getattr(request, "param", None) or {}
+    broker = broker_behind(fault_proxy, tmp_path / "data", settings).start()
+    try:
+        yield broker
+    finally:
+        broker.kill()
