@@ -509,19 +509,7 @@ def test_retried_batches_are_deduplicated_after_a_restart(tmp_path: Path, restar
     "restart",
     [
         "clean",
-        pytest.param(
-            "kill",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason=(
-                    "log replay takes a batch's CreateTime (max timestamp) as the producer's "
-                    "last write time, while live appends and snapshots use the broker's clock: "
-                    "after kill -9, a producer whose records carry old timestamps is expired at "
-                    "the first check although it wrote a moment ago, and the retry of its first "
-                    "batch (sequence 0) is appended a second time"
-                ),
-            ),
-        ),
+        "kill",
     ],
 )
 def test_replayed_producer_with_old_timestamps_is_not_expired_early(
@@ -565,19 +553,7 @@ async def read_produce_answer(reader: asyncio.StreamReader, version: int) -> tup
     "retried",
     [
         "latest",  # an exact retry of the latest batch: its original offset
-        pytest.param(
-            "older",  # DUPLICATE_SEQUENCE_NUMBER
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason=(
-                    "DUPLICATE_SEQUENCE_NUMBER is answered at once, while an exact retry and "
-                    "the original acks=all append wait for the group commit: librdkafka, "
-                    "kafka-python and Java take the error as 'delivered', so a broker that "
-                    "loses power before the fsync loses records their producer was told were "
-                    "written"
-                ),
-            ),
-        ),
+        "older",  # DUPLICATE_SEQUENCE_NUMBER
     ],
 )
 async def test_retry_is_confirmed_only_once_the_original_is_durable(

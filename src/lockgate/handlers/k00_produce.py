@@ -160,6 +160,11 @@ def produce(
             try:
                 results.append(_append(ctx, request.transactional_id, name, data, pending))
             except KafkaProtocolError as exc:
+                if exc.code == ErrorCode.duplicate_sequence_number:
+                    # clients count this as delivered: answer only once the original is durable
+                    partition = ctx.broker.topics.get(name, data.index)
+                    if partition is not None:
+                        pending.append(ctx.broker.group_commit.appended(partition))
                 log.info(
                     "produce to %s-%d from %s (client id %r) rejected: %s",
                     name,

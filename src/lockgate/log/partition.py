@@ -128,7 +128,7 @@ class Partition:
             for entry in load_entries(self.storage, segment.stem + TXN_INDEX_SUFFIX):
                 if entry.last_offset < self.log_end_offset:
                     self.aborted.add(entry)
-        self._load_producer_state()
+        self._load_producer_state(now_ms)
         self.high_watermark = self.log_end_offset
         self.leader_epoch = self.epochs.latest_epoch + 1
         self.epochs.begin_epoch(self.leader_epoch, self.log_end_offset)
@@ -157,7 +157,7 @@ class Partition:
         for old in self._snapshot_offsets()[:-SNAPSHOTS_KEPT]:
             self.storage.remove(self._snapshot_path(old))
 
-    def _load_producer_state(self) -> None:
+    def _load_producer_state(self, now_ms: int) -> None:
         """Latest valid snapshot at or below the log end, then a replay of the batches after
         it. Without one, the whole log is replayed."""
         end = self.log_end_offset
@@ -184,7 +184,8 @@ class Partition:
                 commit = control_type(segment.log.read(position, header.size)) == CONTROL_COMMIT
                 self._apply_marker(header, commit, segment)
             else:
-                self._record_producer(header, header.max_timestamp)
+                # expiry counts from the load, not from the client-supplied record time
+                self._record_producer(header, max(now_ms, header.max_timestamp))
             replayed += 1
         if replayed:
             log.info(
