@@ -62,6 +62,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     if enable_2pc and not broker.config.flag("transaction.two.phase.commit.enable"):
         return _answer(ErrorCode.transactional_id_authorization_failed)
     coordinator = broker.transactions
+    await coordinator.settle(transactional_id)
     gate = coordinator.gate(transactional_id)
     if gate:
         return _answer(gate)

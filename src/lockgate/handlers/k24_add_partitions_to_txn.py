@@ -3,8 +3,10 @@
 Behaviour:
 - v0–3 (clients): adds partitions to the open transaction (starting it from Empty/Complete*).
   Unknown id or producer id: INVALID_PRODUCER_ID_MAPPING; wrong epoch: PRODUCER_FENCED; while
-  preparing or pending: CONCURRENT_TRANSACTIONS; unknown partitions: UNKNOWN_TOPIC_OR_PARTITION
-  and the others OPERATION_NOT_ATTEMPTED. Already included partitions: success, nothing logged.
+  preparing or pending: CONCURRENT_TRANSACTIONS (after waiting up to 1 s for the previous
+  transaction's markers, which usually spares the client a retry); unknown partitions:
+  UNKNOWN_TOPIC_OR_PARTITION and the others OPERATION_NOT_ATTEMPTED. Already included
+  partitions: success, nothing logged.
 - v4–5 (brokers, KIP-890 part 1): batched by transaction; VerifyOnly checks that each
   partition is in the open transaction (TRANSACTION_ABORTABLE when not) without adding it.
 Version notes: v2 PRODUCER_FENCED (older: INVALID_PRODUCER_EPOCH); v3 flexible; v4 batched.
@@ -52,6 +54,7 @@ async def _add(
             for tp in wanted
         }
     coordinator = ctx.broker.transactions
+    await coordinator.settle(transactional_id)
     gate = coordinator.gate(transactional_id)
     if gate:
         return dict.fromkeys(wanted, gate)

@@ -23,6 +23,7 @@ CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
 async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     coordinator = ctx.broker.transactions
     transactional_id = request.transactional_id
+    await coordinator.settle(transactional_id)
     gate = coordinator.gate(transactional_id)
     if gate:
         return {"throttle_time": 0, "error_code": gate}

@@ -31,6 +31,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     coordinator = ctx.broker.transactions
     transactional_id = request.transactional_id
     answer: dict[str, Any] = {"throttle_time": 0, "producer_id": -1, "producer_epoch": -1}
+    await coordinator.settle(transactional_id)
     gate = coordinator.gate(transactional_id)
     if gate:
         return {**answer, "error_code": gate}

@@ -53,7 +53,7 @@ class TransactionCoordinator:
         self.txns: dict[str, TxnMetadata] = {}
         self.pending: set[str] = set()
         self.loaded = False
-        self._completions: set[asyncio.Task[None]] = set()
+        self._completions: dict[str, asyncio.Task[None]] = {}
         self._crash_point = os.environ.get(CRASH_POINT_VARIABLE, "")
         if self._crash_point not in CRASH_POINTS | {""}:
             log.error("ignoring %s=%r: not a crash point", CRASH_POINT_VARIABLE, self._crash_point)
@@ -177,8 +177,16 @@ class TransactionCoordinator:
 
     def _spawn_completion(self, transactional_id: str) -> None:
         task = asyncio.get_running_loop().create_task(self._complete(transactional_id))
-        self._completions.add(task)
-        task.add_done_callback(self._completions.discard)
+        self._completions[transactional_id] = task
+        task.add_done_callback(lambda _: self._completions.pop(transactional_id, None))
+
+    async def settle(self, transactional_id: str, timeout_s: float = 1.0) -> None:
+        """Waits (bounded) for the id's markers to be written and its Complete state logged.
+        A producer's next request usually arrives right after its commit was answered; waiting
+        here spares it a CONCURRENT_TRANSACTIONS round trip and its client-side backoff."""
+        task = self._completions.get(transactional_id)
+        if task is not None and not task.done():
+            await asyncio.wait({task}, timeout=timeout_s)
 
     async def _complete(self, transactional_id: str) -> None:
         """Writes the markers of a prepared decision, waits until they are durable, then logs
@@ -232,7 +240,7 @@ class TransactionCoordinator:
     async def drain(self) -> None:
         """Shutdown: lets in-flight completions finish."""
         if self._completions:
-            await asyncio.wait(list(self._completions), timeout=10)
+            await asyncio.wait(list(self._completions.values()), timeout=10)
 
     # -- periodic work -------------------------------------------------------------------------
 
