@@ -22,9 +22,12 @@ class LeaderEpochCache:
 
     def _parse(self, text: str) -> None:
         lines = text.split("\n")
+        entries: list[tuple[int, int]] = []
         try:
             count = int(lines[1])
-            entries = [tuple(int(x) for x in line.split()) for line in lines[2 : 2 + count]]
+            for line in lines[2 : 2 + count]:
+                epoch, start = (int(x) for x in line.split())  # ValueError unless two ints
+                entries.append((epoch, start))
         except (IndexError, ValueError):
             return  # damaged: start a fresh history; the next epoch is still persisted
         for epoch, start in entries:

@@ -69,7 +69,7 @@ class TimeIndex:
         raw = self.file.read(0, self.file.size)
         if len(raw) % _TIME_ENTRY.size:
             return False
-        last_ts, last_offset = -(2**63), -1
+        last_ts, last_offset = -(2**63), 0  # relative offsets are never negative
         for timestamp, relative in _TIME_ENTRY.iter_unpack(raw):
             if timestamp <= last_ts or relative < last_offset:
                 self.timestamps = array("q")

@@ -50,13 +50,15 @@ class Segment:
         """Appends a batch whose header fields describe its final offsets; returns its position."""
         position = self.log.append(batch)
         relative_last = header.last_offset - self.base_offset
+        # Time index entries hold the running maximum: a lookup skips everything up to an
+        # entry below its target, so unindexed batches with larger timestamps must count.
+        self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
         if position == 0 or self._bytes_since_index >= index_interval:
             self.offset_index.append(header.base_offset - self.base_offset, position)
-            if header.max_timestamp > self.time_index.last_timestamp:
-                self.time_index.append(header.max_timestamp, relative_last)
+            if self.max_timestamp > self.time_index.last_timestamp:
+                self.time_index.append(self.max_timestamp, relative_last)
             self._bytes_since_index = 0
         self._bytes_since_index += len(batch)
-        self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
         self.next_offset = header.last_offset + 1
         return position
 
@@ -86,7 +88,8 @@ class Segment:
         position = self.position_of(offset)
         if position is None:
             return b""
-        data = self.log.read(position, min(max_bytes, self.log.size - position))
+        # At least a header, so that a first batch larger than a tiny max_bytes is still seen.
+        data = self.log.read(position, min(max(max_bytes, HEADER_SIZE), self.log.size - position))
         end = 0
         while True:
             prefix = peek_batch_size(data, end)
@@ -142,25 +145,33 @@ class Segment:
         return cut
 
     def _index_recovered(self, position: int, header: BatchHeader, index_interval: int) -> None:
+        self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
         if position == 0 or self._bytes_since_index >= index_interval:
             self.offset_index.append(header.base_offset - self.base_offset, position)
-            if header.max_timestamp > self.time_index.last_timestamp:
-                self.time_index.append(header.max_timestamp, header.last_offset - self.base_offset)
+            if self.max_timestamp > self.time_index.last_timestamp:
+                self.time_index.append(self.max_timestamp, header.last_offset - self.base_offset)
             self._bytes_since_index = 0
         self._bytes_since_index += header.size
-        self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
         self.next_offset = header.last_offset + 1
 
     def load(self, index_interval: int) -> None:
-        """Opens a sealed segment: trusts valid index files, rebuilds damaged ones."""
-        if not (self.offset_index.load(self.log.size) and self.time_index.load()):
+        """Opens a sealed segment: trusts valid index files, rebuilds damaged or missing ones.
+        A segment with data always has an offset index entry for position 0 and a time index
+        entry (unless no batch carries a timestamp: rebuilding those costs only a scan)."""
+        if not (
+            self.offset_index.load(self.log.size)
+            and self.time_index.load()
+            and self.offset_index.positions
+            and self.time_index.timestamps
+        ):
             self.recover(index_interval, validate=False)
             return
-        start = self.offset_index.positions[-1] if self.offset_index.positions else 0
+        start = self.offset_index.positions[-1]
         for _position, header in self.headers(start):
             self.next_offset = header.last_offset + 1
         self.max_timestamp = self.time_index.last_timestamp
-        if self.next_offset == self.base_offset and self.log.size:
+        beyond_end = self.base_offset + self.time_index.relative_offsets[-1] >= self.next_offset
+        if self.next_offset == self.base_offset or beyond_end:
             self.recover(index_interval, validate=False)
 
     def txn_index(self) -> AppendFile:
