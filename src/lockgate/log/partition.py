@@ -451,9 +451,9 @@ class Partition:
             )
             if not (expired or oversize):
                 return deleted
+            if oldest.next_offset > self.high_watermark:
+                return deleted  # never delete what consumers have not been allowed to see
             if len(self.segments) == 1:
-                if oldest.next_offset > self.high_watermark:
-                    return deleted  # never delete what consumers have not been allowed to see
                 self.roll(now_ms)
             self.segments.pop(0)
             oldest.close()

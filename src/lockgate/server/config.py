@@ -56,10 +56,11 @@ BROKER_DEFAULTS: dict[str, str] = {
     "lockgate.metrics.host": "127.0.0.1",
 }
 
-# Kafka's aliases with coarser units; the finer property wins when both are set.
+# Kafka's aliases with coarser units, finest first: the finest one set wins, whatever the order
+# they were given in; a negative time means unlimited (-1).
 _ALIASES = {
-    "log.retention.hours": ("log.retention.ms", 3600 * 1000),
     "log.retention.minutes": ("log.retention.ms", 60 * 1000),
+    "log.retention.hours": ("log.retention.ms", 3600 * 1000),
     "log.roll.hours": ("log.roll.ms", 3600 * 1000),
     "log.dir": ("log.dirs", 0),
 }
@@ -106,14 +107,23 @@ def parse_properties(text: str) -> dict[str, str]:
         line = raw.strip()
         if not line or line[0] in "#!":
             continue
-        for separator in ("=", ":"):
-            if separator in line:
-                key, value = line.split(separator, 1)
-                result[key.strip()] = value.strip()
-                break
-        else:
+        cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        if cut < 0:
             raise ConfigError(f"not a property line: {raw!r}")
+        result[line[:cut].strip()] = line[cut + 1 :].strip()
     return result
+
+
+# Kafka's validators' lower bounds (-1 means "unlimited" for the retention settings).
+_MINIMUMS = {
+    "segment.bytes": 14,
+    "segment.ms": 1,
+    "retention.ms": -1,
+    "retention.bytes": -1,
+    "max.message.bytes": 0,
+    "index.interval.bytes": 0,
+    "min.insync.replicas": 1,
+}
 
 
 def check_value(spec: TopicConfigSpec, value: str) -> str:
@@ -126,12 +136,9 @@ def check_value(spec: TopicConfigSpec, value: str) -> str:
             raise ConfigError(f"{spec.name}={value!r} is not a number") from None
         if kind == "int" and not -(2**31) <= number < 2**31:
             raise ConfigError(f"{spec.name}={value} is out of range")
-        if spec.name in ("segment.bytes",) and number < 14:
-            raise ConfigError(f"{spec.name}={value} is below the minimum of 14")
-        if spec.name in ("max.message.bytes", "index.interval.bytes", "segment.ms") and number < 0:
-            raise ConfigError(f"{spec.name}={value} must not be negative")
-        if spec.name == "min.insync.replicas" and number < 1:
-            raise ConfigError(f"{spec.name}={value} must be at least 1")
+        minimum = _MINIMUMS.get(spec.name)
+        if minimum is not None and number < minimum:
+            raise ConfigError(f"{spec.name}={value} is below the minimum of {minimum}")
         return str(number)
     if kind.startswith("choice:"):
         choices = kind[len("choice:") :].split(",")
@@ -142,19 +149,27 @@ def check_value(spec: TopicConfigSpec, value: str) -> str:
     return value
 
 
+def _scaled(alias: str, value: str, unit: int) -> str:
+    if unit == 0:
+        return value
+    try:
+        number = int(value)
+    except ValueError:
+        raise ConfigError(f"{alias}={value!r} is not a number") from None
+    return "-1" if number < 0 else str(number * unit)
+
+
 class BrokerConfig:
     def __init__(self, overrides: Mapping[str, str] | None = None) -> None:
         self.values = dict(BROKER_DEFAULTS)
-        explicit: set[str] = set()
-        for key, value in (overrides or {}).items():
-            if key in _ALIASES:
-                target, unit = _ALIASES[key]
-                if target in explicit:
-                    continue
-                self.values[target] = value if unit == 0 else str(int(value) * unit)
-            else:
+        given = dict(overrides or {})
+        for key, value in given.items():
+            if key not in _ALIASES:
                 self.values[key] = value
-                explicit.add(key)
+        for alias, (target, unit) in _ALIASES.items():  # finest first
+            if alias not in given or target in given:
+                continue
+            given[target] = self.values[target] = _scaled(alias, given[alias], unit)
 
     def get(self, name: str) -> str:
         return self.values[name]

@@ -44,7 +44,9 @@ class FetchSessionCache:
             return None
         while len(self.sessions) >= self.slots:
             self.sessions.popitem(last=False)
-        session_id = next(self._ids) & 0x7FFFFFFF or next(self._ids)
+        session_id = 0
+        while session_id == 0 or session_id in self.sessions:  # ids are int32 and > 0
+            session_id = next(self._ids) & 0x7FFFFFFF
         session = FetchSession(session_id, 1)
         self.sessions[session_id] = session
         return session

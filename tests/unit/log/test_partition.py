@@ -325,11 +325,6 @@ def test_retention_of_the_only_segment_waits_for_the_high_watermark(
     assert partition.log_start_offset == 2
 
 
-@pytest.mark.xfail(
-    reason="apply_retention checks the high watermark only when one segment is left: an older "
-    "segment is deleted even when it holds records consumers have not been allowed to see",
-    strict=True,
-)
 @pytest.mark.parametrize("by", ["time", "size"])
 def test_retention_never_deletes_beyond_the_high_watermark(storage: StorageEngine, by: str) -> None:
     config = LogConfig(retention_ms=1_000) if by == "time" else LogConfig(retention_bytes=0)
