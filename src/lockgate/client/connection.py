@@ -16,7 +16,7 @@ import itertools
 import logging
 import struct
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -123,6 +123,9 @@ class BrokerConnection:
         self.request_timeout_ms = request_timeout_ms
         self.connect_timeout_ms = connect_timeout_ms
         self.broker_versions: dict[int, VersionRange] = {}
+        # ApiVersions v3+: feature name → finalized max version level (e.g.
+        # "transaction.version" → 2 where the broker runs transaction version 2, KIP-890).
+        self.finalized_features: dict[str, int] = {}
         self._writer: asyncio.StreamWriter | None = None
         self._reader_task: asyncio.Task[None] | None = None
         self._in_flight: deque[_InFlight] = deque()
@@ -194,6 +197,10 @@ class BrokerConnection:
             }
             if response.error_code == 0:
                 self.broker_versions = ranges
+                self.finalized_features = {
+                    str(feature.name): int(feature.max_version_level)
+                    for feature in getattr(response, "finalized_features", ())
+                }
                 return
             theirs = ranges.get(ApiKey.API_VERSIONS)
             common = theirs.intersect(ours) if theirs else None
@@ -251,13 +258,15 @@ class BrokerConnection:
         return await self._send(api_key, version, body, decoder, timeout)
 
     async def send_without_response(
-        self, api_key: int, body: Mapping[str, Any], *, version: int
+        self, api_key: int, body: Mapping[str, Any] | bytes, *, version: int
     ) -> None:
         """For the one request Kafka never answers (Produce with acks=0): written and flushed
-        to the socket, not awaited. No correlation entry: no response will ever match it."""
+        to the socket, not awaited. No correlation entry: no response will ever match it.
+        `body` is a dict for kio, or a body the caller encoded itself."""
         self._check_open()
-        entity = build(_request_class(api_key, version), body)
-        self._write(api_key, version, next(self._correlation_ids), entity)
+        self._write(
+            api_key, version, next(self._correlation_ids), _body_bytes(api_key, version, body)
+        )
         writer = self._writer
         assert writer is not None
         try:
@@ -273,6 +282,17 @@ class BrokerConnection:
             self._abort(KafkaConnectionError(f"{self.address}: {exc}"))
             raise KafkaConnectionError(f"{self.address}: {exc}") from exc
 
+    def send_encoded(
+        self, api_key: int, version: int, body: bytes, *, timeout_ms: float | None = None
+    ) -> Coroutine[Any, Any, Any]:
+        """Writes a request whose body the caller encoded (Produce with lockgate's KIP-359
+        tag, which kio cannot write) before returning, so that the order of calls is the
+        order on the wire, and returns the coroutine to await for the decoded kio response.
+        Raises KafkaConnectionError at once when the connection is closed."""
+        future = self._enqueue(api_key, version, body, _body_decoder(api_key, version))
+        timeout = self.request_timeout_ms if timeout_ms is None else timeout_ms
+        return self._await_response(api_key, version, future, timeout)
+
     async def _send(
         self,
         api_key: int,
@@ -281,13 +301,23 @@ class BrokerConnection:
         decoder: ResponseDecoder,
         timeout_ms: float,
     ) -> Any:
+        future = self._enqueue(api_key, version, _body_bytes(api_key, version, body), decoder)
+        return await self._await_response(api_key, version, future, timeout_ms)
+
+    def _enqueue(
+        self, api_key: int, version: int, body: bytes, decoder: ResponseDecoder
+    ) -> asyncio.Future[Any]:
         self._check_open()
-        entity = build(_request_class(api_key, version), body)
         correlation_id = next(self._correlation_ids)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         # Queue before writing, with no await in between: the FIFO order is the write order.
         self._in_flight.append(_InFlight(correlation_id, api_key, version, decoder, future))
-        self._write(api_key, version, correlation_id, entity)
+        self._write(api_key, version, correlation_id, body)
+        return future
+
+    async def _await_response(
+        self, api_key: int, version: int, future: asyncio.Future[Any], timeout_ms: float
+    ) -> Any:
         writer = self._writer
         assert writer is not None
         try:
@@ -305,11 +335,11 @@ class BrokerConnection:
             self._abort(KafkaConnectionError(f"connection closed after a timeout: {error}"))
             raise error from None
 
-    def _write(self, api_key: int, version: int, correlation_id: int, entity: Any) -> None:
+    def _write(self, api_key: int, version: int, correlation_id: int, body: bytes) -> None:
         header = encode_request_header(
             api_key, version, correlation_id, self.client_id, is_flexible(api_key, version)
         )
-        payload = header + encode(entity)
+        payload = header + body
         assert self._writer is not None
         self._writer.write(_INT32.pack(len(payload)) + payload)
 
@@ -406,6 +436,12 @@ def _request_class(api_key: int, version: int) -> type[Any]:
     if cls is None:
         raise UnsupportedVersionError(f"no schema for API {api_key} v{version}")
     return cls
+
+
+def _body_bytes(api_key: int, version: int, body: Mapping[str, Any] | bytes) -> bytes:
+    if isinstance(body, bytes):
+        return body
+    return encode(build(_request_class(api_key, version), body))
 
 
 def _body_decoder(api_key: int, version: int) -> ResponseDecoder:

@@ -1,62 +1,143 @@
-# client/producer.py — a plain (non-idempotent) asyncio producer: partitioning, batching per
-# partition, compression, acks, retries of retriable errors until the delivery timeout.
+# client/producer.py — lockgate's asyncio producer: partitioning, batching per partition,
+# compression, acks, retries; idempotence (on by default with acks=-1), transactions (the
+# classic protocol and transaction version 2), KIP-939 two-phase commit, and KIP-359 leader
+# epochs in every Produce request.
 #
 # Invariants:
-# - At most one batch per partition is in flight, so records of one partition are appended in
-#   the order they were sent even across retries (like the Java client with
-#   max.in.flight.requests.per.connection=1). Different partitions proceed in parallel, and
-#   requests to one broker are pipelined on its connection.
-# - A retried batch is resent byte for byte. Without idempotence a retry after a lost response
-#   can append the batch twice: that is Kafka's at-least-once contract for such producers.
+# - One sender task decides what to send and writes every Produce request itself, in order:
+#   a partition's batches go on the wire in sequence order, and a broker applies the requests
+#   of one connection in order, so pipelining keeps the order.
+# - Idempotent producers keep up to `max_in_flight_per_partition` (≤ 5) batches in flight per
+#   partition, spanning at most 1001 sequence numbers (the broker's duplicate window, see
+#   sequences.py). When a batch has to be resent, its partition first lets everything in
+#   flight come back, then resends the failed batches one at a time, in sequence order, before
+#   pipelining again. Resent batches keep their sequence, so the broker recognises copies that
+#   it had already appended (DUPLICATE_SEQUENCE_NUMBER counts as delivered, offset -1).
+# - A non-idempotent producer has one batch in flight per partition (records keep their order
+#   across retries, but a retry after a lost answer may append a batch twice: at least once).
+# - Sequence numbers never wrap (KAFKA-12207): an idempotent producer bumps its epoch when a
+#   partition would pass `sequence_overflow_threshold`; an epoch bump (also after
+#   OUT_OF_ORDER_SEQUENCE_NUMBER or UNKNOWN_PRODUCER_ID for the batch the broker should accept
+#   next, KIP-360) waits until nothing is in flight, calls InitProducerId with the current id
+#   and epoch and renumbers every unacknowledged batch from 0. A batch whose earlier attempt
+#   had an unknown outcome (a lost answer) and is renumbered can then be appended twice; the
+#   Java client has the same limit.
+# - Every Produce partition carries the leader epoch from the producer's metadata (lockgate's
+#   KIP-359 tag, Produce v9+); FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH refresh the
+#   metadata and resend.
+# - Transactional producers number batches from 0 in each epoch; under transaction version 2
+#   every commit/abort brings a new epoch (EndTxn v5) and sequences restart at 0. They never
+#   bump mid-transaction: an overflow there makes the transaction abortable, and (classic
+#   protocol) the abort is followed by an InitProducerId epoch bump.
 # - Every record's future completes: with its offset, with the batch's error, or with the last
 #   retriable error once its delivery timeout has passed.
-#
-# Idempotence and transactions come later: InitProducerId fills a ProducerIdentity
-# (batches.py) and each partition queue gets the next sequence number; nothing here pretends to
-# do either yet.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
+import itertools
 import logging
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from lockgate.client.batches import NON_IDEMPOTENT, OutgoingRecord, build_producer_batch
-from lockgate.client.cluster import Cluster, TopicInfo, TopicPartition
-from lockgate.client.connection import DEFAULT_CLIENT_ID
+from lockgate.client.batches import (
+    NON_IDEMPOTENT,
+    OutgoingRecord,
+    ProducerIdentity,
+    build_producer_batch,
+)
+from lockgate.client.cluster import Cluster, PartitionInfo, TopicInfo, TopicPartition
+from lockgate.client.connection import DEFAULT_CLIENT_ID, BrokerConnection
 from lockgate.client.errors import (
     ErrorCode,
+    InvalidTxnStateError,
     KafkaConnectionError,
     KafkaError,
+    KafkaTimeoutError,
     MessageTooLargeError,
+    TransactionAbortableError,
     UnknownTopicOrPartitionError,
+    UnsupportedVersionError,
     error_for,
+    raise_for,
 )
 from lockgate.client.partitioner import DefaultPartitioner
+from lockgate.client.sequences import (
+    DUPLICATE_WINDOW,
+    MAX_IN_FLIGHT,
+    SEQUENCE_LIMIT,
+    Outcome,
+    PartitionSequences,
+    classify,
+)
+from lockgate.client.transactions import (
+    FATAL,
+    ConsumerGroupMetadata,
+    OffsetAndMetadata,
+    PreparedTxnState,
+    TransactionAbortedError,
+    TransactionManager,
+    TransactionState,
+)
 from lockgate.protocol.api import ApiKey
+from lockgate.protocol.produce import (
+    FIRST_FLEXIBLE,
+    ProducePartition,
+    ProduceRequestData,
+    ProduceTopic,
+    encode_produce_request,
+)
 from lockgate.protocol.records import COMPRESSION_CODECS, NO_SEQUENCE
 
 log = logging.getLogger(__name__)
 
 FIRST_PRODUCE_VERSION = 3  # record batch v2
 FIRST_TOPIC_ID_VERSION = 13
+LAST_CLASSIC_TXN_PRODUCE_VERSION = 11  # v12+ adds partitions implicitly (TV2 only)
+FIRST_KIP360_INIT_VERSION = 3
 NO_OFFSET = -1
+# While work is queued the sender looks at delivery deadlines at least this often.
+EXPIRY_CHECK_SECONDS = 0.5
+
+__all__ = [
+    "ConsumerGroupMetadata",
+    "OffsetAndMetadata",
+    "PreparedTxnState",
+    "Producer",
+    "ProducerStats",
+    "RecordMetadata",
+    "TransactionAbortedError",
+]
 
 
 @dataclass(frozen=True, slots=True)
 class RecordMetadata:
     topic: str
     partition: int
-    offset: int  # -1 with acks=0: the broker does not say
+    offset: int  # -1 with acks=0, and for a duplicate the broker had already appended
     timestamp: int  # the broker's time when the topic uses LogAppendTime, else the record's
 
     @property
     def topic_partition(self) -> TopicPartition:
         return TopicPartition(self.topic, self.partition)
+
+
+@dataclass(slots=True)
+class ProducerStats:
+    """Counters for monitoring and tests."""
+
+    produce_requests: int = 0
+    retries: int = 0
+    duplicates: int = 0  # DUPLICATE_SEQUENCE_NUMBER answers counted as delivered
+    leader_epoch_refreshes: int = 0  # FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH answers
+    epoch_bumps: int = 0  # InitProducerId with the current id/epoch (KIP-360)
+    sequence_overflows: int = 0
+    transactions_committed: int = 0
+    transactions_aborted: int = 0
 
 
 @dataclass(slots=True)
@@ -72,7 +153,10 @@ class _Batch:
     topic_partition: TopicPartition
     records: list[_Pending]
     deadline: float  # loop time after which a retriable failure is final
-    data: bytes = b""
+    serial: int  # creation order: the order of the partition's batches
+    base_sequence: int = NO_SEQUENCE
+    data: bytes | None = None
+    built_for: tuple[ProducerIdentity, int] | None = None
     attempts: int = 0
 
 
@@ -80,12 +164,13 @@ class _Batch:
 class _PartitionQueue:
     pending: deque[_Pending] = field(default_factory=deque)
     pending_bytes: int = 0
-    retry: _Batch | None = None  # goes before `pending`
-    in_flight: bool = False
+    retries: list[_Batch] = field(default_factory=list)  # sorted by serial; before `pending`
+    in_flight: list[_Batch] = field(default_factory=list)
     not_before: float = 0.0  # retry backoff
+    sequences: PartitionSequences = field(default_factory=PartitionSequences)
 
     def has_work(self) -> bool:
-        return bool(self.pending) or self.retry is not None
+        return bool(self.pending) or bool(self.retries)
 
 
 class Producer:
@@ -93,6 +178,12 @@ class Producer:
 
     `acks`: 0, 1 or -1 (all). `compression`: none, gzip, snappy, lz4 or zstd. `linger_ms`:
     how long a partition's first record may wait for others before its batch is sent.
+    `enable_idempotence`: None means on when acks=-1 (as in the Java client); a
+    `transactional_id` needs it. `transaction_version`: None uses transaction version 2 when
+    the broker has it finalized, 1 forces the classic protocol, 2 requires TV2.
+    `sequence_overflow_threshold`: the largest sequence number a batch may carry before the
+    producer bumps its epoch (2^31-1; lower only to exercise the bump).
+    `max_block_ms` bounds each transaction call (init, offsets, commit, abort...).
     """
 
     def __init__(
@@ -111,6 +202,13 @@ class Producer:
         delivery_timeout_ms: int = 120_000,
         retry_backoff_ms: int = 100,
         allow_auto_topic_creation: bool = True,
+        enable_idempotence: bool | None = None,
+        max_in_flight_per_partition: int | None = None,
+        transactional_id: str | None = None,
+        transaction_timeout_ms: int = 60_000,
+        transaction_version: int | None = None,
+        max_block_ms: int = 60_000,
+        sequence_overflow_threshold: int = SEQUENCE_LIMIT,
     ) -> None:
         if acks not in (0, 1, -1):
             raise ValueError(f"acks must be 0, 1 or -1, not {acks}")
@@ -118,6 +216,21 @@ class Producer:
             raise ValueError(
                 f"compression must be one of {', '.join(COMPRESSION_CODECS)}, not {compression!r}"
             )
+        if enable_idempotence is None:
+            enable_idempotence = acks == -1
+        if transactional_id is not None and not enable_idempotence:
+            raise ValueError("a transactional producer must be idempotent")
+        if enable_idempotence and acks != -1:
+            raise ValueError("an idempotent producer needs acks=-1")
+        if max_in_flight_per_partition is None:
+            max_in_flight_per_partition = MAX_IN_FLIGHT if enable_idempotence else 1
+        if not 1 <= max_in_flight_per_partition <= (MAX_IN_FLIGHT if enable_idempotence else 1):
+            raise ValueError(
+                "max_in_flight_per_partition must be 1-5 for an idempotent producer and 1 for "
+                f"others, not {max_in_flight_per_partition}"
+            )
+        if not 0 < sequence_overflow_threshold <= SEQUENCE_LIMIT:
+            raise ValueError(f"sequence_overflow_threshold must be in 1..{SEQUENCE_LIMIT}")
         if cluster is None:
             if bootstrap_servers is None:
                 raise ValueError("give bootstrap_servers or a cluster")
@@ -141,16 +254,46 @@ class Producer:
         self.delivery_timeout = delivery_timeout_ms / 1000
         self.retry_backoff = retry_backoff_ms / 1000
         self.allow_auto_topic_creation = allow_auto_topic_creation
+        self.idempotent = enable_idempotence
+        self.max_in_flight = max_in_flight_per_partition
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self.max_block = max_block_ms / 1000
+        self.sequence_overflow_threshold = sequence_overflow_threshold
+        self.transactional_id = transactional_id
         self.partitioner = DefaultPartitioner()
-        self._identity = NON_IDEMPOTENT
+        self.stats = ProducerStats()
+        self._txn = (
+            None
+            if transactional_id is None
+            else TransactionManager(
+                cluster,
+                transactional_id,
+                transaction_timeout_ms=transaction_timeout_ms,
+                transaction_version=transaction_version,
+                retry_backoff_ms=retry_backoff_ms,
+                request_timeout_ms=request_timeout_ms,
+            )
+        )
+        # None: an idempotent producer still needs InitProducerId.
+        self._identity: ProducerIdentity | None = None if enable_idempotence else NON_IDEMPOTENT
+        self._reset_reason: str | None = None  # an epoch bump is wanted (idempotent only)
+        self._sequence_gap = False  # transactional, classic protocol: bump after the abort
         self._queues: dict[TopicPartition, _PartitionQueue] = {}
+        self._serials = itertools.count()
         self._buffered_bytes = 0
         self._space_freed = asyncio.Event()
         self._wakeup = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._in_flight_total = 0
         self._unfinished: set[asyncio.Future[RecordMetadata]] = set()
         self._flushing = 0
         self._sender: asyncio.Task[None] | None = None
         self._requests: set[asyncio.Task[None]] = set()
+        self._connections: dict[int, BrokerConnection] = {}
+        self._connecting: set[int] = set()
+        self._refreshing: set[str] = set()
+        self._adding_partitions = False
         self._closing = False
 
     async def __aenter__(self) -> Producer:
@@ -165,8 +308,21 @@ class Producer:
             await self.cluster.start()
         self._sender = asyncio.create_task(self._run(), name="lockgate-producer-sender")
 
+    @property
+    def identity(self) -> ProducerIdentity | None:
+        """The producer id and epoch in use (None before an idempotent producer has one)."""
+        return self._identity
+
+    @property
+    def transaction_state(self) -> TransactionState | None:
+        return None if self._txn is None else self._txn.state
+
+    @property
+    def uses_transaction_version_2(self) -> bool:
+        return self._txn is not None and self._txn.tv2
+
     # ------------------------------------------------------------------------------------------
-    # The caller's side
+    # The caller's side: records
 
     async def send(
         self,
@@ -179,9 +335,12 @@ class Producer:
         timestamp_ms: int | None = None,
     ) -> asyncio.Future[RecordMetadata]:
         """Queues one record and returns the future of its RecordMetadata. Waits only when the
-        buffer is full; raises at once for an unknown topic or partition or an oversized record."""
+        buffer is full; raises at once for an unknown topic or partition or an oversized record,
+        and (transactional producers) outside a transaction."""
         if self._closing or self._sender is None:
             raise KafkaConnectionError("the producer is closed" if self._closing else "not started")
+        if self._txn is not None:
+            self._txn.check_sendable()
         info = await self.cluster.topic(
             topic, allow_auto_topic_creation=self.allow_auto_topic_creation
         )
@@ -198,6 +357,8 @@ class Producer:
                 f"a record of about {size} bytes exceeds max_request_size {self.max_request_size}"
             )
         await self._wait_for_space(size)
+        if self._txn is not None:
+            self._txn.check_sendable()  # the transaction may have failed while we waited
         loop = asyncio.get_running_loop()
         future: asyncio.Future[RecordMetadata] = loop.create_future()
         self._unfinished.add(future)
@@ -234,12 +395,15 @@ class Producer:
         self._flushing += 1
         self._wakeup.set()
         try:
-            await asyncio.gather(*waiting, return_exceptions=True)
+            # asyncio.wait, not gather: a cancelled flush must not cancel the records.
+            await asyncio.wait(waiting)
         finally:
             self._flushing -= 1
 
     async def close(self) -> None:
-        """Flushes, then stops. Records still unfinished after the delivery timeout fail."""
+        """Flushes, then stops. Records still unfinished after the delivery timeout fail. An
+        open transaction is left to the coordinator (its timeout aborts it; a two-phase one
+        waits for complete_transaction from the next instance)."""
         if self._closing:
             return
         try:
@@ -258,6 +422,229 @@ class Producer:
             self._fail_everything(KafkaConnectionError("the producer was closed"))
             if self._owns_cluster:
                 await self.cluster.close()
+
+    # ------------------------------------------------------------------------------------------
+    # The caller's side: transactions
+
+    async def init_transactions(
+        self,
+        keep_prepared_txn: bool = False,
+        enable_2pc: bool = False,
+        *,
+        timeout_ms: int | None = None,
+    ) -> None:
+        """InitProducerId for the transactional id: fences any previous instance and aborts
+        its open transaction, unless (KIP-939) `keep_prepared_txn` keeps a prepared one for
+        complete_transaction. `enable_2pc` marks the id's transactions two-phase: the
+        coordinator never aborts them by timeout (the broker must allow it)."""
+        txn = self._require_transactional()
+        deadline = self._deadline(timeout_ms)
+        txn.transition(TransactionState.INITIALIZING)
+        try:
+            identity, ongoing = await txn.init_producer_id(
+                deadline=deadline,
+                current=None,
+                enable_2pc=enable_2pc,
+                keep_prepared_txn=keep_prepared_txn,
+            )
+            await txn.decide_version()
+            if (enable_2pc or keep_prepared_txn) and not txn.tv2:
+                raise UnsupportedVersionError(
+                    "two-phase commit (KIP-939) needs transaction version 2"
+                )
+        except KafkaError as exc:
+            if exc.code in FATAL:
+                txn.fail_fatally(exc)
+            else:
+                txn.transition(TransactionState.UNINITIALIZED)
+            raise
+        self._use_identity(identity)
+        txn.two_phase_commit = enable_2pc
+        if keep_prepared_txn and ongoing.has_transaction:
+            txn.prepared = ongoing
+            txn.transaction.kept = True
+            txn.transition(TransactionState.PREPARED)
+        else:
+            txn.transition(TransactionState.READY)
+            txn.kept_nothing = keep_prepared_txn
+        log.info(
+            "transactional id %r: producer id %d epoch %d, transaction version %d%s",
+            txn.transactional_id,
+            identity.producer_id,
+            identity.producer_epoch,
+            2 if txn.tv2 else 1,
+            f", kept transaction of {ongoing}" if txn.prepared else "",
+        )
+
+    def begin_transaction(self) -> None:
+        txn = self._require_transactional()
+        self._check_open()
+        txn.begin()
+
+    async def send_offsets_to_transaction(
+        self,
+        offsets: Mapping[TopicPartition, int | OffsetAndMetadata],
+        group_metadata: ConsumerGroupMetadata | str,
+        *,
+        timeout_ms: int | None = None,
+    ) -> None:
+        """Commits consumer offsets (the next offset to read, as for OffsetCommit) as part of
+        the open transaction. With the group's generation and member id (KIP-447) a consumer
+        that has left the group cannot commit: ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID make the
+        transaction abortable."""
+        txn = self._require_transactional()
+        txn.check_sendable()
+        group = (
+            ConsumerGroupMetadata(group_metadata)
+            if isinstance(group_metadata, str)
+            else group_metadata
+        )
+        normalised = {
+            tp: value if isinstance(value, OffsetAndMetadata) else OffsetAndMetadata(value)
+            for tp, value in offsets.items()
+        }
+        identity = self._current_identity()
+        deadline = self._deadline(timeout_ms)
+        txn.transaction.offsets_sent = True  # the coordinator may have it even if we fail
+        try:
+            if not txn.tv2:
+                await txn.add_offsets(identity, group.group_id, deadline)
+            await txn.commit_offsets(identity, normalised, group, deadline)
+        except KafkaTimeoutError:
+            raise  # may be called again
+        except KafkaError as exc:
+            self._transaction_failed(exc)
+            raise
+
+    async def commit_transaction(self, *, timeout_ms: int | None = None) -> None:
+        """Flushes, then commits. Any record that failed makes the transaction abortable:
+        its error is raised and abort_transaction() must follow. A timeout leaves the commit
+        to be called again."""
+        txn = self._require_transactional()
+        if txn.state is TransactionState.IN_TRANSACTION:
+            await self.flush()
+            if txn.state is not TransactionState.IN_TRANSACTION:
+                txn.raise_error()
+        txn.transition(TransactionState.COMMITTING)
+        await self._end_transaction(commit=True, deadline=self._deadline(timeout_ms))
+
+    async def abort_transaction(self, *, timeout_ms: int | None = None) -> None:
+        """Drops the records not yet sent, lets those in flight come back, then aborts."""
+        txn = self._require_transactional()
+        deadline = self._deadline(timeout_ms)
+        txn.transition(TransactionState.ABORTING)
+        self._fail_queued(TransactionAbortedError("the transaction was aborted"))
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(max(0.0, deadline - asyncio.get_running_loop().time())):
+                await self._idle.wait()
+        await self._end_transaction(commit=False, deadline=deadline)
+
+    async def prepare_transaction(self) -> PreparedTxnState:
+        """KIP-939 phase one: flushes and returns the producer id and epoch of the open
+        transaction, which stays open (the coordinator never times it out) until
+        complete_transaction — from this producer or, after a crash, from the next one."""
+        txn = self._require_transactional()
+        if not txn.two_phase_commit:
+            raise InvalidTxnStateError(
+                "prepare_transaction needs init_transactions(enable_2pc=True)"
+            )
+        if txn.state is TransactionState.IN_TRANSACTION:
+            await self.flush()
+            if txn.state is not TransactionState.IN_TRANSACTION:
+                txn.raise_error()
+        txn.transition(TransactionState.PREPARED)
+        identity = self._current_identity()
+        txn.prepared = PreparedTxnState(identity.producer_id, identity.producer_epoch)
+        return txn.prepared
+
+    async def complete_transaction(
+        self, state: PreparedTxnState, *, timeout_ms: int | None = None
+    ) -> None:
+        """KIP-939 phase two: commits the prepared transaction when `state` is the one
+        prepared (the external transaction manager decided to commit), aborts it otherwise.
+        A no-op after init_transactions(keep_prepared_txn=True) found no open transaction;
+        INVALID_TXN_STATE when nothing was prepared or kept."""
+        txn = self._require_transactional()
+        if txn.state is TransactionState.READY and txn.kept_nothing:
+            log.info("complete_transaction: no transaction was kept, nothing to do")
+            return
+        if txn.state is TransactionState.FATAL_ERROR:
+            txn.raise_error()
+        if txn.state is not TransactionState.PREPARED or txn.prepared is None:
+            raise InvalidTxnStateError(
+                f"no prepared transaction to complete (state {txn.state.value})"
+            )
+        commit = state == txn.prepared
+        if not commit:
+            log.info(
+                "complete_transaction: %s is not the prepared %s: aborting", state, txn.prepared
+            )
+        txn.transition(TransactionState.COMMITTING if commit else TransactionState.ABORTING)
+        await self._end_transaction(commit=commit, deadline=self._deadline(timeout_ms))
+
+    async def _end_transaction(self, *, commit: bool, deadline: float) -> None:
+        txn = self._require_transactional()
+        identity = self._current_identity()
+        if txn.has_anything:
+            try:
+                next_identity = await txn.end_txn(identity, commit, deadline)
+            except KafkaTimeoutError:
+                raise  # still COMMITTING / ABORTING: the call may be repeated
+            except KafkaError as exc:
+                self._transaction_failed(exc)
+                raise
+            if txn.tv2:
+                self._use_identity(next_identity)
+        if not txn.tv2 and self._sequence_gap:
+            # Sequences were used that the partitions may never have seen: start a new epoch
+            # (KIP-360) rather than run into OUT_OF_ORDER_SEQUENCE_NUMBER next time.
+            try:
+                bumped, _ = await txn.init_producer_id(deadline=deadline, current=identity)
+            except KafkaError as exc:
+                self._transaction_failed(exc)
+                raise
+            self._use_identity(bumped)
+            self.stats.epoch_bumps += 1
+        if commit:
+            self.stats.transactions_committed += 1
+        else:
+            self.stats.transactions_aborted += 1
+        txn.transition(TransactionState.READY)
+
+    def _transaction_failed(self, error: KafkaError) -> None:
+        txn = self._require_transactional()
+        if error.code in FATAL:
+            txn.fail_fatally(error)
+        else:
+            txn.fail_abortably(error)
+        self._fail_queued(TransactionAbortedError(f"the transaction must be aborted: {error}"))
+
+    def _require_transactional(self) -> TransactionManager:
+        if self._txn is None:
+            raise InvalidTxnStateError("this producer has no transactional_id")
+        return self._txn
+
+    def _current_identity(self) -> ProducerIdentity:
+        if self._identity is None:
+            raise InvalidTxnStateError("call init_transactions() first")
+        return self._identity
+
+    def _use_identity(self, identity: ProducerIdentity) -> None:
+        """A new producer id or epoch: every partition's sequences restart at 0."""
+        self._identity = identity
+        self._sequence_gap = False
+        for queue in self._queues.values():
+            queue.sequences.reset()
+            for batch in queue.retries:
+                batch.base_sequence = queue.sequences.assign(len(batch.records))
+
+    def _deadline(self, timeout_ms: int | None) -> float:
+        seconds = self.max_block if timeout_ms is None else timeout_ms / 1000
+        return asyncio.get_running_loop().time() + seconds
+
+    def _check_open(self) -> None:
+        if self._closing or self._sender is None:
+            raise KafkaConnectionError("the producer is closed" if self._closing else "not started")
 
     def _choose_partition(self, info: TopicInfo, key: bytes | None, partition: int | None) -> int:
         count = len(info.partitions)
@@ -282,125 +669,377 @@ class Producer:
         loop = asyncio.get_running_loop()
         while not self._closing:
             self._wakeup.clear()
-            ready, wait = self._drain_ready(loop.time())
-            if ready:
-                task = asyncio.create_task(self._send_batches(ready))
-                self._requests.add(task)
-                task.add_done_callback(self._requests.discard)
+            now = loop.time()
+            try:
+                self._expire(now)
+                if self._needs_producer_id():
+                    await self._renew_producer_id()
+                    continue
+                wait = self._send_ready(now)
+            except Exception:  # a bug must not stop every delivery for good
+                log.exception("the producer's sender failed; going on after a backoff")
+                wait = self.retry_backoff
+            if any(queue.has_work() for queue in self._queues.values()):
+                wait = EXPIRY_CHECK_SECONDS if wait is None else min(wait, EXPIRY_CHECK_SECONDS)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(wait):
                     await self._wakeup.wait()
 
-    def _drain_ready(self, now: float) -> tuple[list[_Batch], float | None]:
-        """Batches to send now, and how long until the next one may be ready (None: until
-        something happens)."""
-        ready: list[_Batch] = []
+    def _needs_producer_id(self) -> bool:
+        """An idempotent (not transactional) producer gets its id lazily, and bumps its epoch
+        once nothing is in flight any more."""
+        if not self.idempotent or self._txn is not None:
+            return False
+        if self._identity is not None and self._reset_reason is None:
+            return False
+        return self._in_flight_total == 0 and any(q.has_work() for q in self._queues.values())
+
+    async def _renew_producer_id(self) -> None:
+        current = self._identity
+        try:
+            connection = await self.cluster.any_connection()
+            versions = connection.version_range(ApiKey.INIT_PRODUCER_ID)
+            bump = current is not None and versions is not None
+            bump = bump and versions is not None and versions.max >= FIRST_KIP360_INIT_VERSION
+            response = await connection.request(
+                ApiKey.INIT_PRODUCER_ID,
+                {
+                    "transactional_id": None,
+                    "transaction_timeout": self.transaction_timeout_ms,
+                    "producer_id": current.producer_id if bump and current else -1,
+                    "producer_epoch": current.producer_epoch if bump and current else -1,
+                },
+            )
+            raise_for(response.error_code, None, "InitProducerId")
+        except KafkaError as exc:
+            log.warning("InitProducerId failed (retrying after a backoff): %s", exc)
+            await asyncio.sleep(self.retry_backoff)
+            return
+        identity = ProducerIdentity(int(response.producer_id), int(response.producer_epoch))
+        if current is not None:
+            self.stats.epoch_bumps += 1
+            log.info(
+                "idempotent producer %d/%d → %d/%d: %s",
+                current.producer_id,
+                current.producer_epoch,
+                identity.producer_id,
+                identity.producer_epoch,
+                self._reset_reason,
+            )
+        self._reset_reason = None
+        self._use_identity(identity)
+
+    def _request_reset(self, reason: str) -> None:
+        if self._txn is not None:
+            return  # transactional producers bump between transactions (see _end_transaction)
+        if self._reset_reason is None:
+            self._reset_reason = reason
+        self._wakeup.set()
+
+    def _may_send(self) -> bool:
+        if self._identity is None or self._reset_reason is not None:
+            return False
+        return self._txn is None or self._txn.sending_allowed
+
+    def _send_ready(self, now: float) -> float | None:
+        """Writes the Produce requests that are due; returns how long until the next batch
+        may be (None: until something happens)."""
+        if not self._may_send():
+            return None
         wait: float | None = None
+        # Per leader, rounds of batches: a request holds at most one batch per partition, so
+        # a partition's second batch in flight goes in the next round's request.
+        by_leader: dict[int, tuple[BrokerConnection, list[list[tuple[_Batch, int]]]]] = {}
         for topic_partition, queue in self._queues.items():
-            if queue.in_flight or not queue.has_work():
+            if not queue.has_work():
                 continue
             if queue.not_before > now:
                 wait = _earliest(wait, queue.not_before - now)
                 continue
-            if queue.retry is not None:
-                batch, queue.retry = queue.retry, None
-            else:
-                oldest = queue.pending[0].enqueued
-                full = queue.pending_bytes >= self.batch_size
-                if not (full or self._flushing or now - oldest >= self.linger):
-                    wait = _earliest(wait, oldest + self.linger - now)
-                    continue
-                batch = self._take_batch(topic_partition, queue)
-            queue.in_flight = True
-            ready.append(batch)
-        return ready, wait
+            partition = self._leader_of(topic_partition)
+            if partition is None:
+                continue
+            connection = self._connection_to(partition.leader_id)
+            if connection is None:
+                continue
+            for round_index in range(self.max_in_flight):
+                batch, later = self._next_batch(topic_partition, queue, now)
+                if later is not None:
+                    wait = _earliest(wait, later)
+                if batch is None:
+                    break
+                queue.in_flight.append(batch)
+                self._in_flight_total += 1
+                self._idle.clear()
+                _, rounds = by_leader.setdefault(partition.leader_id, (connection, []))
+                if len(rounds) <= round_index:
+                    rounds.append([])
+                rounds[round_index].append((batch, partition.leader_epoch))
+        for connection, rounds in by_leader.values():
+            for group in rounds:
+                self._produce(connection, group)
+        return wait
 
-    def _take_batch(self, topic_partition: TopicPartition, queue: _PartitionQueue) -> _Batch:
+    def _next_batch(
+        self, topic_partition: TopicPartition, queue: _PartitionQueue, now: float
+    ) -> tuple[_Batch | None, float | None]:
+        if queue.retries:
+            if queue.in_flight:
+                return None, None  # resend only once everything sent before has come back
+            return queue.retries.pop(0), None
+        if len(queue.in_flight) >= self.max_in_flight or not queue.pending:
+            return None, None
+        txn = self._txn
+        if txn is not None and not txn.tv2 and topic_partition not in txn.transaction.partitions:
+            self._add_to_transaction(topic_partition)
+            return None, None
+        oldest = queue.pending[0].enqueued
+        full = queue.pending_bytes >= self.batch_size
+        if not (full or self._flushing or now - oldest >= self.linger):
+            return None, oldest + self.linger - now
+        limit: int | None = None
+        if self.idempotent:
+            sequences = queue.sequences
+            room = self.sequence_overflow_threshold - sequences.next_sequence + 1
+            if room <= 0:
+                self._sequence_overflow(topic_partition, queue)
+                return None, None
+            window = DUPLICATE_WINDOW + 1
+            if sequences.unacknowledged:
+                window = sequences.unacknowledged[0][0] + window - sequences.next_sequence
+            if window <= 0:
+                return None, None  # wait for acknowledgements
+            limit = min(room, window)
+        batch = self._take_batch(topic_partition, queue, limit)
+        if self.idempotent:
+            batch.base_sequence = queue.sequences.assign(len(batch.records))
+        if txn is not None:
+            txn.transaction.partitions.add(topic_partition)  # TV2: Produce v12 adds it
+        return batch, None
+
+    def _sequence_overflow(self, topic_partition: TopicPartition, queue: _PartitionQueue) -> None:
+        self.stats.sequence_overflows += 1
+        if self._txn is None:
+            self._request_reset(f"sequence of {topic_partition} would pass the threshold")
+            return
+        # Mid-transaction no epoch bump is possible without aborting: the transaction must go.
+        self._sequence_gap = True
+        self._transaction_failed(
+            TransactionAbortableError(
+                f"the sequence of {topic_partition} would pass "
+                f"{self.sequence_overflow_threshold} within one transaction"
+            )
+        )
+
+    def _take_batch(
+        self, topic_partition: TopicPartition, queue: _PartitionQueue, limit: int | None
+    ) -> _Batch:
         records: list[_Pending] = []
         size = 0
         while queue.pending and (not records or size + queue.pending[0].size <= self.batch_size):
+            if limit is not None and len(records) >= limit:
+                break
             pending = queue.pending.popleft()
             records.append(pending)
             size += pending.size
         queue.pending_bytes -= size
         deadline = records[0].enqueued + self.delivery_timeout
-        data = build_producer_batch(
-            [p.record for p in records],
-            codec=self.codec,
-            identity=self._identity,
-            base_sequence=NO_SEQUENCE,
-        )
-        return _Batch(topic_partition, records, deadline, data)
+        return _Batch(topic_partition, records, deadline, next(self._serials))
 
-    async def _send_batches(self, batches: list[_Batch]) -> None:
-        """Finds each batch's leader and sends one Produce request per leader."""
-        by_leader: dict[int, list[_Batch]] = {}
-        for batch in batches:
+    def _batch_bytes(self, batch: _Batch) -> bytes:
+        identity = self._identity if self.idempotent else NON_IDEMPOTENT
+        assert identity is not None
+        built_for = (identity, batch.base_sequence)
+        if batch.data is None or batch.built_for != built_for:
+            batch.data = build_producer_batch(
+                [p.record for p in batch.records],
+                codec=self.codec,
+                identity=identity,
+                base_sequence=batch.base_sequence,
+            )
+            batch.built_for = built_for
+        return batch.data
+
+    def _leader_of(self, topic_partition: TopicPartition) -> PartitionInfo | None:
+        """The partition's leader from the metadata we have; None (and a refresh on its way)
+        when it is unknown."""
+        info = self.cluster.metadata.topics.get(topic_partition.topic)
+        if info is not None and info.error_code == ErrorCode.none:
+            index = topic_partition.partition
+            if index < len(info.partitions) and info.partitions[index].leader_id >= 0:
+                return info.partitions[index]
+        self._refresh(topic_partition.topic)
+        return None
+
+    def _refresh(self, topic: str) -> None:
+        if topic in self._refreshing or self._closing:
+            return
+        self._refreshing.add(topic)
+
+        async def refresh() -> None:
             try:
-                partition = await self.cluster.partition(batch.topic_partition)
+                await self.cluster.topic(topic, refresh=True)
             except KafkaError as exc:
-                self._finish(batch, exc)
-                continue
-            except Exception as exc:  # a bug must not leave the partition in flight forever
-                log.exception("finding the leader of %s failed", batch.topic_partition)
-                self._finish(batch, KafkaConnectionError(f"unexpected failure: {exc!r}"), True)
-                continue
-            by_leader.setdefault(partition.leader_id, []).append(batch)
-        await asyncio.gather(*(self._produce(leader, group) for leader, group in by_leader.items()))
+                log.info("metadata for %s: %s (retrying after a backoff)", topic, exc)
+                await asyncio.sleep(self.retry_backoff)
+            finally:
+                self._refreshing.discard(topic)
+                self._wakeup.set()
 
-    async def _produce(self, leader_id: int, batches: list[_Batch]) -> None:
+        self._background(refresh())
+
+    def _connection_to(self, node_id: int) -> BrokerConnection | None:
+        connection = self._connections.get(node_id)
+        if connection is not None and connection.connected:
+            return connection
+        if node_id in self._connecting or self._closing:
+            return None
+        self._connecting.add(node_id)
+
+        async def connect() -> None:
+            try:
+                self._connections[node_id] = await self.cluster.connection(node_id)
+            except KafkaError as exc:
+                log.info("connecting to broker %d: %s (retrying after a backoff)", node_id, exc)
+                await asyncio.sleep(self.retry_backoff)
+            finally:
+                self._connecting.discard(node_id)
+                self._wakeup.set()
+
+        self._background(connect())
+        return None
+
+    def _add_to_transaction(self, topic_partition: TopicPartition) -> None:
+        """Classic protocol: AddPartitionsToTxn before the first batch to a partition. One
+        request at a time, carrying every partition waiting by then."""
+        txn = self._txn
+        assert txn is not None
+        txn.transaction.adding.add(topic_partition)
+        if not self._adding_partitions:
+            self._adding_partitions = True
+            self._background(self._add_partitions(txn))
+
+    async def _add_partitions(self, txn: TransactionManager) -> None:
+        transaction = txn.transaction
         try:
-            connection = await self.cluster.connection(leader_id)
-            version = connection.version_for(ApiKey.PRODUCE, min_version=FIRST_PRODUCE_VERSION)
-            by_topic: dict[str, list[_Batch]] = {}
-            for batch in batches:
-                batch.attempts += 1
-                by_topic.setdefault(batch.topic_partition.topic, []).append(batch)
-            topic_ids = {topic: self._topic_id(topic, version) for topic in by_topic}
-            body = {
-                "transactional_id": None,
-                "acks": self.acks,
-                "timeout": self.request_timeout_ms,
-                "topic_data": [
-                    {
-                        "name": topic,
-                        "topic_id": topic_ids[topic],
-                        "partition_data": [
-                            {"index": b.topic_partition.partition, "records": b.data} for b in group
-                        ],
-                    }
-                    for topic, group in by_topic.items()
-                ],
-            }
-            if self.acks == 0:
-                await connection.send_without_response(ApiKey.PRODUCE, body, version=version)
-                for batch in batches:
-                    self._complete(batch, NO_OFFSET, -1)
-                return
-            response = await connection.request(ApiKey.PRODUCE, body, version=version)
+            for _round in range(10_000):  # bounded: each round adds at least one partition
+                await asyncio.sleep(0)  # let this pass of the sender name every partition
+                partitions = transaction.adding - transaction.partitions
+                if not partitions or transaction is not txn.transaction:
+                    return
+                if not txn.sending_allowed:
+                    return
+                try:
+                    await txn.add_partitions(
+                        self._current_identity(), partitions, self._deadline(None)
+                    )
+                except KafkaError as exc:
+                    if txn.state is TransactionState.IN_TRANSACTION:
+                        self._transaction_failed(exc)
+                    return
+                transaction.partitions.update(partitions)
+                self._wakeup.set()
+        finally:
+            self._adding_partitions = False
+            self._wakeup.set()
+
+    def _background(self, coroutine: Any) -> None:
+        task = asyncio.create_task(coroutine)
+        self._requests.add(task)
+        task.add_done_callback(self._requests.discard)
+
+    # ------------------------------------------------------------------------------------------
+    # Produce requests
+
+    def _produce(self, connection: BrokerConnection, group: list[tuple[_Batch, int]]) -> None:
+        """Encodes and writes one Produce request now; its answer is handled by a task."""
+        max_version = (
+            LAST_CLASSIC_TXN_PRODUCE_VERSION
+            if self._txn is not None and not self._txn.tv2
+            else None
+        )
+        try:
+            version = connection.version_for(
+                ApiKey.PRODUCE, min_version=FIRST_PRODUCE_VERSION, max_version=max_version
+            )
+        except KafkaError as exc:
+            for batch, _epoch in group:
+                self._attempt_failed(batch, exc)
+            return
+        topics: dict[str, ProduceTopic] = {}
+        for batch, _epoch in group:
+            name = batch.topic_partition.topic
+            info = self.cluster.metadata.topics.get(name)
+            if info is None or info.topic_id is None:
+                version = min(version, FIRST_TOPIC_ID_VERSION - 1)
+        for batch, leader_epoch in group:
+            batch.attempts += 1
+            name = batch.topic_partition.topic
+            topic = topics.get(name)
+            if topic is None:
+                info = self.cluster.metadata.topics.get(name)
+                topic_id = info.topic_id if info is not None else None
+                if version >= FIRST_TOPIC_ID_VERSION:
+                    topic = topics[name] = ProduceTopic(None, topic_id)
+                else:
+                    topic = topics[name] = ProduceTopic(name, None)
+            topic.partitions.append(
+                ProducePartition(
+                    batch.topic_partition.partition,
+                    self._batch_bytes(batch),
+                    leader_epoch if version >= FIRST_FLEXIBLE else -1,
+                )
+            )
+        body = encode_produce_request(
+            ProduceRequestData(
+                version,
+                self.transactional_id,
+                self.acks,
+                self.request_timeout_ms,
+                list(topics.values()),
+            )
+        )
+        batches = [batch for batch, _epoch in group]
+        names_by_id = {t.topic_id: name for name, t in topics.items() if t.topic_id is not None}
+        self.stats.produce_requests += 1
+        if self.acks == 0:
+            self._background(self._produce_without_answer(connection, version, body, batches))
+            return
+        try:
+            answer = connection.send_encoded(ApiKey.PRODUCE, version, body)
         except KafkaError as exc:
             for batch in batches:
-                self._finish(batch, exc)
+                self._attempt_failed(batch, exc)
+            return
+        self._background(self._await_answer(answer, batches, version, names_by_id))
+
+    async def _produce_without_answer(
+        self, connection: BrokerConnection, version: int, body: bytes, batches: list[_Batch]
+    ) -> None:
+        try:
+            await connection.send_without_response(ApiKey.PRODUCE, body, version=version)
+        except KafkaError as exc:
+            for batch in batches:
+                self._attempt_failed(batch, exc)
+            return
+        for batch in batches:
+            self._leave_flight(batch)
+            self._complete(batch, NO_OFFSET, -1)
+
+    async def _await_answer(
+        self, answer: Any, batches: list[_Batch], version: int, names_by_id: dict[Any, str]
+    ) -> None:
+        try:
+            response = await answer
+        except KafkaError as exc:
+            for batch in batches:
+                self._attempt_failed(batch, exc)
             return
         except Exception as exc:  # a bug must not leave futures pending forever
-            log.exception("producing to broker %s failed", leader_id)
+            log.exception("a Produce request failed")
             for batch in batches:
-                self._finish(batch, KafkaConnectionError(f"unexpected failure: {exc!r}"), True)
+                self._attempt_failed(batch, KafkaConnectionError(f"unexpected failure: {exc!r}"))
             return
-        self._handle_response(response, batches, version, topic_ids)
-
-    def _topic_id(self, topic: str, version: int) -> Any:
-        if version < FIRST_TOPIC_ID_VERSION:
-            return None
-        info = self.cluster.metadata.topics.get(topic)
-        if info is None or info.topic_id is None:
-            raise UnknownTopicOrPartitionError(f"no topic id known for {topic}")
-        return info.topic_id
-
-    def _handle_response(
-        self, response: Any, batches: list[_Batch], version: int, topic_ids: dict[str, Any]
-    ) -> None:
-        names_by_id = {topic_id: name for name, topic_id in topic_ids.items()}
         answers: dict[TopicPartition, Any] = {}
         for topic_response in response.responses:
             name = (
@@ -413,29 +1052,117 @@ class Producer:
                     partition_response
                 )
         for batch in batches:
-            answer = answers.get(batch.topic_partition)
-            if answer is None:
-                self._finish(
-                    batch,
-                    error_for(ErrorCode.unknown_server_error, "Produce response left it out"),
+            partition_answer = answers.get(batch.topic_partition)
+            if partition_answer is None:
+                self._attempt_failed(
+                    batch, error_for(ErrorCode.unknown_server_error, "Produce response left it out")
                 )
                 continue
-            if answer.error_code != ErrorCode.none:
-                self._finish(
-                    batch,
-                    error_for(
-                        answer.error_code,
-                        getattr(answer, "error_message", None),
-                        str(batch.topic_partition),
-                    ),
-                )
-                continue
+            self._answered(batch, partition_answer)
+
+    def _answered(self, batch: _Batch, answer: Any) -> None:
+        self._leave_flight(batch)
+        queue = self._queues[batch.topic_partition]
+        code = ErrorCode(answer.error_code)
+        next_expected = not self.idempotent or queue.sequences.is_next_expected(batch.base_sequence)
+        outcome = classify(
+            code,
+            idempotent=self.idempotent,
+            transactional=self._txn is not None,
+            next_expected=next_expected,
+        )
+        if outcome is Outcome.DELIVERED:
+            if self.idempotent:
+                with contextlib.suppress(KeyError):  # renumbered meanwhile: still delivered
+                    queue.sequences.acknowledge(batch.base_sequence)
+            if code == ErrorCode.duplicate_sequence_number:
+                self.stats.duplicates += 1
+                self._complete(batch, NO_OFFSET, -1)
+                return
             append_time = getattr(answer, "log_append_time", None)
             timestamp = -1 if append_time is None else int(append_time.timestamp() * 1000)
             self._complete(batch, int(answer.base_offset), timestamp)
+            return
+        error = error_for(code, getattr(answer, "error_message", None), str(batch.topic_partition))
+        if code in (ErrorCode.fenced_leader_epoch, ErrorCode.unknown_leader_epoch):
+            self.stats.leader_epoch_refreshes += 1
+        self._failed(batch, outcome, error)
+
+    def _attempt_failed(self, batch: _Batch, error: KafkaError) -> None:
+        """The request failed as a whole (connection lost, timeout): the batch may or may not
+        have been appended."""
+        self._leave_flight(batch)
+        if isinstance(error, KafkaConnectionError | KafkaTimeoutError):
+            self.cluster.invalidate(batch.topic_partition.topic)
+        if error.retriable:
+            outcome = Outcome.RETRY
+        else:
+            outcome = Outcome.ABORTABLE if self._txn is not None else Outcome.FAILED
+        self._failed(batch, outcome, error)
+
+    def _failed(self, batch: _Batch, outcome: Outcome, error: KafkaError) -> None:
+        if outcome is Outcome.REFRESH_AND_RETRY:
+            self.cluster.invalidate(batch.topic_partition.topic)
+            self._retry(batch, error)
+        elif outcome is Outcome.RETRY:
+            self._retry(batch, error)
+        elif outcome is Outcome.RESET_SEQUENCES:
+            self._request_reset(f"{batch.topic_partition}: {error}")
+            self._retry(batch, error)
+        elif outcome is Outcome.FATAL:
+            self._give_up(batch, error)
+            if self._txn is not None:
+                self._txn.fail_fatally(error)
+            self._fail_queued(error)
+        elif outcome is Outcome.ABORTABLE:
+            self._give_up(batch, error)
+            if self._txn is not None and self._txn.state is TransactionState.IN_TRANSACTION:
+                self._transaction_failed(error)
+        else:
+            self._give_up(batch, error)
+
+    def _retry(self, batch: _Batch, error: KafkaError) -> None:
+        now = asyncio.get_running_loop().time()
+        retry_at = now + self.retry_backoff
+        allowed = self._txn is None or self._txn.sending_allowed
+        if self._closing or not allowed or retry_at >= batch.deadline:
+            self._give_up(batch, error)
+            return
+        log.debug("retrying %s after %s (attempt %d)", batch.topic_partition, error, batch.attempts)
+        self.stats.retries += 1
+        queue = self._queues[batch.topic_partition]
+        bisect.insort(queue.retries, batch, key=lambda b: b.serial)
+        queue.not_before = retry_at
+        self._wakeup.set()
+
+    def _give_up(self, batch: _Batch, error: KafkaError) -> None:
+        """The batch's records fail with `error`."""
+        for pending in batch.records:
+            if not pending.future.done():
+                pending.future.set_exception(type(error)(error.message))
+                if isinstance(error, TransactionAbortedError):
+                    pending.future.exception()  # asked for: nobody needs to look at it
+        if self.idempotent and batch.base_sequence != NO_SEQUENCE:
+            queue = self._queues[batch.topic_partition]
+            queue.sequences.forget(batch.base_sequence)
+            # Its sequences may be missing on the broker: the partition needs a new epoch.
+            if self._txn is None:
+                self._request_reset(f"a batch of {batch.topic_partition} failed: {error}")
+            else:
+                self._sequence_gap = True
+        self._release(batch)
 
     # ------------------------------------------------------------------------------------------
     # Outcomes
+
+    def _leave_flight(self, batch: _Batch) -> None:
+        queue = self._queues[batch.topic_partition]
+        with contextlib.suppress(ValueError):
+            queue.in_flight.remove(batch)
+            self._in_flight_total -= 1
+        if self._in_flight_total == 0:
+            self._idle.set()
+        self._wakeup.set()
 
     def _complete(self, batch: _Batch, base_offset: int, log_append_time: int) -> None:
         topic, partition = batch.topic_partition.topic, batch.topic_partition.partition
@@ -446,42 +1173,43 @@ class Producer:
                 pending.future.set_result(RecordMetadata(topic, partition, offset, timestamp))
         self._release(batch)
 
-    def _finish(self, batch: _Batch, error: KafkaError, final: bool = False) -> None:
-        """A failed attempt: retried after a backoff while retriable and before the deadline,
-        otherwise the records fail with `error`."""
-        loop = asyncio.get_running_loop()
-        queue = self._queues[batch.topic_partition]
-        retry_at = loop.time() + self.retry_backoff
-        if not final and error.retriable and retry_at < batch.deadline and not self._closing:
-            log.debug(
-                "retrying %s after %s (attempt %d)", batch.topic_partition, error, batch.attempts
-            )
-            self.cluster.invalidate(batch.topic_partition.topic)
-            queue.retry = batch
-            queue.not_before = retry_at
-            queue.in_flight = False
-            self._wakeup.set()
-            return
-        for pending in batch.records:
-            if not pending.future.done():
-                pending.future.set_exception(type(error)(error.message))
-        self._release(batch)
-
     def _release(self, batch: _Batch) -> None:
-        queue = self._queues[batch.topic_partition]
-        queue.in_flight = False
         self._buffered_bytes -= sum(p.size for p in batch.records)
         self._space_freed.set()
         self._wakeup.set()
 
+    def _expire(self, now: float) -> None:
+        """Fails records whose delivery timeout passed while they waited to be sent."""
+        for topic_partition, queue in self._queues.items():
+            expired: list[_Pending] = []
+            while queue.pending and queue.pending[0].enqueued + self.delivery_timeout <= now:
+                pending = queue.pending.popleft()
+                queue.pending_bytes -= pending.size
+                expired.append(pending)
+            if expired:
+                error = KafkaTimeoutError(
+                    f"{len(expired)} records for {topic_partition} found no leader or "
+                    "connection within the delivery timeout"
+                )
+                self._give_up(_Batch(topic_partition, expired, now, -1), error)
+            for batch in [b for b in queue.retries if b.deadline <= now]:
+                queue.retries.remove(batch)
+                self._give_up(batch, KafkaTimeoutError(f"{topic_partition}: delivery timeout"))
+
+    def _fail_queued(self, error: KafkaError) -> None:
+        """Fails every record not in flight (queued, or waiting to be resent)."""
+        for topic_partition, queue in self._queues.items():
+            if queue.pending:
+                leftovers = list(queue.pending)
+                queue.pending.clear()
+                queue.pending_bytes = 0
+                self._give_up(_Batch(topic_partition, leftovers, 0.0, -1), error)
+            retries, queue.retries = queue.retries, []
+            for batch in retries:
+                self._give_up(batch, error)
+
     def _fail_everything(self, error: KafkaError) -> None:
-        for queue in self._queues.values():
-            leftovers = list(queue.pending) + (queue.retry.records if queue.retry else [])
-            queue.pending.clear()
-            queue.retry = None
-            for pending in leftovers:
-                if not pending.future.done():
-                    pending.future.set_exception(type(error)(error.message))
+        self._fail_queued(error)
         for future in list(self._unfinished):
             if not future.done():
                 future.set_exception(type(error)(error.message))

@@ -218,3 +218,66 @@ def encode_produce_response(
     if flexible:
         out.append(0)
     return bytes(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Request encoding, for lockgate's own client: kio cannot write the KIP-359 tag.
+
+
+def encode_produce_request(request: ProduceRequestData) -> bytes:
+    """Encodes a Produce request body of version 3-13: the inverse of decode_produce.
+
+    A partition whose current_leader_epoch is ≥ 0 carries it as the KIP-359 tagged field in
+    v9+; versions before 9 have no tagged fields, so there it is left out (no check then, as
+    for every other client). v13 names topics by id, earlier versions by name."""
+    version = request.version
+    if not 3 <= version <= 13:
+        raise ValueError(f"Produce v{version} cannot be encoded (v3-13 carry record batch v2)")
+    flexible = version >= FIRST_FLEXIBLE
+    out = bytearray()
+
+    def length(size: int) -> None:
+        out.extend(_varint(size + 1) if flexible else _I32.pack(size))
+
+    def string(value: str | None) -> None:
+        if value is None:
+            out.extend(b"\x00" if flexible else _I16.pack(-1))
+            return
+        raw = value.encode()
+        out.extend(_varint(len(raw) + 1) if flexible else _I16.pack(len(raw)))
+        out.extend(raw)
+
+    string(request.transactional_id)
+    out.extend(_I16.pack(request.acks))
+    out.extend(_I32.pack(request.timeout_ms))
+    length(len(request.topics))
+    for topic in request.topics:
+        if version >= FIRST_TOPIC_ID:
+            if topic.topic_id is None:
+                raise ValueError(f"Produce v{version} needs topic ids ({topic.name} has none)")
+            out.extend(topic.topic_id.bytes)
+        else:
+            if topic.name is None:
+                raise ValueError(f"Produce v{version} needs topic names")
+            string(topic.name)
+        length(len(topic.partitions))
+        for partition in topic.partitions:
+            out.extend(_I32.pack(partition.index))
+            if partition.records is None:
+                length(-1)
+            else:
+                length(len(partition.records))
+                out.extend(partition.records)
+            if flexible:
+                if partition.current_leader_epoch >= 0:
+                    out.extend(_varint(1))  # one tagged field
+                    out.extend(_varint(CURRENT_LEADER_EPOCH_TAG))
+                    out.extend(_varint(4))
+                    out.extend(_I32.pack(partition.current_leader_epoch))
+                else:
+                    out.append(0)
+        if flexible:
+            out.append(0)
+    if flexible:
+        out.append(0)
+    return bytes(out)
