@@ -145,7 +145,10 @@ def produce(
     if request_error:
         log.info(
             "produce v%d from %s (client id %r) rejected: %s",
-            version, ctx.peer, ctx.client_id, request_error.name,
+            version,
+            ctx.peer,
+            ctx.client_id,
+            request_error.name,
         )
     answer = []
     for topic in request.topics:
