@@ -33,7 +33,8 @@ class DiskFile:
         self._size = size
 
     def sync(self) -> None:
-        os.fsync(self._fd)
+        # fdatasync: the data and the file size, without the timestamps fsync would also write
+        os.fdatasync(self._fd)
 
     def close(self) -> None:
         if self._fd >= 0:
