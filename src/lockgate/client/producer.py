@@ -824,12 +824,15 @@ class Producer:
             return
         # Mid-transaction no epoch bump is possible without aborting: the transaction must go.
         self._sequence_gap = True
-        self._transaction_failed(
-            TransactionAbortableError(
-                f"the sequence of {topic_partition} would pass "
-                f"{self.sequence_overflow_threshold} within one transaction"
-            )
+        error = TransactionAbortableError(
+            f"the sequence of {topic_partition} would pass "
+            f"{self.sequence_overflow_threshold} within one transaction"
         )
+        overflowing = list(queue.pending)
+        queue.pending.clear()
+        queue.pending_bytes = 0
+        self._give_up(_Batch(topic_partition, overflowing, 0.0, -1), error)
+        self._transaction_failed(error)
 
     def _take_batch(
         self, topic_partition: TopicPartition, queue: _PartitionQueue, limit: int | None
