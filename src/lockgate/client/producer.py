@@ -699,8 +699,11 @@ class Producer:
         try:
             connection = await self.cluster.any_connection()
             versions = connection.version_range(ApiKey.INIT_PRODUCER_ID)
-            bump = current is not None and versions is not None
-            bump = bump and versions is not None and versions.max >= FIRST_KIP360_INIT_VERSION
+            # KIP-360 names the current id/epoch; before v3 (or the first time) ask afresh,
+            # which an idempotent producer may always do.
+            bump = current is not None and (
+                versions is not None and versions.max >= FIRST_KIP360_INIT_VERSION
+            )
             response = await connection.request(
                 ApiKey.INIT_PRODUCER_ID,
                 {
