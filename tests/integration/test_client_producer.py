@@ -502,6 +502,30 @@ async def test_prepared_transaction_survives_a_crash_and_completes(
     assert sorted(v or b"" for v in values(records)) == sorted([*expected, b"next"])
 
 
+async def test_prepare_and_complete_in_the_same_instance(broker: Broker) -> None:
+    topic = unique("two-phase-live")
+    broker.topics.create(topic, 1, 1, {})
+    async with Producer(
+        bootstrap(broker), transactional_id=unique("live"), linger_ms=0
+    ) as producer:
+        await producer.init_transactions(enable_2pc=True)
+        for value, decide in ((b"first", "commit"), (b"second", "abort")):
+            producer.begin_transaction()
+            await producer.send(topic, value)
+            prepared = await producer.prepare_transaction()
+            with pytest.raises(InvalidTxnStateError):
+                await producer.send(topic, b"too late")
+            other = PreparedTxnState(prepared.producer_id, prepared.epoch + 1)
+            await producer.complete_transaction(prepared if decide == "commit" else other)
+            assert state_of(producer) is TransactionState.READY
+        assert producer.stats.transactions_committed == 1
+        assert producer.stats.transactions_aborted == 1
+    everything = await asyncio.to_thread(read, bootstrap(broker), topic, 1, 2, read_committed=False)
+    assert values(everything) == [b"first", b"second"]
+    records = await asyncio.to_thread(read, bootstrap(broker), topic, 1, 1)
+    assert values(records) == [b"first"]
+
+
 async def test_completing_with_nothing_kept_is_a_no_op(broker: Broker) -> None:
     transactional_id = unique("nothing-open")
     async with Producer(bootstrap(broker), transactional_id=transactional_id) as producer:
