@@ -9,6 +9,9 @@ Behaviour:
   (members that did not rejoin are removed); a new group waits
   group.initial.rebalance.delay.ms, extended by each newcomer. The leader gets every member's
   metadata for the chosen protocol (the one all members support that most prefer).
+- A known member joining again with unchanged metadata during CompletingRebalance, or a
+  follower doing so while Stable, gets the current generation again without a rebalance (as
+  Kafka: it may have lost the answer); the leader's rejoin or new metadata starts one.
 - Errors: INVALID_GROUP_ID (empty id), INVALID_SESSION_TIMEOUT (outside
   group.min/max.session.timeout.ms), INCONSISTENT_GROUP_PROTOCOL, UNKNOWN_MEMBER_ID,
   FENCED_INSTANCE_ID, COORDINATOR_LOAD_IN_PROGRESS.

@@ -240,6 +240,7 @@ class GroupCoordinator:
             group = self.groups[group_id] = Group(group_id)
         if not group.supports(protocol_type, protocols):
             return error(ErrorCode.inconsistent_group_protocol)
+        named = bool(member_id)
         if not member_id:
             member_id = f"{group_instance_id or client_id}-{uuid.uuid4()}"
             if group_instance_id is None and require_known_member_id:
@@ -258,6 +259,23 @@ class GroupCoordinator:
             return error(ErrorCode.unknown_member_id)
         group.pending_members.discard(member_id)
         member = group.members.get(member_id)
+        if (
+            named
+            and member is not None
+            and member.protocols == protocols
+            and (
+                group.state == GroupState.COMPLETING_REBALANCE
+                or (group.state == GroupState.STABLE and member_id != group.leader)
+            )
+        ):
+            # As Kafka: a member rejoining with unchanged metadata (it may have lost the answer
+            # to its JoinGroup) gets the current generation again instead of starting another
+            # rebalance; only the leader's rejoin in Stable starts one (it may have seen new
+            # topic metadata). Without this, a client that resends JoinGroup after each
+            # completed join (kafka-python does when its poll times out mid-join) rebalances
+            # the group for ever.
+            member.last_heartbeat = time.monotonic()
+            return self._join_answer(group, member)
         if member is None:
             member = group.members[member_id] = Member(
                 member_id,
@@ -386,31 +404,12 @@ class GroupCoordinator:
             # A member joined or left during the write and a new rebalance began: the waiting
             # members count as rejoined and get the next generation instead of this one.
             return
-        everyone = [
-            {
-                "member_id": m.member_id,
-                "group_instance_id": m.group_instance_id,
-                "metadata": m.metadata_for(group.protocol),
-            }
-            for m in group.members.values()
-        ]
         for member in group.members.values():
             waiter, member.join_waiter = member.join_waiter, None
             member.last_heartbeat = time.monotonic()
             if waiter is None or waiter.done():
                 continue
-            waiter.set_result(
-                {
-                    "error_code": 0,
-                    "generation_id": group.generation,
-                    "protocol_type": group.protocol_type,
-                    "protocol_name": group.protocol,
-                    "leader": group.leader,
-                    "member_id": member.member_id,
-                    "skip_assignment": False,
-                    "members": everyone if member.member_id == group.leader else [],
-                }
-            )
+            waiter.set_result(self._join_answer(group, member))
         log.info(
             "group %s generation %d: %d members, protocol %s, leader %s",
             group.group_id,
@@ -419,6 +418,27 @@ class GroupCoordinator:
             group.protocol,
             group.leader,
         )
+
+    def _join_answer(self, group: Group, member: Member) -> Answer:
+        """The JoinGroup answer of the current generation; the leader gets every member."""
+        everyone = [
+            {
+                "member_id": m.member_id,
+                "group_instance_id": m.group_instance_id,
+                "metadata": m.metadata_for(group.protocol),
+            }
+            for m in group.members.values()
+        ]
+        return {
+            "error_code": 0,
+            "generation_id": group.generation,
+            "protocol_type": group.protocol_type,
+            "protocol_name": group.protocol,
+            "leader": group.leader,
+            "member_id": member.member_id,
+            "skip_assignment": False,
+            "members": everyone if member.member_id == group.leader else [],
+        }
 
     def _remove_member(self, group: Group, member_id: str) -> None:
         member = group.members.pop(member_id, None)

@@ -181,6 +181,64 @@ async def test_a_new_rebalance_fails_a_waiting_sync(broker: Broker) -> None:
     assert len({a["member_id"] for a in rejoined}) == 3
 
 
+# -- rejoining with unchanged metadata ---------------------------------------------------------
+
+
+async def test_a_follower_rejoining_unchanged_gets_the_current_generation(broker: Broker) -> None:
+    """As Kafka: a member that lost its JoinGroup answer and joins again with the same
+    metadata is answered at once with the current generation; no rebalance."""
+    groups = broker.groups
+    generation, (leader, follower) = await stable_group(groups, GROUP, 2)
+    again = await bounded(join(groups, GROUP, follower))
+    assert again["error_code"] == 0
+    assert again["generation_id"] == generation and again["leader"] == leader
+    assert again["members"] == []
+    assert groups.groups[GROUP].state is GroupState.STABLE
+    assert groups.heartbeat(GROUP, generation, leader, None) == ErrorCode.none
+    assert (await bounded(sync(groups, GROUP, generation, follower)))["assignment"] == (
+        follower.encode()
+    )
+
+
+async def test_a_rejoin_between_join_and_sync_gets_the_same_generation(broker: Broker) -> None:
+    groups = broker.groups
+    ids = [await new_member_id(groups, GROUP, name) for name in ("a", "b")]
+    answers = await asyncio.wait_for(asyncio.gather(*(join(groups, GROUP, m) for m in ids)), 5)
+    generation, leader = answers[0]["generation_id"], answers[0]["leader"]
+    assert groups.groups[GROUP].state is GroupState.COMPLETING_REBALANCE
+    for member_id in ids:  # the leader too: it gets every member's metadata again
+        again = await bounded(join(groups, GROUP, member_id))
+        assert again["generation_id"] == generation
+        assert len(again["members"]) == (2 if member_id == leader else 0)
+    assert groups.groups[GROUP].state is GroupState.COMPLETING_REBALANCE
+
+
+async def test_a_leader_rejoin_or_new_metadata_starts_a_rebalance(broker: Broker) -> None:
+    groups = broker.groups
+    generation, (leader, follower) = await stable_group(groups, GROUP, 2)
+    changed = asyncio.create_task(
+        join(groups, GROUP, follower, protocols=[("range", b"new-subscription")])
+    )
+    await asyncio.sleep(0.02)
+    assert groups.groups[GROUP].state is GroupState.PREPARING_REBALANCE
+    answer = await bounded(join(groups, GROUP, leader))
+    assert answer["generation_id"] == generation + 1
+    assert (await bounded(changed))["generation_id"] == generation + 1
+    assert {m["metadata"] for m in answer["members"]} == {b"range-metadata", b"new-subscription"}
+    await asyncio.wait_for(
+        asyncio.gather(
+            sync(groups, GROUP, generation + 1, leader, {leader: b"", follower: b""}),
+            sync(groups, GROUP, generation + 1, follower),
+        ),
+        5,
+    )
+    rejoin = asyncio.create_task(join(groups, GROUP, leader))  # the leader: a rebalance
+    await asyncio.sleep(0.02)
+    assert groups.groups[GROUP].state is GroupState.PREPARING_REBALANCE
+    await bounded(join(groups, GROUP, follower, protocols=[("range", b"new-subscription")]))
+    assert (await bounded(rejoin))["generation_id"] == generation + 2
+
+
 # -- Heartbeat and rebalances ------------------------------------------------------------------
 
 
