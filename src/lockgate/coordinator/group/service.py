@@ -277,6 +277,10 @@ class GroupCoordinator:
             member.last_heartbeat = time.monotonic()
             return self._join_answer(group, member)
         if member is None:
+            if not group.members:
+                # the first member of an empty group sets its protocol type (as Kafka): the
+                # type of an earlier generation must not refuse the newcomers
+                group.protocol_type = protocol_type
             member = group.members[member_id] = Member(
                 member_id,
                 group_instance_id,

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any
 
 import pytest
 
@@ -118,6 +119,22 @@ async def test_join_errors(broker: Broker) -> None:
         groups.join(GROUP, "", None, "connect", [("range", b"")], 6000, 6000, "c", "h", True)
     )
     assert answer["error_code"] == ErrorCode.inconsistent_group_protocol
+
+
+async def test_the_first_member_of_an_empty_group_sets_its_protocol_type(broker: Broker) -> None:
+    groups = broker.groups
+    _generation, (member,) = await stable_group(groups, GROUP, 1)
+    groups.leave(GROUP, [(member, None)])
+    await wait_until(lambda: groups.groups[GROUP].state is GroupState.EMPTY)
+    assert groups.groups[GROUP].protocol_type == "consumer"  # kept while empty
+
+    def connect() -> Coroutine[Any, Any, dict[str, Any]]:
+        return groups.join(GROUP, "", None, "connect", [("v1", b"")], 6000, 6000, "c", "h", False)
+
+    first, second = await asyncio.wait_for(asyncio.gather(connect(), connect()), 5)
+    assert first["error_code"] == second["error_code"] == 0
+    assert first["protocol_type"] == second["protocol_type"] == "connect"
+    assert groups.groups[GROUP].protocol_type == "connect"
 
 
 # -- SyncGroup ---------------------------------------------------------------------------------
