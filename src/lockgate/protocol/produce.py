@@ -172,24 +172,33 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
+class _Writer(bytearray):
+    """A growing body with the length and string encodings of the (non-)flexible versions."""
+
+    def __init__(self, flexible: bool) -> None:
+        super().__init__()
+        self.flexible = flexible
+
+    def length(self, size: int) -> None:
+        self.extend(_varint(size + 1) if self.flexible else _I32.pack(size))
+
+    def string(self, value: str | None) -> None:
+        if value is None:
+            self.extend(b"\x00" if self.flexible else _I16.pack(-1))
+            return
+        raw = value.encode()
+        self.extend(_varint(len(raw) + 1) if self.flexible else _I16.pack(len(raw)))
+        self.extend(raw)
+
+
 def encode_produce_response(
     version: int,
     topics: list[tuple[ProduceTopic, list[PartitionResult]]],
     throttle_ms: int = 0,
 ) -> bytes:
     flexible = version >= FIRST_FLEXIBLE
-    out = bytearray()
-
-    def length(size: int) -> None:
-        out.extend(_varint(size + 1) if flexible else _I32.pack(size))
-
-    def string(value: str | None) -> None:
-        if value is None:
-            out.extend(b"\x00" if flexible else _I16.pack(-1))
-            return
-        raw = value.encode()
-        out.extend(_varint(len(raw) + 1) if flexible else _I16.pack(len(raw)))
-        out.extend(raw)
+    out = _Writer(flexible)
+    length, string = out.length, out.string
 
     length(len(topics))
     for topic, results in topics:
@@ -234,18 +243,8 @@ def encode_produce_request(request: ProduceRequestData) -> bytes:
     if not 3 <= version <= 13:
         raise ValueError(f"Produce v{version} cannot be encoded (v3-13 carry record batch v2)")
     flexible = version >= FIRST_FLEXIBLE
-    out = bytearray()
-
-    def length(size: int) -> None:
-        out.extend(_varint(size + 1) if flexible else _I32.pack(size))
-
-    def string(value: str | None) -> None:
-        if value is None:
-            out.extend(b"\x00" if flexible else _I16.pack(-1))
-            return
-        raw = value.encode()
-        out.extend(_varint(len(raw) + 1) if flexible else _I16.pack(len(raw)))
-        out.extend(raw)
+    out = _Writer(flexible)
+    length, string = out.length, out.string
 
     string(request.transactional_id)
     out.extend(_I16.pack(request.acks))
