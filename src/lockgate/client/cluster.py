@@ -199,6 +199,27 @@ class Cluster:
             return await self.connection(controller)
         return await self.any_connection()
 
+    async def find_coordinator(self, key_type: int, key: str) -> int:
+        """The broker id coordinating a group (key type 0) or transactional id (1); raises
+        the answer's error (COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS...)."""
+        connection = await self.any_connection()
+        response = await connection.request(
+            ApiKey.FIND_COORDINATOR, {"key": key, "key_type": key_type, "coordinator_keys": [key]}
+        )
+        if hasattr(response, "coordinators"):  # v4+: batched
+            answers = [c for c in response.coordinators if c.key == key]
+            if not answers:
+                raise error_for(ErrorCode.coordinator_not_available, "FindCoordinator left it out")
+            answer = answers[0]
+        else:
+            answer = response
+        if answer.error_code != ErrorCode.none:
+            raise error_for(answer.error_code, answer.error_message, f"coordinator for {key!r}")
+        node_id = int(answer.node_id)
+        if node_id not in self.metadata.brokers:
+            await self.refresh_metadata(())
+        return node_id
+
     async def _bootstrap(self) -> BrokerConnection:
         async with self._bootstrap_lock:
             current = self._bootstrap_connection

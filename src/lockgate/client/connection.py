@@ -247,13 +247,16 @@ class BrokerConnection:
         *,
         version: int | None = None,
         timeout_ms: float | None = None,
+        decoder: ResponseDecoder | None = None,
     ) -> Any:
         """Sends one request and returns the decoded kio response. `body` is a dict in the
         shape of the newest version (fields the chosen version lacks are ignored). `version`
-        defaults to the highest both sides support; `timeout_ms` to the request timeout."""
+        defaults to the highest both sides support; `timeout_ms` to the request timeout;
+        `decoder` replaces kio for a response it cannot represent."""
         if version is None:
             version = self.version_for(api_key)
-        decoder = _body_decoder(api_key, version)
+        if decoder is None:
+            decoder = _body_decoder(api_key, version)
         timeout = self.request_timeout_ms if timeout_ms is None else timeout_ms
         return await self._send(api_key, version, body, decoder, timeout)
 

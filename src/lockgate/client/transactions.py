@@ -278,32 +278,10 @@ class TransactionManager:
     # ------------------------------------------------------------------------------------------
     # Coordinators
 
-    async def _find_coordinator(self, key_type: int, key: str) -> int:
-        connection = await self.cluster.any_connection()
-        version = connection.version_for(ApiKey.FIND_COORDINATOR)
-        response = await connection.request(
-            ApiKey.FIND_COORDINATOR,
-            {"key": key, "key_type": key_type, "coordinator_keys": [key]},
-            version=version,
-        )
-        if hasattr(response, "coordinators"):
-            answers = [c for c in response.coordinators if c.key == key]
-            if not answers:
-                raise error_for(ErrorCode.coordinator_not_available, "FindCoordinator left it out")
-            answer = answers[0]
-        else:
-            answer = response
-        if answer.error_code != ErrorCode.none:
-            raise error_for(answer.error_code, answer.error_message, f"coordinator for {key!r}")
-        node_id = int(answer.node_id)
-        if node_id not in self.cluster.metadata.brokers:
-            await self.cluster.refresh_metadata(())
-        return node_id
-
     async def coordinator(self, key_type: int, key: str) -> BrokerConnection:
         node_id = self._coordinators.get((key_type, key))
         if node_id is None:
-            node_id = await self._find_coordinator(key_type, key)
+            node_id = await self.cluster.find_coordinator(key_type, key)
             self._coordinators[(key_type, key)] = node_id
         return await self.cluster.connection(node_id)
 

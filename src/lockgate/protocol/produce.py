@@ -11,7 +11,8 @@ import struct
 import uuid
 from dataclasses import dataclass, field
 
-from lockgate.protocol.frame import MalformedFrame, read_unsigned_varint
+from lockgate.protocol.frame import MalformedFrame
+from lockgate.protocol.wire import BodyReader
 
 CURRENT_LEADER_EPOCH_TAG = 0
 FIRST_FLEXIBLE = 9
@@ -20,83 +21,6 @@ FIRST_TOPIC_ID = 13
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
-
-
-class _Reader:
-    __slots__ = ("data", "flexible", "pos")
-
-    def __init__(self, data: bytes, pos: int, flexible: bool) -> None:
-        self.data = data
-        self.pos = pos
-        self.flexible = flexible
-
-    def _take(self, size: int) -> int:
-        start = self.pos
-        end = start + size
-        if size < 0 or end > len(self.data):
-            raise MalformedFrame(f"body truncated: needs {size} bytes at {start}")
-        self.pos = end
-        return start
-
-    def int16(self) -> int:
-        return int(_I16.unpack_from(self.data, self._take(2))[0])
-
-    def int32(self) -> int:
-        return int(_I32.unpack_from(self.data, self._take(4))[0])
-
-    def varint(self) -> int:
-        value, self.pos = read_unsigned_varint(self.data, self.pos)
-        return value
-
-    def length(self) -> int:
-        """A string/bytes/array length; -1 means null."""
-        if self.flexible:
-            return self.varint() - 1
-        return self.int32()
-
-    def string(self) -> str | None:
-        size = self.varint() - 1 if self.flexible else self.int16()
-        if size < 0:
-            if size != -1:
-                raise MalformedFrame(f"negative string length {size}")
-            return None
-        start = self._take(size)
-        try:
-            return self.data[start : start + size].decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise MalformedFrame("invalid UTF-8 in a string") from exc
-
-    def records(self) -> bytes | None:
-        size = self.length()
-        if size < 0:
-            if size != -1:
-                raise MalformedFrame(f"negative bytes length {size}")
-            return None
-        start = self._take(size)
-        return self.data[start : start + size]
-
-    def array_length(self) -> int:
-        size = self.length()
-        if size < -1:
-            raise MalformedFrame(f"negative array length {size}")
-        if size > len(self.data) - self.pos:
-            raise MalformedFrame(f"array of {size} entries cannot fit the frame")
-        return max(size, 0)
-
-    def uuid(self) -> uuid.UUID:
-        start = self._take(16)
-        return uuid.UUID(bytes=self.data[start : start + 16])
-
-    def tagged_fields(self) -> dict[int, bytes]:
-        if not self.flexible:
-            return {}
-        fields = {}
-        for _ in range(self.varint()):
-            tag = self.varint()
-            size = self.varint()
-            start = self._take(size)
-            fields[tag] = self.data[start : start + size]
-        return fields
 
 
 @dataclass(slots=True)
@@ -124,7 +48,7 @@ class ProduceRequestData:
 
 def decode_produce(data: bytes, offset: int, version: int) -> ProduceRequestData:
     """Decodes a Produce body of any version 0-13; raises MalformedFrame."""
-    reader = _Reader(data, offset, version >= FIRST_FLEXIBLE)
+    reader = BodyReader(data, offset, version >= FIRST_FLEXIBLE)
     transactional_id = reader.string() if version >= 3 else None
     acks = reader.int16()
     timeout_ms = reader.int32()
