@@ -65,10 +65,10 @@ def test_producers_describe_shows_the_idempotent_producer(broker: BrokerProcess)
     result = lockgate(broker, "producers", "describe", "--topic", TOPIC)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0].split()[:3] == ["PARTITION", "PRODUCER-ID", "EPOCH"]
+    assert lines[0].split()[:3] == ["Partition", "ProducerId", "ProducerEpoch"]
     rows = [line.split() for line in lines[1:]]
     assert sorted(row[0] for row in rows) == ["0", "1"]
-    assert {row[3] for row in rows} == {"19"}  # 20 records per partition: last sequence 19
+    assert {row[4] for row in rows} == {"19"}  # 20 records per partition: last sequence 19
     one = lockgate(broker, "producers", "describe", "--topic", TOPIC, "--partition", "1")
     assert [line.split()[0] for line in one.stdout.splitlines()[1:]] == ["1"]
     missing = lockgate(broker, "producers", "describe", "--topic", "no-such-topic")

@@ -1,5 +1,6 @@
 # client/admin.py — topic and config administration: create/delete/list/describe topics,
-# add partitions, describe and incrementally alter topic configs.
+# add partitions, describe and incrementally alter topic configs; transactions and producer
+# state through admin_transactions.py.
 #
 # Every method raises the named KafkaError of the first resource that failed (in the order
 # given); resources before it in a batch may have been changed already, as with Kafka's own
@@ -8,11 +9,12 @@ from __future__ import annotations
 
 import enum
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from lockgate.client.cluster import Cluster, PartitionInfo, TopicInfo
+from lockgate.client import admin_transactions as transactions
+from lockgate.client.cluster import Cluster, PartitionInfo, TopicInfo, TopicPartition
 from lockgate.client.connection import DEFAULT_CLIENT_ID
 from lockgate.client.errors import ErrorCode, UnknownTopicOrPartitionError, error_for, raise_for
 from lockgate.protocol.api import ApiKey
@@ -321,6 +323,61 @@ class Admin:
     def _operation_timeout(self, timeout_ms: int | None) -> int:
         """Topic operations default to the request timeout, as far as the broker's wait goes."""
         return self.cluster.request_timeout_ms if timeout_ms is None else timeout_ms
+
+    # ------------------------------------------------------------------------------------------
+    # Transactions and producers (bodies in admin_transactions.py)
+
+    async def list_transactions(
+        self,
+        *,
+        states: Collection[str] = (),
+        producer_ids: Collection[int] = (),
+        running_longer_than_ms: int | None = None,
+    ) -> list[transactions.TransactionListing]:
+        return await transactions.list_transactions(
+            self.cluster,
+            states=states,
+            producer_ids=producer_ids,
+            running_longer_than_ms=running_longer_than_ms,
+        )
+
+    async def describe_transactions(
+        self, transactional_ids: Iterable[str]
+    ) -> dict[str, transactions.TransactionDescription]:
+        return await transactions.describe_transactions(self.cluster, transactional_ids)
+
+    async def describe_producers(
+        self, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, list[transactions.ProducerState]]:
+        return await transactions.describe_producers(self.cluster, partitions)
+
+    async def abort_transaction(
+        self,
+        topic_partition: TopicPartition,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+    ) -> None:
+        await transactions.abort_transaction(
+            self.cluster, topic_partition, producer_id, producer_epoch, coordinator_epoch
+        )
+
+    async def force_terminate_transaction(
+        self,
+        transactional_id: str,
+        *,
+        timeout_ms: int = transactions.DEFAULT_FORCE_TIMEOUT_MS,
+    ) -> None:
+        await transactions.force_terminate_transaction(
+            self.cluster, transactional_id, timeout_ms=timeout_ms
+        )
+
+    async def find_hanging_transactions(
+        self, partitions: Iterable[TopicPartition], *, max_transaction_timeout_ms: int
+    ) -> list[transactions.HangingTransaction]:
+        return await transactions.find_hanging_transactions(
+            self.cluster, partitions, max_transaction_timeout_ms=max_transaction_timeout_ms
+        )
 
 
 def _result_for(results: Mapping[str | None, Any], name: str, api: str) -> Any:

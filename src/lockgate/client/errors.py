@@ -255,6 +255,10 @@ class TransactionAbortableError(KafkaError):
     code = ErrorCode.transaction_abortable
 
 
+class TransactionalIdNotFoundError(KafkaError):
+    code = ErrorCode.transactional_id_not_found
+
+
 # ---------------------------------------------------------------------------------------------
 # The table: every error code → its class. Explicit classes above win; the rest are generated.
 

@@ -1,4 +1,4 @@
-"""Operator tools behind `lockgate topics|produce|consume|producers|groups`.
+"""Operator tools behind `lockgate topics|produce|consume|producers|groups|transactions`.
 
 Each command lives in its own module with a `register(commands)` that adds its subparser. The
 tools only use lockgate.client, i.e. the Kafka protocol, so they work against any
@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import argparse
 
-from lockgate.tools import consume, groups, produce, producers, topics
+from lockgate.tools import consume, groups, produce, producers, topics, transactions
 
 
 def register_tools(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Adds the tool subcommands (each module registers its own)."""
-    for module in (topics, produce, consume, producers, groups):
+    for module in (topics, produce, consume, producers, groups, transactions):
         module.register(commands)
