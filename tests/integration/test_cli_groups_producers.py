@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer
 
-from lockgate.tools.groups import decode_assignment
+from lockgate.client.admin_groups import decode_assignment
+from lockgate.client.cluster import TopicPartition
 from lockgate.tools.table import render
 from tests.support.broker import BrokerProcess
 from tests.support.clients import create_topic
@@ -141,6 +142,6 @@ def test_decode_assignment_and_render(tmp_path: Path) -> None:
         b"\x00\x00" + b"\x00\x00\x00\x01" + len(topic).to_bytes(2, "big") + topic
         + b"\x00\x00\x00\x02" + b"\x00\x00\x00\x00" + b"\x00\x00\x00\x03" + b"\x00\x00\x00\x00"
     )  # fmt: skip
-    assert decode_assignment(data) == [("orders", 0), ("orders", 3)]
-    assert decode_assignment(b"") == []
+    assert decode_assignment(data) == (TopicPartition("orders", 0), TopicPartition("orders", 3))
+    assert decode_assignment(b"") == ()
     assert render(["A", "BB"], [["xyz", "1"]]) == "A    BB\nxyz  1"

@@ -1,6 +1,6 @@
 # client/admin.py — topic and config administration: create/delete/list/describe topics,
 # add partitions, describe and incrementally alter topic configs; transactions and producer
-# state through admin_transactions.py.
+# state through admin_transactions.py, consumer groups through admin_groups.py.
 #
 # Every method raises the named KafkaError of the first resource that failed (in the order
 # given); resources before it in a batch may have been changed already, as with Kafka's own
@@ -13,6 +13,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from lockgate.client import admin_groups as groups
 from lockgate.client import admin_transactions as transactions
 from lockgate.client.cluster import Cluster, PartitionInfo, TopicInfo, TopicPartition
 from lockgate.client.connection import DEFAULT_CLIENT_ID
@@ -378,6 +379,35 @@ class Admin:
         return await transactions.find_hanging_transactions(
             self.cluster, partitions, max_transaction_timeout_ms=max_transaction_timeout_ms
         )
+
+    # ------------------------------------------------------------------------------------------
+    # Consumer groups (bodies in admin_groups.py)
+
+    async def list_groups(self, *, states: Collection[str] = ()) -> list[groups.GroupListing]:
+        return await groups.list_groups(self.cluster, states=states)
+
+    async def describe_groups(self, group_ids: Iterable[str]) -> dict[str, groups.GroupDescription]:
+        return await groups.describe_groups(self.cluster, group_ids)
+
+    async def list_group_offsets(
+        self, group_id: str, *, require_stable: bool = False
+    ) -> dict[TopicPartition, int]:
+        return await groups.list_group_offsets(
+            self.cluster, group_id, require_stable=require_stable
+        )
+
+    async def alter_group_offsets(
+        self, group_id: str, offsets: Mapping[TopicPartition, int]
+    ) -> None:
+        await groups.alter_group_offsets(self.cluster, group_id, offsets)
+
+    async def delete_groups(self, group_ids: Iterable[str]) -> None:
+        await groups.delete_groups(self.cluster, group_ids)
+
+    async def delete_group_offsets(
+        self, group_id: str, partitions: Iterable[TopicPartition]
+    ) -> None:
+        await groups.delete_group_offsets(self.cluster, group_id, partitions)
 
 
 def _result_for(results: Mapping[str | None, Any], name: str, api: str) -> Any:

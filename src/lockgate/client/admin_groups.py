@@ -1,0 +1,250 @@
+# client/admin_groups.py — the admin side of consumer groups, as Kafka's Admin offers it: list
+# (every broker), describe with each member's assignment, committed offsets, altering offsets of
+# a group without members, deleting groups and a group's offsets. Requests go to the group's
+# coordinator, found through Cluster.find_coordinator.
+#
+# Functions take a Cluster; Admin (admin.py) exposes them as methods.
+from __future__ import annotations
+
+import struct
+from collections import defaultdict
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from lockgate.client.cluster import Cluster, TopicPartition
+from lockgate.client.connection import BrokerConnection
+from lockgate.client.errors import raise_for
+from lockgate.protocol.api import ApiKey
+from lockgate.protocol.frame import MalformedFrame
+
+GROUP_KEY_TYPE = 0
+CONSUMER_PROTOCOL = "consumer"
+# OffsetFetch v10 names topics by id only; v9 still answers with names.
+LAST_OFFSET_FETCH_WITH_NAMES = 9
+
+
+@dataclass(frozen=True, slots=True)
+class GroupListing:
+    group_id: str
+    state: str  # "" when the broker predates ListGroups v4
+    protocol_type: str
+    coordinator_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class MemberDescription:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    host: str
+    assignment: tuple[TopicPartition, ...]  # decoded for "consumer" groups only
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDescription:
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol: str  # the assignor chosen, for consumer groups
+    members: tuple[MemberDescription, ...]
+    coordinator_id: int
+
+
+def decode_assignment(data: bytes) -> tuple[TopicPartition, ...]:
+    """The partitions of a ConsumerProtocolAssignment (int16 version, [topic [partition]],
+    then user data and, v1+, nothing a describer needs)."""
+    if not data:
+        return ()
+    try:
+        pos = 2
+        (topics,) = struct.unpack_from(">i", data, pos)
+        pos += 4
+        result = []
+        for _ in range(max(topics, 0)):
+            (size,) = struct.unpack_from(">h", data, pos)
+            topic = data[pos + 2 : pos + 2 + size].decode()
+            pos += 2 + size
+            (count,) = struct.unpack_from(">i", data, pos)
+            pos += 4
+            for _ in range(max(count, 0)):
+                result.append(TopicPartition(topic, struct.unpack_from(">i", data, pos)[0]))
+                pos += 4
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise MalformedFrame(f"unreadable consumer assignment: {exc}") from exc
+    return tuple(result)
+
+
+async def coordinator(cluster: Cluster, group_id: str) -> tuple[int, BrokerConnection]:
+    node_id = await cluster.find_coordinator(GROUP_KEY_TYPE, group_id)
+    return node_id, await cluster.connection(node_id)
+
+
+async def list_groups(cluster: Cluster, *, states: Collection[str] = ()) -> list[GroupListing]:
+    await cluster.refresh_metadata(())
+    listings: list[GroupListing] = []
+    for node_id in sorted(cluster.metadata.brokers):
+        connection = await cluster.connection(node_id)
+        answer = await connection.request(
+            ApiKey.LIST_GROUPS, {"states_filter": sorted(states), "types_filter": []}
+        )
+        raise_for(answer.error_code, None, f"ListGroups on broker {node_id}")
+        listings.extend(
+            GroupListing(
+                str(g.group_id), str(getattr(g, "group_state", "")), str(g.protocol_type), node_id
+            )
+            for g in answer.groups
+        )
+    return sorted(listings, key=lambda listing: listing.group_id)
+
+
+async def describe_groups(
+    cluster: Cluster, group_ids: Iterable[str]
+) -> dict[str, GroupDescription]:
+    """Each group's state, protocol and members. A group nobody knows raises
+    GROUP_ID_NOT_FOUND (DescribeGroups v6+; older versions describe it as Dead)."""
+    by_coordinator: dict[int, list[str]] = defaultdict(list)
+    wanted = list(dict.fromkeys(group_ids))
+    for group_id in wanted:
+        by_coordinator[await cluster.find_coordinator(GROUP_KEY_TYPE, group_id)].append(group_id)
+    found: dict[str, GroupDescription] = {}
+    for node_id, ids in by_coordinator.items():
+        connection = await cluster.connection(node_id)
+        answer = await connection.request(
+            ApiKey.DESCRIBE_GROUPS, {"groups": ids, "include_authorized_operations": False}
+        )
+        for group in answer.groups:
+            raise_for(
+                group.error_code, getattr(group, "error_message", None), f"group {group.group_id}"
+            )
+            found[group.group_id] = _group(group, node_id)
+    return {group_id: found[group_id] for group_id in wanted}
+
+
+def _group(group: Any, node_id: int) -> GroupDescription:
+    consumer = group.protocol_type == CONSUMER_PROTOCOL
+    return GroupDescription(
+        str(group.group_id),
+        str(group.group_state),
+        str(group.protocol_type),
+        str(group.protocol_data),
+        tuple(
+            MemberDescription(
+                str(m.member_id),
+                getattr(m, "group_instance_id", None),
+                str(m.client_id),
+                str(m.client_host),
+                decode_assignment(bytes(m.member_assignment)) if consumer else (),
+            )
+            for m in group.members
+        ),
+        node_id,
+    )
+
+
+async def list_group_offsets(
+    cluster: Cluster, group_id: str, *, require_stable: bool = False
+) -> dict[TopicPartition, int]:
+    """The group's committed offsets (the next offset to read). `require_stable` waits for
+    pending transactional commits (KIP-447): UNSTABLE_OFFSET_COMMIT while one is open."""
+    _node, connection = await coordinator(cluster, group_id)
+    version = connection.version_for(ApiKey.OFFSET_FETCH, max_version=LAST_OFFSET_FETCH_WITH_NAMES)
+    answer = await connection.request(
+        ApiKey.OFFSET_FETCH,
+        {
+            "group_id": group_id,
+            "topics": None,
+            "require_stable": require_stable,
+            "groups": [{"group_id": group_id, "topics": None}],
+        },
+        version=version,
+    )
+    groups = getattr(answer, "groups", None)
+    entry: Any = groups[0] if groups else answer
+    raise_for(entry.error_code, None, f"group {group_id}")
+    offsets = {}
+    for topic in entry.topics:
+        for partition in topic.partitions:
+            raise_for(partition.error_code, None, f"{topic.name}-{partition.partition_index}")
+            if partition.committed_offset >= 0:
+                offsets[TopicPartition(topic.name, partition.partition_index)] = int(
+                    partition.committed_offset
+                )
+    return offsets
+
+
+async def alter_group_offsets(
+    cluster: Cluster, group_id: str, offsets: Mapping[TopicPartition, int]
+) -> None:
+    """Commits offsets for a group without members (a "simple" commit: generation -1); a group
+    with members answers UNKNOWN_MEMBER_ID or ILLEGAL_GENERATION."""
+    _node, connection = await coordinator(cluster, group_id)
+    topics: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for tp, offset in sorted(offsets.items()):
+        topics[tp.topic].append((tp.partition, offset))
+    topic_ids = {topic: (await cluster.topic(topic)).topic_id for topic in topics}  # v10 wants ids
+    answer = await connection.request(
+        ApiKey.OFFSET_COMMIT,
+        {
+            "group_id": group_id,
+            "generation_id_or_member_epoch": -1,
+            "member_id": "",
+            "group_instance_id": None,
+            "retention_time": -1,
+            "topics": [
+                {
+                    "name": topic,
+                    "topic_id": topic_ids[topic],
+                    "partitions": [
+                        {
+                            "partition_index": partition,
+                            "committed_offset": offset,
+                            "committed_leader_epoch": -1,
+                            "committed_metadata": "",
+                        }
+                        for partition, offset in partitions
+                    ],
+                }
+                for topic, partitions in topics.items()
+            ],
+        },
+    )
+    names = {topic_id: name for name, topic_id in topic_ids.items()}
+    for topic in answer.topics:
+        name = getattr(topic, "name", None) or names.get(getattr(topic, "topic_id", None), "?")
+        for partition in topic.partitions:
+            raise_for(partition.error_code, None, f"{name}-{partition.partition_index}")
+
+
+async def delete_groups(cluster: Cluster, group_ids: Iterable[str]) -> None:
+    """Deletes empty groups with their offsets; NON_EMPTY_GROUP while members remain."""
+    for group_id in dict.fromkeys(group_ids):
+        _node, connection = await coordinator(cluster, group_id)
+        answer = await connection.request(ApiKey.DELETE_GROUPS, {"groups_names": [group_id]})
+        for result in answer.results:
+            raise_for(result.error_code, None, f"group {result.group_id}")
+
+
+async def delete_group_offsets(
+    cluster: Cluster, group_id: str, partitions: Iterable[TopicPartition]
+) -> None:
+    """Removes committed offsets of partitions the group no longer consumes (OffsetDelete);
+    GROUP_SUBSCRIBED_TO_TOPIC while a member is subscribed to the topic."""
+    _node, connection = await coordinator(cluster, group_id)
+    topics: dict[str, list[int]] = defaultdict(list)
+    for tp in dict.fromkeys(partitions):
+        topics[tp.topic].append(tp.partition)
+    answer = await connection.request(
+        ApiKey.OFFSET_DELETE,
+        {
+            "group_id": group_id,
+            "topics": [
+                {"name": topic, "partitions": [{"partition_index": p} for p in indexes]}
+                for topic, indexes in topics.items()
+            ],
+        },
+    )
+    raise_for(answer.error_code, None, f"group {group_id}")
+    for topic in answer.topics:
+        for partition in topic.partitions:
+            raise_for(partition.error_code, None, f"{topic.name}-{partition.partition_index}")
