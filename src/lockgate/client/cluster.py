@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import random
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -26,6 +27,8 @@ from lockgate.client.errors import (
     error_for,
 )
 from lockgate.protocol.api import ApiKey
+
+log = logging.getLogger(__name__)
 
 NO_LEADER = -1
 NO_LEADER_EPOCH = -1
@@ -129,14 +132,19 @@ class Cluster:
         request_timeout_ms: int = 30_000,
         connect_timeout_ms: int = 10_000,
         retry_backoff_ms: int = 100,
+        retry_backoff_max_ms: int = 1_000,
         metadata_retries: int = 20,
+        metadata_max_age_ms: int = 300_000,
     ) -> None:
         self.bootstrap = parse_bootstrap(bootstrap_servers)
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
         self.connect_timeout_ms = connect_timeout_ms
         self.retry_backoff_ms = retry_backoff_ms
+        self.retry_backoff_max_ms = retry_backoff_max_ms
         self.metadata_retries = metadata_retries
+        self.metadata_max_age_ms = metadata_max_age_ms
+        self._refresher: asyncio.Task[None] | None = None
         self.metadata = ClusterMetadata()
         self._connections: dict[int, BrokerConnection] = {}
         self._connect_locks: dict[int, asyncio.Lock] = {}
@@ -152,8 +160,28 @@ class Cluster:
         await self.close()
 
     async def start(self) -> None:
-        """Connects to a bootstrap server and learns the brokers (no topics yet)."""
+        """Connects to a bootstrap server and learns the brokers (no topics yet), then keeps
+        the metadata of the topics in use fresh every metadata_max_age_ms."""
         await self.refresh_metadata(())
+        if self._refresher is None:
+            self._refresher = asyncio.create_task(self._refresh_periodically())
+
+    def backoff_s(self, attempt: int) -> float:
+        """Seconds to wait before retry number `attempt` (0-based): exponential from
+        retry_backoff_ms up to retry_backoff_max_ms, ±20% jitter so that many clients
+        retrying after one failure do not retry in step (as KIP-580 does)."""
+        base: float = min(self.retry_backoff_max_ms, self.retry_backoff_ms * 2 ** min(attempt, 30))
+        return base * random.uniform(0.8, 1.2) / 1000
+
+    async def _refresh_periodically(self) -> None:
+        # Leaders move and partitions are added without any error reaching this client;
+        # the jitter spreads the refreshes of many clients started together.
+        while not self._closed:
+            await asyncio.sleep(self.metadata_max_age_ms * random.uniform(0.9, 1.0) / 1000)
+            try:
+                await self.refresh_metadata(list(self.metadata.topics))
+            except KafkaError as exc:
+                log.info("periodic metadata refresh failed (next one as planned): %s", exc)
 
     # ------------------------------------------------------------------------------------------
     # Connections
@@ -310,7 +338,7 @@ class Cluster:
         last: KafkaError | None = None
         for attempt in range(self.metadata_retries):
             if attempt:
-                await asyncio.sleep(self.retry_backoff_ms / 1000)
+                await asyncio.sleep(self.backoff_s(attempt - 1))
             metadata = await self.refresh_metadata(
                 [name], allow_auto_topic_creation=allow_auto_topic_creation
             )
@@ -368,6 +396,10 @@ class Cluster:
 
     async def close(self) -> None:
         self._closed = True
+        if self._refresher is not None:
+            self._refresher.cancel()
+            await asyncio.gather(self._refresher, return_exceptions=True)
+            self._refresher = None
         connections = list(self._connections.values())
         if self._bootstrap_connection is not None:
             connections.append(self._bootstrap_connection)
