@@ -40,8 +40,12 @@ lint: setup-dev
 typecheck: setup-dev
 	$(BIN)/mypy
 
+# Two workers: most tests wait on sockets and child processes, so the 2-core machine halves
+# the wall time; tests/conftest.py keeps each module (and all Spark tests) on one worker.
+PYTEST_WORKERS ?= 2
+
 test: setup-dev system-deps lint typecheck
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 bench: setup-dev
 	$(BIN)/python -m bench.throughput $(ARGS)
