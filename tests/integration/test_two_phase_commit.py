@@ -21,6 +21,9 @@ import pytest
 from lockgate.client.admin import Admin
 from lockgate.client.cluster import TopicPartition
 from lockgate.client.consumer import Consumer
+from lockgate.client.errors import KafkaError
+from lockgate.client.producer import Producer
+from lockgate.server.broker import Broker
 from tests.integration.external_tm import CRASH_POINTS, PARTICIPANTS, values_of
 from tests.support.broker import BrokerProcess
 from tests.support.clients import create_topic
@@ -151,3 +154,15 @@ async def test_the_broker_crashes_too_while_the_manager_is_down(
         assert seen == (expected(1, 2) if crash_at in DECIDED else expected(2))
     finally:
         broker.kill()
+
+
+async def test_two_phase_commit_is_refused_unless_the_broker_enables_it(
+    memory_broker: Broker,
+) -> None:
+    bootstrap = f"127.0.0.1:{memory_broker.port}"
+    async with Producer(bootstrap, transactional_id="not-allowed") as producer:
+        with pytest.raises(KafkaError) as refused:
+            await producer.init_transactions(enable_2pc=True)
+        assert refused.value.code.name == "transactional_id_authorization_failed"
+    async with Producer(bootstrap, transactional_id="allowed-plain") as plain:
+        await plain.init_transactions()  # ordinary transactions are unaffected
