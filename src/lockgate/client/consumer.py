@@ -1,6 +1,7 @@
-# client/consumer.py — a manually assigned asyncio consumer: positions from explicit offsets or
-# ListOffsets (earliest/latest), Fetch from each partition's leader, records decoded with their
-# headers, read_committed filtering of aborted transactions.
+# client/consumer.py — the asyncio consumer: manual assignment or classic group membership
+# (subscribe; membership in group_member.py), positions from committed offsets, explicit offsets
+# or ListOffsets (earliest/latest), Fetch from each partition's leader, records decoded with
+# their headers, read_committed (the default) filtering of aborted transactions, commits, pause.
 #
 # Invariants:
 # - A partition's position only moves forward past what was returned or skipped: past every
@@ -10,17 +11,22 @@
 #   (Fetch cuts at max bytes) is dropped and fetched again from its start.
 # - read_committed: an aborted transaction's records are dropped from its first offset (as
 #   listed by the broker) until its producer's ABORT marker, as the Java consumer does.
-#
-# No group membership or committed offsets yet: there is no group coordinator to talk to.
+# - In a group, the assignment only changes inside poll() (a rebalance): revoked partitions
+#   are committed (auto commit) and handed to the listener before they are dropped, new ones
+#   start from the group's committed offset, else from auto_offset_reset.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import heapq
+import logging
+import re
+import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from lockgate.client.cluster import Cluster, PartitionInfo, TopicPartition
 from lockgate.client.connection import DEFAULT_CLIENT_ID
@@ -32,6 +38,8 @@ from lockgate.client.errors import (
     OffsetOutOfRangeError,
     error_for,
 )
+from lockgate.client.group_member import GroupMember
+from lockgate.client.transactions import ConsumerGroupMetadata, OffsetAndMetadata
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.records import (
     CONTROL_ABORT,
@@ -42,6 +50,8 @@ from lockgate.protocol.records import (
     peek_batch_size,
     read_records,
 )
+
+log = logging.getLogger(__name__)
 
 FIRST_FETCH_VERSION = 4  # isolation level and aborted transactions
 FIRST_FETCH_TOPIC_ID_VERSION = 13
@@ -80,6 +90,14 @@ class Message:
     leader_epoch: int  # the batch's partition leader epoch, -1 if unknown
 
 
+class RebalanceListener(Protocol):
+    """Told about assignment changes of a subscribed consumer, inside poll()."""
+
+    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None: ...
+
+    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None: ...
+
+
 @dataclass(slots=True)
 class FetchedPartition:
     messages: list[Message]
@@ -87,7 +105,8 @@ class FetchedPartition:
 
 
 class Consumer:
-    """`async with Consumer("host:port") as consumer: consumer.assign([...]); await ...`."""
+    """`async with Consumer("host:port") as consumer: consumer.assign([...]); await ...`, or
+    with `group_id=...`: `consumer.subscribe(["topic"])`, then poll() and commit()."""
 
     def __init__(
         self,
@@ -95,8 +114,16 @@ class Consumer:
         *,
         cluster: Cluster | None = None,
         client_id: str | None = DEFAULT_CLIENT_ID,
-        isolation_level: IsolationLevel | str = IsolationLevel.READ_UNCOMMITTED,
+        isolation_level: IsolationLevel | str = IsolationLevel.READ_COMMITTED,
         auto_offset_reset: OffsetReset | str = OffsetReset.LATEST,
+        group_id: str | None = None,
+        group_instance_id: str | None = None,
+        partition_assignment_strategy: Sequence[str] = ("range", "cooperative-sticky"),
+        session_timeout_ms: int = 45_000,
+        heartbeat_interval_ms: int = 3_000,
+        max_poll_interval_ms: int = 300_000,
+        enable_auto_commit: bool = True,
+        auto_commit_interval_ms: int = 5_000,
         fetch_max_wait_ms: int = 500,
         fetch_min_bytes: int = 1,
         fetch_max_bytes: int = 52_428_800,
@@ -131,7 +158,32 @@ class Consumer:
         self.retry_backoff = retry_backoff_ms / 1000
         self.check_crcs = check_crcs
         self._positions: dict[TopicPartition, int | None] = {}
+        self._paused: set[TopicPartition] = set()
         self._closed = False
+        self.enable_auto_commit = enable_auto_commit and group_id is not None
+        self.auto_commit_interval = auto_commit_interval_ms / 1000
+        self._next_auto_commit = 0.0
+        self._member = (
+            None
+            if group_id is None
+            else GroupMember(
+                cluster,
+                group_id,
+                group_instance_id=group_instance_id,
+                assignors=partition_assignment_strategy,
+                session_timeout_ms=session_timeout_ms,
+                rebalance_timeout_ms=max_poll_interval_ms,
+                heartbeat_interval_ms=heartbeat_interval_ms,
+                max_poll_interval_ms=max_poll_interval_ms,
+            )
+        )
+        self._topics: tuple[str, ...] = ()
+        self._pattern: re.Pattern[str] | None = None
+        self._listener: RebalanceListener | None = None
+        self._subscribed = False
+        self._joined_topics: tuple[str, ...] = ()
+        self._next_pattern_check = 0.0
+        self._pending_commits: set[asyncio.Task[None]] = set()
 
     async def __aenter__(self) -> Consumer:
         await self.start()
@@ -145,7 +197,16 @@ class Consumer:
             await self.cluster.start()
 
     async def close(self) -> None:
+        """Commits (auto commit) and leaves the group, then closes the connections."""
+        if self._closed:
+            return
         self._closed = True
+        if self._member is not None:
+            await asyncio.gather(*self._pending_commits, return_exceptions=True)
+            if self.enable_auto_commit and self._member.generation_id >= 0:
+                with contextlib.suppress(KafkaError):
+                    await self.commit()
+            await self._member.leave()
         if self._owns_cluster:
             await self.cluster.close()
 
@@ -159,8 +220,190 @@ class Consumer:
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Replaces the assignment. Partitions kept from the previous one keep their position;
         new ones start at auto_offset_reset unless seek() says otherwise."""
+        if self._subscribed:
+            raise ValueError("the consumer is subscribed: unsubscribe() before assign()")
         wanted = list(dict.fromkeys(partitions))
         self._positions = {tp: self._positions.get(tp) for tp in wanted}
+        self._paused &= set(wanted)
+
+    # ------------------------------------------------------------------------------------------
+    # Group membership
+
+    def subscribe(
+        self,
+        topics: Iterable[str] = (),
+        *,
+        pattern: str | None = None,
+        listener: RebalanceListener | None = None,
+    ) -> None:
+        """Joins the consumer's group (at the next poll) for these topics, or every topic
+        whose name matches `pattern` (checked at each rebalance and every metadata max age)."""
+        if self._member is None:
+            raise ValueError("subscribe() needs a group_id")
+        names = tuple(sorted(set(topics)))
+        if bool(names) == (pattern is not None):
+            raise ValueError("give topics or a pattern")
+        if not self._subscribed and self._positions:
+            raise ValueError("the consumer has a manual assignment: assign([]) first")
+        self._topics, self._listener, self._subscribed = names, listener, True
+        self._pattern = None if pattern is None else re.compile(pattern)
+        self._member.rejoin_needed = True
+
+    async def unsubscribe(self) -> None:
+        """Gives up the partitions (listener told, auto commit) and leaves the group."""
+        if self._member is None or not self._subscribed:
+            return
+        await self._revoke(list(self._positions))
+        await self._member.leave(reason="the consumer unsubscribed")
+        self._subscribed, self._topics, self._pattern = False, (), None
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """For Producer.send_offsets_to_transaction (KIP-447): the group, generation, member
+        id and instance id, which let the coordinator fence this consumer once it left."""
+        if self._member is None:
+            raise ValueError("group_metadata() needs a group_id")
+        return self._member.metadata()
+
+    async def _subscribed_topics(self) -> tuple[str, ...]:
+        if self._pattern is None:
+            return self._topics
+        metadata = await self.cluster.refresh_metadata(None)
+        return tuple(
+            sorted(
+                name
+                for name, info in metadata.topics.items()
+                if not info.internal and self._pattern.fullmatch(name)
+            )
+        )
+
+    async def _ensure_group(self) -> None:
+        member = self._member
+        assert member is not None
+        if member.fatal is not None:
+            raise member.fatal
+        member.last_poll = time.monotonic()
+        now_ms = time.monotonic() * 1000
+        pattern_due = self._pattern is not None and now_ms >= self._next_pattern_check
+        if pattern_due and member.generation_id >= 0:
+            self._next_pattern_check = now_ms + self.cluster.metadata_max_age_ms
+            if await self._subscribed_topics() != self._joined_topics:
+                member.rejoin_needed = True
+        # A cooperative round that took partitions away is followed at once by another that
+        # hands them over; more rounds than that mean the group is still changing.
+        for _ in range(3):
+            if not member.rejoin_needed and member.generation_id >= 0:
+                return
+            if not member.cooperative and self._positions:
+                await self._revoke(list(self._positions))  # eager: give up everything first
+                member.assignment = ()
+            topics = await self._subscribed_topics()
+            deadline = (
+                time.monotonic()
+                + (member.rebalance_timeout_ms + self.cluster.request_timeout_ms) / 1000
+            )
+            rebalance = await member.join(topics, deadline)
+            self._joined_topics = topics
+            if rebalance.revoked:
+                await self._revoke(list(rebalance.revoked))
+            if rebalance.assigned:
+                await self._assign_from_group(list(rebalance.assigned), deadline)
+
+    async def _revoke(self, partitions: list[TopicPartition]) -> None:
+        if not partitions:
+            return
+        if self.enable_auto_commit:
+            try:
+                await self.commit(self._consumed(partitions))
+            except KafkaError as exc:
+                log.warning(
+                    "auto commit before giving up %d partitions failed: %s", len(partitions), exc
+                )
+        if self._listener is not None:
+            await self._listener.on_partitions_revoked(partitions)
+        for tp in partitions:
+            self._positions.pop(tp, None)
+            self._paused.discard(tp)
+
+    async def _assign_from_group(self, partitions: list[TopicPartition], deadline: float) -> None:
+        member = self._member
+        assert member is not None
+        committed = await member.committed(
+            partitions,
+            require_stable=self.isolation_level is IsolationLevel.READ_COMMITTED,
+            deadline=deadline,
+        )
+        for tp in partitions:
+            found = committed.get(tp)
+            self._positions[tp] = None if found is None else found.offset
+        if self._listener is not None:
+            await self._listener.on_partitions_assigned(partitions)
+
+    def _consumed(
+        self, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, OffsetAndMetadata]:
+        return {
+            tp: OffsetAndMetadata(position)
+            for tp in partitions
+            if (position := self._positions.get(tp)) is not None
+        }
+
+    async def commit(
+        self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None
+    ) -> None:
+        """Commits the given offsets (the next offset to read), by default the position of
+        every assigned partition. Raises REBALANCE_IN_PROGRESS / ILLEGAL_GENERATION /
+        UNKNOWN_MEMBER_ID when the group moved on; the next poll rejoins."""
+        if self._member is None:
+            raise ValueError("commit() needs a group_id")
+        chosen = (
+            self._consumed(self._positions)
+            if offsets is None
+            else {
+                tp: value if isinstance(value, OffsetAndMetadata) else OffsetAndMetadata(value)
+                for tp, value in offsets.items()
+            }
+        )
+        await self._member.commit(chosen)
+
+    def commit_async(
+        self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None
+    ) -> asyncio.Task[None]:
+        """commit() in the background; the offsets are taken now. Await the task for the
+        outcome; close() waits for the ones still running."""
+        if offsets is None:
+            offsets = self._consumed(self._positions)
+        task = asyncio.create_task(self.commit(offsets))
+        self._pending_commits.add(task)
+        task.add_done_callback(self._pending_commits.discard)
+        return task
+
+    async def committed(
+        self, partitions: Iterable[TopicPartition], *, timeout_ms: int | None = None
+    ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        if self._member is None:
+            raise ValueError("committed() needs a group_id")
+        wait = self.cluster.request_timeout_ms if timeout_ms is None else timeout_ms
+        return await self._member.committed(
+            partitions,
+            require_stable=self.isolation_level is IsolationLevel.READ_COMMITTED,
+            deadline=time.monotonic() + wait / 1000,
+        )
+
+    # ------------------------------------------------------------------------------------------
+    # Pausing
+
+    def pause(self, partitions: Iterable[TopicPartition]) -> None:
+        """Stops fetching these partitions (positions are kept) until resume()."""
+        for tp in partitions:
+            if tp not in self._positions:
+                raise ValueError(f"{tp} is not assigned")
+            self._paused.add(tp)
+
+    def resume(self, partitions: Iterable[TopicPartition]) -> None:
+        self._paused.difference_update(partitions)
+
+    def paused(self) -> list[TopicPartition]:
+        return sorted(self._paused)
 
     def assignment(self) -> list[TopicPartition]:
         return list(self._positions)
@@ -313,7 +556,14 @@ class Consumer:
         min(fetch_max_wait_ms, timeout_ms) waiting for data."""
         if self._closed:
             raise KafkaConnectionError("the consumer is closed")
-        if not self._positions:
+        if self._subscribed:
+            await self._ensure_group()
+            self._maybe_auto_commit()
+            if not self._positions or self._positions.keys() <= self._paused:
+                wait = self.fetch_max_wait_ms if timeout_ms is None else timeout_ms
+                await asyncio.sleep(min(wait, self._member_heartbeat_ms()) / 1000)
+                return []
+        elif not self._positions:
             raise ValueError("no partitions assigned")
         await self._resolve_missing_positions()
         max_wait = (
@@ -323,6 +573,8 @@ class Consumer:
         )
         by_leader: dict[int, list[tuple[TopicPartition, PartitionInfo]]] = {}
         for tp in self._positions:
+            if tp in self._paused:
+                continue
             try:
                 partition = await self.cluster.partition(tp)
             except KafkaError as exc:
@@ -349,6 +601,18 @@ class Consumer:
         if retry and not messages:
             await asyncio.sleep(self.retry_backoff)
         return messages
+
+    def _maybe_auto_commit(self) -> None:
+        now = time.monotonic()
+        if not self.enable_auto_commit or now < self._next_auto_commit:
+            return
+        self._next_auto_commit = now + self.auto_commit_interval
+        if self._positions and not self._pending_commits:
+            task = self.commit_async()
+            task.add_done_callback(_log_failed_auto_commit)
+
+    def _member_heartbeat_ms(self) -> int:
+        return 100 if self._member is None else self._member.heartbeat_interval_ms
 
     def messages(
         self, *, max_messages: int | None = None, idle_timeout_ms: int | None = None
@@ -451,6 +715,11 @@ class Consumer:
         if result.next_position is not None and self._positions.get(tp) == position:
             self._positions[tp] = result.next_position
         return result.messages
+
+
+def _log_failed_auto_commit(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("auto commit failed (the next one will try again): %s", task.exception())
 
 
 class _MessageStream(AsyncIterator[Message]):
