@@ -29,9 +29,7 @@ def broker(shared_broker: BrokerProcess) -> Iterator[BrokerProcess]:
     yield shared_broker
 
 
-def confluent_read(
-    bootstrap: str, topic: str, count: int
-) -> list[tuple[int, bytes, bytes, list[tuple[str, bytes]], int]]:
+def confluent_read(bootstrap: str, topic: str, count: int) -> list[tuple[Any, ...]]:
     consumer = ConfluentConsumer(
         {
             "bootstrap.servers": bootstrap,
