@@ -4,6 +4,7 @@
 # round robin for records without a key.
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Iterator
 
@@ -12,6 +13,7 @@ _SEED = 0x9747B28C
 _MASK32 = 0xFFFFFFFF
 
 
+@functools.lru_cache(maxsize=16_384)  # keys repeat; the hash is pure Python
 def murmur2(data: bytes) -> int:
     """Kafka's 32-bit murmur2 (org.apache.kafka.common.utils.Utils.murmur2), as a signed int
     like Java's. The tail switch reads bytes at length & ~3, which is what the Java code's

@@ -102,6 +102,7 @@ FIRST_KIP360_INIT_VERSION = 3
 NO_OFFSET = -1
 # While work is queued the sender looks at delivery deadlines at least this often.
 EXPIRY_CHECK_SECONDS = 0.5
+PRUNE_UNFINISHED_AT = 1_024
 
 __all__ = [
     "ConsumerGroupMetadata",
@@ -286,7 +287,11 @@ class Producer:
         self._idle = asyncio.Event()
         self._idle.set()
         self._in_flight_total = 0
-        self._unfinished: set[asyncio.Future[RecordMetadata]] = set()
+        # Every record's future until it is done; pruned as it grows rather than through a
+        # done-callback per record, which would cost a loop callback per delivery.
+        self._unfinished: list[asyncio.Future[RecordMetadata]] = []
+        self._prune_unfinished_at = PRUNE_UNFINISHED_AT
+        self._topic_infos: dict[str, TopicInfo] = {}
         self._flushing = 0
         self._sender: asyncio.Task[None] | None = None
         self._requests: set[asyncio.Task[None]] = set()
@@ -341,9 +346,13 @@ class Producer:
             raise KafkaConnectionError("the producer is closed" if self._closing else "not started")
         if self._txn is not None:
             self._txn.check_sendable()
-        info = await self.cluster.topic(
-            topic, allow_auto_topic_creation=self.allow_auto_topic_creation
-        )
+        info = self._topic_infos.get(topic)
+        if info is None or self.cluster.metadata.topics.get(topic) is not info:
+            # not seen yet, or the metadata was refreshed since: the (costlier) checked lookup
+            info = await self.cluster.topic(
+                topic, allow_auto_topic_creation=self.allow_auto_topic_creation
+            )
+            self._topic_infos[topic] = info
         chosen = self._choose_partition(info, key, partition)
         record = OutgoingRecord(
             key,
@@ -356,14 +365,20 @@ class Producer:
             raise MessageTooLargeError(
                 f"a record of about {size} bytes exceeds max_request_size {self.max_request_size}"
             )
-        await self._wait_for_space(size)
-        if self._txn is not None:
-            self._txn.check_sendable()  # the transaction may have failed while we waited
+        if self._buffered_bytes and self._buffered_bytes + size > self.buffer_memory:
+            await self._wait_for_space(size)
+            if self._txn is not None:
+                self._txn.check_sendable()  # the transaction may have failed while we waited
         loop = asyncio.get_running_loop()
         future: asyncio.Future[RecordMetadata] = loop.create_future()
-        self._unfinished.add(future)
-        future.add_done_callback(self._unfinished.discard)
-        queue = self._queues.setdefault(TopicPartition(topic, chosen), _PartitionQueue())
+        self._unfinished.append(future)
+        if len(self._unfinished) >= self._prune_unfinished_at:
+            self._unfinished = [f for f in self._unfinished if not f.done()]
+            self._prune_unfinished_at = max(PRUNE_UNFINISHED_AT, 2 * len(self._unfinished))
+        topic_partition = TopicPartition(topic, chosen)
+        queue = self._queues.get(topic_partition)
+        if queue is None:
+            queue = self._queues[topic_partition] = _PartitionQueue()
         queue.pending.append(_Pending(record, size, future, loop.time()))
         queue.pending_bytes += size
         self._buffered_bytes += size
@@ -389,14 +404,18 @@ class Producer:
     async def flush(self) -> None:
         """Sends everything queued now, ignoring linger, and waits until each record has its
         outcome (errors stay in the records' futures)."""
-        waiting = list(self._unfinished)
+        waiting = [f for f in self._unfinished if not f.done()]
+        self._unfinished = waiting
         if not waiting:
             return
         self._flushing += 1
         self._wakeup.set()
         try:
-            # asyncio.wait, not gather: a cancelled flush must not cancel the records.
-            await asyncio.wait(waiting)
+            # One record at a time: most are done by the time we look at them, so few need a
+            # callback. asyncio.wait, not await: a cancelled flush must not cancel the records.
+            for future in waiting:
+                if not future.done():
+                    await asyncio.wait([future])
         finally:
             self._flushing -= 1
 

@@ -179,8 +179,17 @@ def batch_is_intact(data: bytes | memoryview, pos: int) -> BatchHeader | None:
 # Building batches (used by control markers, tests and the client).
 
 
+# Zigzag varints of -64..63 (lengths, deltas, counts of small records) are one byte.
+_ONE_BYTE_VARINTS = [bytes([(v << 1) ^ (v >> 63)]) for v in range(-64, 64)]
+_NULL_LENGTH = _ONE_BYTE_VARINTS[-1 + 64]
+
+
 def _varint(value: int) -> bytes:
+    if -64 <= value < 64:
+        return _ONE_BYTE_VARINTS[value + 64]
     zigzag = (value << 1) ^ (value >> 63)
+    if zigzag < 0x4000:  # two bytes: lengths of records up to 8 KiB
+        return bytes(((zigzag & 0x7F) | 0x80, zigzag >> 7))
     out = bytearray()
     while True:
         byte = zigzag & 0x7F
@@ -199,16 +208,23 @@ def encode_record(
     value: bytes | None,
     headers: tuple[tuple[str, bytes | None], ...] = (),
 ) -> bytes:
-    body = bytearray(b"\x00")  # record attributes
-    body += _varint(timestamp_delta) + _varint(offset_delta)
+    # one join of the parts: this runs once per record on the client's hot path
+    parts = [b"\x00", _varint(timestamp_delta), _varint(offset_delta)]  # attributes first
     for item in (key, value):
-        body += _varint(-1) if item is None else _varint(len(item)) + item
-    body += _varint(len(headers))
+        if item is None:
+            parts.append(_NULL_LENGTH)
+        else:
+            parts += (_varint(len(item)), item)
+    parts.append(_varint(len(headers)))
     for name, header_value in headers:
         raw = name.encode()
-        body += _varint(len(raw)) + raw
-        body += _varint(-1) if header_value is None else _varint(len(header_value)) + header_value
-    return _varint(len(body)) + bytes(body)
+        parts += (_varint(len(raw)), raw)
+        if header_value is None:
+            parts.append(_NULL_LENGTH)
+        else:
+            parts += (_varint(len(header_value)), header_value)
+    body = b"".join(parts)
+    return _varint(len(body)) + body
 
 
 def build_batch(

@@ -1,0 +1,137 @@
+"""Producer throughput of lockgate's own client against confluent-kafka (librdkafka), both
+writing to the same lockgate broker (page-cache durability, started fresh on a loopback port),
+alternating in one run so that both see the same machine.
+
+Both producers are idempotent, acks=all, linger 5 ms, write N values of each size to a
+3-partition topic with keys spread over the partitions, and count until every delivery is
+acknowledged. Reported: messages/s per client and size, and lockgate ÷ confluent-kafka.
+
+    python -m bench.client [--messages N] [--sizes 100,1024] [--rounds R] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Producer as ConfluentProducer
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+
+from bench.transactions import free_port, wait_for_port
+from lockgate.client.producer import Producer
+
+PARTITIONS = 3
+
+
+def start_broker(data_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    command = [sys.executable, "-m", "lockgate.cli", "serve", "--data-dir", str(data_dir)]
+    command += ["--listen", f"127.0.0.1:{port}", "--log-level", "WARNING"]
+    command += ["--set", "lockgate.durability=page-cache"]
+    process = subprocess.Popen(command)
+    wait_for_port(port, process)
+    return process, f"127.0.0.1:{port}"
+
+
+def create_topic(bootstrap: str, name: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(name, PARTITIONS, 1)]).values():
+        future.result(30)
+
+
+def run_confluent(bootstrap: str, topic: str, count: int, size: int) -> float:
+    producer = ConfluentProducer(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 5,
+            "queue.buffering.max.messages": 1_000_000,
+        }
+    )
+    value = b"x" * size
+    keys = [str(i).encode() for i in range(1024)]
+    producer.produce(topic, value, keys[0])  # metadata and producer id first, as for ours
+    producer.flush(30)
+    start = time.perf_counter()
+    for i in range(count):
+        while True:
+            try:
+                producer.produce(topic, value, keys[i % 1024])
+                break
+            except BufferError:
+                producer.poll(0.01)
+    if producer.flush(120) != 0:
+        raise RuntimeError("confluent-kafka did not deliver everything")
+    return count / (time.perf_counter() - start)
+
+
+async def run_lockgate(bootstrap: str, topic: str, count: int, size: int) -> float:
+    value = b"x" * size
+    keys = [str(i).encode() for i in range(1024)]
+    async with Producer(bootstrap, linger_ms=5, acks=-1) as producer:
+        await producer.send_and_wait(topic, value, keys[0])  # metadata and producer id first
+        start = time.perf_counter()
+        for i in range(count):
+            await producer.send(topic, value, keys[i % 1024])
+        await producer.flush()
+        return count / (time.perf_counter() - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=100_000)
+    parser.add_argument("--sizes", default="100,1024")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--json", type=Path)
+    options = parser.parse_args()
+    sizes = [int(s) for s in options.sizes.split(",")]
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="lockgate-bench-client-") as scratch:
+        process, bootstrap = start_broker(Path(scratch) / "data")
+        try:
+            for size in sizes:
+                rates: dict[str, list[float]] = {"lockgate": [], "confluent-kafka": []}
+                for round_number in range(options.rounds):
+                    for client in ("confluent-kafka", "lockgate"):
+                        topic = f"bench-client-{size}-{client}-{round_number}"
+                        create_topic(bootstrap, topic)
+                        if client == "lockgate":
+                            rate = asyncio.run(
+                                run_lockgate(bootstrap, topic, options.messages, size)
+                            )
+                        else:
+                            rate = run_confluent(bootstrap, topic, options.messages, size)
+                        rates[client].append(rate)
+                        print(
+                            f"{size:>5} B  {client:<16} round {round_number}: {rate:>10,.0f} msg/s"
+                        )
+                ours = statistics.median(rates["lockgate"])
+                theirs = statistics.median(rates["confluent-kafka"])
+                results[str(size)] = {
+                    "lockgate_msg_per_s": ours,
+                    "confluent_kafka_msg_per_s": theirs,
+                    "ratio": ours / theirs,
+                }
+                print(
+                    f"{size:>5} B  median lockgate {ours:,.0f} msg/s, confluent-kafka "
+                    f"{theirs:,.0f} msg/s: ratio {ours / theirs:.2f}"
+                )
+        finally:
+            process.terminate()
+            process.wait(30)
+    if options.json:
+        options.json.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
