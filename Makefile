@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 APT_PACKAGES := kcat
 
-.PHONY: serve setup setup-dev system-deps test lint typecheck unit bench clean
+.PHONY: serve setup setup-dev system-deps test lint typecheck unit bench soak fuzz clean
 
 serve: setup
 	$(BIN)/lockgate serve $(ARGS)
@@ -46,6 +46,17 @@ PYTEST_WORKERS ?= 2
 
 test: setup-dev system-deps lint typecheck
 	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+
+# The long fault-injection run (tests/faults): `make soak SEEDS=200 [DURATION=20]`.
+SEEDS ?= 200
+DURATION ?= 20
+soak: setup-dev
+	$(BIN)/python -m tests.faults.run --seeds 1-$(SEEDS) --duration $(DURATION)
+
+# Protocol fuzzing against a live broker: `make fuzz [FRAMES=100000]`.
+FRAMES ?= 100000
+fuzz: setup-dev
+	$(BIN)/python -m tests.faults.fuzz --frames $(FRAMES)
 
 bench: setup-dev
 	$(BIN)/python -m bench.throughput $(ARGS)

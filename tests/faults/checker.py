@@ -37,8 +37,11 @@ def check(events: Iterable[Event]) -> Counter[str]:
     read_values = {e["value"] for e in events if e["type"] == "read"}
     anomalies["duplicated"] = sum(count - 1 for count in seen.values() if count > 1)
 
+    # A writer records a transaction before committing it ("pending") and again with its
+    # outcome; the last record counts, and a pending one whose writer died is unknown.
+    latest = {(e["producer"], e["txn"]): e for e in events if e["type"] == "txn"}
     order: dict[tuple[str, str, int], list[tuple[int, int, int]]] = defaultdict(list)
-    for txn in (e for e in events if e["type"] == "txn"):
+    for txn in latest.values():
         values = [v[0] for v in txn["values"]]
         visible = [v for v in values if v in seen]
         if txn["outcome"] == "committed":

@@ -3,8 +3,9 @@
 #
 # Event types:
 #   txn    {producer, txn, values: [[value, topic, partition]...], outcome}  outcome is
-#          "committed" (commit acknowledged), "aborted" (abort acknowledged) or "unknown"
-#          (the writer crashed or lost contact mid-way: all or nothing may be visible)
+#          "committed" (commit acknowledged), "aborted" (abort acknowledged), "unknown"
+#          (the writer lost contact mid-way: all or nothing may be visible) or "pending"
+#          (recorded before the commit; superseded by the outcome unless the writer died)
 #   read   {reader, topic, partition, offset, value}  a read_committed read during the run
 #   final  {topic, partition, offset, value}  the read_committed scan after the faults healed
 #   group  {group, topic, partition, offset}  a group's committed offset after the run

@@ -1,0 +1,235 @@
+"""One or many fault runs: `python -m tests.faults.run --seeds 1-200 [--duration 20]`.
+
+Each seed starts a broker behind the fault proxy, runs the workload (workload.py: transactional
+writers and a consume-transform-produce stage) while a nemesis driven by the seed injects faults
+(kill -9 and restart of the broker, SIGSTOP pauses longer than the session and transaction
+timeouts, dropped/delayed/duplicated frames, cut connections, and the delayed EndTxn: an EndTxn
+held back while the writer goes on), then heals everything, lets the clients finish, waits until
+no transaction is open, reads every partition read_committed and checks the history
+(checker.py). Prints a table of anomaly counts per seed; exits 1 if there is any.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import signal
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+from lockgate.client.admin import Admin
+from lockgate.client.consumer import Consumer
+from tests.faults import workload
+from tests.faults.checker import check, table
+from tests.faults.history import History, load
+from tests.support.broker import BrokerProcess
+from tests.support.clients import create_topic
+from tests.support.fault_proxy import Direction, FaultProxy, broker_behind
+
+log = logging.getLogger("faults")
+
+PRODUCE, ADD_PARTITIONS, END_TXN, TXN_OFFSET_COMMIT = 0, 24, 26, 28
+BROKER_SETTINGS = {
+    "group.initial.rebalance.delay.ms": "0",
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
+}
+FAULTS = ("kill", "pause", "drop", "delay-end-txn", "duplicate", "cut")
+HEAL_TIMEOUT_S = 60.0
+
+
+class Nemesis:
+    def __init__(self, broker: BrokerProcess, proxy: FaultProxy, rng: random.Random) -> None:
+        self.broker = broker
+        self.proxy = proxy
+        self.rng = rng
+        self.applied: Counter[str] = Counter()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.rng.uniform(1.0, 3.0))
+            if stop.is_set():
+                return
+            fault = self.rng.choice(FAULTS)
+            self.applied[fault] += 1
+            log.info("nemesis: %s", fault)
+            await getattr(self, "_" + fault.replace("-", "_"))()
+
+    async def _kill(self) -> None:
+        await asyncio.to_thread(self.broker.kill)
+        await asyncio.sleep(self.rng.uniform(0.2, 1.5))
+        await asyncio.to_thread(self.broker.start)
+
+    async def _pause(self) -> None:
+        # longer than the pipeline's 6 s session and the writers' 5 s transaction timeout
+        process = self.broker.process
+        if process is None:
+            return
+        os.kill(process.pid, signal.SIGSTOP)
+        try:
+            await asyncio.sleep(self.rng.uniform(2.0, 7.5))
+        finally:
+            os.kill(process.pid, signal.SIGCONT)
+
+    async def _drop(self) -> None:
+        keys = self.rng.choice([[PRODUCE], [END_TXN], [ADD_PARTITIONS], [TXN_OFFSET_COMMIT]])
+        direction = self.rng.choice([Direction.REQUEST, Direction.RESPONSE])
+        self.proxy.drop(direction, keys, limit=self.rng.randint(1, 3))
+
+    async def _delay_end_txn(self) -> None:
+        # the delayed-EndTxn case: the writer times out, aborts or starts anew, and the old
+        # EndTxn arrives afterwards
+        self.proxy.delay(Direction.REQUEST, self.rng.uniform(1.0, 6.0), [END_TXN], limit=1)
+
+    async def _duplicate(self) -> None:
+        keys = self.rng.choice([[PRODUCE], [END_TXN], [TXN_OFFSET_COMMIT]])
+        self.proxy.duplicate_requests(keys, limit=self.rng.randint(1, 3))
+
+    async def _cut(self) -> None:
+        self.proxy.cut_connections()
+
+
+async def run_seed(seed: int, duration: float, scratch: Path) -> tuple[Counter[str], Counter[str]]:
+    rng = random.Random(seed)
+    history_path = scratch / f"history-{seed}.jsonl"
+    history = History(history_path)
+    with FaultProxy() as proxy:
+        broker = broker_behind(proxy, scratch / f"data-{seed}", BROKER_SETTINGS).start()
+        try:
+            for topic in (*workload.TOPICS, workload.PIPE_OUTPUT):
+                await asyncio.to_thread(create_topic, broker.bootstrap, topic, workload.PARTITIONS)
+            history.record(
+                "pipe",
+                input_topic=workload.PIPE_INPUT,
+                output_topic=workload.PIPE_OUTPUT,
+                group=workload.PIPE_GROUP,
+            )
+            nemesis = Nemesis(broker, proxy, rng)
+            writers = [
+                workload.Writer(f"w{i}-{seed}", proxy.address, history, seed) for i in range(3)
+            ]
+            pipeline = workload.Pipeline(proxy.address, history)
+            stop_faults, stop_writers, stop_pipeline = (asyncio.Event() for _ in range(3))
+            tasks = [asyncio.create_task(w.run(stop_writers)) for w in writers]
+            pipe_task = asyncio.create_task(pipeline.run(stop_pipeline))
+            nemesis_task = asyncio.create_task(nemesis.run(stop_faults))
+            await asyncio.sleep(duration)
+            stop_faults.set()
+            await nemesis_task
+            proxy.clear_rules()
+            if broker.process is None:
+                await asyncio.to_thread(broker.start)
+            stop_writers.set()
+            await asyncio.wait_for(asyncio.gather(*tasks), HEAL_TIMEOUT_S)
+            await _settle(broker.bootstrap)
+            await _wait_for_pipeline(broker.bootstrap)
+            stop_pipeline.set()
+            await asyncio.wait_for(pipe_task, HEAL_TIMEOUT_S)
+            await _settle(broker.bootstrap)
+            await _final_reads(broker.bootstrap, history)
+        finally:
+            history.close()
+            broker.kill()
+    return check(load([history_path])), nemesis.applied
+
+
+async def _settle(bootstrap: str) -> None:
+    """Waits until no transaction is open (the coordinator aborts those of dead writers after
+    their timeout): only then is everything committed visible to read_committed."""
+    deadline = time.monotonic() + HEAL_TIMEOUT_S
+    async with Admin(bootstrap) as admin:
+        while True:
+            open_ones = await admin.list_transactions(
+                states=["Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence"]
+            )
+            if not open_ones:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"transactions never finished: {open_ones}")
+            await asyncio.sleep(0.5)
+
+
+async def _wait_for_pipeline(bootstrap: str) -> None:
+    """Gives the pipeline time to process every committed input (bounded)."""
+    deadline = time.monotonic() + HEAL_TIMEOUT_S
+    async with Admin(bootstrap) as admin, Consumer(bootstrap) as consumer:
+        inputs = [tp for tp in workload.all_partitions() if tp.topic == workload.PIPE_INPUT]
+        while time.monotonic() < deadline:
+            ends = await consumer.end_offsets(inputs)
+            committed = await admin.list_group_offsets(workload.PIPE_GROUP)
+            if all(committed.get(tp, 0) >= ends[tp] for tp in inputs):
+                return
+            await asyncio.sleep(0.5)
+    log.warning("the pipeline did not catch up before the deadline")
+
+
+async def _final_reads(bootstrap: str, history: History) -> None:
+    partitions = workload.all_partitions()
+    async with Consumer(bootstrap, auto_offset_reset="earliest") as consumer:
+        consumer.assign(partitions)
+        await consumer.seek_to_beginning(partitions)
+        ends = await consumer.end_offsets(partitions)
+        deadline = time.monotonic() + HEAL_TIMEOUT_S
+        while time.monotonic() < deadline:
+            positions = {tp: await consumer.position(tp) for tp in partitions}
+            if all(positions[tp] >= ends[tp] for tp in partitions):
+                break
+            for message in await consumer.poll(500):
+                history.record(
+                    "final",
+                    topic=message.topic,
+                    partition=message.partition,
+                    offset=message.offset,
+                    value=(message.value or b"").decode(),
+                )
+        else:
+            raise RuntimeError("the final read did not reach the last stable offsets")
+    async with Admin(bootstrap) as admin:
+        for tp, offset in (await admin.list_group_offsets(workload.PIPE_GROUP)).items():
+            history.record(
+                "group", group=workload.PIPE_GROUP, topic=tp.topic, partition=tp.partition,
+                offset=offset,
+            )  # fmt: skip
+
+
+def parse_seeds(text: str) -> list[int]:
+    seeds: list[int] = []
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        seeds.extend(range(int(first), int(last or first) + 1))
+    return seeds
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", default="1-3", help="e.g. 1-200 or 4,9,12")
+    parser.add_argument("--duration", type=float, default=20.0, help="seconds of faults per seed")
+    parser.add_argument("--keep", type=Path, help="keep histories and data here")
+    options = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    results: dict[int, Counter[str]] = {}
+    with tempfile.TemporaryDirectory(prefix="lockgate-faults-") as temporary:
+        scratch = options.keep or Path(temporary)
+        scratch.mkdir(parents=True, exist_ok=True)
+        for seed in parse_seeds(options.seeds):
+            started = time.monotonic()
+            anomalies, faults = asyncio.run(run_seed(seed, options.duration, scratch))
+            results[seed] = anomalies
+            print(
+                f"seed {seed}: {sum(anomalies.values())} anomalies in "
+                f"{time.monotonic() - started:.0f}s; faults {dict(faults)}",
+                flush=True,
+            )
+    print(table(results))
+    return 1 if any(sum(c.values()) for c in results.values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

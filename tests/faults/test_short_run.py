@@ -1,0 +1,24 @@
+"""The short fault run of the suite: a few fixed seeds of the workload under faults (the long
+run is `make soak`). Any anomaly fails the test with the per-seed table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.faults.checker import table
+from tests.faults.run import run_seed
+
+pytestmark = pytest.mark.timeout(280)
+SEEDS = (1, 2, 3)
+DURATION_S = 12.0
+
+
+async def test_no_anomaly_under_faults(tmp_path: Path) -> None:
+    results = {}
+    for seed in SEEDS:
+        anomalies, faults = await run_seed(seed, DURATION_S, tmp_path)
+        assert sum(faults.values()) > 0  # the nemesis did something
+        results[seed] = anomalies
+    assert not any(sum(c.values()) for c in results.values()), "\n" + table(results)

@@ -1,0 +1,194 @@
+# tests/faults/workload.py — the clients of a fault run, as asyncio tasks using lockgate's client:
+# transactional writers of unique values across topics and partitions, and a consume-transform-
+# produce stage (read_committed group member + transactional producer committing its input
+# offsets with group_metadata(), KIP-447). Every outcome goes to the history; every wait is
+# bounded, and any failure is handled as a real application would: abort if possible, else
+# drop the client and start a new instance (which fences the old one).
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+
+from lockgate.client.cluster import TopicPartition
+from lockgate.client.consumer import Consumer, Message
+from lockgate.client.errors import KafkaError
+from lockgate.client.producer import Producer
+from lockgate.client.transactions import TransactionState
+from tests.faults.history import History
+
+log = logging.getLogger(__name__)
+
+TOPICS = ("events-a", "events-b")
+PARTITIONS = 3
+PIPE_INPUT, PIPE_OUTPUT, PIPE_GROUP = "events-a", "pipe-out", "pipe"
+TXN_TIMEOUT_MS = 5_000  # a crashed writer's transaction is aborted after this
+STEP_TIMEOUT_S = 20.0  # one transaction, start to end, whatever the faults
+REQUEST_TIMEOUT_MS = 5_000
+ABORTABLE = frozenset(
+    {TransactionState.IN_TRANSACTION, TransactionState.ABORTABLE_ERROR, TransactionState.ABORTING}
+)
+
+
+async def _discard(producer: Producer | None) -> None:
+    if producer is not None:
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(5):
+                await producer.close()
+
+
+class Writer:
+    """Transactions of 1-8 unique values over both topics; 80% committed, the rest aborted."""
+
+    def __init__(self, name: str, bootstrap: str, history: History, seed: int) -> None:
+        self.name = name
+        self.bootstrap = bootstrap
+        self.history = history
+        self.rng = random.Random(f"{seed}-{name}")
+        self.transactions = 0
+
+    async def run(self, stop: asyncio.Event) -> None:
+        producer: Producer | None = None
+        while not stop.is_set():
+            number = self.transactions
+            self.transactions += 1
+            values = [
+                [
+                    f"{self.name}-{number}-{i}",
+                    self.rng.choice(TOPICS),
+                    self.rng.randrange(PARTITIONS),
+                ]
+                for i in range(self.rng.randint(1, 8))
+            ]
+            commit = self.rng.random() < 0.8
+            try:
+                async with asyncio.timeout(STEP_TIMEOUT_S):
+                    if producer is None:
+                        producer = Producer(
+                            self.bootstrap,
+                            transactional_id=self.name,
+                            transaction_timeout_ms=TXN_TIMEOUT_MS,
+                            linger_ms=1,
+                            request_timeout_ms=REQUEST_TIMEOUT_MS,
+                        )
+                        await producer.start()
+                        await producer.init_transactions()
+                    outcome = await self._transaction(producer, number, values, commit)
+            except (KafkaError, TimeoutError, OSError) as exc:
+                log.info("%s: transaction %d failed: %s", self.name, number, exc)
+                outcome = await self._abort_after_failure(producer)
+                if outcome == "unknown":
+                    await _discard(producer)
+                    producer = None
+                    await asyncio.sleep(0.2)
+            self.history.record(
+                "txn", producer=self.name, txn=number, values=values, outcome=outcome
+            )
+        await _discard(producer)
+
+    async def _transaction(
+        self, producer: Producer, number: int, values: list[list[object]], commit: bool
+    ) -> str:
+        producer.begin_transaction()
+        self.history.record("txn", producer=self.name, txn=number, values=values, outcome="pending")
+        for value, topic, partition in values:
+            await producer.send(str(topic), str(value).encode(), partition=int(str(partition)))
+        if commit:
+            await producer.commit_transaction(timeout_ms=10_000)
+            return "committed"
+        await producer.abort_transaction(timeout_ms=10_000)
+        return "aborted"
+
+    async def _abort_after_failure(self, producer: Producer | None) -> str:
+        if producer is None or producer.transaction_state not in ABORTABLE:
+            return "unknown"  # e.g. the commit may have gone through
+        try:
+            async with asyncio.timeout(10):
+                await producer.abort_transaction(timeout_ms=8_000)
+        except (KafkaError, TimeoutError, OSError):
+            return "unknown"
+        return "aborted"
+
+
+class Pipeline:
+    """Reads PIPE_INPUT as a member of PIPE_GROUP, writes "out:<value>" to PIPE_OUTPUT on the
+    same partition and commits its input offsets in the same transaction."""
+
+    def __init__(self, bootstrap: str, history: History) -> None:
+        self.bootstrap = bootstrap
+        self.history = history
+        self.session = 0
+
+    def _consumer(self) -> Consumer:
+        return Consumer(
+            self.bootstrap,
+            group_id=PIPE_GROUP,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            session_timeout_ms=6_000,
+            heartbeat_interval_ms=500,
+            request_timeout_ms=REQUEST_TIMEOUT_MS,
+        )
+
+    async def run(self, stop: asyncio.Event) -> None:
+        consumer: Consumer | None = None
+        producer: Producer | None = None
+        while not stop.is_set():
+            try:
+                async with asyncio.timeout(STEP_TIMEOUT_S):
+                    if consumer is None or producer is None:
+                        self.session += 1
+                        consumer = self._consumer()
+                        await consumer.start()
+                        consumer.subscribe([PIPE_INPUT])
+                        producer = Producer(
+                            self.bootstrap,
+                            transactional_id="pipe-writer",
+                            transaction_timeout_ms=TXN_TIMEOUT_MS,
+                            linger_ms=1,
+                            request_timeout_ms=REQUEST_TIMEOUT_MS,
+                        )
+                        await producer.start()
+                        await producer.init_transactions()
+                    await self._step(consumer, producer)
+            except (KafkaError, TimeoutError, OSError) as exc:
+                log.info("pipeline step failed: %s; starting over", exc)
+                await _discard(producer)
+                if consumer is not None:
+                    with contextlib.suppress(Exception):
+                        async with asyncio.timeout(5):
+                            await consumer.close()
+                consumer, producer = None, None
+                await asyncio.sleep(0.2)
+        await _discard(producer)
+        if consumer is not None:
+            with contextlib.suppress(Exception):
+                await consumer.close()
+
+    async def _step(self, consumer: Consumer, producer: Producer) -> None:
+        batch: list[Message] = await consumer.poll(200)
+        if not batch:
+            return
+        reader = f"pipe-{self.session}"
+        for message in batch:
+            self.history.record(
+                "read",
+                reader=reader,
+                topic=message.topic,
+                partition=message.partition,
+                offset=message.offset,
+                value=(message.value or b"").decode(),
+            )
+        producer.begin_transaction()
+        for message in batch:
+            await producer.send(
+                PIPE_OUTPUT, b"out:" + (message.value or b""), partition=message.partition
+            )
+        positions = {tp: await consumer.position(tp) for tp in consumer.assignment()}
+        await producer.send_offsets_to_transaction(positions, consumer.group_metadata())
+        await producer.commit_transaction(timeout_ms=10_000)
+
+
+def all_partitions() -> list[TopicPartition]:
+    return [TopicPartition(topic, p) for topic in (*TOPICS, PIPE_OUTPUT) for p in range(PARTITIONS)]
