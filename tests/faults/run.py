@@ -18,6 +18,7 @@ import logging
 import os
 import random
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -40,15 +41,61 @@ BROKER_SETTINGS = {
     "group.initial.rebalance.delay.ms": "0",
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
 }
-FAULTS = ("kill", "pause", "drop", "delay-end-txn", "duplicate", "cut")
+FAULTS = ("kill", "pause", "drop", "delay-end-txn", "duplicate", "cut", "crash-client")
 HEAL_TIMEOUT_S = 60.0
 
 
+class ConfluentWriterProcess:
+    """confluent_writer.py in a child process; each incarnation has its own history file."""
+
+    def __init__(self, name: str, bootstrap: str, scratch: Path, seed: int) -> None:
+        self.name, self.bootstrap, self.scratch, self.seed = name, bootstrap, scratch, seed
+        self.stop_file = scratch / f"stop-{name}"
+        self.incarnation = 0
+        self.histories: list[Path] = []
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.incarnation += 1
+        history = self.scratch / f"history-{self.name}-{self.incarnation}.jsonl"
+        self.histories.append(history)
+        command = [sys.executable, "-m", "tests.faults.confluent_writer"]
+        command += ["--bootstrap", self.bootstrap, "--name", self.name, "--history", str(history)]
+        command += ["--seed", str(self.seed), "--stop-file", str(self.stop_file)]
+        command += ["--first-txn", str(self.incarnation * 1_000_000)]
+        log_file = (self.scratch / f"{self.name}.log").open("ab")
+        self.process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT)
+        log_file.close()
+
+    def crash(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait(10)
+            self.process = None
+
+    def stop(self, timeout: float) -> None:
+        self.stop_file.touch()
+        if self.process is not None:
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                log.warning("%s did not stop in %.0f s: killed", self.name, timeout)
+                self.crash()
+            self.process = None
+
+
 class Nemesis:
-    def __init__(self, broker: BrokerProcess, proxy: FaultProxy, rng: random.Random) -> None:
+    def __init__(
+        self,
+        broker: BrokerProcess,
+        proxy: FaultProxy,
+        rng: random.Random,
+        client: ConfluentWriterProcess,
+    ) -> None:
         self.broker = broker
         self.proxy = proxy
         self.rng = rng
+        self.client = client
         self.applied: Counter[str] = Counter()
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -95,6 +142,11 @@ class Nemesis:
     async def _cut(self) -> None:
         self.proxy.cut_connections()
 
+    async def _crash_client(self) -> None:
+        await asyncio.to_thread(self.client.crash)
+        await asyncio.sleep(self.rng.uniform(0.1, 1.0))
+        self.client.start()
+
 
 async def run_seed(seed: int, duration: float, scratch: Path) -> tuple[Counter[str], Counter[str]]:
     rng = random.Random(seed)
@@ -102,6 +154,7 @@ async def run_seed(seed: int, duration: float, scratch: Path) -> tuple[Counter[s
     history = History(history_path)
     with FaultProxy() as proxy:
         broker = broker_behind(proxy, scratch / f"data-{seed}", BROKER_SETTINGS).start()
+        client = ConfluentWriterProcess(f"cw-{seed}", proxy.address, scratch, seed)
         try:
             for topic in (*workload.TOPICS, workload.PIPE_OUTPUT):
                 await asyncio.to_thread(create_topic, broker.bootstrap, topic, workload.PARTITIONS)
@@ -111,7 +164,8 @@ async def run_seed(seed: int, duration: float, scratch: Path) -> tuple[Counter[s
                 output_topic=workload.PIPE_OUTPUT,
                 group=workload.PIPE_GROUP,
             )
-            nemesis = Nemesis(broker, proxy, rng)
+            client.start()
+            nemesis = Nemesis(broker, proxy, rng, client)
             writers = [
                 workload.Writer(f"w{i}-{seed}", proxy.address, history, seed) for i in range(3)
             ]
@@ -128,6 +182,7 @@ async def run_seed(seed: int, duration: float, scratch: Path) -> tuple[Counter[s
                 await asyncio.to_thread(broker.start)
             stop_writers.set()
             await asyncio.wait_for(asyncio.gather(*tasks), HEAL_TIMEOUT_S)
+            await asyncio.to_thread(client.stop, HEAL_TIMEOUT_S)
             await _settle(broker.bootstrap)
             await _wait_for_pipeline(broker.bootstrap)
             stop_pipeline.set()
@@ -136,8 +191,9 @@ async def run_seed(seed: int, duration: float, scratch: Path) -> tuple[Counter[s
             await _final_reads(broker.bootstrap, history)
         finally:
             history.close()
+            client.crash()
             broker.kill()
-    return check(load([history_path])), nemesis.applied
+    return check(load([history_path, *client.histories])), nemesis.applied
 
 
 async def _settle(bootstrap: str) -> None:
