@@ -22,6 +22,9 @@ from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
 from kio.static.protocol import Entity
 
+from lockgate.protocol.frame import MalformedFrame
+from lockgate.protocol.length_guard import check_lengths
+
 E = TypeVar("E", bound=Entity)
 
 
@@ -85,14 +88,57 @@ def is_flexible(api_key: int, version: int) -> bool:
 
 
 def decode_body(cls: type[E], payload: bytes, offset: int) -> E:
-    data = memoryview(bytes(payload) if isinstance(payload, bytearray) else payload)
+    raw = bytes(payload) if isinstance(payload, bytearray) else payload
     try:
-        value, _size = entity_reader(cls)(data, offset)
+        check_lengths(cls, raw, offset)  # before kio's native reader: see length_guard.py
+        value, _size = entity_reader(cls)(memoryview(raw), offset)
+    except MalformedFrame as exc:
+        raise BodyDecodeError(str(exc)) from exc
     except (SerialError, KeyError, ValueError, TypeError, OverflowError, IndexError) as exc:
         raise BodyDecodeError(f"{type(exc).__name__}: {exc}") from exc
     # Trailing bytes are ignored, as Kafka does: librdkafka's all-topics Metadata request
     # carries a few.
+    _check_nulls(type(value), value)
     return value
+
+
+# kio reads a null array (length -1) even where the schema does not allow one; Kafka's own
+# parser rejects such a request, and handlers rely on it. Per class: the fields that must not be
+# null, and the entity classes to look into (directly or inside arrays).
+_NullPlan = tuple[tuple[str, bool, type[Any] | None], ...]
+_NULL_PLANS: dict[type[Any], _NullPlan] = {}
+
+
+def _null_plan(cls: type[Any]) -> _NullPlan:
+    plan = _NULL_PLANS.get(cls)
+    if plan is None:
+        entries = []
+        for name, annotation in typing.get_type_hints(cls).items():
+            if name not in {f.name for f in fields(cls)}:
+                continue
+            args = typing.get_args(annotation)
+            nullable = type(None) in args
+            inner = [a for a in args if a is not type(None)]
+            target = inner[0] if nullable and len(inner) == 1 else annotation
+            if typing.get_origin(target) is tuple:
+                target = typing.get_args(target)[0]
+            nested = target if isinstance(target, type) and is_dataclass(target) else None
+            if not nullable or nested is not None:
+                entries.append((name, nullable, nested))
+        plan = _NULL_PLANS[cls] = tuple(entries)
+    return plan
+
+
+def _check_nulls(cls: type[Any], value: Any) -> None:
+    for name, nullable, nested in _null_plan(cls):
+        item = getattr(value, name)
+        if item is None:
+            if not nullable:
+                raise BodyDecodeError(f"{cls.__qualname__}.{name} is null")
+            continue
+        if nested is not None:
+            for element in item if isinstance(item, tuple) else (item,):
+                _check_nulls(nested, element)
 
 
 def encode(entity: Any) -> bytes:

@@ -1,0 +1,45 @@
+"""Fuzzing in the suite: property-based (hypothesis) over the request decoders, and a short
+mutation run against a live broker (the long one is `make fuzz`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lockgate.handlers import load_all
+from lockgate.handlers.registry import HANDLERS
+from lockgate.protocol.api import BodyDecodeError, decode_body, request_class
+from lockgate.protocol.frame import MalformedFrame
+from tests.faults.fuzz import FAILURES, fuzz
+
+load_all()
+VERSIONS = sorted(
+    (int(key), version)
+    for key, spec in HANDLERS.items()
+    for version in range(spec.min_version, spec.max_version + 1)
+)
+
+
+@settings(max_examples=3_000, deadline=None)
+@given(api=st.sampled_from(VERSIONS), payload=st.binary(max_size=200))
+def test_any_body_decodes_or_is_rejected_cleanly(api: tuple[int, int], payload: bytes) -> None:
+    key, version = api
+    spec = HANDLERS[key]
+    try:
+        if spec.decoder is not None:
+            spec.decoder(payload, 0, version)
+        else:
+            cls = request_class(key, version)
+            assert cls is not None
+            decode_body(cls, payload, 0)
+    except (BodyDecodeError, MalformedFrame):
+        pass  # the connection is closed with one log line
+
+
+async def test_mutated_frames_against_a_live_broker(tmp_path: Path) -> None:
+    results = await fuzz(5_000, seed=7, scratch=tmp_path)
+    assert results["frames"] >= 5_000
+    assert results["well_behaved_written"] > 0
+    assert not {name: results[name] for name in FAILURES if results[name]}, results

@@ -1,0 +1,40 @@
+"""Lengths on the wire are checked against the body before kio's compiled reader runs: a frame
+claiming a huge array used to make it reserve that much memory and abort the broker."""
+
+from __future__ import annotations
+
+import pytest
+
+from lockgate.protocol.api import BodyDecodeError, decode_body, request_class
+
+# OffsetFetch v10 (flexible): groups compact array claiming 2^31 entries, then nothing
+HUGE_ARRAY = b"\xff\xff\xff\xff\x08" + b"\x00"
+
+
+def test_a_huge_array_length_is_malformed_not_an_allocation() -> None:
+    cls = request_class(9, 10)
+    assert cls is not None
+    with pytest.raises(BodyDecodeError, match="cannot fit"):
+        decode_body(cls, HUGE_ARRAY, 0)
+
+
+@pytest.mark.parametrize(
+    ("api", "body"),
+    [
+        ((3, 4), b"\x7f\xff\xff\xff"),  # Metadata v4 (classic): int32 topic count 2^31-1
+        ((19, 2), b"\x00\x00\x00\x01\x7f\xff"),  # CreateTopics v2: name of 32767 bytes
+        ((42, 2), b"\x80\x80\x80\x80\x08\x00"),  # DeleteGroups v2: compact array 2^31
+    ],
+)
+def test_lengths_past_the_end_are_malformed(api: tuple[int, int], body: bytes) -> None:
+    cls = request_class(*api)
+    assert cls is not None
+    with pytest.raises(BodyDecodeError):
+        decode_body(cls, body, 0)
+
+
+def test_a_valid_body_still_decodes() -> None:
+    cls = request_class(42, 2)  # DeleteGroups v2: ["g1", "g2"]
+    assert cls is not None
+    body = b"\x03" + b"\x03g1" + b"\x03g2" + b"\x00"
+    assert decode_body(cls, body, 0).groups_names == ("g1", "g2")
