@@ -7,8 +7,12 @@ import pytest
 
 from lockgate.protocol.api import BodyDecodeError, decode_body, request_class
 
-# OffsetFetch v10 (flexible): groups compact array claiming 2^31 entries, then nothing
-HUGE_ARRAY = b"\xff\xff\xff\xff\x08" + b"\x00"
+# An OffsetFetch v10 body found by hypothesis: kio's compiled reader alone tries to reserve
+# 191,803,870,952 bytes for one of its arrays and aborts the process (exit code 134).
+HUGE_ARRAY = bytes.fromhex(
+    "deb3b3a8596034e50c6a42c0d5e76fab5352b104875714e6b87d29176386d7ec"
+    "004b0c17f4f8a9d8bac63b01519027627201d544f999e076039f45"
+)
 
 
 def test_a_huge_array_length_is_malformed_not_an_allocation() -> None:
