@@ -4,7 +4,8 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
-APT_PACKAGES := kcat
+# command:apt package — installed when the command is missing (java runs Spark's tests).
+APT_PACKAGES := kcat:kcat java:openjdk-17-jre-headless
 
 .PHONY: serve setup setup-dev system-deps test lint typecheck unit bench soak fuzz clean
 
@@ -24,11 +25,11 @@ setup-dev: $(BIN)/.installed-dev
 $(BIN)/.installed-dev: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,spark]'
 	touch $@ $(BIN)/.installed
 
 system-deps:
-	@missing=""; for p in $(APT_PACKAGES); do command -v $$p >/dev/null || missing="$$missing $$p"; done; \
+	@missing=""; for p in $(APT_PACKAGES); do command -v $${p%%:*} >/dev/null || missing="$$missing $${p#*:}"; done; \
 	if [ -n "$$missing" ]; then \
 		echo "installing system packages:$$missing"; \
 		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \

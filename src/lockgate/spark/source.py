@@ -1,0 +1,173 @@
+# spark/source.py — the "lockgate" data source: batch and streaming reads with the options and
+# row schema of Spark's Kafka source, and the exactly-once sinks of sink.py.
+#
+# Offsets in Spark's checkpoint are {"topic": {"partition": next offset}}. Under read_committed
+# "latest" is the last stable offset, so a micro-batch never ends inside an open transaction.
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from lockgate.client.cluster import TopicPartition
+from lockgate.spark import kafka
+from lockgate.spark.options import SCHEMA, SourceOptions, sink_options, source_options
+
+
+@dataclass
+class RangePartition(InputPartition):
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+
+def _ranges(
+    start: dict[TopicPartition, int], end: dict[TopicPartition, int]
+) -> list[RangePartition]:
+    return [
+        RangePartition(tp.topic, tp.partition, start.get(tp, 0), end[tp])
+        for tp in sorted(end)
+        if end[tp] > start.get(tp, 0)
+    ]
+
+
+def _to_json(offsets: dict[TopicPartition, int]) -> dict[str, dict[str, int]]:
+    result: dict[str, dict[str, int]] = {}
+    for tp, offset in sorted(offsets.items()):
+        result.setdefault(tp.topic, {})[str(tp.partition)] = offset
+    return result
+
+
+def _from_json(data: dict[str, dict[str, int]]) -> dict[TopicPartition, int]:
+    return {
+        TopicPartition(topic, int(p)): int(offset)
+        for topic, partitions in data.items()
+        for p, offset in partitions.items()
+    }
+
+
+class LockgateDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "lockgate"
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return BatchReader(source_options(self.options, streaming=False))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return StreamReader(source_options(self.options, streaming=True))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from lockgate.spark.sink import BatchWriter
+
+        return BatchWriter(sink_options(self.options, f"lockgate-spark-{uuid.uuid4().hex[:12]}"))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from lockgate.spark.sink import StreamWriter
+
+        checkpoint = self.options.get("checkpointLocation", "")
+        default = f"lockgate-spark-{uuid.uuid5(uuid.NAMESPACE_URL, checkpoint).hex[:12]}"
+        return StreamWriter(sink_options(self.options, default))
+
+
+class BatchReader(DataSourceReader):
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> Sequence[InputPartition]:
+        start = kafka.offsets(self.options, self.options.starting)
+        end = kafka.offsets(self.options, self.options.ending)
+        return _ranges(start, end)
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        assert isinstance(partition, RangePartition)
+        return kafka.read_range(
+            self.options,
+            TopicPartition(partition.topic, partition.partition),
+            partition.start,
+            partition.end,
+        )
+
+
+class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self.target: dict[TopicPartition, int] | None = None  # Trigger.AvailableNow's end
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Trigger.AvailableNow: read up to what is stable now, in batches of the read limit."""
+        self.target = kafka.offsets(self.options, "latest")
+
+    def initialOffset(self) -> dict[str, dict[str, int]]:
+        return _to_json(kafka.offsets(self.options, self.options.starting))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_offsets_per_trigger is None:
+            return ReadAllAvailable()
+        return ReadMaxRows(self.options.max_offsets_per_trigger)
+
+    def latestOffset(self, start: dict[str, dict[str, int]], limit: ReadLimit) -> dict[str, Any]:
+        begin = _from_json(start)
+        latest = self.target if self.target is not None else kafka.offsets(self.options, "latest")
+        if isinstance(limit, ReadMaxRows):
+            latest = _limited(begin, latest, int(limit.max_rows))
+        return _to_json({tp: max(offset, begin.get(tp, 0)) for tp, offset in latest.items()})
+
+    def partitions(
+        self, start: dict[str, dict[str, int]], end: dict[str, dict[str, int]]
+    ) -> Sequence[InputPartition]:
+        return _ranges(_from_json(start), _from_json(end))
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        assert isinstance(partition, RangePartition)
+        return kafka.read_range(
+            self.options,
+            TopicPartition(partition.topic, partition.partition),
+            partition.start,
+            partition.end,
+        )
+
+    def commit(self, end: dict[str, dict[str, int]]) -> None:
+        """Offsets live in Spark's checkpoint; nothing to tell the cluster."""
+
+
+def _limited(
+    begin: dict[TopicPartition, int], latest: dict[TopicPartition, int], budget: int
+) -> dict[TopicPartition, int]:
+    """maxOffsetsPerTrigger: the budget of offsets shared out over the partitions in turn, as
+    evenly as their backlogs allow."""
+    end = {tp: begin.get(tp, latest[tp]) for tp in latest}
+    backlog = {tp: latest[tp] - end[tp] for tp in latest if latest[tp] > end[tp]}
+    while budget > 0 and backlog:
+        share = max(1, budget // len(backlog))
+        for tp in sorted(backlog):
+            step = min(share, backlog[tp], budget)
+            end[tp] += step
+            backlog[tp] -= step
+            budget -= step
+            if not backlog[tp]:
+                del backlog[tp]
+            if budget == 0:
+                break
+    return end
