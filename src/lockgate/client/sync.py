@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import queue
 import threading
@@ -19,6 +18,7 @@ from typing import Any, TypeVar, cast
 
 from lockgate.client.cluster import TopicPartition
 from lockgate.client.errors import KafkaError, KafkaTimeoutError
+from lockgate.client.loop_thread import GRACE_SECONDS, LoopThread
 from lockgate.client.producer import Producer as AsyncProducer
 from lockgate.client.producer import RecordMetadata
 from lockgate.client.transactions import (
@@ -32,8 +32,6 @@ __all__ = ["ConsumerGroupMetadata", "DeliveredMessage", "PreparedTxnState", "Pro
 T = TypeVar("T")
 DeliveryCallback = Callable[[KafkaError | None, "DeliveredMessage"], None]
 
-# Seconds added to a call's own timeout before the caller stops waiting for the loop.
-_GRACE = 5.0
 _DEFAULT_BLOCK_SECONDS = 60.0
 
 # Kafka property → (keyword of the asyncio Producer, conversion).
@@ -148,16 +146,12 @@ class Producer:
         )
         self._outstanding = 0
         self._settled = threading.Condition()
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(
-            target=self._loop.run_forever, name="lockgate-producer-loop", daemon=True
-        )
-        self._thread.start()
+        self._worker = LoopThread("lockgate-producer-loop")
         self._closed = False
         try:
             self._producer = self._run(self._create(merged), self._block)
         except BaseException:
-            self._stop_loop()
+            self._worker.stop()
             raise
 
     @staticmethod
@@ -170,12 +164,7 @@ class Producer:
         if self._closed:
             coroutine.close()
             raise KafkaError("the producer is closed")
-        future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
-        try:
-            return future.result(None if timeout is None else timeout + _GRACE)
-        except concurrent.futures.TimeoutError:
-            future.cancel()
-            raise KafkaTimeoutError(f"no answer within {timeout} s") from None
+        return self._worker.run(coroutine, timeout)
 
     @staticmethod
     def _ms(timeout: float | None) -> int | None:
@@ -293,7 +282,7 @@ class Producer:
         with contextlib.suppress(KafkaTimeoutError):
             self._run(self._flush(wait), wait)
         with self._settled:
-            self._settled.wait_for(lambda: self._outstanding == 0, timeout=_GRACE)
+            self._settled.wait_for(lambda: self._outstanding == 0, timeout=GRACE_SECONDS)
         self.poll(0)
         return len(self)
 
@@ -394,13 +383,7 @@ class Producer:
         finally:
             self.poll(0)
             self._closed = True
-            self._stop_loop()
-
-    def _stop_loop(self) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-        if not self._thread.is_alive():
-            self._loop.close()
+            self._worker.stop()
 
     def __enter__(self) -> Producer:
         return self
