@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 
+from lockgate.spark import demo as spark_demo
 from lockgate.tools import consume, groups, produce, producers, topics, transactions
 
 
@@ -16,3 +17,4 @@ def register_tools(commands: argparse._SubParsersAction[argparse.ArgumentParser]
     """Adds the tool subcommands (each module registers its own)."""
     for module in (topics, produce, consume, producers, groups, transactions):
         module.register(commands)
+    spark_demo.register(commands)

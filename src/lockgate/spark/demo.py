@@ -1,0 +1,367 @@
+# spark/demo.py — `lockgate demo`: the exactly-once Spark pipeline end to end, with a crash.
+# Starts a broker (2PC enabled) in a child process, feeds orders transactionally (plus one aborted
+# transaction that must never surface), runs the pipeline of pipeline.py as its own Spark driver,
+# SIGKILLs that driver (JVM and Python workers: the whole process group) while a micro-batch has
+# written but not committed, restarts it from its checkpoint and checks the output: every
+# committed order id exactly once, no aborted one. Exit status 0 only when that holds.
+#
+# Everything it starts is a child it kills by pid/process group; nothing leaves 127.0.0.1.
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from lockgate.client.admin import Admin
+from lockgate.client.cluster import TopicPartition
+from lockgate.client.consumer import Consumer, Message
+from lockgate.client.producer import Producer
+
+INPUT, OUTPUT = "orders", "orders-enriched"
+DRIVER_TIMEOUT_S = 600.0
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = commands.add_parser(
+        "demo",
+        help="exactly-once Spark pipeline demo: crash the driver mid-batch, restart, verify",
+        description="Needs the spark extra (pip install 'lockgate[spark]') and Java.",
+    )
+    parser.add_argument("--records", type=int, default=3000, help="orders to feed (committed)")
+    parser.add_argument("--partitions", type=int, default=3, help="partitions of both topics")
+    parser.add_argument(
+        "--per-trigger", type=int, default=400, help="maxOffsetsPerTrigger of the pipeline"
+    )
+    parser.add_argument(
+        "--kill-after-batches",
+        type=int,
+        default=2,
+        help="kill the driver during the first micro-batch after this many have committed",
+    )
+    parser.add_argument("--work-dir", help="broker data, checkpoint and logs (default: a temp dir)")
+    parser.add_argument("--keep", action="store_true", help="keep the work dir afterwards")
+    parser.set_defaults(func=_run)
+
+
+# ---------------------------------------------------------------------------------------------
+# Progress display: one rewritten line on a terminal, a line every few seconds otherwise.
+
+
+class Progress:
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.tty = out.isatty()
+        self.last_line = 0.0
+        self.width = 0
+
+    def show(self, text: str) -> None:
+        if self.tty:
+            self.out.write("\r" + text.ljust(self.width))
+            self.width = len(text)
+            self.out.flush()
+        elif time.monotonic() - self.last_line >= 5:
+            self.last_line = time.monotonic()
+            print(f"  … {text}", file=self.out, flush=True)
+
+    def say(self, text: str) -> None:
+        if self.tty and self.width:
+            self.out.write("\r" + " " * self.width + "\r")
+            self.width = 0
+        print(text, file=self.out, flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Children: the broker and the Spark driver
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _start_broker(data_dir: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+    port = _free_port()
+    bootstrap = f"127.0.0.1:{port}"
+    with open(log, "ab") as out:
+        broker = subprocess.Popen(
+            [sys.executable, "-m", "lockgate.cli", "serve", "--data-dir", str(data_dir),
+             "--listen", bootstrap, "--set", "transaction.two.phase.commit.enable=true"],
+            stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if broker.poll() is not None:
+            raise RuntimeError(f"the broker exited ({broker.returncode}); see {log}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return broker, bootstrap
+        except OSError:
+            time.sleep(0.1)
+    broker.kill()
+    raise RuntimeError(f"the broker did not listen on {bootstrap} within 30 s; see {log}")
+
+
+def _start_driver(
+    bootstrap: str, checkpoint: Path, per_trigger: int, log: Path
+) -> subprocess.Popen[bytes]:
+    """A new session (process group), so that one killpg takes the JVM and the Python workers
+    with the driver, as a machine failure would."""
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "lockgate.spark.pipeline", "--bootstrap", bootstrap,
+             "--input", INPUT, "--output", OUTPUT, "--checkpoint", str(checkpoint),
+             "--max-offsets-per-trigger", str(per_trigger)],
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+
+
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait(30)
+
+
+def _batches(checkpoint: Path, kind: str) -> set[int]:
+    """Batch ids Spark has planned ("offsets") or committed ("commits")."""
+    folder = checkpoint / kind
+    return {int(p.name) for p in folder.iterdir() if p.name.isdigit()} if folder.is_dir() else set()
+
+
+# ---------------------------------------------------------------------------------------------
+# Data: feeding and reading back
+
+
+def _order(order_id: int) -> bytes:
+    return json.dumps(
+        {"id": order_id, "customer": f"c{order_id % 17}", "amount_cents": (order_id * 37) % 20000}
+    ).encode()
+
+
+async def _feed(bootstrap: str, records: int, partitions: int, progress: Progress) -> int:
+    """Committed orders 0..records-1 in transactions of 250, and one aborted transaction of
+    orders with negative ids in the middle; returns how many were aborted."""
+    async with Admin(bootstrap) as admin:
+        for topic in (INPUT, OUTPUT):
+            await admin.create_topic(topic, partitions)
+    aborted = 0
+    async with Producer(bootstrap, transactional_id="lockgate-demo-feeder") as producer:
+        await producer.init_transactions()
+        for start in range(0, records, 250):
+            producer.begin_transaction()
+            for order_id in range(start, min(start + 250, records)):
+                await producer.send(INPUT, _order(order_id), f"c{order_id % 17}".encode())
+            await producer.commit_transaction()
+            progress.show(f"feeding orders: {min(start + 250, records)}/{records} committed")
+            if start == (records // 500) * 250:
+                producer.begin_transaction()
+                for order_id in range(-1, -101, -1):
+                    await producer.send(INPUT, _order(order_id), b"rejected")
+                await producer.flush()  # in the log, so only read_committed keeps it out
+                await producer.abort_transaction()
+                aborted = 100
+    return aborted
+
+
+async def _read_all(bootstrap: str, topic: str, partitions: int, isolation: str) -> list[Message]:
+    wanted = [TopicPartition(topic, p) for p in range(partitions)]
+    found: list[Message] = []
+    async with Consumer(bootstrap, isolation_level=isolation, auto_offset_reset="earliest") as c:
+        c.assign(wanted)
+        ends = await c.end_offsets(wanted)
+        deadline = time.monotonic() + 60
+        while any([await c.position(tp) < ends[tp] for tp in wanted]):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"reading {topic} back took more than 60 s")
+            found.extend(await c.poll(500))
+    return found
+
+
+async def _open_output_records(bootstrap: str, partitions: int) -> int:
+    """High watermark minus last stable offset over the output: records written by a
+    transaction that is still open (written or prepared, not completed)."""
+    wanted = [TopicPartition(OUTPUT, p) for p in range(partitions)]
+    async with (
+        Consumer(bootstrap, isolation_level="read_uncommitted") as dirty,
+        Consumer(bootstrap, isolation_level="read_committed") as clean,
+    ):
+        high = await dirty.end_offsets(wanted)
+        stable = await clean.end_offsets(wanted)
+    return sum(high[tp] - stable[tp] for tp in wanted)
+
+
+# ---------------------------------------------------------------------------------------------
+# The run
+
+
+@dataclass
+class Outcome:
+    killed_in_batch: int | None = None
+    open_records_at_kill: int = 0
+    committed_before_kill: int = 0
+    batches: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+async def _first_run(
+    bootstrap: str, args: argparse.Namespace, checkpoint: Path, log: Path, progress: Progress
+) -> Outcome:
+    outcome = Outcome()
+    driver = _start_driver(bootstrap, checkpoint, args.per_trigger, log)
+    deadline = time.monotonic() + DRIVER_TIMEOUT_S
+    try:
+        while driver.poll() is None:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the first driver ran for {DRIVER_TIMEOUT_S} s; see {log}")
+            planned, committed = _batches(checkpoint, "offsets"), _batches(checkpoint, "commits")
+            running = sorted(planned - committed)
+            open_records = await _open_output_records(bootstrap, args.partitions)
+            progress.show(
+                f"run 1: {len(committed)} micro-batches committed"
+                + (f", batch {running[0]} running, {open_records} output records uncommitted"
+                   if running else ", starting")
+            )  # fmt: skip
+            if len(committed) >= args.kill_after_batches and running and open_records > 0:
+                _kill_group(driver)
+                outcome.killed_in_batch = running[0]
+                outcome.open_records_at_kill = open_records
+                outcome.committed_before_kill = len(committed)
+                return outcome
+            await asyncio.sleep(0.05)
+    finally:
+        if driver.poll() is None:
+            _kill_group(driver)
+    outcome.notes.append(
+        f"the first driver finished (exit {driver.returncode}) before a kill point came; "
+        "use more --records or a smaller --per-trigger"
+    )
+    return outcome
+
+
+async def _second_run(
+    bootstrap: str, args: argparse.Namespace, checkpoint: Path, log: Path, progress: Progress
+) -> int:
+    driver = _start_driver(bootstrap, checkpoint, args.per_trigger, log)
+    deadline = time.monotonic() + DRIVER_TIMEOUT_S
+    try:
+        while driver.poll() is None:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the restarted driver ran for {DRIVER_TIMEOUT_S} s; see {log}")
+            committed = _batches(checkpoint, "commits")
+            progress.show(f"run 2 (restarted from the checkpoint): {len(committed)} batches done")
+            await asyncio.sleep(0.25)
+    finally:
+        if driver.poll() is None:
+            _kill_group(driver)
+    if driver.returncode != 0:
+        raise RuntimeError(f"the restarted driver failed (exit {driver.returncode}); see {log}")
+    return len(_batches(checkpoint, "commits"))
+
+
+async def _demo(args: argparse.Namespace, work: Path, progress: Progress) -> int:
+    broker, bootstrap = _start_broker(work / "broker", work / "broker.log")
+    try:
+        progress.say(f"broker on {bootstrap} (two-phase commit enabled), work dir {work}")
+        aborted = await _feed(bootstrap, args.records, args.partitions, progress)
+        progress.say(
+            f"fed {args.records} orders in committed transactions and {aborted} in an aborted one"
+        )
+        checkpoint = work / "checkpoint"
+        outcome = await _first_run(bootstrap, args, checkpoint, work / "driver-1.log", progress)
+        if outcome.killed_in_batch is not None:
+            progress.say(
+                f"killed the Spark driver (kill -9, JVM and workers) in micro-batch "
+                f"{outcome.killed_in_batch}, after {outcome.committed_before_kill} committed "
+                f"batches, with {outcome.open_records_at_kill} output records written but not "
+                "committed"
+            )
+        outcome.batches = await _second_run(
+            bootstrap, args, checkpoint, work / "driver-2.log", progress
+        )
+        progress.say(f"restarted from the checkpoint; {outcome.batches} micro-batches in all")
+        return _report(
+            args,
+            outcome,
+            aborted,
+            await _read_all(bootstrap, OUTPUT, args.partitions, "read_committed"),
+            await _read_all(bootstrap, OUTPUT, args.partitions, "read_uncommitted"),
+            progress,
+        )
+    finally:
+        broker.send_signal(signal.SIGTERM)
+        try:
+            broker.wait(30)
+        except subprocess.TimeoutExpired:
+            broker.kill()
+            broker.wait(10)
+
+
+def _report(
+    args: argparse.Namespace,
+    outcome: Outcome,
+    aborted: int,
+    committed: list[Message],
+    everything: list[Message],
+    progress: Progress,
+) -> int:
+    counts = collections.Counter(json.loads(m.value or b"{}").get("id") for m in committed)
+    expected = set(range(args.records))
+    missing = expected - set(counts)
+    duplicated = {i: n for i, n in counts.items() if n > 1}
+    unexpected = set(counts) - expected
+    ok = not missing and not duplicated and not unexpected
+    lines = [
+        "",
+        "report",
+        f"  orders committed to the input      {args.records}",
+        f"  orders aborted in the input        {aborted} (must not appear)",
+        f"  output records, read_committed     {len(committed)}",
+        f"  distinct order ids in the output   {len(counts)}",
+        f"  missing ids                        {len(missing)}",
+        f"  duplicated ids                     {len(duplicated)}",
+        f"  ids that were never committed      {len(unexpected)}",
+        f"  output records in the log, incl. aborted transactions (read_uncommitted) "
+        f"{len(everything)}",
+        *(f"  note: {n}" for n in outcome.notes),
+        "",
+        "EXACTLY ONCE: every committed order appears once in the output"
+        if ok
+        else "NOT EXACTLY ONCE — see above",
+    ]
+    for line in lines:
+        progress.say(line)
+    return 0 if ok else 1
+
+
+def _run(args: argparse.Namespace) -> int:
+    if shutil.which("java") is None:
+        print("lockgate demo: Spark needs Java (e.g. apt install openjdk-17-jre-headless)")
+        return 2
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        print("lockgate demo: needs PySpark: pip install 'lockgate[spark]'")
+        return 2
+    work = Path(args.work_dir) if args.work_dir else Path(tempfile.mkdtemp(prefix="lockgate-demo-"))
+    work.mkdir(parents=True, exist_ok=True)
+    progress = Progress(sys.stdout)
+    try:
+        return asyncio.run(_demo(args, work, progress))
+    finally:
+        if args.keep or args.work_dir:
+            progress.say(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
