@@ -52,6 +52,9 @@ class SinkOptions:
     bootstrap: str
     topic: str | None
     transactional_id_prefix: str
+    # "delivery.guarantee": exactly_once (the default, 2PC) or at_least_once (an idempotent
+    # producer per task, what Spark's own Kafka sink gives; a retried task writes again).
+    exactly_once: bool = True
 
 
 def _bootstrap(options: Mapping[str, str]) -> str:
@@ -96,8 +99,12 @@ def source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOpti
 
 
 def sink_options(options: Mapping[str, str], default_prefix: str) -> SinkOptions:
+    guarantee = options.get("delivery.guarantee", "exactly_once")
+    if guarantee not in ("exactly_once", "at_least_once"):
+        raise OptionError("delivery.guarantee must be exactly_once or at_least_once")
     return SinkOptions(
         bootstrap=_bootstrap(options),
         topic=options.get("topic"),
         transactional_id_prefix=options.get("transactional.id.prefix", default_prefix),
+        exactly_once=guarantee == "exactly_once",
     )

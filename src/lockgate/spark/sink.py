@@ -4,14 +4,25 @@
 # Transactional ids are f"{prefix}-{partition id}": the same for every attempt of a task, so a
 # new attempt's InitProducerId fences the attempts before it.
 #
-# Streaming (exactly once across driver crashes): before completing batch N, the driver appends
-# the decision {prefix, batch N, every prepared state} to the commit-log topic (acks=all). That
-# record is the commit point:
-# - driver dies before it: no decision; Spark replays N; each task's init (keep_prepared_txn)
-#   finds its old prepared transaction, sees no decision for it and aborts it, then writes anew;
-# - driver dies after it: Spark replays N (its own checkpoint lacks N); each task finds its kept
-#   transaction in a decision, commits it, and skips the replayed batch (N ≤ last decided);
-#   the driver's commit for a decided batch completes whatever the tasks left open.
+# Decisions (the commit point of a 2PC round): the driver appends {batch, every prepared state}
+# to the commit-log topic, then points the consumer group named after the prefix at that record
+# (its committed offset on the commit log). Committing the pointer is the commit point; finding
+# the last decision is one OffsetFetch and one Fetch, however long the query has run.
+# Streaming (exactly once across driver crashes):
+# - driver dies before the pointer moves: no decision for N; Spark replays N; each task's
+#   InitProducerId (without keep_prepared_txn) fences the old attempt and aborts its prepared
+#   transaction, then the task writes anew;
+# - driver dies after: Spark replays N (its checkpoint lacks commits/N); each task completes
+#   its kept transaction as the decision says (init with keep_prepared_txn, then
+#   complete_transaction) and skips the replayed batch; the driver's commit for a decided batch
+#   completes whatever the tasks left open;
+# - commit fails after the pointer moved (Spark then calls abort): abort rolls the decision
+#   forward instead of aborting, so a decided batch is never half aborted.
+# Only the last decision can have participants still open: the driver completes batch N before
+# Spark plans N+1. A batch id below the last decided one means the checkpoint does not belong
+# to this prefix: the write fails rather than skip or duplicate.
+# delivery.guarantee=at_least_once swaps all of this for one idempotent producer per task
+# (what Spark's Kafka sink gives): the benchmark's baseline.
 # Speculative execution must stay off (spark.speculation=false, Spark's default): two live
 # attempts of one task fence each other.
 from __future__ import annotations
@@ -19,7 +30,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Iterator
+import time
+from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,8 +48,11 @@ from lockgate.client.transactions import PreparedTxnState
 from lockgate.spark.options import SinkOptions
 
 COMMIT_LOG_TOPIC = "lockgate-spark-commits"
+COMMIT_LOG = TopicPartition(COMMIT_LOG_TOPIC, 0)
 NOTHING = PreparedTxnState(-1, -1)  # completing with this aborts whatever was kept
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
+COMPLETING_AT_ONCE = 16  # the driver's concurrent complete_transaction rounds
+READ_DECISION_TIMEOUT_S = 60.0
 
 
 @dataclass
@@ -49,40 +64,44 @@ class PreparedMessage(WriterCommitMessage):
 
 @dataclass(frozen=True)
 class Decision:
-    batch: int
+    batch: int  # the micro-batch id; -1 for a batch (non-streaming) write
     states: dict[str, PreparedTxnState] = field(default_factory=dict)
 
 
+class CheckpointMismatchError(RuntimeError):
+    """The checkpoint replays a batch older than the sink's last decision for this prefix."""
+
+
 # ---------------------------------------------------------------------------------------------
-# The commit log
+# Decisions: a record in the commit log and the prefix's group offset pointing at it
 
 
-async def _ensure_commit_log(bootstrap: str) -> None:
+async def last_decision(bootstrap: str, prefix: str) -> Decision | None:
+    """The last decision recorded for `prefix`, None if there is none."""
     async with Admin(bootstrap, client_id="lockgate-spark") as admin:
-        with contextlib.suppress(TopicAlreadyExistsError):
-            await admin.create_topic(COMMIT_LOG_TOPIC, num_partitions=1)
-
-
-async def _decisions(bootstrap: str, prefix: str) -> list[Decision]:
-    await _ensure_commit_log(bootstrap)
-    tp = TopicPartition(COMMIT_LOG_TOPIC, 0)
-    found: list[Decision] = []
-    async with Consumer(bootstrap, client_id="lockgate-spark") as consumer:
-        consumer.assign([tp])
-        await consumer.seek_to_beginning([tp])
-        end = (await consumer.end_offsets([tp]))[tp]
-        while await consumer.position(tp) < end:
+        pointer = (await admin.list_group_offsets(prefix)).get(COMMIT_LOG)
+    if pointer is None:
+        return None
+    async with Consumer(
+        bootstrap, client_id="lockgate-spark", isolation_level="read_uncommitted"
+    ) as consumer:
+        consumer.assign([COMMIT_LOG])
+        consumer.seek(COMMIT_LOG, pointer)
+        deadline = time.monotonic() + READ_DECISION_TIMEOUT_S
+        while time.monotonic() < deadline:
             for message in await consumer.poll(500):
-                if message.key != prefix.encode() or message.value is None:
+                if message.offset != pointer:
                     continue
-                data = json.loads(message.value)
-                found.append(
-                    Decision(
-                        int(data["batch"]),
-                        {t: PreparedTxnState(*s) for t, s in data["states"].items()},
+                if message.key != prefix.encode() or message.value is None:
+                    raise RuntimeError(
+                        f"{COMMIT_LOG} offset {pointer} is not a decision of {prefix}"
                     )
+                data = json.loads(message.value)
+                return Decision(
+                    int(data["batch"]),
+                    {t: PreparedTxnState(*s) for t, s in data["states"].items()},
                 )
-    return found
+    raise TimeoutError(f"could not read the decision of {prefix} at {COMMIT_LOG} offset {pointer}")
 
 
 async def _record_decision(bootstrap: str, prefix: str, decision: Decision) -> None:
@@ -92,8 +111,18 @@ async def _record_decision(bootstrap: str, prefix: str, decision: Decision) -> N
             "states": {t: [s.producer_id, s.epoch] for t, s in decision.states.items()},
         }
     ).encode()
-    async with Producer(bootstrap, client_id="lockgate-spark", acks=-1) as producer:
-        await producer.send_and_wait(COMMIT_LOG_TOPIC, value, prefix.encode(), partition=0)
+    async with Admin(bootstrap, client_id="lockgate-spark") as admin:
+        with contextlib.suppress(TopicAlreadyExistsError):
+            await admin.create_topic(COMMIT_LOG_TOPIC, 1, configs={"retention.ms": "-1"})
+        # Not idempotent: a retried append may land twice, which is harmless (only the record
+        # the pointer names counts), and its offset is always known.
+        async with Producer(
+            bootstrap, client_id="lockgate-spark", acks=-1, enable_idempotence=False
+        ) as producer:
+            written = await producer.send_and_wait(
+                COMMIT_LOG_TOPIC, value, prefix.encode(), partition=0
+            )
+        await admin.alter_group_offsets(prefix, {COMMIT_LOG: written.offset})  # commit point
 
 
 # ---------------------------------------------------------------------------------------------
@@ -117,37 +146,71 @@ async def _complete(options: SinkOptions, transactional_id: str, state: Prepared
         await producer.complete_transaction(state)
 
 
+async def _complete_all(options: SinkOptions, states: dict[str, PreparedTxnState]) -> None:
+    limit = asyncio.Semaphore(COMPLETING_AT_ONCE)
+
+    async def one(transactional_id: str, state: PreparedTxnState) -> None:
+        async with limit:
+            await _complete(options, transactional_id, state)
+
+    rounds: list[Awaitable[None]] = [one(t, s) for t, s in sorted(states.items())]
+    await asyncio.gather(*rounds)
+
+
+async def _send_rows(options: SinkOptions, producer: Producer, rows: Iterator[Row]) -> int:
+    count = 0
+    for row in rows:
+        record = row.asDict()
+        topic = record.get("topic") or options.topic
+        if not topic:
+            raise ValueError("no topic: give a topic column or the topic option")
+        await producer.send(
+            str(topic),
+            _bytes(record.get("value")),
+            _bytes(record.get("key")),
+            partition=record.get("partition"),
+            headers=[(h["key"], _bytes(h["value"])) for h in record.get("headers") or ()],
+        )
+        count += 1
+    return count
+
+
+async def _write_at_least_once(options: SinkOptions, rows: Iterator[Row]) -> PreparedMessage:
+    async with Producer(options.bootstrap, client_id="lockgate-spark", linger_ms=5) as producer:
+        count = await _send_rows(options, producer, rows)
+        await producer.flush()
+    return PreparedMessage("", None, count)
+
+
 async def _write_task(
-    options: SinkOptions,
-    rows: Iterator[Row],
-    batch: int | None,
-    decided: list[Decision],
+    options: SinkOptions, rows: Iterator[Row], batch: int | None, decision: Decision | None
 ) -> PreparedMessage:
+    if not options.exactly_once:
+        return await _write_at_least_once(options, rows)
     context = TaskContext.get()
     partition_id = context.partitionId() if context is not None else 0
     transactional_id = f"{options.transactional_id_prefix}-{partition_id}"
-    committed = {t: s for d in decided for t, s in d.states.items()}
-    async with _participant(options, transactional_id) as producer:
-        # Keep what an earlier attempt prepared: commit it if a decision names it, else abort.
-        await producer.init_transactions(keep_prepared_txn=True, enable_2pc=True)
-        await producer.complete_transaction(committed.get(transactional_id, NOTHING))
-        if batch is not None and decided and batch <= max(d.batch for d in decided):
-            return PreparedMessage(transactional_id, None)  # a replay of a decided batch
-        producer.begin_transaction()
-        count = 0
-        for row in rows:
-            record = row.asDict()
-            topic = record.get("topic") or options.topic
-            if not topic:
-                raise ValueError("no topic: give a topic column or the topic option")
-            await producer.send(
-                str(topic),
-                _bytes(record.get("value")),
-                _bytes(record.get("key")),
-                partition=record.get("partition"),
-                headers=[(h["key"], _bytes(h["value"])) for h in record.get("headers") or ()],
+    if batch is not None and decision is not None:
+        if batch < decision.batch:
+            raise CheckpointMismatchError(
+                f"micro-batch {batch} but {options.transactional_id_prefix} already decided "
+                f"batch {decision.batch}: the checkpoint does not belong to this sink"
             )
-            count += 1
+        if batch == decision.batch:
+            # A replay of a decided batch (the driver died after the commit point): finish
+            # this task's part of the decision (a kept transaction it does not name is an
+            # earlier attempt's, aborted) and write nothing.
+            await _complete(
+                options, transactional_id, decision.states.get(transactional_id, NOTHING)
+            )
+            return PreparedMessage(transactional_id, None)
+    # Any other decision was completed before Spark planned this batch, so whatever this id
+    # still has open is an undecided earlier attempt's: InitProducerId without
+    # keep_prepared_txn fences it and aborts its transaction.
+    async with _participant(options, transactional_id) as producer:
+        await producer.init_transactions(keep_prepared_txn=False, enable_2pc=True)
+        producer.begin_transaction()
+        count = await _send_rows(options, producer, rows)
         prepared = await producer.prepare_transaction()
     return PreparedMessage(transactional_id, prepared.to_json(), count)
 
@@ -171,8 +234,8 @@ def _prepared(messages: list[WriterCommitMessage | None]) -> dict[str, PreparedT
 async def _abort_all(options: SinkOptions, messages: list[WriterCommitMessage | None]) -> None:
     # Every task's id, those that failed before returning a message included: fenced and
     # their open transaction aborted.
-    for partition_id, _message in enumerate(messages):
-        await _complete(options, f"{options.transactional_id_prefix}-{partition_id}", NOTHING)
+    prefix = options.transactional_id_prefix
+    await _complete_all(options, {f"{prefix}-{p}": NOTHING for p in range(len(messages))})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -180,23 +243,41 @@ async def _abort_all(options: SinkOptions, messages: list[WriterCommitMessage | 
 
 
 class BatchWriter(DataSourceWriter):
-    """df.write.format("lockgate"): one job, all or nothing."""
+    """df.write.format("lockgate"): one job, all or nothing. The decision is recorded as for
+    streams (batch -1), so that a driver that dies while completing leaves a decision that
+    recover() rolls forward."""
 
     def __init__(self, options: SinkOptions) -> None:
         self.options = options
 
     def write(self, iterator: Iterator[Row]) -> PreparedMessage:
-        return asyncio.run(_write_task(self.options, iterator, None, []))
+        return asyncio.run(_write_task(self.options, iterator, None, None))
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        if not self.options.exactly_once:
+            return  # at least once: the tasks flushed already
+
         async def run() -> None:
-            for transactional_id, state in _prepared(messages).items():
-                await _complete(self.options, transactional_id, state)
+            decision = Decision(-1, _prepared(messages))
+            await _record_decision(
+                self.options.bootstrap, self.options.transactional_id_prefix, decision
+            )
+            await _complete_all(self.options, decision.states)
 
         asyncio.run(run())
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        asyncio.run(_abort_all(self.options, messages))
+        if not self.options.exactly_once:
+            return  # at least once: what the tasks wrote stays
+
+        async def run() -> None:
+            last = await last_decision(self.options.bootstrap, self.options.transactional_id_prefix)
+            if last is not None and last.states and last.states == _prepared(messages):
+                await _complete_all(self.options, last.states)  # commit() got past its decision
+            else:
+                await _abort_all(self.options, messages)
+
+        asyncio.run(run())
 
 
 class StreamWriter(DataSourceStreamWriter):
@@ -212,24 +293,62 @@ class StreamWriter(DataSourceStreamWriter):
         batch = int(raw) if raw is not None else None
 
         async def run() -> PreparedMessage:
-            decided = await _decisions(self.options.bootstrap, self.options.transactional_id_prefix)
-            return await _write_task(self.options, iterator, batch, decided)
+            decision = (
+                await last_decision(self.options.bootstrap, self.options.transactional_id_prefix)
+                if self.options.exactly_once
+                else None
+            )
+            return await _write_task(self.options, iterator, batch, decision)
 
         return asyncio.run(run())
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        if not self.options.exactly_once:
+            return
         prefix = self.options.transactional_id_prefix
 
         async def run() -> None:
-            decided = await _decisions(self.options.bootstrap, prefix)
-            earlier = [d for d in decided if d.batch == batchId]
-            decision = earlier[-1] if earlier else Decision(batchId, _prepared(messages))
-            if not earlier:
-                await _record_decision(self.options.bootstrap, prefix, decision)  # commit point
-            for transactional_id, state in decision.states.items():
-                await _complete(self.options, transactional_id, state)
+            last = await last_decision(self.options.bootstrap, prefix)
+            if last is not None and last.batch > batchId:
+                raise CheckpointMismatchError(
+                    f"committing micro-batch {batchId} but {prefix} already decided batch "
+                    f"{last.batch}: the checkpoint does not belong to this sink"
+                )
+            if last is not None and last.batch == batchId:
+                decision = last  # a replay: the earlier run's decision stands
+            else:
+                decision = Decision(batchId, _prepared(messages))
+                await _record_decision(self.options.bootstrap, prefix, decision)
+            await _complete_all(self.options, decision.states)
 
         asyncio.run(run())
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        asyncio.run(_abort_all(self.options, messages))
+        if not self.options.exactly_once:
+            return
+
+        async def run() -> None:
+            last = await last_decision(self.options.bootstrap, self.options.transactional_id_prefix)
+            if last is not None and last.batch == batchId:
+                await _complete_all(self.options, last.states)  # decided: roll forward
+            else:
+                await _abort_all(self.options, messages)
+
+        asyncio.run(run())
+
+
+def recover(bootstrap: str, transactional_id_prefix: str) -> Decision | None:
+    """Completes the participants of the prefix's last decision (a driver that died between
+    its decision and the last complete_transaction leaves them prepared, holding back
+    read_committed readers of their partitions). Safe to run any number of times; returns the
+    decision it rolled forward."""
+
+    async def run() -> Decision | None:
+        decision = await last_decision(bootstrap, transactional_id_prefix)
+        if decision is not None:
+            await _complete_all(
+                SinkOptions(bootstrap, None, transactional_id_prefix), decision.states
+            )
+        return decision
+
+    return asyncio.run(run())

@@ -5,9 +5,12 @@
 # "latest" is the last stable offset, so a micro-batch never ends inside an open transaction.
 from __future__ import annotations
 
+import contextlib
+import json
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pyspark.sql.datasource import (
@@ -28,7 +31,13 @@ from pyspark.sql.types import StructType
 
 from lockgate.client.cluster import TopicPartition
 from lockgate.spark import kafka
-from lockgate.spark.options import SCHEMA, SourceOptions, sink_options, source_options
+from lockgate.spark.options import (
+    SCHEMA,
+    OptionError,
+    SourceOptions,
+    sink_options,
+    source_options,
+)
 
 
 @dataclass
@@ -86,9 +95,28 @@ class LockgateDataSource(DataSource):
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from lockgate.spark.sink import StreamWriter
 
-        checkpoint = self.options.get("checkpointLocation", "")
-        default = f"lockgate-spark-{uuid.uuid5(uuid.NAMESPACE_URL, checkpoint).hex[:12]}"
-        return StreamWriter(sink_options(self.options, default))
+        return StreamWriter(sink_options(self.options, _stream_prefix(self.options)))
+
+
+def _stream_prefix(options: Mapping[str, str]) -> str:
+    """The default transactional id prefix of a streaming query: stable across restarts from
+    one checkpoint (the sink finds its decisions and kept transactions again), different for a
+    new checkpoint, even at the same path (Spark's query id, kept in the checkpoint's metadata
+    file, is part of it when the checkpoint is on a local file system)."""
+    if options.get("transactional.id.prefix"):
+        return options["transactional.id.prefix"]
+    checkpoint = options.get("checkpointLocation")
+    if not checkpoint:
+        raise OptionError(
+            "the exactly-once stream sink needs the checkpointLocation option of writeStream "
+            "(or transactional.id.prefix): its transactional ids must survive restarts"
+        )
+    query_id = ""
+    metadata = Path(checkpoint.removeprefix("file:")) / "metadata"
+    if "://" not in checkpoint.removeprefix("file://") and metadata.is_file():
+        with contextlib.suppress(ValueError, OSError):
+            query_id = str(json.loads(metadata.read_text()).get("id", ""))
+    return f"lockgate-spark-{uuid.uuid5(uuid.NAMESPACE_URL, checkpoint + '#' + query_id).hex}"
 
 
 class BatchReader(DataSourceReader):
