@@ -42,11 +42,11 @@ typecheck: setup-dev
 	$(BIN)/mypy
 
 # Two workers: most tests wait on sockets and child processes, so the 2-core machine halves
-# the wall time; tests/conftest.py keeps each module (and all Spark tests) on one worker.
+# the wall time; --dist loadfile keeps each module (and its module-scoped broker) on one worker.
 PYTEST_WORKERS ?= 2
 
 test: setup-dev system-deps lint typecheck
-	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # The long fault-injection run (tests/faults): `make soak SEEDS=200 [DURATION=20]`.
 SEEDS ?= 200

@@ -56,14 +56,3 @@ def proxied_broker(
     finally:
         broker.kill()
 
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """With pytest-xdist's `--dist loadgroup` (the test command's), every module runs whole on
-    one worker, so a module-scoped broker starts once; the Spark tests all share one worker,
-    so only one Spark session (one JVM) starts."""
-    for item in items:
-        if item.get_closest_marker("xdist_group") is not None:
-            continue
-        path = Path(str(item.path))
-        group = "spark" if "spark" in path.parts else item.nodeid.split("::", 1)[0]
-        item.add_marker(pytest.mark.xdist_group(group))

@@ -18,8 +18,8 @@ SETTINGS = {
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    """One local[2] Spark session for all Spark tests (tests/conftest.py keeps them on one
-    pytest worker), with lockgate's data source registered."""
+    """One local[2] Spark session per pytest worker running Spark tests, with lockgate's
+    data source registered."""
     if shutil.which("java") is None:
         pytest.skip("Spark needs Java (make test installs it)")
     os.environ["PYSPARK_PYTHON"] = sys.executable  # workers run our interpreter
