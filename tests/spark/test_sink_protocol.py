@@ -10,8 +10,8 @@ import asyncio
 import uuid
 from collections.abc import Iterator
 
+import pyarrow as pa
 import pytest
-from pyspark.sql import Row
 
 from lockgate.client.cluster import TopicPartition
 from lockgate.client.consumer import Consumer
@@ -32,8 +32,11 @@ from tests.support.broker import BrokerProcess
 from tests.support.clients import create_topic
 
 
-def rows(tag: str, count: int) -> Iterator[Row]:
-    return iter(Row(key=f"k{i}".encode(), value=f"{tag}-{i}".encode()) for i in range(count))
+def rows(tag: str, count: int) -> Iterator[pa.RecordBatch]:
+    """What Spark hands an Arrow writer: record batches of the sink's columns."""
+    keys = [f"k{i}".encode() for i in range(count)]
+    values = [f"{tag}-{i}".encode() for i in range(count)]
+    return iter([pa.RecordBatch.from_pydict({"key": keys, "value": values})])
 
 
 async def visible(bootstrap: str, topic: str, isolation: str = "read_committed") -> list[bytes]:

@@ -1,10 +1,10 @@
 # spark/kafka.py — what the connector asks of the cluster, as blocking calls for Spark's driver
 # and tasks (each runs lockgate's asyncio client in its own short event loop): partitions of the
-# subscription, offset ranges, and reading one partition's range as rows.
+# subscription, offset ranges, and reading one partition's range as Arrow record batches (PySpark
+# hands those to the JVM as they are, without converting row by row).
 from __future__ import annotations
 
 import asyncio
-import datetime
 import re
 import time
 from collections.abc import Iterator
@@ -14,8 +14,8 @@ from lockgate.client.cluster import TopicPartition
 from lockgate.client.consumer import Consumer, Message
 from lockgate.spark.options import EARLIEST, LATEST, SourceOptions
 
-READ_TIMEOUT_S = 120.0
-_EPOCH = datetime.datetime.fromtimestamp(0, datetime.UTC)
+READ_TIMEOUT_S = 120.0  # without a single record fetched
+ROWS_PER_BATCH = 10_000
 
 
 def _consumer(options: SourceOptions) -> Consumer:
@@ -69,39 +69,81 @@ def offsets(options: SourceOptions, spec: str) -> dict[TopicPartition, int]:
     return asyncio.run(resolve())
 
 
-def row(message: Message) -> tuple[Any, ...]:
-    return (
-        message.key,
-        message.value,
-        message.topic,
-        message.partition,
-        message.offset,
-        _EPOCH + datetime.timedelta(milliseconds=message.timestamp),
-        int(message.timestamp_type),
-        [(name, value) for name, value in message.headers],
+def arrow_schema() -> Any:
+    """The Arrow form of SCHEMA, exactly as PySpark derives it (it rejects any other)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import (
+        ArrayType,
+        BinaryType,
+        IntegerType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
+
+    header = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+    schema = StructType(
+        [
+            StructField("key", BinaryType()),
+            StructField("value", BinaryType()),
+            StructField("topic", StringType()),
+            StructField("partition", IntegerType()),
+            StructField("offset", LongType()),
+            StructField("timestamp", TimestampType()),
+            StructField("timestampType", IntegerType()),
+            StructField("headers", ArrayType(header)),
+        ]
+    )
+    return to_arrow_schema(schema, timezone="UTC")
+
+
+def _batch(schema: Any, messages: list[Message]) -> Any:
+    import pyarrow as pa
+
+    return pa.RecordBatch.from_arrays(
+        [
+            [m.key for m in messages],
+            [m.value for m in messages],
+            [m.topic for m in messages],
+            [m.partition for m in messages],
+            [m.offset for m in messages],
+            [m.timestamp * 1000 for m in messages],  # microseconds, as Spark's timestamps
+            [int(m.timestamp_type) for m in messages],
+            [[{"key": k, "value": v} for k, v in m.headers] for m in messages],
+        ],
+        schema=schema,
     )
 
 
-def read_range(
-    options: SourceOptions, tp: TopicPartition, start: int, end: int
-) -> Iterator[tuple[Any, ...]]:
-    """Rows of [start, end) of one partition (control records and, under read_committed,
-    aborted ones are skipped, so fewer than end - start rows may come)."""
+def read_range(options: SourceOptions, tp: TopicPartition, start: int, end: int) -> Iterator[Any]:
+    """[start, end) of one partition as Arrow record batches of at most ROWS_PER_BATCH rows,
+    fetched as Spark consumes them (control records and, under read_committed, aborted ones
+    are skipped, so fewer than end - start rows may come)."""
     if start >= end:
-        return iter(())
-
-    async def fetch() -> list[tuple[Any, ...]]:
-        rows: list[tuple[Any, ...]] = []
-        async with _consumer(options) as consumer:
-            consumer.assign([tp])
-            consumer.seek(tp, start)
-            deadline = time.monotonic() + READ_TIMEOUT_S
-            while await consumer.position(tp) < end:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"reading {tp} [{start}, {end}) took too long")
-                for message in await consumer.poll(500):
-                    if message.offset < end:
-                        rows.append(row(message))
-        return rows
-
-    return iter(asyncio.run(fetch()))
+        return
+    schema = arrow_schema()
+    loop = asyncio.new_event_loop()
+    consumer = _consumer(options)
+    try:
+        loop.run_until_complete(consumer.start())
+        consumer.assign([tp])
+        consumer.seek(tp, start)
+        pending: list[Message] = []
+        deadline = time.monotonic() + READ_TIMEOUT_S
+        while loop.run_until_complete(consumer.position(tp)) < end:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"reading {tp} [{start}, {end}) took too long")
+            fetched = loop.run_until_complete(consumer.poll(500))
+            if fetched:
+                deadline = time.monotonic() + READ_TIMEOUT_S  # progress: the limit is per stall
+            pending.extend(m for m in fetched if m.offset < end)
+            while len(pending) >= ROWS_PER_BATCH:
+                yield _batch(schema, pending[:ROWS_PER_BATCH])
+                del pending[:ROWS_PER_BATCH]
+        if pending:
+            yield _batch(schema, pending)
+    finally:
+        loop.run_until_complete(consumer.close())
+        loop.close()

@@ -36,8 +36,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark import TaskContext
-from pyspark.sql import Row
-from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
 
 from lockgate.client.admin import Admin
 from lockgate.client.cluster import TopicPartition
@@ -157,25 +160,41 @@ async def _complete_all(options: SinkOptions, states: dict[str, PreparedTxnState
     await asyncio.gather(*rounds)
 
 
-async def _send_rows(options: SinkOptions, producer: Producer, rows: Iterator[Row]) -> int:
+def _column(batch: Any, name: str) -> list[Any]:
+    if name in batch.schema.names:
+        return list(batch.column(name).to_pylist())
+    return [None] * batch.num_rows
+
+
+async def _send_rows(options: SinkOptions, producer: Producer, batches: Iterator[Any]) -> int:
+    """Sends the rows of Spark's Arrow record batches (the columns of Spark's Kafka sink:
+    value, and optionally key, topic, partition, headers); returns how many."""
     count = 0
-    for row in rows:
-        record = row.asDict()
-        topic = record.get("topic") or options.topic
-        if not topic:
-            raise ValueError("no topic: give a topic column or the topic option")
-        await producer.send(
-            str(topic),
-            _bytes(record.get("value")),
-            _bytes(record.get("key")),
-            partition=record.get("partition"),
-            headers=[(h["key"], _bytes(h["value"])) for h in record.get("headers") or ()],
+    for batch in batches:
+        if "value" not in batch.schema.names:
+            raise ValueError("the lockgate sink needs a value column")
+        values, keys, topics = (
+            _column(batch, "value"),
+            _column(batch, "key"),
+            _column(batch, "topic"),
         )
-        count += 1
+        partitions, headers = _column(batch, "partition"), _column(batch, "headers")
+        for i in range(batch.num_rows):
+            topic = topics[i] or options.topic
+            if not topic:
+                raise ValueError("no topic: give a topic column or the topic option")
+            await producer.send(
+                str(topic),
+                _bytes(values[i]),
+                _bytes(keys[i]),
+                partition=partitions[i],
+                headers=[(h["key"], _bytes(h["value"])) for h in headers[i] or ()],
+            )
+        count += batch.num_rows
     return count
 
 
-async def _write_at_least_once(options: SinkOptions, rows: Iterator[Row]) -> PreparedMessage:
+async def _write_at_least_once(options: SinkOptions, rows: Iterator[Any]) -> PreparedMessage:
     async with Producer(options.bootstrap, client_id="lockgate-spark", linger_ms=5) as producer:
         count = await _send_rows(options, producer, rows)
         await producer.flush()
@@ -183,7 +202,7 @@ async def _write_at_least_once(options: SinkOptions, rows: Iterator[Row]) -> Pre
 
 
 async def _write_task(
-    options: SinkOptions, rows: Iterator[Row], batch: int | None, decision: Decision | None
+    options: SinkOptions, rows: Iterator[Any], batch: int | None, decision: Decision | None
 ) -> PreparedMessage:
     if not options.exactly_once:
         return await _write_at_least_once(options, rows)
@@ -242,7 +261,7 @@ async def _abort_all(options: SinkOptions, messages: list[WriterCommitMessage | 
 # Spark's writer classes
 
 
-class BatchWriter(DataSourceWriter):
+class BatchWriter(DataSourceArrowWriter):
     """df.write.format("lockgate"): one job, all or nothing. The decision is recorded as for
     streams (batch -1), so that a driver that dies while completing leaves a decision that
     recover() rolls forward."""
@@ -250,7 +269,7 @@ class BatchWriter(DataSourceWriter):
     def __init__(self, options: SinkOptions) -> None:
         self.options = options
 
-    def write(self, iterator: Iterator[Row]) -> PreparedMessage:
+    def write(self, iterator: Iterator[Any]) -> PreparedMessage:
         return asyncio.run(_write_task(self.options, iterator, None, None))
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -280,14 +299,14 @@ class BatchWriter(DataSourceWriter):
         asyncio.run(run())
 
 
-class StreamWriter(DataSourceStreamWriter):
+class StreamWriter(DataSourceStreamArrowWriter):
     """df.writeStream.format("lockgate"): each micro-batch all or nothing, and exactly once
     across restarts from the checkpoint (see the module comment)."""
 
     def __init__(self, options: SinkOptions) -> None:
         self.options = options
 
-    def write(self, iterator: Iterator[Row]) -> PreparedMessage:
+    def write(self, iterator: Iterator[Any]) -> PreparedMessage:
         context = TaskContext.get()
         raw = context.getLocalProperty(BATCH_ID_PROPERTY) if context is not None else None
         batch = int(raw) if raw is not None else None

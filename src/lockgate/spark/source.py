@@ -128,7 +128,7 @@ class BatchReader(DataSourceReader):
         end = kafka.offsets(self.options, self.options.ending)
         return _ranges(start, end)
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:  # pyarrow.RecordBatch
         assert isinstance(partition, RangePartition)
         return kafka.read_range(
             self.options,
@@ -167,7 +167,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     ) -> Sequence[InputPartition]:
         return _ranges(_from_json(start), _from_json(end))
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:  # pyarrow.RecordBatch
         assert isinstance(partition, RangePartition)
         return kafka.read_range(
             self.options,
