@@ -247,8 +247,12 @@ class TransactionCoordinator:
     async def abort_timed_out(self) -> int:
         aborted = 0
         now = now_ms()
-        for transactional_id, meta in list(self.txns.items()):
-            if transactional_id in self.pending:
+        for transactional_id in list(self.txns):
+            # Read the state now, not from a snapshot taken before the loop: each abort below
+            # awaits its log write, and meanwhile requests change other ids' transactions (an
+            # implicitly added partition missed here would never get its abort marker).
+            meta = self.txns.get(transactional_id)
+            if meta is None or transactional_id in self.pending:
                 continue
             transition = rules.abort_if_timed_out(meta, now)
             if transition is None:
@@ -260,13 +264,18 @@ class TransactionCoordinator:
 
     async def expire_idle(self) -> int:
         now = now_ms()
-        expired = [
-            transactional_id
-            for transactional_id, meta in self.txns.items()
-            if transactional_id not in self.pending
-            and rules.expire_if_idle(meta, now, self.expiration_ms)
-        ]
-        for transactional_id in expired:
+        expired = []
+        for transactional_id in list(self.txns):
+            # checked right before its own write: earlier writes await, and the id may have
+            # come back to life meanwhile
+            meta = self.txns.get(transactional_id)
+            if (
+                meta is None
+                or transactional_id in self.pending
+                or not rules.expire_if_idle(meta, now, self.expiration_ms)
+            ):
+                continue
+            expired.append(transactional_id)
             self.pending.add(transactional_id)
             try:
                 await self._append(None, transactional_id)
