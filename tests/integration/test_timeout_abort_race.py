@@ -30,7 +30,7 @@ async def test_a_partition_added_during_another_abort_is_aborted_too(
         await asyncio.sleep(1.2)  # both timed out
 
         original = service._append
-        added = []
+        added: list[int] = []
 
         def append(meta: object, transactional_id: str) -> asyncio.Future[None]:
             future = original(meta, transactional_id)  # type: ignore[arg-type]
