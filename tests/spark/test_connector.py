@@ -198,3 +198,16 @@ def test_streaming_write_is_exactly_once_across_a_restart(
     run_pipeline(spark, spark_broker, source, target, checkpoint).awaitTermination(120)
     written = asyncio.run(committed_values(spark_broker.bootstrap, target, 2))
     assert sorted(written) == sorted(f"out:v{i}".encode() for i in range(20))
+    # The replay wrote nothing, not even into a transaction left open: its tasks knew the batch
+    # id and that it was decided.
+    assert asyncio.run(open_transaction_records(spark_broker.bootstrap, target, 2)) == 0
+
+
+async def open_transaction_records(bootstrap: str, topic: str, partitions: int) -> int:
+    wanted = [TopicPartition(topic, p) for p in range(partitions)]
+    async with (
+        Consumer(bootstrap, isolation_level="read_uncommitted") as dirty,
+        Consumer(bootstrap, isolation_level="read_committed") as clean,
+    ):
+        high, stable = await dirty.end_offsets(wanted), await clean.end_offsets(wanted)
+    return sum(high[tp] - stable[tp] for tp in wanted)

@@ -309,6 +309,10 @@ class StreamWriter(DataSourceStreamArrowWriter):
     def write(self, iterator: Iterator[Any]) -> PreparedMessage:
         context = TaskContext.get()
         raw = context.getLocalProperty(BATCH_ID_PROPERTY) if context is not None else None
+        if raw is None and self.options.exactly_once:
+            # Without it a replayed batch cannot be recognised: its task would fence and abort
+            # a decided transaction the driver has not completed yet.
+            raise RuntimeError(f"no {BATCH_ID_PROPERTY} in the task's local properties")
         batch = int(raw) if raw is not None else None
 
         async def run() -> PreparedMessage:
