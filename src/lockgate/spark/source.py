@@ -184,8 +184,10 @@ def _limited(
     begin: dict[TopicPartition, int], latest: dict[TopicPartition, int], budget: int
 ) -> dict[TopicPartition, int]:
     """maxOffsetsPerTrigger: the budget of offsets shared out over the partitions in turn, as
-    evenly as their backlogs allow."""
-    end = {tp: begin.get(tp, latest[tp]) for tp in latest}
+    evenly as their backlogs allow. A partition new since `begin` (partitions added, a new topic
+    matching subscribePattern) is read from its start, as Spark's Kafka source does, within the
+    same budget."""
+    end = {tp: begin.get(tp, 0) for tp in latest}
     backlog = {tp: latest[tp] - end[tp] for tp in latest if latest[tp] > end[tp]}
     while budget > 0 and backlog:
         share = max(1, budget // len(backlog))
