@@ -15,6 +15,7 @@ import pytest
 
 from lockgate.client.cluster import TopicPartition
 from lockgate.client.consumer import Consumer
+from lockgate.client.producer import Producer
 from lockgate.spark.options import SinkOptions
 from lockgate.spark.sink import (
     BatchWriter,
@@ -130,3 +131,33 @@ def test_recover_completes_a_batch_write_whose_driver_died_after_deciding(
     recover(sink.bootstrap, sink.transactional_id_prefix)  # idempotent
     BatchWriter(sink).abort([prepared])  # the decision stands: nothing is undone
     assert asyncio.run(visible(sink.bootstrap, sink.topic)) == expected("job")
+
+
+def test_prepared_transactions_of_tasks_the_replay_no_longer_has_are_aborted(
+    sink: SinkOptions,
+) -> None:
+    assert sink.topic is not None
+
+    async def orphan(partition_id: int) -> None:
+        # What task `partition_id` of a crashed run with more tasks left behind.
+        transactional_id = f"{sink.transactional_id_prefix}-{partition_id}"
+        async with Producer(sink.bootstrap, transactional_id=transactional_id) as producer:
+            await producer.init_transactions(enable_2pc=True)
+            producer.begin_transaction()
+            await producer.send(sink.topic or "", b"orphan")
+            await producer.prepare_transaction()
+
+    asyncio.run(orphan(1))
+    asyncio.run(orphan(2))
+    StreamWriter(sink).commit([write(sink, "b0", 0)], 0)  # the replay has one task
+    assert asyncio.run(visible(sink.bootstrap, sink.topic)) == expected("b0")
+    assert asyncio.run(open_records(sink.bootstrap, sink.topic)) == 0
+
+
+async def open_records(bootstrap: str, topic: str) -> int:
+    tp = TopicPartition(topic, 0)
+    async with (
+        Consumer(bootstrap, isolation_level="read_uncommitted") as dirty,
+        Consumer(bootstrap, isolation_level="read_committed") as clean,
+    ):
+        return (await dirty.end_offsets([tp]))[tp] - (await clean.end_offsets([tp]))[tp]

@@ -47,7 +47,7 @@ from lockgate.client.cluster import TopicPartition
 from lockgate.client.consumer import Consumer
 from lockgate.client.errors import TopicAlreadyExistsError
 from lockgate.client.producer import Producer
-from lockgate.client.transactions import PreparedTxnState
+from lockgate.client.transactions import PreparedTxnState, TransactionState
 from lockgate.spark.options import SinkOptions
 
 COMMIT_LOG_TOPIC = "lockgate-spark-commits"
@@ -56,6 +56,7 @@ NOTHING = PreparedTxnState(-1, -1)  # completing with this aborts whatever was k
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 COMPLETING_AT_ONCE = 16  # the driver's concurrent complete_transaction rounds
 READ_DECISION_TIMEOUT_S = 60.0
+MAX_ORPHAN_PROBES = 64
 
 
 @dataclass
@@ -141,12 +142,26 @@ def _participant(options: SinkOptions, transactional_id: str) -> Producer:
     )
 
 
-async def _complete(options: SinkOptions, transactional_id: str, state: PreparedTxnState) -> None:
+async def _complete(options: SinkOptions, transactional_id: str, state: PreparedTxnState) -> bool:
     """Commits the kept transaction of `transactional_id` if it is `state`, aborts it
-    otherwise; a no-op when nothing is kept (completed already, or never prepared)."""
+    otherwise; a no-op when nothing is kept (completed already, or never prepared). Returns
+    whether a transaction was kept."""
     async with _participant(options, transactional_id) as producer:
         await producer.init_transactions(keep_prepared_txn=True, enable_2pc=True)
+        kept = producer.transaction_state is TransactionState.PREPARED
         await producer.complete_transaction(state)
+    return kept
+
+
+async def _abort_orphans(options: SinkOptions, first_partition: int) -> None:
+    """Aborts what task ids from `first_partition` on still hold: prepared transactions of an
+    undecided run that had more write tasks than this one (the replay after a crash runs with
+    fewer, e.g. spark.sql.shuffle.partitions was lowered). Stops at the first id holding
+    nothing; ids beyond a task that failed before preparing are not reached."""
+    prefix = options.transactional_id_prefix
+    for partition_id in range(first_partition, first_partition + MAX_ORPHAN_PROBES):
+        if not await _complete(options, f"{prefix}-{partition_id}", NOTHING):
+            return
 
 
 async def _complete_all(options: SinkOptions, states: dict[str, PreparedTxnState]) -> None:
@@ -255,6 +270,7 @@ async def _abort_all(options: SinkOptions, messages: list[WriterCommitMessage | 
     # their open transaction aborted.
     prefix = options.transactional_id_prefix
     await _complete_all(options, {f"{prefix}-{p}": NOTHING for p in range(len(messages))})
+    await _abort_orphans(options, len(messages))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -343,6 +359,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
                 decision = Decision(batchId, _prepared(messages))
                 await _record_decision(self.options.bootstrap, prefix, decision)
             await _complete_all(self.options, decision.states)
+            await _abort_orphans(self.options, len(messages))
 
         asyncio.run(run())
 
