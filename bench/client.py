@@ -2,9 +2,10 @@
 writing to the same lockgate broker (page-cache durability, started fresh on a loopback port),
 alternating in one run so that both see the same machine.
 
-Both producers are idempotent, acks=all, linger 5 ms, write N values of each size to a
-3-partition topic with keys spread over the partitions, and count until every delivery is
-acknowledged. Reported: messages/s per client and size, and lockgate ÷ confluent-kafka.
+Both producers are idempotent, acks=all, linger 5 ms, batch size 1,000,000 bytes (both
+clients' default, set explicitly), write N values of each size to a 3-partition topic with keys
+spread over the partitions, and count until every delivery is acknowledged. Reported:
+messages/s per client and size, and lockgate ÷ confluent-kafka.
 
     python -m bench.client [--messages N] [--sizes 100,1024] [--rounds R] [--json PATH]
 """
@@ -30,6 +31,7 @@ from bench.transactions import free_port, wait_for_port
 from lockgate.client.producer import Producer
 
 PARTITIONS = 3
+BATCH_SIZE = 1_000_000
 
 
 def start_broker(data_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -55,6 +57,7 @@ def run_confluent(bootstrap: str, topic: str, count: int, size: int) -> float:
             "enable.idempotence": True,
             "acks": "all",
             "linger.ms": 5,
+            "batch.size": BATCH_SIZE,
             "queue.buffering.max.messages": 1_000_000,
         }
     )
@@ -78,7 +81,7 @@ def run_confluent(bootstrap: str, topic: str, count: int, size: int) -> float:
 async def run_lockgate(bootstrap: str, topic: str, count: int, size: int) -> float:
     value = b"x" * size
     keys = [str(i).encode() for i in range(1024)]
-    async with Producer(bootstrap, linger_ms=5, acks=-1) as producer:
+    async with Producer(bootstrap, linger_ms=5, acks=-1, batch_size=BATCH_SIZE) as producer:
         await producer.send_and_wait(topic, value, keys[0])  # metadata and producer id first
         start = time.perf_counter()
         for i in range(count):

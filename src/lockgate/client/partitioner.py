@@ -4,7 +4,6 @@
 # round robin for records without a key.
 from __future__ import annotations
 
-import functools
 import itertools
 from collections.abc import Iterator
 
@@ -13,7 +12,10 @@ _SEED = 0x9747B28C
 _MASK32 = 0xFFFFFFFF
 
 
-@functools.lru_cache(maxsize=16_384)  # keys repeat; the hash is pure Python
+# Keys repeat and the hash is pure Python: the partitioner remembers recent keys' partitions.
+KEY_CACHE_SIZE = 16_384
+
+
 def murmur2(data: bytes) -> int:
     """Kafka's 32-bit murmur2 (org.apache.kafka.common.utils.Utils.murmur2), as a signed int
     like Java's. The tail switch reads bytes at length & ~3, which is what the Java code's
@@ -61,10 +63,19 @@ class DefaultPartitioner:
 
     def __init__(self) -> None:
         self._counters: dict[str, Iterator[int]] = {}
+        self._by_count: dict[int, dict[bytes, int]] = {}  # partition count → key → partition
 
     def __call__(self, topic: str, key: bytes | None, partition_count: int) -> int:
         if key is not None:
-            return partition_for_key(key, partition_count)
+            cache = self._by_count.get(partition_count)
+            if cache is None:
+                cache = self._by_count[partition_count] = {}
+            chosen = cache.get(key)
+            if chosen is None:
+                if len(cache) >= KEY_CACHE_SIZE:
+                    cache.clear()
+                chosen = cache[key] = partition_for_key(key, partition_count)
+            return chosen
         counter = self._counters.get(topic)
         if counter is None:
             counter = self._counters[topic] = itertools.count()

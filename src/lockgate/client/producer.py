@@ -42,13 +42,15 @@ import time
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from lockgate.client.batches import (
     NON_IDEMPOTENT,
+    RECORD_OVERHEAD_BOUND,
     OutgoingRecord,
     ProducerIdentity,
     build_producer_batch,
+    size_bound,
 )
 from lockgate.client.cluster import Cluster, PartitionInfo, TopicInfo, TopicPartition
 from lockgate.client.connection import DEFAULT_CLIENT_ID, BrokerConnection
@@ -115,8 +117,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class RecordMetadata:
+class RecordMetadata(NamedTuple):
     topic: str
     partition: int
     offset: int  # -1 with acks=0, and for a duplicate the broker had already appended
@@ -141,12 +142,16 @@ class ProducerStats:
     transactions_aborted: int = 0
 
 
-@dataclass(slots=True)
-class _Pending:
+class _Pending(NamedTuple):
     record: OutgoingRecord
     size: int
     future: asyncio.Future[RecordMetadata]
     enqueued: float  # loop time
+
+
+# Named tuples built without their (Python-level) constructors: send() and the completion of
+# every record run once per record, and the plain constructors cost several times more.
+_new_tuple = tuple.__new__
 
 
 @dataclass(slots=True)
@@ -163,6 +168,7 @@ class _Batch:
 
 @dataclass(slots=True)
 class _PartitionQueue:
+    topic_partition: TopicPartition
     pending: deque[_Pending] = field(default_factory=deque)
     pending_bytes: int = 0
     retries: list[_Batch] = field(default_factory=list)  # sorted by serial; before `pending`
@@ -179,6 +185,8 @@ class Producer:
 
     `acks`: 0, 1 or -1 (all). `compression`: none, gzip, snappy, lz4 or zstd. `linger_ms`:
     how long a partition's first record may wait for others before its batch is sent.
+    `batch_size`: bytes per batch; librdkafka's default (1,000,000), not the Java client's
+    16 KiB: a broker's cost is mostly per request, so small batches cap the rate.
     `enable_idempotence`: None means on when acks=-1 (as in the Java client); a
     `transactional_id` needs it. `transaction_version`: None uses transaction version 2 when
     the broker has it finalized, 1 forces the classic protocol, 2 requires TV2.
@@ -196,7 +204,7 @@ class Producer:
         acks: int = -1,
         compression: str = "none",
         linger_ms: int = 5,
-        batch_size: int = 16_384,
+        batch_size: int = 1_000_000,
         max_request_size: int = 1_048_576,
         buffer_memory: int = 33_554_432,
         request_timeout_ms: int = 30_000,
@@ -280,6 +288,7 @@ class Producer:
         self._reset_reason: str | None = None  # an epoch bump is wanted (idempotent only)
         self._sequence_gap = False  # transactional, classic protocol: bump after the abort
         self._queues: dict[TopicPartition, _PartitionQueue] = {}
+        self._queues_by_topic: dict[str, dict[int, _PartitionQueue]] = {}  # send()'s lookup
         self._serials = itertools.count()
         self._buffered_bytes = 0
         self._space_freed = asyncio.Event()
@@ -353,14 +362,18 @@ class Producer:
                 topic, allow_auto_topic_creation=self.allow_auto_topic_creation
             )
             self._topic_infos[topic] = info
-        chosen = self._choose_partition(info, key, partition)
-        record = OutgoingRecord(
-            key,
-            value,
-            tuple(headers),
-            int(time.time() * 1000) if timestamp_ms is None else timestamp_ms,
-        )
-        size = record.size_bound()
+        if partition is None:
+            chosen = self.partitioner(topic, key, len(info.partitions))
+        else:
+            chosen = self._checked_partition(info, partition)
+        if headers:
+            record_headers = tuple(headers)
+            size = size_bound(key, value, record_headers)
+        else:
+            record_headers = ()
+            size = RECORD_OVERHEAD_BOUND + len(key or b"") + len(value or b"")
+        if timestamp_ms is None:
+            timestamp_ms = int(time.time() * 1000)
         if size > self.max_request_size:
             raise MessageTooLargeError(
                 f"a record of about {size} bytes exceeds max_request_size {self.max_request_size}"
@@ -370,19 +383,27 @@ class Producer:
             if self._txn is not None:
                 self._txn.check_sendable()  # the transaction may have failed while we waited
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[RecordMetadata] = loop.create_future()
-        self._unfinished.append(future)
-        if len(self._unfinished) >= self._prune_unfinished_at:
-            self._unfinished = [f for f in self._unfinished if not f.done()]
+        # Future(), not loop.create_future(): the default loop's is a Python-level wrapper.
+        future: asyncio.Future[RecordMetadata] = asyncio.Future(loop=loop)
+        unfinished = self._unfinished
+        unfinished.append(future)
+        if len(unfinished) >= self._prune_unfinished_at:
+            self._unfinished = [f for f in unfinished if not f.done()]
             self._prune_unfinished_at = max(PRUNE_UNFINISHED_AT, 2 * len(self._unfinished))
-        topic_partition = TopicPartition(topic, chosen)
-        queue = self._queues.get(topic_partition)
+        by_partition = self._queues_by_topic.get(topic)
+        queue = None if by_partition is None else by_partition.get(chosen)
         if queue is None:
-            queue = self._queues[topic_partition] = _PartitionQueue()
-        queue.pending.append(_Pending(record, size, future, loop.time()))
+            queue = self._new_queue(topic, chosen)
+        pending = ((key, value, record_headers, timestamp_ms), size, future, loop.time())
+        queue.pending.append(_new_tuple(_Pending, pending))
         queue.pending_bytes += size
         self._buffered_bytes += size
-        if queue.pending_bytes >= self.batch_size or len(queue.pending) == 1:
+        if queue.pending_bytes >= self.batch_size:
+            # A full batch: let the sender write it now rather than after the caller's loop,
+            # so that the broker works on it while the caller queues more.
+            self._wakeup.set()
+            await asyncio.sleep(0)
+        elif len(queue.pending) == 1:
             self._wakeup.set()
         return future
 
@@ -665,10 +686,14 @@ class Producer:
         if self._closing or self._sender is None:
             raise KafkaConnectionError("the producer is closed" if self._closing else "not started")
 
-    def _choose_partition(self, info: TopicInfo, key: bytes | None, partition: int | None) -> int:
+    def _new_queue(self, topic: str, partition: int) -> _PartitionQueue:
+        topic_partition = TopicPartition(topic, partition)
+        queue = self._queues[topic_partition] = _PartitionQueue(topic_partition)
+        self._queues_by_topic.setdefault(topic, {})[partition] = queue
+        return queue
+
+    def _checked_partition(self, info: TopicInfo, partition: int) -> int:
         count = len(info.partitions)
-        if partition is None:
-            return self.partitioner(info.name, key, count)
         if not 0 <= partition < count:
             raise UnknownTopicOrPartitionError(
                 f"topic {info.name} has {count} partitions; there is no partition {partition}"
@@ -1191,11 +1216,13 @@ class Producer:
 
     def _complete(self, batch: _Batch, base_offset: int, log_append_time: int) -> None:
         topic, partition = batch.topic_partition.topic, batch.topic_partition.partition
-        for index, pending in enumerate(batch.records):
-            offset = NO_OFFSET if base_offset < 0 else base_offset + index
-            timestamp = log_append_time if log_append_time >= 0 else pending.record.timestamp_ms
-            if not pending.future.done():
-                pending.future.set_result(RecordMetadata(topic, partition, offset, timestamp))
+        offset = base_offset
+        for record, _size, future, _enqueued in batch.records:
+            timestamp = log_append_time if log_append_time >= 0 else record[3]
+            if not future.done():
+                metadata = (topic, partition, NO_OFFSET if base_offset < 0 else offset, timestamp)
+                future.set_result(_new_tuple(RecordMetadata, metadata))
+            offset += 1
         self._release(batch)
 
     def _release(self, batch: _Batch) -> None:

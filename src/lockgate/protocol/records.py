@@ -184,7 +184,7 @@ _ONE_BYTE_VARINTS = [bytes([(v << 1) ^ (v >> 63)]) for v in range(-64, 64)]
 _NULL_LENGTH = _ONE_BYTE_VARINTS[-1 + 64]
 
 
-def _varint(value: int) -> bytes:
+def zigzag_varint(value: int) -> bytes:
     if -64 <= value < 64:
         return _ONE_BYTE_VARINTS[value + 64]
     zigzag = (value << 1) ^ (value >> 63)
@@ -208,23 +208,23 @@ def encode_record(
     value: bytes | None,
     headers: tuple[tuple[str, bytes | None], ...] = (),
 ) -> bytes:
-    # one join of the parts: this runs once per record on the client's hot path
-    parts = [b"\x00", _varint(timestamp_delta), _varint(offset_delta)]  # attributes first
+    # attributes, then the deltas; one join of all the parts
+    parts = [b"\x00", zigzag_varint(timestamp_delta), zigzag_varint(offset_delta)]
     for item in (key, value):
         if item is None:
             parts.append(_NULL_LENGTH)
         else:
-            parts += (_varint(len(item)), item)
-    parts.append(_varint(len(headers)))
+            parts += (zigzag_varint(len(item)), item)
+    parts.append(zigzag_varint(len(headers)))
     for name, header_value in headers:
         raw = name.encode()
-        parts += (_varint(len(raw)), raw)
+        parts += (zigzag_varint(len(raw)), raw)
         if header_value is None:
             parts.append(_NULL_LENGTH)
         else:
-            parts += (_varint(len(header_value)), header_value)
+            parts += (zigzag_varint(len(header_value)), header_value)
     body = b"".join(parts)
-    return _varint(len(body)) + body
+    return zigzag_varint(len(body)) + body
 
 
 def build_batch(

@@ -51,7 +51,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--linger-ms", type=non_negative_int, default=5, help="batching delay (default 5)"
     )
     parser.add_argument(
-        "--batch-size", type=positive_int, default=16_384, help="bytes per batch (default 16384)"
+        "--batch-size",
+        type=positive_int,
+        default=1_000_000,
+        help="bytes per batch (default 1000000)",
     )
     parser.set_defaults(func=tool(_produce))
 

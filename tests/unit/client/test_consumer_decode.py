@@ -21,7 +21,7 @@ def _at(batch: bytes, base_offset: int, leader_epoch: int = 4) -> bytes:
 
 def _data(values: list[bytes], producer_id: int = -1, *, codec: int = 0) -> bytes:
     identity = ProducerIdentity(producer_id, 0, transactional=True) if producer_id >= 0 else None
-    records = [OutgoingRecord(None, v, (), 1000 + i) for i, v in enumerate(values)]
+    records: list[OutgoingRecord] = [(None, v, (), 1000 + i) for i, v in enumerate(values)]
     if identity is None:
         return build_producer_batch(records, codec=codec)
     return build_producer_batch(records, codec=codec, identity=identity, base_sequence=0)

@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from lockgate.client.batches import OutgoingRecord, ProducerIdentity, build_producer_batch
+from lockgate.client.batches import ProducerIdentity, build_producer_batch
 from lockgate.protocol.api import build, encode, request_class
 from lockgate.protocol.produce import (
     CURRENT_LEADER_EPOCH_TAG,
@@ -20,7 +20,7 @@ from lockgate.protocol.produce import (
 from lockgate.protocol.records import parse_header
 
 BATCH = build_producer_batch(
-    [OutgoingRecord(b"k", b"v", (), 1_700_000_000_000)],
+    [(b"k", b"v", (), 1_700_000_000_000)],
     identity=ProducerIdentity(42, 3, transactional=True),
     base_sequence=7,
 )
