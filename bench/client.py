@@ -7,6 +7,9 @@ clients' default, set explicitly), write N values of each size to a 3-partition 
 spread over the partitions, and count until every delivery is acknowledged. Reported:
 messages/s per client and size, and lockgate ÷ confluent-kafka.
 
+Each size runs twice: one call per record (send / produce), then calls of 1,000 records
+(send_batch / produce_batch).
+
     python -m bench.client [--messages N] [--sizes 100,1024] [--rounds R] [--json PATH]
 """
 
@@ -32,6 +35,7 @@ from lockgate.client.producer import Producer
 
 PARTITIONS = 3
 BATCH_SIZE = 1_000_000
+CALL_SIZE = 1_000  # records per produce_batch() / send_batch() call
 
 
 def start_broker(data_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -50,7 +54,7 @@ def create_topic(bootstrap: str, name: str) -> None:
         future.result(30)
 
 
-def run_confluent(bootstrap: str, topic: str, count: int, size: int) -> float:
+def run_confluent(bootstrap: str, topic: str, count: int, size: int, batched: bool) -> float:
     producer = ConfluentProducer(
         {
             "bootstrap.servers": bootstrap,
@@ -65,29 +69,65 @@ def run_confluent(bootstrap: str, topic: str, count: int, size: int) -> float:
     keys = [str(i).encode() for i in range(1024)]
     producer.produce(topic, value, keys[0])  # metadata and producer id first, as for ours
     producer.flush(30)
+    messages = [{"key": keys[i % 1024], "value": value} for i in range(count)] if batched else []
     start = time.perf_counter()
-    for i in range(count):
-        while True:
-            try:
-                producer.produce(topic, value, keys[i % 1024])
-                break
-            except BufferError:
-                producer.poll(0.01)
+    if batched:
+        for first in range(0, count, CALL_SIZE):
+            chunk = messages[first : first + CALL_SIZE]
+            if producer.produce_batch(topic, chunk) != len(chunk):
+                raise RuntimeError("confluent-kafka's queue refused part of a batch")
+    else:
+        for i in range(count):
+            while True:
+                try:
+                    producer.produce(topic, value, keys[i % 1024])
+                    break
+                except BufferError:
+                    producer.poll(0.01)
     if producer.flush(120) != 0:
         raise RuntimeError("confluent-kafka did not deliver everything")
     return count / (time.perf_counter() - start)
 
 
-async def run_lockgate(bootstrap: str, topic: str, count: int, size: int) -> float:
+async def run_lockgate(bootstrap: str, topic: str, count: int, size: int, batched: bool) -> float:
     value = b"x" * size
     keys = [str(i).encode() for i in range(1024)]
+    records = [(keys[i % 1024], value) for i in range(count)] if batched else []
     async with Producer(bootstrap, linger_ms=5, acks=-1, batch_size=BATCH_SIZE) as producer:
         await producer.send_and_wait(topic, value, keys[0])  # metadata and producer id first
         start = time.perf_counter()
-        for i in range(count):
-            await producer.send(topic, value, keys[i % 1024])
+        if batched:
+            for first in range(0, count, CALL_SIZE):
+                await producer.send_batch(topic, records[first : first + CALL_SIZE])
+        else:
+            for i in range(count):
+                await producer.send(topic, value, keys[i % 1024])
         await producer.flush()
         return count / (time.perf_counter() - start)
+
+
+def compare(bootstrap: str, size: int, batched: bool, count: int, rounds: int) -> dict[str, float]:
+    """Alternating rounds of both clients: per-record calls (send / produce) or calls of
+    CALL_SIZE records (send_batch / produce_batch)."""
+    api = "batch calls" if batched else "record calls"
+    rates: dict[str, list[float]] = {"lockgate": [], "confluent-kafka": []}
+    for round_number in range(rounds):
+        for client in ("confluent-kafka", "lockgate"):
+            topic = f"bench-client-{size}-{client}-{int(batched)}-{round_number}"
+            create_topic(bootstrap, topic)
+            if client == "lockgate":
+                rate = asyncio.run(run_lockgate(bootstrap, topic, count, size, batched))
+            else:
+                rate = run_confluent(bootstrap, topic, count, size, batched)
+            rates[client].append(rate)
+            print(f"{size:>5} B  {api}  {client:<16} round {round_number}: {rate:>10,.0f} msg/s")
+    ours = statistics.median(rates["lockgate"])
+    theirs = statistics.median(rates["confluent-kafka"])
+    print(
+        f"{size:>5} B  {api}  median lockgate {ours:,.0f} msg/s, confluent-kafka "
+        f"{theirs:,.0f} msg/s: ratio {ours / theirs:.2f}"
+    )
+    return {"lockgate_msg_per_s": ours, "confluent_kafka_msg_per_s": theirs, "ratio": ours / theirs}
 
 
 def main() -> None:
@@ -103,32 +143,10 @@ def main() -> None:
         process, bootstrap = start_broker(Path(scratch) / "data")
         try:
             for size in sizes:
-                rates: dict[str, list[float]] = {"lockgate": [], "confluent-kafka": []}
-                for round_number in range(options.rounds):
-                    for client in ("confluent-kafka", "lockgate"):
-                        topic = f"bench-client-{size}-{client}-{round_number}"
-                        create_topic(bootstrap, topic)
-                        if client == "lockgate":
-                            rate = asyncio.run(
-                                run_lockgate(bootstrap, topic, options.messages, size)
-                            )
-                        else:
-                            rate = run_confluent(bootstrap, topic, options.messages, size)
-                        rates[client].append(rate)
-                        print(
-                            f"{size:>5} B  {client:<16} round {round_number}: {rate:>10,.0f} msg/s"
-                        )
-                ours = statistics.median(rates["lockgate"])
-                theirs = statistics.median(rates["confluent-kafka"])
-                results[str(size)] = {
-                    "lockgate_msg_per_s": ours,
-                    "confluent_kafka_msg_per_s": theirs,
-                    "ratio": ours / theirs,
-                }
-                print(
-                    f"{size:>5} B  median lockgate {ours:,.0f} msg/s, confluent-kafka "
-                    f"{theirs:,.0f} msg/s: ratio {ours / theirs:.2f}"
-                )
+                for batched in (False, True):
+                    results[f"{size}{' batch' if batched else ''}"] = compare(
+                        bootstrap, size, batched, options.messages, options.rounds
+                    )
         finally:
             process.terminate()
             process.wait(30)

@@ -28,6 +28,7 @@ from lockgate.client.errors import (
     ErrorCode,
     InvalidTxnStateError,
     KafkaError,
+    MessageTooLargeError,
     ProducerFencedError,
     TransactionAbortableError,
 )
@@ -632,3 +633,69 @@ async def test_keys_land_where_librdkafka_puts_them(broker: Broker) -> None:
     records = await asyncio.to_thread(read, bootstrap(broker), topic, 7, 2 * len(keys))
     ours_read = {key: partition for partition, key, value in records if value == b"lockgate"}
     assert ours_read == ours
+
+
+# -- send_batch --------------------------------------------------------------------------------
+
+
+async def test_send_batch_delivers_every_record_in_order_behind_one_future(broker: Broker) -> None:
+    """More records than one batch and than the 1001-sequence window of a partition, keyed and
+    unkeyed: results in call order, keys on librdkafka's partitions, offsets rising per
+    partition, and everything readable once in order."""
+    topic = unique("batch")
+    broker.topics.create(topic, 3, 1, {})
+    keyed = [(f"key-{i % 50}".encode(), f"keyed-{i}".encode()) for i in range(2_500)]
+    unkeyed: list[tuple[bytes | None, bytes | None]] = [
+        (None, f"unkeyed-{i}".encode()) for i in range(30)
+    ]
+    async with Producer(bootstrap(broker), linger_ms=2, batch_size=4_096) as producer:
+        first = await producer.send_batch(topic, keyed)
+        second = await producer.send_batch(topic, unkeyed)
+        pinned = await producer.send_batch(topic, [(b"k", b"pinned")], partition=2)
+        empty = await producer.send_batch(topic, [])
+        results = await asyncio.wait_for(first, TIMEOUT)
+        spread = await asyncio.wait_for(second, TIMEOUT)
+        assert [m.partition for m in await pinned] == [2]
+        assert await empty == []
+    assert [m.partition for m in results] == [partition_for_key(k, 3) for k, _v in keyed]
+    assert {m.partition for m in spread} == {0, 1, 2}
+    for partition in range(3):
+        offsets = [m.offset for m in results + spread if m.partition == partition]
+        assert offsets == sorted(set(offsets)) and offsets[0] == 0
+    records = await asyncio.to_thread(read, bootstrap(broker), topic, 3, 2_531)
+    assert len(records) == 2_531
+    for partition in range(3):
+        sent = [v for k, v in keyed if k is not None and partition_for_key(k, 3) == partition]
+        read_back = [v for p, _k, v in records if p == partition and v and v.startswith(b"k")]
+        assert read_back == sent
+
+
+async def test_send_batch_refuses_an_oversized_record_before_queuing_any(broker: Broker) -> None:
+    topic = unique("batch-too-large")
+    broker.topics.create(topic, 1, 1, {})
+    async with Producer(bootstrap(broker), max_request_size=1_000) as producer:
+        with pytest.raises(MessageTooLargeError):
+            await producer.send_batch(topic, [(None, b"small"), (None, b"x" * 2_000)])
+        assert (await producer.send_and_wait(topic, b"after")).offset == 0
+
+
+async def test_send_batch_in_transactions(broker: Broker) -> None:
+    """An abort fails the whole group that was still lingering; a commit makes it visible."""
+    topic = unique("batch-txn")
+    broker.topics.create(topic, 2, 1, {})
+    batch = [(str(i).encode(), f"value-{i}".encode()) for i in range(200)]
+    async with Producer(
+        bootstrap(broker), transactional_id=unique("batch-txn"), linger_ms=60_000
+    ) as producer:
+        await producer.init_transactions()
+        producer.begin_transaction()
+        aborted = await producer.send_batch(topic, [(k, b"aborted") for k, _v in batch])
+        await producer.abort_transaction()
+        with pytest.raises(TransactionAbortedError):
+            await aborted
+        producer.begin_transaction()
+        committed = await producer.send_batch(topic, batch)
+        await producer.commit_transaction()
+        assert len(await committed) == 200
+    records = await asyncio.to_thread(read, bootstrap(broker), topic, 2, 200)
+    assert sorted(v or b"" for v in values(records)) == sorted(v for _k, v in batch)

@@ -38,6 +38,7 @@ import bisect
 import contextlib
 import itertools
 import logging
+import operator
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
@@ -142,16 +143,39 @@ class ProducerStats:
     transactions_aborted: int = 0
 
 
+class _RecordGroup:
+    """The records of one send_batch() call, behind one future."""
+
+    __slots__ = ("future", "remaining", "results")
+
+    def __init__(self, future: asyncio.Future[list[RecordMetadata]], count: int) -> None:
+        self.future = future
+        self.results: list[Any] = [None] * count
+        self.remaining = count
+
+    def deliver(self, index: int, metadata: RecordMetadata) -> None:
+        self.results[index] = metadata
+        self.remaining -= 1
+        if not self.remaining and not self.future.done():
+            self.future.set_result(self.results)
+
+    def fail(self, error: BaseException) -> None:
+        if not self.future.done():
+            self.future.set_exception(error)
+
+
 class _Pending(NamedTuple):
     record: OutgoingRecord
     size: int
-    future: asyncio.Future[RecordMetadata]
+    waiter: asyncio.Future[RecordMetadata] | _RecordGroup
     enqueued: float  # loop time
+    slot: int  # its place in its _RecordGroup; -1 with a future of its own
 
 
 # Named tuples built without their (Python-level) constructors: send() and the completion of
 # every record run once per record, and the plain constructors cost several times more.
 _new_tuple = tuple.__new__
+_SIZE = operator.attrgetter("size")
 
 
 @dataclass(slots=True)
@@ -298,7 +322,7 @@ class Producer:
         self._in_flight_total = 0
         # Every record's future until it is done; pruned as it grows rather than through a
         # done-callback per record, which would cost a loop callback per delivery.
-        self._unfinished: list[asyncio.Future[RecordMetadata]] = []
+        self._unfinished: list[asyncio.Future[Any]] = []
         self._prune_unfinished_at = PRUNE_UNFINISHED_AT
         self._topic_infos: dict[str, TopicInfo] = {}
         self._flushing = 0
@@ -385,22 +409,21 @@ class Producer:
         loop = asyncio.get_running_loop()
         # Future(), not loop.create_future(): the default loop's is a Python-level wrapper.
         future: asyncio.Future[RecordMetadata] = asyncio.Future(loop=loop)
-        unfinished = self._unfinished
-        unfinished.append(future)
-        if len(unfinished) >= self._prune_unfinished_at:
-            self._unfinished = [f for f in unfinished if not f.done()]
-            self._prune_unfinished_at = max(PRUNE_UNFINISHED_AT, 2 * len(self._unfinished))
+        self._track(future)
         by_partition = self._queues_by_topic.get(topic)
         queue = None if by_partition is None else by_partition.get(chosen)
         if queue is None:
             queue = self._new_queue(topic, chosen)
-        pending = ((key, value, record_headers, timestamp_ms), size, future, loop.time())
+        pending = ((key, value, record_headers, timestamp_ms), size, future, loop.time(), -1)
         queue.pending.append(_new_tuple(_Pending, pending))
         queue.pending_bytes += size
         self._buffered_bytes += size
-        if queue.pending_bytes >= self.batch_size:
-            # A full batch: let the sender write it now rather than after the caller's loop,
-            # so that the broker works on it while the caller queues more.
+        if (
+            queue.pending_bytes // self.batch_size
+            != (queue.pending_bytes - size) // self.batch_size
+        ):
+            # A batch just filled: let the sender write it now rather than after the caller's
+            # loop, so that the broker works on it while the caller queues more.
             self._wakeup.set()
             await asyncio.sleep(0)
         elif len(queue.pending) == 1:
@@ -421,6 +444,106 @@ class Producer:
             topic, value, key, partition=partition, headers=headers, timestamp_ms=timestamp_ms
         )
         return await future
+
+    async def send_batch(
+        self,
+        topic: str,
+        records: Iterable[tuple[bytes | None, bytes | None]],
+        *,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> asyncio.Future[list[RecordMetadata]]:
+        """Queues (key, value) records in order, as send() would one by one, with one future
+        for all of them (and one timestamp): it holds their RecordMetadata in order once every
+        record is delivered, or the first failure (records of other batches may still be
+        delivered, as with separate sends). Records with headers go through send(). An
+        oversized record refuses the whole call before anything is queued."""
+        self._check_open()
+        if self._txn is not None:
+            self._txn.check_sendable()
+        info = self._topic_infos.get(topic)
+        if info is None or self.cluster.metadata.topics.get(topic) is not info:
+            info = await self.cluster.topic(
+                topic, allow_auto_topic_creation=self.allow_auto_topic_creation
+            )
+            self._topic_infos[topic] = info
+        fixed = None if partition is None else self._checked_partition(info, partition)
+        items = list(records)
+        sizes = [
+            RECORD_OVERHEAD_BOUND + len(key or b"") + len(value or b"") for key, value in items
+        ]
+        if max(sizes, default=0) > self.max_request_size:
+            raise MessageTooLargeError(
+                f"a record of about {max(sizes)} bytes exceeds max_request_size "
+                f"{self.max_request_size}"
+            )
+        if timestamp_ms is None:
+            timestamp_ms = int(time.time() * 1000)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[list[RecordMetadata]] = asyncio.Future(loop=loop)
+        if not items:
+            future.set_result([])
+            return future
+        self._track(future)
+        group = _RecordGroup(future, len(items))
+        try:
+            count = len(info.partitions)
+            await self._queue_group(topic, count, fixed, items, sizes, timestamp_ms, group)
+        except BaseException as exc:  # the rest was never queued: the group cannot complete
+            group.fail(exc)
+            future.exception()  # raised to the caller here; nobody else needs to see it
+            raise
+        return future
+
+    async def _queue_group(
+        self,
+        topic: str,
+        count: int,
+        fixed: int | None,
+        items: list[tuple[bytes | None, bytes | None]],
+        sizes: list[int],
+        timestamp_ms: int,
+        group: _RecordGroup,
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        if fixed is not None:
+            partitions = [fixed] * len(items)
+        elif isinstance(self.partitioner, DefaultPartitioner):
+            partitions = self.partitioner.partition_keys(topic, [k for k, _v in items], count)
+        else:
+            partitions = [self.partitioner(topic, key, count) for key, _value in items]
+        batch_size = self.batch_size
+        by_partition = self._queues_by_topic.get(topic, {})
+        enqueued = loop.time()
+        for index, (key, value) in enumerate(items):
+            chosen = partitions[index]
+            queue = by_partition.get(chosen)
+            if queue is None:
+                queue = self._new_queue(topic, chosen)
+                by_partition = self._queues_by_topic[topic]
+            size = sizes[index]
+            pending = ((key, value, (), timestamp_ms), size, group, enqueued, index)
+            queue.pending.append(_new_tuple(_Pending, pending))
+            queue.pending_bytes += size
+            self._buffered_bytes += size
+            filled = queue.pending_bytes // batch_size != (queue.pending_bytes - size) // batch_size
+            if filled or self._buffered_bytes > self.buffer_memory:
+                self._wakeup.set()
+                await asyncio.sleep(0)  # as in send(): the sender writes the full batch now
+                await self._wait_for_space(0)
+                if self._txn is not None:
+                    self._txn.check_sendable()
+                enqueued = loop.time()
+            elif len(queue.pending) == 1:
+                self._wakeup.set()
+
+    def _track(self, future: asyncio.Future[Any]) -> None:
+        """Keeps `future` for flush() and close() until it is done."""
+        unfinished = self._unfinished
+        unfinished.append(future)
+        if len(unfinished) >= self._prune_unfinished_at:
+            self._unfinished = [f for f in unfinished if not f.done()]
+            self._prune_unfinished_at = max(PRUNE_UNFINISHED_AT, 2 * len(self._unfinished))
 
     async def flush(self) -> None:
         """Sends everything queued now, ignoring linger, and waits until each record has its
@@ -884,14 +1007,19 @@ class Producer:
     def _take_batch(
         self, topic_partition: TopicPartition, queue: _PartitionQueue, limit: int | None
     ) -> _Batch:
-        records: list[_Pending] = []
-        size = 0
-        while queue.pending and (not records or size + queue.pending[0].size <= self.batch_size):
-            if limit is not None and len(records) >= limit:
-                break
-            pending = queue.pending.popleft()
-            records.append(pending)
-            size += pending.size
+        pending = queue.pending
+        if queue.pending_bytes <= self.batch_size and (limit is None or len(pending) <= limit):
+            records = list(pending)  # all of it: the common case, without a loop per record
+            pending.clear()
+            size = queue.pending_bytes
+        else:
+            records = []
+            size = 0
+            while pending and (not records or size + pending[0].size <= self.batch_size):
+                if limit is not None and len(records) >= limit:
+                    break
+                records.append(pending.popleft())
+                size += records[-1].size
         queue.pending_bytes -= size
         deadline = records[0].enqueued + self.delivery_timeout
         return _Batch(topic_partition, records, deadline, next(self._serials))
@@ -1188,10 +1316,13 @@ class Producer:
     def _give_up(self, batch: _Batch, error: KafkaError) -> None:
         """The batch's records fail with `error`."""
         for pending in batch.records:
-            if not pending.future.done():
-                pending.future.set_exception(type(error)(error.message))
-                if isinstance(error, TransactionAbortedError):
-                    pending.future.exception()  # asked for: nobody needs to look at it
+            waiter = pending.waiter
+            future = waiter.future if isinstance(waiter, _RecordGroup) else waiter
+            if future.done():
+                continue
+            future.set_exception(type(error)(error.message))
+            if isinstance(error, TransactionAbortedError):
+                future.exception()  # asked for: nobody needs to look at it
         if self.idempotent and batch.base_sequence != NO_SEQUENCE:
             queue = self._queues[batch.topic_partition]
             queue.sequences.forget(batch.base_sequence)
@@ -1217,16 +1348,18 @@ class Producer:
     def _complete(self, batch: _Batch, base_offset: int, log_append_time: int) -> None:
         topic, partition = batch.topic_partition.topic, batch.topic_partition.partition
         offset = base_offset
-        for record, _size, future, _enqueued in batch.records:
+        for record, _size, waiter, _enqueued, slot in batch.records:
             timestamp = log_append_time if log_append_time >= 0 else record[3]
-            if not future.done():
-                metadata = (topic, partition, NO_OFFSET if base_offset < 0 else offset, timestamp)
-                future.set_result(_new_tuple(RecordMetadata, metadata))
+            metadata = (topic, partition, NO_OFFSET if base_offset < 0 else offset, timestamp)
+            if isinstance(waiter, _RecordGroup):
+                waiter.deliver(slot, _new_tuple(RecordMetadata, metadata))
+            elif not waiter.done():
+                waiter.set_result(_new_tuple(RecordMetadata, metadata))
             offset += 1
         self._release(batch)
 
     def _release(self, batch: _Batch) -> None:
-        self._buffered_bytes -= sum(p.size for p in batch.records)
+        self._buffered_bytes -= sum(map(_SIZE, batch.records))
         self._space_freed.set()
         self._wakeup.set()
 
