@@ -489,7 +489,10 @@ class Producer:
         try:
             count = len(info.partitions)
             await self._queue_group(topic, count, fixed, items, sizes, timestamp_ms, group)
-        except BaseException as exc:  # the rest was never queued: the group cannot complete
+        except asyncio.CancelledError:  # the rest was never queued: the group cannot complete
+            future.cancel()
+            raise
+        except Exception as exc:
             group.fail(exc)
             future.exception()  # raised to the caller here; nobody else needs to see it
             raise
@@ -515,14 +518,14 @@ class Producer:
         batch_size = self.batch_size
         by_partition = self._queues_by_topic.get(topic, {})
         enqueued = loop.time()
-        for index, (key, value) in enumerate(items):
-            chosen = partitions[index]
+        for slot, (key, value) in enumerate(items):
+            chosen = partitions[slot]
             queue = by_partition.get(chosen)
             if queue is None:
                 queue = self._new_queue(topic, chosen)
                 by_partition = self._queues_by_topic[topic]
-            size = sizes[index]
-            pending = ((key, value, (), timestamp_ms), size, group, enqueued, index)
+            size = sizes[slot]
+            pending = ((key, value, (), timestamp_ms), size, group, enqueued, slot)
             queue.pending.append(_new_tuple(_Pending, pending))
             queue.pending_bytes += size
             self._buffered_bytes += size
