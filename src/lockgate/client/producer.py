@@ -375,17 +375,8 @@ class Producer:
         """Queues one record and returns the future of its RecordMetadata. Waits only when the
         buffer is full; raises at once for an unknown topic or partition or an oversized record,
         and (transactional producers) outside a transaction."""
-        if self._closing or self._sender is None:
-            raise KafkaConnectionError("the producer is closed" if self._closing else "not started")
-        if self._txn is not None:
-            self._txn.check_sendable()
-        info = self._topic_infos.get(topic)
-        if info is None or self.cluster.metadata.topics.get(topic) is not info:
-            # not seen yet, or the metadata was refreshed since: the (costlier) checked lookup
-            info = await self.cluster.topic(
-                topic, allow_auto_topic_creation=self.allow_auto_topic_creation
-            )
-            self._topic_infos[topic] = info
+        self._check_sendable()
+        info = self._cached_topic(topic) or await self._look_up_topic(topic)
         if partition is None:
             chosen = self.partitioner(topic, key, len(info.partitions))
         else:
@@ -458,15 +449,8 @@ class Producer:
         record is delivered, or the first failure (records of other batches may still be
         delivered, as with separate sends). Records with headers go through send(). An
         oversized record refuses the whole call before anything is queued."""
-        self._check_open()
-        if self._txn is not None:
-            self._txn.check_sendable()
-        info = self._topic_infos.get(topic)
-        if info is None or self.cluster.metadata.topics.get(topic) is not info:
-            info = await self.cluster.topic(
-                topic, allow_auto_topic_creation=self.allow_auto_topic_creation
-            )
-            self._topic_infos[topic] = info
+        self._check_sendable()
+        info = self._cached_topic(topic) or await self._look_up_topic(topic)
         fixed = None if partition is None else self._checked_partition(info, partition)
         items = list(records)
         sizes = [
@@ -539,6 +523,25 @@ class Producer:
                 enqueued = loop.time()
             elif len(queue.pending) == 1:
                 self._wakeup.set()
+
+    def _check_sendable(self) -> None:
+        self._check_open()
+        if self._txn is not None:
+            self._txn.check_sendable()
+
+    def _cached_topic(self, topic: str) -> TopicInfo | None:
+        """The topic as last looked up, unless the metadata was refreshed since."""
+        info = self._topic_infos.get(topic)
+        return (
+            info if info is not None and self.cluster.metadata.topics.get(topic) is info else None
+        )
+
+    async def _look_up_topic(self, topic: str) -> TopicInfo:
+        info = await self.cluster.topic(
+            topic, allow_auto_topic_creation=self.allow_auto_topic_creation
+        )
+        self._topic_infos[topic] = info
+        return info
 
     def _track(self, future: asyncio.Future[Any]) -> None:
         """Keeps `future` for flush() and close() until it is done."""
