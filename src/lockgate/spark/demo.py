@@ -51,6 +51,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         default=2,
         help="kill the driver during the first micro-batch after this many have committed",
     )
+    parser.add_argument(
+        "--master",
+        help="run the pipeline's driver through spark-submit on this cluster (spark://host:port); "
+        "default: local[2] inside the driver",
+    )
     parser.add_argument("--work-dir", help="broker data, checkpoint and logs (default: a temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the work dir afterwards")
     parser.set_defaults(func=_run)
@@ -116,17 +121,28 @@ def _start_broker(data_dir: Path, log: Path) -> tuple[subprocess.Popen[bytes], s
 
 
 def _start_driver(
-    bootstrap: str, checkpoint: Path, per_trigger: int, log: Path
+    args: argparse.Namespace, bootstrap: str, checkpoint: Path, log: Path
 ) -> subprocess.Popen[bytes]:
     """A new session (process group), so that one killpg takes the JVM and the Python workers
-    with the driver, as a machine failure would."""
+    with the driver, as a machine failure would. With --master, the driver goes through
+    spark-submit to that cluster, whose executors run this interpreter too."""
+    pipeline = ["--bootstrap", bootstrap, "--input", INPUT, "--output", OUTPUT, "--checkpoint",
+                str(checkpoint), "--max-offsets-per-trigger", str(args.per_trigger)]  # fmt: skip
+    if args.master:
+        import pyspark
+
+        from lockgate.spark import pipeline as module
+
+        submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+        command = [str(submit), "--master", args.master, "--conf", "spark.speculation=false",
+                   "--conf", f"spark.pyspark.python={sys.executable}",
+                   str(module.__file__)]  # fmt: skip
+    else:
+        command = [sys.executable, "-m", "lockgate.spark.pipeline"]
     with open(log, "ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "lockgate.spark.pipeline", "--bootstrap", bootstrap,
-             "--input", INPUT, "--output", OUTPUT, "--checkpoint", str(checkpoint),
-             "--max-offsets-per-trigger", str(per_trigger)],
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+            command + pipeline, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
 
 
 def _kill_group(process: subprocess.Popen[bytes]) -> None:
@@ -220,7 +236,7 @@ async def _first_run(
     bootstrap: str, args: argparse.Namespace, checkpoint: Path, log: Path, progress: Progress
 ) -> Outcome:
     outcome = Outcome()
-    driver = _start_driver(bootstrap, checkpoint, args.per_trigger, log)
+    driver = _start_driver(args, bootstrap, checkpoint, log)
     deadline = time.monotonic() + DRIVER_TIMEOUT_S
     try:
         while driver.poll() is None:
@@ -254,7 +270,7 @@ async def _first_run(
 async def _second_run(
     bootstrap: str, args: argparse.Namespace, checkpoint: Path, log: Path, progress: Progress
 ) -> int:
-    driver = _start_driver(bootstrap, checkpoint, args.per_trigger, log)
+    driver = _start_driver(args, bootstrap, checkpoint, log)
     deadline = time.monotonic() + DRIVER_TIMEOUT_S
     try:
         while driver.poll() is None:

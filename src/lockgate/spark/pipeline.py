@@ -15,17 +15,20 @@ from typing import Any
 ORDER_SCHEMA = "id long, customer string, amount_cents long"
 
 
-def session(app_name: str, master: str = "local[2]") -> Any:
+def session(app_name: str, master: str | None = None) -> Any:
     """A Spark session with lockgate's data source registered. Workers run this interpreter
-    (PYSPARK_PYTHON), so the connector they import is the driver's."""
+    (PYSPARK_PYTHON), so the connector they import is the driver's. Without a master, the one
+    spark-submit was given (it starts this driver behind a gateway), else local[2]."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
     from lockgate.spark import LockgateDataSource
 
+    builder = SparkSession.builder
+    if master is not None or "PYSPARK_GATEWAY_PORT" not in os.environ:
+        builder = builder.master(master or "local[2]")
     spark = (
-        SparkSession.builder.master(master)
-        .appName(app_name)
+        builder.appName(app_name)
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.speculation", "false")
