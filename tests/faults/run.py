@@ -217,13 +217,16 @@ async def _wait_for_pipeline(bootstrap: str) -> None:
     deadline = time.monotonic() + HEAL_TIMEOUT_S
     async with Admin(bootstrap) as admin, Consumer(bootstrap) as consumer:
         inputs = [tp for tp in workload.all_partitions() if tp.topic == workload.PIPE_INPUT]
-        while time.monotonic() < deadline:
+        while True:
             ends = await consumer.end_offsets(inputs)
             committed = await admin.list_group_offsets(workload.PIPE_GROUP)
-            if all(committed.get(tp, 0) >= ends[tp] for tp in inputs):
+            behind = {str(tp): (committed.get(tp, 0), ends[tp]) for tp in inputs}
+            if all(done >= end for done, end in behind.values()):
                 return
+            if time.monotonic() > deadline:
+                break
             await asyncio.sleep(0.5)
-    log.warning("the pipeline did not catch up before the deadline")
+    log.warning("the pipeline did not catch up before the deadline: (committed, end) %s", behind)
 
 
 async def _final_reads(bootstrap: str, history: History) -> None:
