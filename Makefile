@@ -7,7 +7,7 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 # command:apt package — installed when the command is missing (java runs Spark's tests).
 APT_PACKAGES := kcat:kcat java:openjdk-17-jre-headless
 
-.PHONY: serve setup setup-dev system-deps test lint typecheck unit bench soak fuzz clean
+.PHONY: serve setup setup-dev system-deps test lint typecheck unit bench soak fuzz fuzz-decoder clean
 
 serve: setup
 	$(BIN)/lockgate serve $(ARGS)
@@ -58,6 +58,11 @@ soak: setup-dev
 FRAMES ?= 100000
 fuzz: setup-dev
 	$(BIN)/python -m tests.faults.fuzz --frames $(FRAMES)
+
+# Coverage-guided fuzzing of the request decoder (atheris): `make fuzz-decoder [RUNS=1000000]`.
+RUNS ?= 1000000
+fuzz-decoder: setup-dev
+	$(BIN)/python -m tests.faults.fuzz_decoder -runs=$(RUNS) -max_len=4096
 
 bench: setup-dev
 	$(BIN)/python -m bench.throughput $(ARGS)

@@ -55,4 +55,3 @@ def proxied_broker(
         yield broker
     finally:
         broker.kill()
-

@@ -1,8 +1,11 @@
-"""Fuzzing in the suite: property-based (hypothesis) over the request decoders, and a short
-mutation run against a live broker (the long one is `make fuzz`)."""
+"""Fuzzing in the suite: property-based (hypothesis) over the request decoders, a short
+mutation run against a live broker (the long one is `make fuzz`) and a short coverage-guided
+run over the decoder (the long one is `make fuzz-decoder`)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 from hypothesis import given, settings
@@ -43,3 +46,16 @@ async def test_mutated_frames_against_a_live_broker(tmp_path: Path) -> None:
     assert results["frames"] >= 5_000
     assert results["well_behaved_written"] > 0
     assert not {name: results[name] for name in FAILURES if results[name]}, results
+
+
+def test_coverage_guided_fuzzing_of_the_decoder_finds_nothing() -> None:
+    """A short atheris run from real traffic seeds (the long one is `make fuzz-decoder`)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.faults.fuzz_decoder", "-runs=20000", "-max_len=4096",
+         "-seed=7"],
+        capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    tail = (done.stdout + done.stderr)[-3000:]
+    assert done.returncode == 0, tail
+    assert "captured requests as seeds" in done.stdout, tail
+    assert "Done 20000 runs" in done.stderr, tail

@@ -7,7 +7,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from lockgate.protocol.api import ApiKey
+from lockgate.protocol.api import ApiKey, decode_body, is_flexible, request_class
+from lockgate.protocol.frame import RequestHeader, parse_request_header
 
 if TYPE_CHECKING:
     from lockgate.server.broker import Broker
@@ -47,6 +48,16 @@ class HandlerSpec:
     max_version: int
     handler: Handler
     decoder: Decoder | None
+
+    def decode(self, payload: bytes, version: int) -> tuple[RequestHeader, Any]:
+        """The header and the request of a frame of this API at a supported version; raises
+        MalformedFrame or BodyDecodeError, which close the connection."""
+        header = parse_request_header(payload, is_flexible(self.api_key, version))
+        if self.decoder is not None:
+            return header, self.decoder(payload, header.body_offset, version)
+        cls = request_class(self.api_key, version)
+        assert cls is not None
+        return header, decode_body(cls, payload, header.body_offset)
 
 
 HANDLERS: dict[int, HandlerSpec] = {}

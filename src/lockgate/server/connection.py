@@ -16,10 +16,8 @@ from lockgate.protocol.api import (
     ApiKey,
     BodyDecodeError,
     build,
-    decode_body,
     encode,
     is_flexible,
-    request_class,
     response_class,
 )
 from lockgate.protocol.errors import ErrorCode
@@ -125,22 +123,16 @@ class Connection:
                 f"{ApiKey(api_key).name} v{version} is not supported "
                 f"(v{spec.min_version}-{spec.max_version})"
             )
-        flexible = is_flexible(api_key, version)
         try:
-            header = parse_request_header(payload, flexible)
-            self.client_id = header.client_id
-            if spec.decoder is not None:
-                request = spec.decoder(payload, header.body_offset, version)
-            else:
-                cls = request_class(api_key, version)
-                assert cls is not None
-                request = decode_body(cls, payload, header.body_offset)
+            header, request = spec.decode(payload, version)
         except (MalformedFrame, BodyDecodeError) as exc:
+            self._note_client_id(payload)
             raise CloseConnection(f"malformed {ApiKey(api_key).name} v{version}: {exc}") from None
+        self.client_id = header.client_id
         context = RequestContext(
             self.broker, api_key, version, correlation_id, header.client_id, self.peer
         )
-        response_flexible = flexible and api_key != ApiKey.API_VERSIONS
+        response_flexible = is_flexible(api_key, version) and api_key != ApiKey.API_VERSIONS
         return asyncio.create_task(self._handle(spec, context, request, response_flexible))
 
     def _note_client_id(self, payload: bytes) -> None:
