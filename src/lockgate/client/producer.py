@@ -40,9 +40,10 @@ import itertools
 import logging
 import operator
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate, islice, repeat
 from typing import Any, NamedTuple
 
 from lockgate.client.batches import (
@@ -176,6 +177,8 @@ class _Pending(NamedTuple):
 # every record run once per record, and the plain constructors cost several times more.
 _new_tuple = tuple.__new__
 _SIZE = operator.attrgetter("size")
+_RECORD = operator.itemgetter(0)
+_TIMESTAMP = operator.itemgetter(3)
 
 
 @dataclass(slots=True)
@@ -492,37 +495,38 @@ class Producer:
         timestamp_ms: int,
         group: _RecordGroup,
     ) -> None:
+        """Queues the call's records one partition at a time, each run in one C-level pass
+        (map/zip, no Python code per record): the per-record cost is what bounds throughput."""
         loop = asyncio.get_running_loop()
         if fixed is not None:
-            partitions = [fixed] * len(items)
-        elif isinstance(self.partitioner, DefaultPartitioner):
-            partitions = self.partitioner.partition_keys(topic, [k for k, _v in items], count)
+            runs: dict[int, Sequence[int]] = {fixed: range(len(items))}
         else:
-            partitions = [self.partitioner(topic, key, count) for key, _value in items]
-        batch_size = self.batch_size
-        by_partition = self._queues_by_topic.get(topic, {})
-        enqueued = loop.time()
-        for slot, (key, value) in enumerate(items):
-            chosen = partitions[slot]
-            queue = by_partition.get(chosen)
+            if isinstance(self.partitioner, DefaultPartitioner):
+                partitions = self.partitioner.partition_keys(topic, [k for k, _v in items], count)
+            else:
+                partitions = [self.partitioner(topic, key, count) for key, _value in items]
+            runs = _slots_by_partition(partitions)
+        tail = ((), timestamp_ms)  # (key, value) + tail = the OutgoingRecord
+        for chosen, slots in runs.items():
+            queue = self._queues_by_topic.get(topic, {}).get(chosen)
             if queue is None:
                 queue = self._new_queue(topic, chosen)
-                by_partition = self._queues_by_topic[topic]
-            size = sizes[slot]
-            pending = ((key, value, (), timestamp_ms), size, group, enqueued, slot)
-            queue.pending.append(_new_tuple(_Pending, pending))
+            run_sizes = list(map(sizes.__getitem__, slots))
+            records = map(operator.add, map(items.__getitem__, slots), repeat(tail))
+            now = loop.time()
+            fields = zip(records, run_sizes, repeat(group), repeat(now), slots, strict=False)
+            queue.pending.extend(map(_new_tuple, repeat(_Pending), fields))
+            before, size = queue.pending_bytes, sum(run_sizes)
             queue.pending_bytes += size
             self._buffered_bytes += size
-            filled = queue.pending_bytes // batch_size != (queue.pending_bytes - size) // batch_size
-            if filled or self._buffered_bytes > self.buffer_memory:
-                self._wakeup.set()
+            self._wakeup.set()
+            if before // self.batch_size != queue.pending_bytes // self.batch_size or (
+                self._buffered_bytes > self.buffer_memory
+            ):
                 await asyncio.sleep(0)  # as in send(): the sender writes the full batch now
                 await self._wait_for_space(0)
                 if self._txn is not None:
                     self._txn.check_sendable()
-                enqueued = loop.time()
-            elif len(queue.pending) == 1:
-                self._wakeup.set()
 
     def _check_sendable(self) -> None:
         self._check_open()
@@ -1018,14 +1022,14 @@ class Producer:
             records = list(pending)  # all of it: the common case, without a loop per record
             pending.clear()
             size = queue.pending_bytes
-        else:
-            records = []
-            size = 0
-            while pending and (not records or size + pending[0].size <= self.batch_size):
-                if limit is not None and len(records) >= limit:
-                    break
-                records.append(pending.popleft())
-                size += records[-1].size
+        else:  # the longest prefix within both bounds (at least one record), found at C speed
+            most = self.batch_size // RECORD_OVERHEAD_BOUND + 1  # no more can fit
+            bound = most if limit is None else min(most, limit)
+            cumulative = list(accumulate(map(_SIZE, islice(pending, bound))))
+            take = max(1, bisect.bisect_right(cumulative, self.batch_size))
+            popleft = pending.popleft
+            records = [popleft() for _ in range(take)]
+            size = cumulative[take - 1]
         queue.pending_bytes -= size
         deadline = records[0].enqueued + self.delivery_timeout
         return _Batch(topic_partition, records, deadline, next(self._serials))
@@ -1352,16 +1356,22 @@ class Producer:
         self._wakeup.set()
 
     def _complete(self, batch: _Batch, base_offset: int, log_append_time: int) -> None:
-        topic, partition = batch.topic_partition.topic, batch.topic_partition.partition
-        offset = base_offset
-        for record, _size, waiter, _enqueued, slot in batch.records:
-            timestamp = log_append_time if log_append_time >= 0 else record[3]
-            metadata = (topic, partition, NO_OFFSET if base_offset < 0 else offset, timestamp)
+        records = batch.records
+        offsets = repeat(NO_OFFSET) if base_offset < 0 else itertools.count(base_offset)
+        if log_append_time >= 0:
+            timestamps: Iterable[int] = repeat(log_append_time)
+        else:
+            timestamps = map(_TIMESTAMP, map(_RECORD, records))
+        where = repeat(batch.topic_partition.topic), repeat(batch.topic_partition.partition)
+        fields = zip(*where, offsets, timestamps, strict=False)
+        # The RecordMetadata built at C speed; the loop only hands them out.
+        metadatas = map(_new_tuple, repeat(RecordMetadata), fields)
+        for pending, metadata in zip(records, metadatas, strict=False):
+            waiter = pending[2]
             if isinstance(waiter, _RecordGroup):
-                waiter.deliver(slot, _new_tuple(RecordMetadata, metadata))
+                waiter.deliver(pending[4], metadata)
             elif not waiter.done():
-                waiter.set_result(_new_tuple(RecordMetadata, metadata))
-            offset += 1
+                waiter.set_result(metadata)
         self._release(batch)
 
     def _release(self, batch: _Batch) -> None:
@@ -1404,6 +1414,17 @@ class Producer:
         for future in list(self._unfinished):
             if not future.done():
                 future.set_exception(type(error)(error.message))
+
+
+def _slots_by_partition(partitions: list[int]) -> dict[int, Sequence[int]]:
+    """Each partition's slots, in order: a stable sort and slices rather than a Python loop."""
+    order = sorted(range(len(partitions)), key=partitions.__getitem__)
+    runs: dict[int, Sequence[int]] = {}
+    start = 0
+    for partition, size in sorted(Counter(partitions).items()):
+        runs[partition] = order[start : start + size]
+        start += size
+    return runs
 
 
 def _earliest(current: float | None, candidate: float) -> float:
