@@ -90,7 +90,7 @@ def test_pipeline_submitted_to_a_cluster_is_exactly_once_across_a_driver_kill(
 ) -> None:
     work = tmp_path / "demo"
     done = subprocess.run(
-        [sys.executable, "-m", "lockgate.cli", "demo", "--master", cluster, "--records", "1200",
+        [sys.executable, "-m", "lockgate.cli", "demo", "--master", cluster, "--records", "600",
          "--per-trigger", "150", "--partitions", "2", "--kill-after-batches", "1",
          "--work-dir", str(work)],
         capture_output=True, text=True, timeout=380, env=_loopback(),
