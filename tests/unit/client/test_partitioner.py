@@ -6,6 +6,8 @@ import random
 import warnings
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 with warnings.catch_warnings():  # kafka-python's import-time DeprecationWarnings are not ours
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -17,6 +19,7 @@ from lockgate.client.partitioner import (
     partition_for_key,
     to_positive,
 )
+from lockgate.client.producer import _slots_by_partition
 
 # org.apache.kafka.common.utils.UtilsTest#testMurmur2
 JAVA_VECTORS = {
@@ -81,3 +84,11 @@ def test_partition_keys_places_each_record_as_one_call_each_would() -> None:
     assert at_once.partition_keys("t", keys, 7) == [one_by_one("t", key, 7) for key in keys]
     # the cache is per partition count: the same key on a topic of another size
     assert at_once.partition_keys("t", [b"foobar"], 10) == [6]
+
+
+@given(st.lists(st.integers(min_value=0, max_value=7), max_size=300))
+def test_a_batch_calls_slots_are_grouped_by_partition_in_call_order(partitions: list[int]) -> None:
+    runs = _slots_by_partition(partitions)
+    assert sorted(runs) == sorted(set(partitions))
+    for partition, slots in runs.items():
+        assert list(slots) == [i for i, p in enumerate(partitions) if p == partition]
