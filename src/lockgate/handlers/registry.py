@@ -53,11 +53,15 @@ class HandlerSpec:
         """The header and the request of a frame of this API at a supported version; raises
         MalformedFrame or BodyDecodeError, which close the connection."""
         header = parse_request_header(payload, is_flexible(self.api_key, version))
+        return header, self.decode_body(payload, header.body_offset, version)
+
+    def decode_body(self, payload: bytes, offset: int, version: int) -> Any:
+        """The request body at `offset`: the hand-written decoder, else kio's."""
         if self.decoder is not None:
-            return header, self.decoder(payload, header.body_offset, version)
+            return self.decoder(payload, offset, version)
         cls = request_class(self.api_key, version)
         assert cls is not None
-        return header, decode_body(cls, payload, header.body_offset)
+        return decode_body(cls, payload, offset)
 
 
 HANDLERS: dict[int, HandlerSpec] = {}
