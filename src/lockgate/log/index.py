@@ -3,6 +3,7 @@
 # Offset index entries: (offset - segment base) int32, file position int32.
 # Time index entries: max timestamp so far int64, (offset - segment base) int32.
 # Both are append-only and strictly increasing; a file that breaks that is rebuilt.
+# An append writes the file first: when storage refuses it, memory is unchanged.
 from __future__ import annotations
 
 import bisect
@@ -38,9 +39,14 @@ class OffsetIndex:
         return True
 
     def append(self, relative_offset: int, position: int) -> None:
+        self.file.append(_OFFSET_ENTRY.pack(relative_offset, position))
         self.relative_offsets.append(relative_offset)
         self.positions.append(position)
-        self.file.append(_OFFSET_ENTRY.pack(relative_offset, position))
+
+    def truncate_entries(self, count: int) -> None:
+        del self.relative_offsets[count:]
+        del self.positions[count:]
+        self.file.truncate(count * _OFFSET_ENTRY.size)
 
     def lookup(self, relative_offset: int) -> int:
         """File position of the last indexed batch starting at or before the offset."""
@@ -87,9 +93,14 @@ class TimeIndex:
     def append(self, timestamp: int, relative_offset: int) -> None:
         if self.timestamps and timestamp <= self.timestamps[-1]:
             return
+        self.file.append(_TIME_ENTRY.pack(timestamp, relative_offset))
         self.timestamps.append(timestamp)
         self.relative_offsets.append(relative_offset)
-        self.file.append(_TIME_ENTRY.pack(timestamp, relative_offset))
+
+    def truncate_entries(self, count: int) -> None:
+        del self.timestamps[count:]
+        del self.relative_offsets[count:]
+        self.file.truncate(count * _TIME_ENTRY.size)
 
     def lookup(self, timestamp: int) -> int:
         """Relative offset to start scanning from for the first record at or after `timestamp`:

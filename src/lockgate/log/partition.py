@@ -2,7 +2,9 @@
 #
 # Invariants: segments are contiguous and sorted by base offset; only the last one is written;
 # high_watermark <= log_end_offset, and in durable mode it only passes data that was fsynced,
-# so a consumer never sees a record a crash could take back.
+# so a consumer never sees a record a crash could take back. An append, marker or roll that
+# storage refuses (StorageError) changes nothing visible: offsets, indexes, producer state and
+# open transactions stay as they were, so the next attempt can simply succeed.
 from __future__ import annotations
 
 import bisect
@@ -135,7 +137,12 @@ class Partition:
 
     def close(self) -> None:
         """Clean shutdown: a producer-state snapshot spares the next start a log replay."""
-        self.write_snapshot()
+        try:
+            self.write_snapshot()
+        except OSError as exc:  # a shortcut only: the next start replays the log instead
+            log.warning(
+                "%s-%d: no producer-state snapshot at close: %s", self.topic, self.index, exc
+            )
         for segment in self.segments:
             segment.close()
 
@@ -272,9 +279,23 @@ class Partition:
             self.roll(now_ms)
 
     def roll(self, now_ms: int) -> None:
-        self.active.seal()
-        self.segments.append(Segment(self.storage, self.directory, self.log_end_offset, now_ms))
-        self.write_snapshot()
+        """Starts a new active segment. If its files cannot be created (or the old segment
+        cannot be sealed), the old active segment stays active and usable."""
+        new = Segment(self.storage, self.directory, self.log_end_offset, now_ms)
+        try:
+            self.active.seal()
+        except OSError:
+            new.close()
+            for suffix in (".log", ".index", ".timeindex"):
+                self.storage.remove(new.stem + suffix)
+            raise
+        self.segments.append(new)
+        try:
+            self.write_snapshot()
+        except OSError as exc:  # a shortcut only: a restart replays from an older snapshot
+            log.warning(
+                "%s-%d: no producer-state snapshot at roll: %s", self.topic, self.index, exc
+            )
 
     def take_unsynced(self) -> list[AppendFile]:
         files, self.unsynced = self.unsynced, []
@@ -317,10 +338,16 @@ class Partition:
         offset = self.log_end_offset
         assign_offset(batch, offset, self.leader_epoch)
         stored = _rebased(header, offset)
-        self.active.append(batch, stored, self.config.index_interval_bytes)
-        if not self.unsynced or self.unsynced[-1] is not self.active.log:
-            self.unsynced.append(self.active.log)
-        self._apply_marker(stored, commit, self.active, now_ms, coordinator_epoch)
+        segment = self.active
+        saved = segment.append_state()
+        position = segment.append(batch, stored, self.config.index_interval_bytes)
+        try:
+            self._apply_marker(stored, commit, segment, now_ms, coordinator_epoch)
+        except OSError:
+            segment.undo_append(position, saved, offset)
+            raise
+        if not self.unsynced or self.unsynced[-1] is not segment.log:
+            self.unsynced.append(segment.log)
         for listener in self.marker_listeners:
             listener(producer_id, commit)
         return offset
@@ -335,13 +362,19 @@ class Partition:
     ) -> None:
         """Ends the producer's open transaction (if any) at this marker."""
         producer_id = header.producer_id
-        first = self.open_txns.pop(producer_id, -1)
+        first = self.open_txns.get(producer_id, -1)
         if first >= 0 and not commit:
             # Kafka's value: where the next open transaction begins, or just past the marker
-            stable = min(self.open_txns.values(), default=header.base_offset + 1)
+            stable = min(
+                (o for p, o in self.open_txns.items() if p != producer_id),
+                default=header.base_offset + 1,
+            )
             aborted = AbortedTxn(producer_id, first, header.base_offset, stable)
-            if self.aborted.add(aborted):
+            if not self.aborted.has(aborted):
+                # the file first: if storage refuses it, no state has changed yet
                 segment.txn_index().append(encode_entry(aborted))
+                self.aborted.add(aborted)
+        self.open_txns.pop(producer_id, None)
         entry = self.producers.get(producer_id)
         bumped = entry is None or header.producer_epoch > entry.epoch
         self.producers.put(

@@ -1,10 +1,16 @@
 # One log segment: the batches of a contiguous offset range in a file named by its base offset,
 # with its offset and time indexes. Batches are stored exactly as validated on append.
+#
+# Invariant: an append changes the segment whole or not at all. If the log write or an index
+# write fails, the log is cut back and the indexes and counters are restored before the
+# StorageError goes up, so the in-memory state always describes exactly the bytes on storage.
+# File handles come from the storage engine (bounded, reopened on demand).
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 from lockgate.log.index import OffsetIndex, TimeIndex
+from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.protocol.records import (
     HEADER_SIZE,
     BatchHeader,
@@ -27,9 +33,17 @@ class Segment:
     ) -> None:
         stem = f"{directory}/{segment_name(base_offset)}"
         self.base_offset = base_offset
-        self.log: AppendFile = storage.open_append(stem + ".log")
-        self.offset_index = OffsetIndex(storage.open_append(stem + ".index"))
-        self.time_index = TimeIndex(storage.open_append(stem + ".timeindex"))
+        opened: list[AppendFile] = []
+        try:
+            for suffix in (".log", ".index", ".timeindex"):
+                opened.append(storage.open_append(stem + suffix))
+        except OSError:
+            for file in opened:
+                file.close()
+            raise
+        self.log: AppendFile = opened[0]
+        self.offset_index = OffsetIndex(opened[1])
+        self.time_index = TimeIndex(opened[2])
         self.next_offset = base_offset
         self.max_timestamp = -1
         self.created_ms = now_ms
@@ -47,20 +61,50 @@ class Segment:
         return self.next_offset == self.base_offset
 
     def append(self, batch: bytes | bytearray, header: BatchHeader, index_interval: int) -> int:
-        """Appends a batch whose header fields describe its final offsets; returns its position."""
+        """Appends a batch whose header fields describe its final offsets; returns its position.
+        Raises StorageError with nothing changed when the log or an index write fails."""
         position = self.log.append(batch)
+        saved = self.append_state()
         relative_last = header.last_offset - self.base_offset
-        # Time index entries hold the running maximum: a lookup skips everything up to an
-        # entry below its target, so unindexed batches with larger timestamps must count.
-        self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
-        if position == 0 or self._bytes_since_index >= index_interval:
-            self.offset_index.append(header.base_offset - self.base_offset, position)
-            if self.max_timestamp > self.time_index.last_timestamp:
-                self.time_index.append(self.max_timestamp, relative_last)
-            self._bytes_since_index = 0
+        try:
+            # Time index entries hold the running maximum: a lookup skips everything up to an
+            # entry below its target, so unindexed batches with larger timestamps must count.
+            self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
+            if position == 0 or self._bytes_since_index >= index_interval:
+                self.offset_index.append(header.base_offset - self.base_offset, position)
+                if self.max_timestamp > self.time_index.last_timestamp:
+                    self.time_index.append(self.max_timestamp, relative_last)
+                self._bytes_since_index = 0
+        except OSError:
+            self.undo_append(position, saved)
+            raise
         self._bytes_since_index += len(batch)
         self.next_offset = header.last_offset + 1
         return position
+
+    def append_state(self) -> tuple[int, int, int, int]:
+        return (
+            self.max_timestamp,
+            self._bytes_since_index,
+            len(self.offset_index.positions),
+            len(self.time_index.timestamps),
+        )
+
+    def undo_append(
+        self, position: int, saved: tuple[int, int, int, int], next_offset: int | None = None
+    ) -> None:
+        """Takes back the append that started at `position` (whose effects happened after
+        `saved` = append_state()). A failing cut marks the file failed (the engine's contract),
+        so no later append can land after the bytes we could not remove."""
+        self.max_timestamp, self._bytes_since_index, offsets, times = saved
+        if next_offset is not None:
+            self.next_offset = next_offset
+        if len(self.offset_index.positions) > offsets:
+            self.offset_index.truncate_entries(offsets)
+        if len(self.time_index.timestamps) > times:
+            self.time_index.truncate_entries(times)
+        if self.log.size > position:
+            self.log.truncate(position)
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -85,6 +129,9 @@ class Segment:
     def read(self, offset: int, max_bytes: int, upper_offset: int) -> bytes:
         """Whole batches from the one holding `offset`, ending before `upper_offset`, at most
         `max_bytes` unless the first batch alone is larger (KIP-74: always make progress)."""
+        offline = self._storage.offline
+        if offline is not None:
+            raise KafkaProtocolError(ErrorCode.kafka_storage_error, str(offline))
         position = self.position_of(offset)
         if position is None:
             return b""

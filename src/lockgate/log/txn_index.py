@@ -37,6 +37,14 @@ class AbortedTxnIndex:
         self._last_offsets.insert(i, entry.last_offset)
         return True
 
+    def has(self, entry: AbortedTxn) -> bool:
+        i = bisect.bisect_left(self._last_offsets, entry.last_offset)
+        while i < len(self.entries) and self._last_offsets[i] == entry.last_offset:
+            if self.entries[i].producer_id == entry.producer_id:
+                return True
+            i += 1
+        return False
+
     def overlapping(self, start: int, end: int) -> list[AbortedTxn]:
         """Aborted transactions with data in [start, end): those a consumer must drop."""
         i = bisect.bisect_left(self._last_offsets, start)

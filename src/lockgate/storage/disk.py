@@ -1,59 +1,157 @@
 # Local-disk storage: plain files under a root directory; fsync for durability.
+#
+# Invariants: an append lands whole or not at all (a short or failed write is cut back to the
+# last good size; a file that cannot be cut back is marked failed and refuses appends). Files
+# hold no descriptor of their own: they borrow one from the engine's HandleCache, so fd use is
+# bounded. After a failed fsync the engine is offline (see `health`): data written since the
+# last good fsync may be lost in the page cache, so nothing more is written until a restart.
 from __future__ import annotations
 
 import contextlib
+import errno
+import logging
 import os
+import resource
 import shutil
+
+from lockgate.storage.errors import OfflineError, StorageError, as_storage_error
+from lockgate.storage.handles import HandleCache, default_budget
+
+log = logging.getLogger(__name__)
 
 
 class DiskFile:
-    def __init__(self, path: str) -> None:
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-        self._size = os.fstat(self._fd).st_size
+    def __init__(self, engine: DiskEngine, path: str) -> None:
         self.path = path
+        self._engine = engine
+        self._cache = engine.handles
+        self._writes = 0  # appends so far; an fsync clears `dirty` only if none came during it
+        self._synced_writes = 0
+        self.failed: StorageError | None = None
+        fd = self._cache.acquire(self)
+        try:
+            self._size = os.fstat(fd).st_size
+        finally:
+            self._cache.release(self)
 
     @property
     def size(self) -> int:
         return self._size
 
+    @property
+    def dirty(self) -> bool:
+        return self._writes != self._synced_writes
+
     def append(self, data: bytes | bytearray | memoryview) -> int:
+        if self.failed is not None:
+            raise self.failed
+        self._engine.check_online()
         position = self._size
         view = memoryview(data)
-        while view:
-            written = os.write(self._fd, view)
-            view = view[written:]
-        self._size += len(data)
-        return position
+        try:
+            fd = self._cache.acquire(self)
+        except OSError as exc:
+            raise as_storage_error(exc, f"open {self.path}") from None
+        try:
+            written = 0
+            try:
+                while written < len(view):
+                    count = os.pwrite(fd, view[written:], position + written)
+                    if count == 0:
+                        raise OSError(errno.ENOSPC, "short write")
+                    written += count
+            except OSError as exc:
+                self._cut_back(fd, position, written)
+                raise as_storage_error(exc, f"append to {self.path}") from None
+            self._size = position + written
+            self._writes += 1
+            return position
+        finally:
+            self._cache.release(self)
+
+    def _cut_back(self, fd: int, size: int, written: int) -> None:
+        if written == 0 and os.fstat(fd).st_size == size:
+            return
+        try:
+            os.ftruncate(fd, size)
+        except OSError as exc:
+            self.failed = StorageError(
+                exc.errno or errno.EIO, f"{self.path} could not be cut back to {size} bytes"
+            )
+            log.critical("%s; the file refuses appends until a restart recovers it", self.failed)
 
     def read(self, position: int, size: int) -> bytes:
-        return os.pread(self._fd, size, position)
+        fd = self._cache.acquire(self)
+        try:
+            return os.pread(fd, size, position)
+        finally:
+            self._cache.release(self)
 
     def truncate(self, size: int) -> None:
-        os.ftruncate(self._fd, size)
+        fd = self._cache.acquire(self)
+        try:
+            os.ftruncate(fd, size)
+        except OSError as exc:
+            self.failed = as_storage_error(exc, f"truncate {self.path}")
+            raise self.failed from None
+        finally:
+            self._cache.release(self)
         self._size = size
+        self._writes += 1
 
     def sync(self) -> None:
-        # fdatasync: the data and the file size, without the timestamps fsync would also write
-        os.fdatasync(self._fd)
+        self._engine.check_online()
+        writes = self._writes
+        fd = self._cache.acquire(self)
+        try:
+            # fdatasync: the data and the file size, without the timestamps fsync would also write
+            os.fdatasync(fd)
+        except OSError as exc:
+            error = as_storage_error(exc, f"fsync {self.path}")
+            self._engine.go_offline(error)
+            raise error from None
+        finally:
+            self._cache.release(self)
+        self._synced_writes = writes
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        self._cache.forget(self)
 
 
 class DiskEngine:
     durable = True
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, max_open_files: int = 0) -> None:
         self.root = os.path.abspath(root)
         os.makedirs(self.root, exist_ok=True)
+        if max_open_files <= 0:
+            max_open_files = default_budget(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+        self.handles = HandleCache(max_open_files)
+        self.offline: StorageError | None = None
+
+    def check_online(self) -> None:
+        if self.offline is not None:
+            raise OfflineError(self.offline.strerror or "a failed fsync")
+
+    def go_offline(self, cause: StorageError) -> None:
+        if self.offline is None:
+            self.offline = cause
+            log.critical(
+                "log directory %s is offline: %s. Data written since the last good fsync cannot "
+                "be trusted; produce and fetch answer KAFKA_STORAGE_ERROR until a restart, whose "
+                "recovery cuts anything torn",
+                self.root,
+                cause,
+            )
 
     def _path(self, path: str) -> str:
         return os.path.join(self.root, path)
 
     def open_append(self, path: str) -> DiskFile:
-        return DiskFile(self._path(path))
+        try:
+            return DiskFile(self, self._path(path))
+        except OSError as exc:
+            raise as_storage_error(exc, f"open {path}") from None
 
     def exists(self, path: str) -> bool:
         return os.path.exists(self._path(path))
@@ -65,7 +163,10 @@ class DiskEngine:
             return []
 
     def make_dirs(self, path: str) -> None:
-        os.makedirs(self._path(path), exist_ok=True)
+        try:
+            os.makedirs(self._path(path), exist_ok=True)
+        except OSError as exc:
+            raise as_storage_error(exc, f"create directory {path}") from None
 
     def read_all(self, path: str) -> bytes | None:
         try:
@@ -75,18 +176,24 @@ class DiskEngine:
             return None
 
     def write_atomic(self, path: str, data: bytes) -> None:
+        self.check_online()
         target = self._path(path)
         temporary = target + ".tmp"
-        with open(temporary, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, target)
-        directory = os.open(os.path.dirname(target), os.O_RDONLY)
         try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+            with open(temporary, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temporary, target)
+            directory = os.open(os.path.dirname(target), os.O_RDONLY)
+            try:
+                os.fsync(directory)
+            finally:
+                os.close(directory)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.remove(temporary)
+            raise as_storage_error(exc, f"write {path}") from None
 
     def remove(self, path: str) -> None:
         with contextlib.suppress(FileNotFoundError):

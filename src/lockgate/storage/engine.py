@@ -1,9 +1,16 @@
 # The storage interface the log layer writes through. Paths are relative to the engine's root
 # and use "/" separators. `sync` is the only blocking call that may be slow: callers run it in
 # a worker thread; everything else is cheap enough for the event loop.
+#
+# Error contract: every failure is raised as storage.errors.StorageError (an OSError) naming
+# the errno. An append lands whole or not at all; a file that could not be cut back after a
+# failed append is marked failed and refuses appends. A failed fsync takes the engine offline
+# (`offline` holds the cause): appends, syncs and write_atomic then refuse until a restart.
 from __future__ import annotations
 
 from typing import Protocol
+
+from lockgate.storage.errors import StorageError
 
 
 class AppendFile(Protocol):
@@ -27,6 +34,12 @@ class AppendFile(Protocol):
 
 class StorageEngine(Protocol):
     durable: bool  # False when sync() cannot make data outlive the process (memory)
+    offline: StorageError | None  # set by the first failed fsync; cleared only by a restart
+
+    def check_online(self) -> None:
+        """Raises OfflineError once the engine is offline."""
+
+    def go_offline(self, cause: StorageError) -> None: ...
 
     def open_append(self, path: str) -> AppendFile: ...
 
@@ -40,7 +53,8 @@ class StorageEngine(Protocol):
         """The whole file, or None when it does not exist."""
 
     def write_atomic(self, path: str, data: bytes) -> None:
-        """Replaces the file so that a crash leaves either the old or the new content."""
+        """Replaces the file so that a crash leaves either the old or the new content; on
+        failure the old content stays and no temporary file is left behind."""
 
     def remove(self, path: str) -> None: ...
 

@@ -1,0 +1,130 @@
+# The disk engine's budget of open file descriptors: a least-recently-used cache of handles
+# shared by every segment file, so fd use stays bounded whatever the partition count.
+#
+# Invariants: at most `budget` handles are open, except handles in use right now (pinned by a
+# read, an append or an fsync running in a worker thread) and handles of files with writes not
+# yet fsynced: closing those would let a writeback error go unreported to the next fsync.
+# Every method takes the lock: fsyncs run in worker threads while the event loop appends.
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import resource
+import threading
+from collections import OrderedDict
+from typing import Protocol
+
+log = logging.getLogger(__name__)
+
+_OPEN_FLAGS = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
+MIN_BUDGET = 16
+
+
+class CachedFile(Protocol):
+    path: str
+
+    @property
+    def dirty(self) -> bool: ...
+
+
+class HandleCache:
+    def __init__(self, budget: int) -> None:
+        self.budget = max(MIN_BUDGET, budget)
+        self._lock = threading.Lock()
+        self._open: OrderedDict[CachedFile, int] = OrderedDict()
+        self._pins: dict[CachedFile, int] = {}
+        self._closing: set[CachedFile] = set()
+        self.opened = 0  # handles opened since start (reopens after eviction included)
+        self.peak = 0
+
+    @property
+    def open_count(self) -> int:
+        return len(self._open)
+
+    def acquire(self, file: CachedFile) -> int:
+        """The file's descriptor, opened if needed; pinned until `release`."""
+        with self._lock:
+            fd = self._open.get(file)
+            if fd is None:
+                fd = self._open_locked(file)
+                self._open[file] = fd
+                self.opened += 1
+                self._evict_locked()
+                self.peak = max(self.peak, len(self._open))
+            else:
+                self._open.move_to_end(file)
+            self._pins[file] = self._pins.get(file, 0) + 1
+            return fd
+
+    def release(self, file: CachedFile) -> None:
+        with self._lock:
+            left = self._pins[file] - 1
+            if left:
+                self._pins[file] = left
+                return
+            del self._pins[file]
+            if file in self._closing:
+                self._close_locked(file)
+
+    def forget(self, file: CachedFile) -> None:
+        """The file is closed for good: its handle goes now, or when its last user is done."""
+        with self._lock:
+            if file in self._pins:
+                self._closing.add(file)
+            else:
+                self._close_locked(file)
+
+    def _open_locked(self, file: CachedFile) -> int:
+        try:
+            return os.open(file.path, _OPEN_FLAGS, 0o644)
+        except OSError as exc:
+            if exc.errno not in (errno.EMFILE, errno.ENFILE):
+                raise
+        # Out of descriptors (sockets count too): give back half of ours and try once more.
+        freed = self._evict_locked(keep=len(self._open) // 2)
+        log.warning(
+            "out of file descriptors opening %s: closed %d cached handles of %d and retrying",
+            file.path,
+            freed,
+            len(self._open) + freed,
+        )
+        return os.open(file.path, _OPEN_FLAGS, 0o644)
+
+    def _evict_locked(self, keep: int | None = None) -> int:
+        limit = self.budget if keep is None else keep
+        freed = 0
+        if len(self._open) <= limit:
+            return 0
+        for candidate in list(self._open):
+            if len(self._open) <= limit:
+                break
+            if candidate in self._pins or candidate.dirty:
+                continue
+            os.close(self._open.pop(candidate))
+            freed += 1
+        return freed
+
+    def _close_locked(self, file: CachedFile) -> None:
+        self._closing.discard(file)
+        fd = self._open.pop(file, None)
+        if fd is not None:
+            os.close(fd)
+
+
+def raise_nofile_limit() -> tuple[int, int]:
+    """Raises the soft RLIMIT_NOFILE to the hard one; returns (soft, hard) afterwards."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError) as exc:
+            log.warning("could not raise the open file limit from %d to %d: %s", soft, target, exc)
+    return soft, hard
+
+
+def default_budget(soft_limit: int) -> int:
+    """Half the descriptors for segment files: the rest is for sockets, snapshots, metadata."""
+    return max(MIN_BUDGET, soft_limit // 2)
