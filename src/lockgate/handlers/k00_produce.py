@@ -21,6 +21,10 @@ Behaviour:
   partition implicitly (TV2).
 - acks=-1 is answered after the data is durable (fsync, group commit) in the default
   durability mode; acks=1 after it is written.
+- A write that storage refuses (disk full, I/O error, out of file handles) gets
+  KAFKA_STORAGE_ERROR for that partition with nothing appended; other partitions and the
+  connection are unaffected. A failed fsync answers KAFKA_STORAGE_ERROR to every acks=-1
+  waiter of that flush, and the log directory is offline until a restart.
 Version notes: v2+ log append time; v5+ log start offset; v8+ error message; v9+ flexible and
 lockgate's KIP-359 tag; v13 topic ids.
 """
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from lockgate.coordinator.txn import coordinator as rules
 from lockgate.handlers.common import check_leader_epoch
@@ -49,6 +54,35 @@ from lockgate.protocol.records import BatchHeader, validate_produced_batch
 log = logging.getLogger(__name__)
 
 FIRST_IMPLICIT_ADD_VERSION = 12
+STORAGE_ERROR_LOG_INTERVAL_S = 10.0
+
+
+class _StorageErrorLog:
+    """One log line per storage error, then at most one per interval with a count: a full
+    disk refuses every produce, and one line per request would fill what is left."""
+
+    def __init__(self) -> None:
+        self._last = -STORAGE_ERROR_LOG_INTERVAL_S
+        self._suppressed = 0
+
+    def report(self, topic: str, index: int, exc: OSError) -> None:
+        now = time.monotonic()
+        if now - self._last < STORAGE_ERROR_LOG_INTERVAL_S:
+            self._suppressed += 1
+            return
+        log.error(
+            "produce to %s-%d: KAFKA_STORAGE_ERROR: %s (%d more storage errors since the last "
+            "report)",
+            topic,
+            index,
+            exc,
+            self._suppressed,
+        )
+        self._last = now
+        self._suppressed = 0
+
+
+_storage_errors = _StorageErrorLog()
 
 
 def _verify_transaction(
@@ -120,7 +154,8 @@ def _topic_name(ctx: RequestContext, topic: ProduceTopic) -> tuple[str | None, E
     if topic.topic_id is not None:
         record = topics.by_id.get(topic.topic_id)
         return (record.name, ErrorCode.none) if record else (None, ErrorCode.unknown_topic_id)
-    assert topic.name is not None
+    if topic.name is None:
+        return None, ErrorCode.unknown_topic_or_partition
     if topic.name not in topics.topics:
         if not ctx.broker.config.flag("auto.create.topics.enable"):
             return None, ErrorCode.unknown_topic_or_partition
@@ -179,6 +214,13 @@ def produce(
                 results.append(
                     PartitionResult(data.index, exc.code, error_message=exc.message or None)
                 )
+            except OSError as exc:  # storage's contract: nothing of this batch was appended
+                _storage_errors.report(name, data.index, exc)
+                results.append(
+                    PartitionResult(
+                        data.index, ErrorCode.kafka_storage_error, error_message=str(exc)
+                    )
+                )
         answer.append((topic, results))
     return answer
 
@@ -190,9 +232,12 @@ async def handle(ctx: RequestContext, request: ProduceRequestData) -> HandlerRes
     if request.acks == 0:
         return None
     if request.acks == -1 and pending:
-        try:
-            await asyncio.gather(*pending)
-        except OSError:
+        outcomes = await asyncio.gather(*pending, return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException) and not isinstance(outcome, OSError):
+                raise outcome
+        if any(isinstance(outcome, OSError) for outcome in outcomes):
+            # the flush failed: none of this request's appends may be acknowledged
             for _topic, results in answer:
                 for result in results:
                     if result.error_code == 0:

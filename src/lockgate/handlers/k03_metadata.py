@@ -6,6 +6,7 @@ Behaviour:
 - A missing topic is created when the request allows it (v4+) and auto.create.topics.enable is
   true; otherwise UNKNOWN_TOPIC_OR_PARTITION. An illegal name gets INVALID_TOPIC_EXCEPTION.
 - v10+ may name topics by id; an unknown id gets UNKNOWN_TOPIC_ID.
+- A partition whose log is not open gets LEADER_NOT_AVAILABLE with leader -1 (never a crash).
 """
 
 from __future__ import annotations
@@ -27,7 +28,19 @@ def topic_entry(ctx: RequestContext, record: TopicRecord) -> dict[str, Any]:
     partitions = []
     for index in range(record.partitions):
         partition = ctx.broker.topics.get(record.name, index)
-        assert partition is not None
+        if partition is None:  # its log could not be opened: no leader to name
+            partitions.append(
+                {
+                    "error_code": ErrorCode.leader_not_available,
+                    "partition_index": index,
+                    "leader_id": -1,
+                    "leader_epoch": -1,
+                    "replica_nodes": (node,),
+                    "isr_nodes": (),
+                    "offline_replicas": (node,),
+                }
+            )
+            continue
         partitions.append(
             {
                 "error_code": 0,

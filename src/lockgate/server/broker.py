@@ -20,7 +20,7 @@ from lockgate.server.metadata import LocalMetadataStore
 from lockgate.server.metrics import BrokerMetrics
 from lockgate.server.producer_ids import ProducerIdManager
 from lockgate.server.topics import TopicManager
-from lockgate.storage.disk import DiskEngine
+from lockgate.storage.disk import open_disk_engine
 from lockgate.storage.engine import StorageEngine
 
 log = logging.getLogger(__name__)
@@ -34,7 +34,7 @@ class Broker:
     def __init__(self, config: BrokerConfig, storage: StorageEngine | None = None) -> None:
         load_all()
         self.config = config
-        self.storage = storage if storage is not None else DiskEngine(config.get("log.dirs"))
+        self.storage = storage if storage is not None else open_disk_engine(config)
         self.node_id = config.integer("node.id")
         self.host, self.port = parse_listener(config.get("listeners"))
         self.store = LocalMetadataStore(self.storage)
@@ -146,7 +146,10 @@ class Broker:
             await asyncio.sleep(0.01)
         await self.transactions.drain()
         await self.group_commit.drain()
-        await asyncio.to_thread(self._sync_everything)
+        try:
+            await asyncio.to_thread(self._sync_everything)
+        except OSError as exc:  # already offline: recovery at the next start cuts torn data
+            log.error("final fsync failed: %s", exc)
         self.topics.close()
         if self._server is not None:
             with contextlib.suppress(Exception):

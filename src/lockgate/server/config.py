@@ -51,6 +51,9 @@ BROKER_DEFAULTS: dict[str, str] = {
     # lockgate's own: "fsync" answers acks=all produces only after their data is fsynced
     # (group commit); "page-cache" answers once the data is written, like Kafka's default.
     "lockgate.durability": "fsync",
+    # Budget of segment-file descriptors kept open (LRU); 0 derives it from RLIMIT_NOFILE
+    # (half the soft limit, after raising it to the hard limit at startup).
+    "lockgate.max.open.files": "0",
     # Prometheus endpoint (GET /metrics); -1 turns it off, 0 picks a free port.
     "lockgate.metrics.port": "-1",
     "lockgate.metrics.host": "127.0.0.1",

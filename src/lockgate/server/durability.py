@@ -3,6 +3,13 @@
 # Each append marks its partition dirty and (in durable mode) the high watermark only advances
 # once the flush that covered the append has finished, so consumers never see data that a
 # crash could take back. Waiters that arrive during a flush are covered by the next one.
+#
+# A failed fsync is final (as in Kafka, whose log directory goes offline): after it the
+# kernel may have dropped the dirty pages and a retried fsync can report success for data
+# that is gone ("fsyncgate"). So the high watermark never moves again, the flush's waiters
+# and every later one get the error (KAFKA_STORAGE_ERROR), until a restart recovers the log.
+# That includes ENOSPC reported by fsync: a write that already returned may have lost its
+# pages, unlike ENOSPC on write, which the storage engine undoes and the next append retries.
 from __future__ import annotations
 
 import asyncio
@@ -21,6 +28,7 @@ class GroupCommit:
         self._waiter: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
         self.flushes = 0
+        self.failure: OSError | None = None  # the fsync error that ended acknowledgements
 
     def appended(self, partition: Partition) -> asyncio.Future[None]:
         """Registers an append; the future resolves when it is durable (and visible)."""
@@ -29,6 +37,10 @@ class GroupCommit:
             future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             future.set_result(None)
             return future
+        if self.failure is not None:
+            failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            failed.set_exception(self.failure)
+            return failed
         self._dirty[partition] = None
         if self._waiter is None:
             self._waiter = asyncio.get_running_loop().create_future()
@@ -44,11 +56,18 @@ class GroupCommit:
                 dirty, self._dirty = list(self._dirty), {}
                 targets = [(p, p.log_end_offset, p.take_unsynced()) for p in dirty]
                 files = [f for _, _, unsynced in targets for f in unsynced]
-                try:
-                    await asyncio.to_thread(_sync_all, files)
-                except OSError as exc:
-                    log.error("fsync failed: %s", exc)
-                    waiter.set_exception(exc)
+                if self.failure is None:
+                    try:
+                        await asyncio.to_thread(_sync_all, files)
+                    except OSError as exc:
+                        self.failure = exc
+                        log.critical(
+                            "fsync failed: %s; no append is acknowledged from now on (high "
+                            "watermarks stay where they are) until a restart",
+                            exc,
+                        )
+                if self.failure is not None:
+                    waiter.set_exception(self.failure)
                     continue
                 self.flushes += 1
                 for partition, end, _ in targets:

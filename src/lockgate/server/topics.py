@@ -1,7 +1,14 @@
 # Topics and their partitions: creation, deletion, partition growth, config changes, and the
 # partitions' logs. Owns every Partition object; handlers reach partitions only through here.
+#
+# Invariant: a topic (or a partition count) is recorded in the metadata store only after all
+# its partitions' directories and files exist. When storage refuses one of them, the ones
+# already made are removed and the request gets KAFKA_STORAGE_ERROR: nothing is half-recorded,
+# and a restart finds either the whole topic or none of it (orphan directories of a crash in
+# between are removed at load).
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import uuid
@@ -71,13 +78,43 @@ class TopicManager:
         self._log_configs[record.name] = self.config.log_config(record.configs)
 
     def _open_partition(self, record: TopicRecord, index: int, now_ms: int) -> Partition:
+        partition = self._load_partition(record, index, now_ms)
+        self.partitions[(record.name, index)] = partition
+        return partition
+
+    def _load_partition(self, record: TopicRecord, index: int, now_ms: int) -> Partition:
         name = record.name
         partition = Partition(
             self.storage, name, index, record.topic_id, lambda: self._log_configs[name]
         )
-        partition.load(now_ms)
-        self.partitions[(name, index)] = partition
+        try:
+            partition.load(now_ms)
+        except OSError:
+            for segment in partition.segments:
+                segment.close()
+            raise
         return partition
+
+    def _create_partitions(
+        self, record: TopicRecord, indexes: range, now_ms: int
+    ) -> list[Partition]:
+        """Creates the partitions' files, or none of them: on a storage error the directories
+        made so far are removed and KAFKA_STORAGE_ERROR is raised."""
+        created: list[Partition] = []
+        try:
+            for index in indexes:
+                created.append(self._load_partition(record, index, now_ms))
+        except OSError as exc:
+            self._discard(record.name, created, indexes.start + len(created) + 1, indexes.start)
+            raise _storage_error(f"creating partitions of {record.name}", exc) from None
+        return created
+
+    def _discard(self, name: str, created: list[Partition], end: int, start: int) -> None:
+        for partition in created:
+            for segment in partition.segments:
+                segment.close()
+        for index in range(start, end):
+            self.storage.remove_tree(partition_dir(name, index))
 
     # -- queries -------------------------------------------------------------------------------
 
@@ -136,10 +173,22 @@ class TopicManager:
         if validate_only:
             return record
         now = self.clock_ms()
-        self.store.put_topic(record)
+        self._log_configs[name] = self.config.log_config(record.configs)
+        try:
+            created = self._create_partitions(record, range(partitions), now)
+            try:
+                self.store.put_topic(record)
+            except OSError as exc:
+                with contextlib.suppress(OSError):  # the in-memory store forgets it either way
+                    self.store.remove_topic(name)
+                self._discard(name, created, partitions, 0)
+                raise _storage_error(f"recording topic {name}", exc) from None
+        except KafkaProtocolError:
+            del self._log_configs[name]
+            raise
         self._register(record)
-        for index in range(partitions):
-            self._open_partition(record, index, now)
+        for index, partition in enumerate(created):
+            self.partitions[(name, index)] = partition
         log.info("created topic %s with %d partitions %s", name, partitions, checked or "")
         return record
 
@@ -177,11 +226,19 @@ class TopicManager:
         if validate_only:
             return
         old = record.partitions
-        record.partitions = count
-        self.store.put_topic(record)
         now = self.clock_ms()
-        for index in range(old, count):
-            self._open_partition(record, index, now)
+        created = self._create_partitions(record, range(old, count), now)
+        record.partitions = count
+        try:
+            self.store.put_topic(record)
+        except OSError as exc:
+            record.partitions = old
+            with contextlib.suppress(OSError):  # the in-memory store is right either way
+                self.store.put_topic(record)
+            self._discard(name, created, count, old)
+            raise _storage_error(f"recording {count} partitions of {name}", exc) from None
+        for index, partition in enumerate(created, start=old):
+            self.partitions[(name, index)] = partition
         log.info("topic %s grew from %d to %d partitions", name, old, count)
 
     def alter_configs(
@@ -206,3 +263,9 @@ class TopicManager:
     def close(self) -> None:
         for partition in self.partitions.values():
             partition.close()
+
+
+def _storage_error(what: str, exc: OSError) -> KafkaProtocolError:
+    """Kafka answers a log directory failure during topic creation with KAFKA_STORAGE_ERROR."""
+    log.error("%s failed, nothing recorded: %s", what, exc)
+    return KafkaProtocolError(ErrorCode.kafka_storage_error, f"{what}: {exc}")

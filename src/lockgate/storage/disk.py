@@ -13,9 +13,10 @@ import logging
 import os
 import resource
 import shutil
+from typing import Protocol
 
 from lockgate.storage.errors import OfflineError, StorageError, as_storage_error
-from lockgate.storage.handles import HandleCache, default_budget
+from lockgate.storage.handles import HandleCache, default_budget, raise_nofile_limit
 
 log = logging.getLogger(__name__)
 
@@ -204,3 +205,23 @@ class DiskEngine:
 
     def rename(self, source: str, target: str) -> None:
         os.replace(self._path(source), self._path(target))
+
+
+class _BrokerSettings(Protocol):
+    def get(self, name: str) -> str: ...
+
+    def integer(self, name: str) -> int: ...
+
+
+def open_disk_engine(config: _BrokerSettings) -> DiskEngine:
+    """The broker's engine: raises the open file limit first, then sizes the handle budget."""
+    soft, hard = raise_nofile_limit()
+    budget = config.integer("lockgate.max.open.files")
+    engine = DiskEngine(config.get("log.dirs"), budget if budget > 0 else default_budget(soft))
+    log.info(
+        "open file limit %d (hard %d); segment files may keep %d descriptors open",
+        soft,
+        hard,
+        engine.handles.budget,
+    )
+    return engine

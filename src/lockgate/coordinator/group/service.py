@@ -26,7 +26,7 @@ from lockgate.coordinator.group.records import (
 from lockgate.coordinator.group.state import GroupState
 from lockgate.coordinator.txn.log import partition_for
 from lockgate.log.partition import Partition
-from lockgate.protocol.errors import ErrorCode
+from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.protocol.records import (
     CONTROL_COMMIT,
     TRANSACTIONAL_BIT,
@@ -78,7 +78,10 @@ class GroupCoordinator:
 
     def _partition_at(self, index: int) -> Partition:
         partition = self.broker.topics.get(CONSUMER_OFFSETS_TOPIC, index)
-        assert partition is not None
+        if partition is None:  # the internal topic's log could not be opened
+            raise KafkaProtocolError(
+                ErrorCode.coordinator_not_available, f"{CONSUMER_OFFSETS_TOPIC}-{index} is not open"
+            )
         return partition
 
     def _append(

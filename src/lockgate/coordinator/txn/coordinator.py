@@ -206,7 +206,8 @@ def add_partitions(
     error = _check_producer(meta, producer_id, producer_epoch)
     if error:
         return fail(error)
-    assert meta is not None
+    if meta is None:  # _check_producer answers for a missing id; this keeps mypy and us honest
+        return fail(ErrorCode.invalid_producer_id_mapping)
     if meta.state in PREPARING or meta.state == TxnState.PREPARE_EPOCH_FENCE:
         return fail(ErrorCode.concurrent_transactions)
     if meta.state == TxnState.DEAD:
@@ -233,7 +234,8 @@ def verify_partition(
     error = _check_producer(meta, producer_id, producer_epoch)
     if error:
         return error
-    assert meta is not None
+    if meta is None:
+        return ErrorCode.invalid_producer_id_mapping
     if meta.state != TxnState.ONGOING or partition not in meta.partitions:
         return ErrorCode.transaction_abortable
     return ErrorCode.none

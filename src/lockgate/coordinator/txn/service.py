@@ -107,7 +107,10 @@ class TransactionCoordinator:
 
     def _log_partition_at(self, index: int) -> Partition:
         partition = self.broker.topics.get(TRANSACTION_STATE_TOPIC, index)
-        assert partition is not None
+        if partition is None:  # the internal topic's log could not be opened
+            raise KafkaProtocolError(
+                ErrorCode.coordinator_not_available, f"{TRANSACTION_STATE_TOPIC}-{index} not open"
+            )
         return partition
 
     def coordinator_epoch(self, transactional_id: str) -> int:
