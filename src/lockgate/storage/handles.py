@@ -2,9 +2,12 @@
 # shared by every segment file, so fd use stays bounded whatever the partition count.
 #
 # Invariants: at most `budget` handles are open, except handles in use right now (pinned by a
-# read, an append or an fsync running in a worker thread) and handles of files with writes not
-# yet fsynced: closing those would let a writeback error go unreported to the next fsync.
-# Every method takes the lock: fsyncs run in worker threads while the event loop appends.
+# read, an append or an fsync running in a worker thread). Eviction closes the least recently
+# used handles of files without unsynced writes first; only when those are not enough does it
+# close a dirty one: its pages stay in the page cache, the next fsync reopens the file and
+# flushes them, and since Linux 4.16 a writeback error nobody has seen yet is reported to that
+# fsync even through a new descriptor. Every method takes the lock: fsyncs run in worker
+# threads while the event loop appends.
 from __future__ import annotations
 
 import errno
@@ -50,10 +53,11 @@ class HandleCache:
                 fd = self._open_locked(file)
                 self._open[file] = fd
                 self.opened += 1
+                self._pins[file] = self._pins.get(file, 0) + 1  # before evicting: not this one
                 self._evict_locked()
                 self.peak = max(self.peak, len(self._open))
-            else:
-                self._open.move_to_end(file)
+                return fd
+            self._open.move_to_end(file)
             self._pins[file] = self._pins.get(file, 0) + 1
             return fd
 
@@ -96,13 +100,14 @@ class HandleCache:
         freed = 0
         if len(self._open) <= limit:
             return 0
-        for candidate in list(self._open):
-            if len(self._open) <= limit:
-                break
-            if candidate in self._pins or candidate.dirty:
-                continue
-            os.close(self._open.pop(candidate))
-            freed += 1
+        for allow_dirty in (False, True):
+            for candidate in list(self._open):
+                if len(self._open) <= limit:
+                    return freed
+                if candidate in self._pins or (candidate.dirty and not allow_dirty):
+                    continue
+                os.close(self._open.pop(candidate))
+                freed += 1
         return freed
 
     def _close_locked(self, file: CachedFile) -> None:
