@@ -16,11 +16,11 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import KafkaError, Message, Producer
 from kafka import KafkaProducer
 from kafka.errors import KafkaError as PythonKafkaError
 from kafka.errors import KafkaStorageError
@@ -82,8 +82,8 @@ class Tally:
         self.acked: list[int] = []
         self.errors: list[int] = []
 
-    def callback(self, n: int) -> object:
-        def delivered(error: KafkaError | None, _message: object) -> None:
+    def callback(self, n: int) -> Callable[[KafkaError | None, Message], None]:
+        def delivered(error: KafkaError | None, _message: Message) -> None:
             if error is None:
                 self.acked.append(n)
             else:
