@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -34,12 +35,15 @@ class BrokerProcess:
         data_dir: Path,
         settings: dict[str, str] | None = None,
         env: dict[str, str] | None = None,
+        preexec: Callable[[], None] | None = None,
     ) -> None:
         self.data_dir = data_dir
         self.port = free_port()
         self.settings = dict(settings or {})
         # Extra environment variables for the child (on top of ours); change before a restart.
         self.env = dict(env or {})
+        # Runs in the child before exec (e.g. resource.setrlimit for a file-descriptor budget).
+        self.preexec = preexec
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir.parent / f"{data_dir.name}-broker.log"
 
@@ -63,7 +67,7 @@ class BrokerProcess:
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
         environment = {**os.environ, **self.env} if self.env else None
         self.process = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, env=environment
+            command, stdout=log, stderr=subprocess.STDOUT, env=environment, preexec_fn=self.preexec
         )
         log.close()
         try:
