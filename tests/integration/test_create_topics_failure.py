@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, NewPartitions
-from confluent_kafka.cimpl import NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewPartitions, NewTopic
 
 from lockgate.server.broker import Broker
 from lockgate.server.config import BrokerConfig
