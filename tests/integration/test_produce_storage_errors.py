@@ -41,7 +41,7 @@ async def broker() -> AsyncIterator[Broker]:
         await instance.stop()
 
 
-def send(bootstrap: str, batches: dict[int, bytes], repeat: int = 1) -> list[ProduceResult]:
+def send(bootstrap: str, batches: dict[int, bytes | None], repeat: int = 1) -> list[ProduceResult]:
     with KafkaWire(bootstrap) as wire:  # one connection for every request
         return [produce(wire, 9, TOPIC, batches) for _ in range(repeat)]
 
