@@ -7,7 +7,7 @@
 # File handles come from the storage engine (bounded, reopened on demand).
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from lockgate.log.index import OffsetIndex, TimeIndex
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
@@ -99,12 +99,23 @@ class Segment:
         self.max_timestamp, self._bytes_since_index, offsets, times = saved
         if next_offset is not None:
             self.next_offset = next_offset
-        if len(self.offset_index.positions) > offsets:
-            self.offset_index.truncate_entries(offsets)
-        if len(self.time_index.timestamps) > times:
-            self.time_index.truncate_entries(times)
+        # The log first: a batch left behind would share its offsets with the next append.
+        # Each step runs even if an earlier one fails; the first failure is raised.
+        steps: list[Callable[[], None]] = []
         if self.log.size > position:
-            self.log.truncate(position)
+            steps.append(lambda: self.log.truncate(position))
+        if len(self.offset_index.positions) > offsets:
+            steps.append(lambda: self.offset_index.truncate_entries(offsets))
+        if len(self.time_index.timestamps) > times:
+            steps.append(lambda: self.time_index.truncate_entries(times))
+        failure: OSError | None = None
+        for step in steps:
+            try:
+                step()
+            except OSError as exc:
+                failure = failure or exc
+        if failure is not None:
+            raise failure
 
     # -- reading -------------------------------------------------------------------------------
 

@@ -246,3 +246,22 @@ def test_log_config_is_unchanged_by_a_failed_create() -> None:
     record = topics.create("t", 1, 1, {})
     assert topics.get("t", 0) is not None
     assert replace(record).configs == {}
+
+
+def test_an_undo_that_cannot_cut_the_log_leaves_the_partition_refusing_appends() -> None:
+    faults = MemoryFaults()
+    engine, partition = make(faults)
+    data = batch(0)
+    faults.capacity = engine.used_bytes() + len(data) + 4  # the index entry does not fit
+    faults.truncate_errno = errno.EIO  # and nothing can be cut back
+    with pytest.raises(StorageError):
+        append(partition, data)
+    faults.capacity = None
+    faults.truncate_errno = None
+    assert partition.log_end_offset == 0
+    with pytest.raises(StorageError):  # never a second batch at the same offsets
+        append(partition, data)
+    reloaded = Partition(engine, "t", 0, uuid.UUID(int=1), LogConfig)
+    reloaded.load(9_000)  # the unacknowledged batch may survive; it is whole and indexed
+    assert reloaded.log_end_offset in (0, 2)
+    assert append(reloaded, batch(2)) == reloaded.log_end_offset - 2
