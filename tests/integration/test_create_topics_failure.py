@@ -95,3 +95,27 @@ async def test_create_topics_failing_midway_records_nothing(engine: MemoryEngine
         assert topics["huge"] == 100 and topics["growing"] == 8
     finally:
         await again.stop()
+
+
+def partition_errors(bootstrap: str, topic: str) -> dict[int, tuple[int, int]]:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    meta = admin.list_topics(topic, timeout=20).topics[topic]
+    return {
+        index: (p.error.code() if p.error is not None else 0, p.leader)
+        for index, p in meta.partitions.items()
+    }
+
+
+async def test_metadata_of_a_partition_without_an_open_log_is_an_error_not_a_crash(
+    engine: MemoryEngine,
+) -> None:
+    broker = await started(engine)
+    bootstrap = f"127.0.0.1:{broker.port}"
+    try:
+        assert await asyncio.to_thread(create, bootstrap, "gap", 2) == 0
+        broker.topics.partitions.pop(("gap", 1))  # as if its log could not be opened
+        errors = await asyncio.to_thread(partition_errors, bootstrap, "gap")
+        assert errors[0] == (0, broker.node_id)
+        assert errors[1] == (KafkaError.LEADER_NOT_AVAILABLE, -1)
+    finally:
+        await broker.stop()

@@ -265,3 +265,13 @@ def test_an_undo_that_cannot_cut_the_log_leaves_the_partition_refusing_appends()
     reloaded.load(9_000)  # the unacknowledged batch may survive; it is whole and indexed
     assert reloaded.log_end_offset in (0, 2)
     assert append(reloaded, batch(2)) == reloaded.log_end_offset - 2
+
+
+def test_create_topic_whose_directory_cannot_be_made_records_nothing() -> None:
+    faults = MemoryFaults(make_dirs_errno=errno.ENOSPC)
+    engine = MemoryEngine(faults)
+    topics = manager(engine)
+    with pytest.raises(KafkaProtocolError) as caught:
+        topics.create("t", 2, 1, {})
+    assert caught.value.code == ErrorCode.kafka_storage_error
+    assert "t" not in topics.topics and topics.store.topics() == {}
