@@ -117,3 +117,18 @@ def test_default_budget_leaves_room_for_sockets() -> None:
     assert default_budget(1024) == 512
     assert default_budget(256) == 128
     assert default_budget(10) == MIN_BUDGET
+
+
+def test_the_broker_engine_takes_its_budget_from_the_config_or_the_limit(tmp_path: Path) -> None:
+    from lockgate.server.config import BrokerConfig
+    from lockgate.storage.disk import open_disk_engine
+
+    soft_before, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        given = BrokerConfig({"log.dirs": str(tmp_path / "a"), "lockgate.max.open.files": "40"})
+        assert open_disk_engine(given).handles.budget == 40
+        derived = open_disk_engine(BrokerConfig({"log.dirs": str(tmp_path / "b")}))
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        assert derived.handles.budget == default_budget(soft)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft_before, hard))
