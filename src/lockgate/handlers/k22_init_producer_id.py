@@ -11,6 +11,8 @@ Behaviour:
   epoch exhaustion allocates a new producer id; an unknown producer id: PRODUCER_FENCED.
 - Exactly one of ProducerId/ProducerEpoch -1: INVALID_REQUEST. Timeout ≤ 0 or above
   transaction.max.timeout.ms: INVALID_TRANSACTION_TIMEOUT.
+- No producer id block can be persisted (disk full): COORDINATOR_LOAD_IN_PROGRESS, as Kafka
+  answers while its next block is not available; clients retry.
 - v6 (KIP-939): Enable2Pc marks the id's transactions two-phase (never aborted by the timeout
   task); refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED unless
   transaction.two.phase.commit.enable=true. KeepPreparedTxn keeps an open transaction instead
@@ -32,7 +34,7 @@ from lockgate.handlers.common import field, millis
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.handlers.txn_common import map_fenced
 from lockgate.protocol.api import ApiKey
-from lockgate.protocol.errors import ErrorCode
+from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 
 
 def _answer(
@@ -57,7 +59,10 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     transactional_id = request.transactional_id
     broker = ctx.broker
     if transactional_id is None:
-        return _answer(ErrorCode.none, broker.producer_ids.allocate(), 0)
+        try:
+            return _answer(ErrorCode.none, broker.producer_ids.allocate(), 0)
+        except KafkaProtocolError as exc:
+            return _answer(exc.code)
     enable_2pc = field(request, "enable2_pc", False)
     if enable_2pc and not broker.config.flag("transaction.two.phase.commit.enable"):
         return _answer(ErrorCode.transactional_id_authorization_failed)
@@ -66,7 +71,28 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     gate = coordinator.gate(transactional_id)
     if gate:
         return _answer(gate)
-    outcome = rules.init_producer_id(
+    try:
+        outcome = _decide(ctx, request, transactional_id, producer_id, epoch, enable_2pc)
+    except KafkaProtocolError as exc:  # no producer id could be allocated
+        return _answer(exc.code)
+    error = await coordinator.apply(transactional_id, outcome)
+    if error:
+        return _answer(map_fenced(error, ctx.api_version, 4))
+    ongoing = (outcome.ongoing_producer_id, outcome.ongoing_producer_epoch)
+    return _answer(ErrorCode.none, outcome.producer_id, outcome.producer_epoch, ongoing)
+
+
+def _decide(
+    ctx: RequestContext,
+    request: Any,
+    transactional_id: str,
+    producer_id: int,
+    epoch: int,
+    enable_2pc: bool,
+) -> rules.Outcome:
+    broker = ctx.broker
+    coordinator = broker.transactions
+    return rules.init_producer_id(
         coordinator.txns.get(transactional_id),
         transactional_id,
         millis(request.transaction_timeout),
@@ -78,8 +104,3 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
         enable_2pc,
         field(request, "keep_prepared_txn", False),
     )
-    error = await coordinator.apply(transactional_id, outcome)
-    if error:
-        return _answer(map_fenced(error, ctx.api_version, 4))
-    ongoing = (outcome.ongoing_producer_id, outcome.ongoing_producer_epoch)
-    return _answer(ErrorCode.none, outcome.producer_id, outcome.producer_epoch, ongoing)

@@ -22,6 +22,7 @@ from lockgate.coordinator.txn import coordinator as rules
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.handlers.txn_common import map_fenced
 from lockgate.protocol.api import ApiKey
+from lockgate.protocol.errors import KafkaProtocolError
 
 FIRST_TV2_VERSION = 5
 
@@ -35,15 +36,18 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     gate = coordinator.gate(transactional_id)
     if gate:
         return {**answer, "error_code": gate}
-    outcome = rules.end_txn(
-        coordinator.txns.get(transactional_id),
-        request.producer_id,
-        request.producer_epoch,
-        request.committed,
-        ctx.received_ms,
-        2 if ctx.api_version >= FIRST_TV2_VERSION else 0,
-        ctx.broker.producer_ids.allocate,
-    )
+    try:
+        outcome = rules.end_txn(
+            coordinator.txns.get(transactional_id),
+            request.producer_id,
+            request.producer_epoch,
+            request.committed,
+            ctx.received_ms,
+            2 if ctx.api_version >= FIRST_TV2_VERSION else 0,
+            ctx.broker.producer_ids.allocate,
+        )
+    except KafkaProtocolError as exc:  # epoch exhausted and no new producer id available
+        return {**answer, "error_code": exc.code}
     error = await coordinator.apply(transactional_id, outcome)
     if error:
         return {**answer, "error_code": map_fenced(error, ctx.api_version, 2)}
