@@ -48,11 +48,12 @@ PYTEST_WORKERS ?= 2
 test: setup-dev system-deps lint typecheck
 	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
-# The long fault-injection run (tests/faults): `make soak SEEDS=200 [DURATION=20]`.
+# The long fault-injection run (tests/faults): `make soak SEEDS=200 [DURATION=20] [LIFECYCLE=1]`;
+# LIFECYCLE=1 adds small segments, compaction, retention and more broker kills.
 SEEDS ?= 200
 DURATION ?= 20
 soak: setup-dev
-	$(BIN)/python -m tests.faults.run --seeds 1-$(SEEDS) --duration $(DURATION)
+	$(BIN)/python -m tests.faults.run --seeds 1-$(SEEDS) --duration $(DURATION) $(if $(LIFECYCLE),--lifecycle)
 
 # Protocol fuzzing against a live broker: `make fuzz [FRAMES=100000]`.
 FRAMES ?= 100000

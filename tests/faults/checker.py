@@ -9,11 +9,17 @@
 #   non_monotonic     a reader saw a partition's offsets go backwards or repeat
 #   group_mismatch    a consume-transform-produce stage whose outputs differ from the
 #                     committed inputs below its group's committed offsets
+#
+# Lifecycle runs delete and compact on purpose (a "lifecycle" event names the topics): a
+# committed value missing from the final read is not lost when its offset is below its
+# partition's final log start offset on a topic with retention, or when a later offset of the
+# same key is visible on a compacted topic. Anywhere else it is lost.
 from __future__ import annotations
 
 import itertools
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from tests.faults.history import Event
 
@@ -36,6 +42,7 @@ def check(events: Iterable[Event]) -> Counter[str]:
     position = {e["value"]: (e["topic"], e["partition"], e["offset"]) for e in finals}
     read_values = {e["value"] for e in events if e["type"] == "read"}
     anomalies["duplicated"] = sum(count - 1 for count in seen.values() if count > 1)
+    gone = _deleted_on_purpose(events, finals)
 
     # A writer records a transaction before committing it ("pending") and again with its
     # outcome; the last record counts, and a pending one whose writer died is unknown.
@@ -44,12 +51,18 @@ def check(events: Iterable[Event]) -> Counter[str]:
     for txn in latest.values():
         values = [v[0] for v in txn["values"]]
         visible = [v for v in values if v in seen]
+        offsets = txn.get("offsets") or [-1] * len(values)
+        accounted = len(visible) + sum(
+            1
+            for entry, offset in zip(txn["values"], offsets, strict=True)
+            if entry[0] not in seen and gone(entry, offset)
+        )
         if txn["outcome"] == "committed":
-            anomalies["lost"] += len(values) - len(visible)
+            anomalies["lost"] += len(values) - accounted
         elif txn["outcome"] == "aborted":
             anomalies["aborted_read"] += len(visible)
             anomalies["aborted_read"] += sum(1 for v in values if v in read_values)
-        if visible and len(visible) != len(values):
+        if visible and accounted != len(values):
             anomalies["torn"] += 1
         for index, value in enumerate(values):
             if value in position:
@@ -68,6 +81,36 @@ def check(events: Iterable[Event]) -> Counter[str]:
 
     anomalies["group_mismatch"] += _pipelines(events, finals)
     return anomalies
+
+
+def _deleted_on_purpose(
+    events: list[Event], finals: list[Event]
+) -> Callable[[list[Any], int], bool]:
+    """Whether a committed value absent from the final read was removed by retention or
+    compaction as configured, given its [value, topic, partition, key?] entry and its offset
+    (-1 when the broker answered a retry without one)."""
+    retained: set[str] = set()
+    compacted: set[str] = set()
+    for event in events:
+        if event["type"] == "lifecycle":
+            retained.update(event["retained_topics"])
+            compacted.update(event["compacted_topics"])
+    starts = {(e["topic"], e["partition"]): e["offset"] for e in events if e["type"] == "start"}
+    newest_by_key: dict[tuple[str, int, str], int] = {}
+    for final in finals:
+        if final.get("key") is not None:
+            slot = (final["topic"], final["partition"], final["key"])
+            newest_by_key[slot] = max(newest_by_key.get(slot, -1), final["offset"])
+
+    def gone(entry: list[Any], offset: int) -> bool:
+        topic, partition = entry[1], entry[2]
+        if topic in retained and offset < starts.get((topic, partition), 0):
+            return True
+        if topic in compacted and len(entry) > 3:
+            return newest_by_key.get((topic, partition, entry[3]), -1) > offset
+        return False
+
+    return gone
 
 
 def _pipelines(events: list[Event], finals: list[Event]) -> int:

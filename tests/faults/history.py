@@ -5,9 +5,14 @@
 #   txn    {producer, txn, values: [[value, topic, partition]...], outcome}  outcome is
 #          "committed" (commit acknowledged), "aborted" (abort acknowledged), "unknown"
 #          (the writer lost contact mid-way: all or nothing may be visible) or "pending"
-#          (recorded before the commit; superseded by the outcome unless the writer died)
+#          (recorded before the commit; superseded by the outcome unless the writer died);
+#          a value may carry a fourth item, its key; a committed one carries "offsets", each
+#          value's offset (-1 where the broker answered a retry as a duplicate)
 #   read   {reader, topic, partition, offset, value}  a read_committed read during the run
-#   final  {topic, partition, offset, value}  the read_committed scan after the faults healed
+#   final  {topic, partition, offset, value, key}  the read_committed scan after the faults
+#          healed
+#   start  {topic, partition, offset}  a partition's log start offset after that scan
+#   lifecycle {retained_topics, compacted_topics}  topics whose data is deleted on purpose
 #   group  {group, topic, partition, offset}  a group's committed offset after the run
 #   pipe   {input_topic, output_topic, group}  a consume-transform-produce stage ran:
 #          every committed input below the group's offset must appear once as "out:<input>"

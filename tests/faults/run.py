@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from lockgate.client.admin import Admin
@@ -43,6 +44,33 @@ BROKER_SETTINGS = {
 }
 FAULTS = ("kill", "pause", "drop", "delay-end-txn", "duplicate", "cut", "crash-client")
 HEAL_TIMEOUT_S = 60.0
+
+# --lifecycle: storage runs for weeks in a few seconds. Small segments everywhere (the internal
+# topics too, so their compaction has work), the cleaner and retention checked every second, a
+# compacted keyed topic, a topic with a 4 s retention, and the broker killed more often.
+LIFECYCLE_SETTINGS = {
+    "log.segment.bytes": "16384",
+    "log.retention.check.interval.ms": "1000",
+    "log.cleaner.backoff.ms": "1000",
+    "log.cleaner.min.cleanable.ratio": "0.1",
+    "log.cleaner.delete.retention.ms": "2000",
+}
+RETAINED_TOPIC_CONFIG = {"retention.ms": "4000", "segment.bytes": "8192"}
+COMPACTED_TOPIC_CONFIG = {
+    "cleanup.policy": "compact",
+    "segment.bytes": "8192",
+    "min.cleanable.dirty.ratio": "0.1",
+    "delete.retention.ms": "1000",
+}
+LIFECYCLE_FAULTS = (*FAULTS, "kill", "kill", "kill")
+
+
+@dataclass
+class SeedResult:
+    anomalies: Counter[str]
+    faults: Counter[str]
+    disk_max_bytes: int = 0  # the data directory's largest size seen during the run
+    disk_end_bytes: dict[str, int] = field(default_factory=dict)  # per topic, at the end
 
 
 class ConfluentWriterProcess:
@@ -91,11 +119,13 @@ class Nemesis:
         proxy: FaultProxy,
         rng: random.Random,
         client: ConfluentWriterProcess,
+        faults: tuple[str, ...] = FAULTS,
     ) -> None:
         self.broker = broker
         self.proxy = proxy
         self.rng = rng
         self.client = client
+        self.faults = faults
         self.applied: Counter[str] = Counter()
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -104,7 +134,7 @@ class Nemesis:
                 await asyncio.wait_for(stop.wait(), self.rng.uniform(1.0, 3.0))
             if stop.is_set():
                 return
-            fault = self.rng.choice(FAULTS)
+            fault = self.rng.choice(self.faults)
             self.applied[fault] += 1
             log.info("nemesis: %s", fault)
             await getattr(self, "_" + fault.replace("-", "_"))()
@@ -148,16 +178,37 @@ class Nemesis:
         self.client.start()
 
 
-async def run_seed(seed: int, duration: float, scratch: Path) -> tuple[Counter[str], Counter[str]]:
+async def run_seed(
+    seed: int, duration: float, scratch: Path, lifecycle: bool = False
+) -> SeedResult:
     rng = random.Random(seed)
     history_path = scratch / f"history-{seed}.jsonl"
     history = History(history_path)
+    data_dir = scratch / f"data-{seed}"
+    settings = {**BROKER_SETTINGS, **(LIFECYCLE_SETTINGS if lifecycle else {})}
+    disk = DiskSampler(data_dir)
     with FaultProxy() as proxy:
-        broker = broker_behind(proxy, scratch / f"data-{seed}", BROKER_SETTINGS).start()
+        broker = broker_behind(proxy, data_dir, settings).start()
         client = ConfluentWriterProcess(f"cw-{seed}", proxy.address, scratch, seed)
         try:
             for topic in (*workload.TOPICS, workload.PIPE_OUTPUT):
-                await asyncio.to_thread(create_topic, broker.bootstrap, topic, workload.PARTITIONS)
+                config = RETAINED_TOPIC_CONFIG if lifecycle and topic == "events-b" else None
+                await asyncio.to_thread(
+                    create_topic, broker.bootstrap, topic, workload.PARTITIONS, config
+                )
+            if lifecycle:
+                await asyncio.to_thread(
+                    create_topic,
+                    broker.bootstrap,
+                    workload.KEYED_TOPIC,
+                    workload.PARTITIONS,
+                    COMPACTED_TOPIC_CONFIG,
+                )
+                history.record(
+                    "lifecycle",
+                    retained_topics=["events-b"],
+                    compacted_topics=[workload.KEYED_TOPIC],
+                )
             history.record(
                 "pipe",
                 input_topic=workload.PIPE_INPUT,
@@ -165,15 +216,27 @@ async def run_seed(seed: int, duration: float, scratch: Path) -> tuple[Counter[s
                 group=workload.PIPE_GROUP,
             )
             client.start()
-            nemesis = Nemesis(broker, proxy, rng, client)
+            nemesis = Nemesis(broker, proxy, rng, client, LIFECYCLE_FAULTS if lifecycle else FAULTS)
             writers = [
                 workload.Writer(f"w{i}-{seed}", proxy.address, history, seed) for i in range(3)
             ]
+            if lifecycle:
+                writers.append(
+                    workload.Writer(
+                        f"kv-{seed}",
+                        proxy.address,
+                        history,
+                        seed,
+                        topics=(workload.KEYED_TOPIC,),
+                        keys=workload.KEYS,
+                    )
+                )
             pipeline = workload.Pipeline(proxy.address, history)
             stop_faults, stop_writers, stop_pipeline = (asyncio.Event() for _ in range(3))
             tasks = [asyncio.create_task(w.run(stop_writers)) for w in writers]
             pipe_task = asyncio.create_task(pipeline.run(stop_pipeline))
             nemesis_task = asyncio.create_task(nemesis.run(stop_faults))
+            disk_task = asyncio.create_task(disk.run())
             await asyncio.sleep(duration)
             stop_faults.set()
             await nemesis_task
@@ -188,12 +251,55 @@ async def run_seed(seed: int, duration: float, scratch: Path) -> tuple[Counter[s
             stop_pipeline.set()
             await asyncio.wait_for(pipe_task, HEAL_TIMEOUT_S)
             await _settle(broker.bootstrap)
-            await _final_reads(broker.bootstrap, history)
+            if lifecycle:
+                # a last cleaner pass, then a crash: the final reads see what a restart rebuilt
+                # from compacted internal topics and trimmed logs
+                await asyncio.sleep(3)
+                await asyncio.to_thread(broker.kill)
+                await asyncio.to_thread(broker.start)
+            await _final_reads(broker.bootstrap, history, lifecycle)
+            disk_task.cancel()
         finally:
             history.close()
             client.crash()
             broker.kill()
-    return check(load([history_path, *client.histories])), nemesis.applied
+    return SeedResult(
+        check(load([history_path, *client.histories])),
+        nemesis.applied,
+        disk.largest,
+        disk.per_topic(),
+    )
+
+
+class DiskSampler:
+    """The data directory's size, sampled every half second (a lifecycle run must stay
+    bounded however long it runs)."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.largest = 0
+
+    async def run(self) -> None:
+        while True:
+            self.largest = max(self.largest, await asyncio.to_thread(self._size, self.data_dir))
+            await asyncio.sleep(0.5)
+
+    @staticmethod
+    def _size(directory: Path) -> int:
+        total = 0
+        for path in directory.rglob("*"):
+            with contextlib.suppress(OSError):
+                if path.is_file():
+                    total += path.stat().st_size
+        return total
+
+    def per_topic(self) -> dict[str, int]:
+        sizes: Counter[str] = Counter()
+        if self.data_dir.exists():
+            for child in self.data_dir.iterdir():
+                if child.is_dir():
+                    sizes[child.name.rpartition("-")[0]] += self._size(child)
+        return dict(sizes)
 
 
 async def _settle(bootstrap: str) -> None:
@@ -229,8 +335,8 @@ async def _wait_for_pipeline(bootstrap: str) -> None:
     log.warning("the pipeline did not catch up before the deadline: (committed, end) %s", behind)
 
 
-async def _final_reads(bootstrap: str, history: History) -> None:
-    partitions = workload.all_partitions()
+async def _final_reads(bootstrap: str, history: History, lifecycle: bool = False) -> None:
+    partitions = workload.all_partitions(lifecycle)
     async with Consumer(bootstrap, auto_offset_reset="earliest") as consumer:
         consumer.assign(partitions)
         await consumer.seek_to_beginning(partitions)
@@ -247,9 +353,13 @@ async def _final_reads(bootstrap: str, history: History) -> None:
                     partition=message.partition,
                     offset=message.offset,
                     value=(message.value or b"").decode(),
+                    key=None if message.key is None else message.key.decode(),
                 )
         else:
             raise RuntimeError("the final read did not reach the last stable offsets")
+        # after the scan: values that retention deleted meanwhile are below these too
+        for tp, offset in (await consumer.beginning_offsets(partitions)).items():
+            history.record("start", topic=tp.topic, partition=tp.partition, offset=offset)
     async with Admin(bootstrap) as admin:
         for tp, offset in (await admin.list_group_offsets(workload.PIPE_GROUP)).items():
             history.record(
@@ -271,6 +381,11 @@ def main() -> int:
     parser.add_argument("--seeds", default="1-3", help="e.g. 1-200 or 4,9,12")
     parser.add_argument("--duration", type=float, default=20.0, help="seconds of faults per seed")
     parser.add_argument("--keep", type=Path, help="keep histories and data here")
+    parser.add_argument(
+        "--lifecycle",
+        action="store_true",
+        help="small segments, compaction, retention and more broker kills (storage lifecycle)",
+    )
     options = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     results: dict[int, Counter[str]] = {}
@@ -279,11 +394,20 @@ def main() -> int:
         scratch.mkdir(parents=True, exist_ok=True)
         for seed in parse_seeds(options.seeds):
             started = time.monotonic()
-            anomalies, faults = asyncio.run(run_seed(seed, options.duration, scratch))
-            results[seed] = anomalies
+            result = asyncio.run(run_seed(seed, options.duration, scratch, options.lifecycle))
+            results[seed] = result.anomalies
+            disk = ""
+            if options.lifecycle:
+                ends = ", ".join(
+                    f"{topic} {size / 2**20:.2f}"
+                    for topic, size in sorted(result.disk_end_bytes.items())
+                )
+                disk = (
+                    f"; disk max {result.disk_max_bytes / 2**20:.1f} MiB, at the end (MiB) {ends}"
+                )
             print(
-                f"seed {seed}: {sum(anomalies.values())} anomalies in "
-                f"{time.monotonic() - started:.0f}s; faults {dict(faults)}",
+                f"seed {seed}: {sum(result.anomalies.values())} anomalies in "
+                f"{time.monotonic() - started:.0f}s; faults {dict(result.faults)}{disk}",
                 flush=True,
             )
     print(table(results))

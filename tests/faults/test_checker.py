@@ -102,3 +102,66 @@ def test_group_offsets_against_outputs(outputs: list[str], expected: int) -> Non
 def test_table_totals() -> None:
     text = table({1: check(clean()), 2: check([txn("p", 0, ["a"], "committed")])})
     assert text.splitlines()[-1].split()[:2] == ["total", "1"]
+
+
+# -- lifecycle runs: data deleted on purpose is not lost -------------------------------------
+
+
+def lifecycle(retained: list[str], compacted: list[str]) -> Event:
+    return {"type": "lifecycle", "retained_topics": retained, "compacted_topics": compacted}
+
+
+def start(offset: int, topic: str = "t") -> Event:
+    return {"type": "start", "topic": topic, "partition": 0, "offset": offset}
+
+
+def committed_at(number: int, values: list[str], offsets: list[int]) -> Event:
+    return {**txn("p", number, values, "committed"), "offsets": offsets}
+
+
+def test_values_below_the_log_start_of_a_retained_topic_are_not_lost() -> None:
+    events = [lifecycle(["t"], []), committed_at(0, ["a", "b"], [0, 1]), start(1)]
+    events.append({"type": "final", "topic": "t", "partition": 0, "offset": 1, "value": "b"})
+    assert sum(check(events).values()) == 0
+
+
+def test_retention_excuses_nothing_at_or_above_the_log_start() -> None:
+    events = [lifecycle(["t"], []), committed_at(0, ["a", "b"], [0, 1]), start(1)]
+    only("lost", 1, events)
+
+
+def test_retention_excuses_nothing_on_topics_without_it() -> None:
+    events = [lifecycle(["other"], []), committed_at(0, ["a"], [0]), start(1)]
+    only("lost", 1, events)
+
+
+def keyed(number: int, values: list[tuple[str, str]], offsets: list[int]) -> Event:
+    event = committed_at(number, [v for v, _ in values], offsets)
+    event["values"] = [[v, "t", 0, k] for v, k in values]
+    return event
+
+
+def final_keyed(offset: int, value: str, key: str) -> Event:
+    return {"type": "final", "topic": "t", "partition": 0, "offset": offset, "value": value,
+            "key": key}  # fmt: skip
+
+
+def test_a_value_compacted_behind_a_newer_one_of_its_key_is_not_lost() -> None:
+    events = [
+        lifecycle([], ["t"]),
+        keyed(0, [("a", "k1"), ("b", "k2")], [0, 1]),
+        keyed(1, [("c", "k1")], [2]),
+        final_keyed(1, "b", "k2"),
+        final_keyed(2, "c", "k1"),
+    ]
+    assert sum(check(events).values()) == 0
+
+
+def test_compaction_that_drops_the_newest_value_of_a_key_loses_it() -> None:
+    events = [
+        lifecycle([], ["t"]),
+        keyed(0, [("a", "k1")], [0]),
+        keyed(1, [("c", "k1")], [2]),
+        final_keyed(0, "a", "k1"),
+    ]
+    only("lost", 1, events)

@@ -18,7 +18,7 @@ DURATION_S = 12.0
 async def test_no_anomaly_under_faults(tmp_path: Path) -> None:
     results = {}
     for seed in SEEDS:
-        anomalies, faults = await run_seed(seed, DURATION_S, tmp_path)
-        assert sum(faults.values()) > 0  # the nemesis did something
-        results[seed] = anomalies
+        result = await run_seed(seed, DURATION_S, tmp_path)
+        assert sum(result.faults.values()) > 0  # the nemesis did something
+        results[seed] = result.anomalies
     assert not any(sum(c.values()) for c in results.values()), "\n" + table(results)

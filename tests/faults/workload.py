@@ -15,7 +15,7 @@ from typing import Any
 from lockgate.client.cluster import TopicPartition
 from lockgate.client.consumer import Consumer, Message
 from lockgate.client.errors import KafkaError
-from lockgate.client.producer import Producer
+from lockgate.client.producer import Producer, RecordMetadata
 from lockgate.client.transactions import TransactionState
 from tests.faults.history import History
 
@@ -23,6 +23,10 @@ log = logging.getLogger(__name__)
 
 TOPICS = ("events-a", "events-b")
 PARTITIONS = 3
+# Lifecycle runs (run.py --lifecycle) add a compacted topic of keyed values; "events-b" then
+# has a short retention, so its oldest committed values are deleted on purpose.
+KEYED_TOPIC = "kv"
+KEYS = 40
 PIPE_INPUT, PIPE_OUTPUT, PIPE_GROUP = "events-a", "pipe-out", "pipe"
 TXN_TIMEOUT_MS = 5_000  # a crashed writer's transaction is aborted after this
 STEP_TIMEOUT_S = 20.0  # one transaction, start to end, whatever the faults
@@ -46,14 +50,31 @@ def _outcome_seen(future: asyncio.Future[Any]) -> None:
         future.exception()
 
 
-class Writer:
-    """Transactions of 1-8 unique values over both topics; 80% committed, the rest aborted."""
+def _offset_of(future: asyncio.Future[RecordMetadata]) -> int:
+    if not future.done() or future.cancelled() or future.exception() is not None:
+        return -1
+    return future.result().offset
 
-    def __init__(self, name: str, bootstrap: str, history: History, seed: int) -> None:
+
+class Writer:
+    """Transactions of 1-8 unique values over `topics`; 80% committed, the rest aborted. With
+    `keys`, every value gets one of that many keys (for a compacted topic)."""
+
+    def __init__(
+        self,
+        name: str,
+        bootstrap: str,
+        history: History,
+        seed: int,
+        topics: tuple[str, ...] = TOPICS,
+        keys: int = 0,
+    ) -> None:
         self.name = name
         self.bootstrap = bootstrap
         self.history = history
         self.rng = random.Random(f"{seed}-{name}")
+        self.topics = topics
+        self.keys = keys
         self.transactions = 0
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -61,15 +82,19 @@ class Writer:
         while not stop.is_set():
             number = self.transactions
             self.transactions += 1
-            values = [
+            values: list[list[object]] = [
                 [
                     f"{self.name}-{number}-{i}",
-                    self.rng.choice(TOPICS),
+                    self.rng.choice(self.topics),
                     self.rng.randrange(PARTITIONS),
                 ]
                 for i in range(self.rng.randint(1, 8))
             ]
+            if self.keys:
+                for value in values:
+                    value.append(f"k{self.rng.randrange(self.keys)}")
             commit = self.rng.random() < 0.8
+            offsets: list[int] = []
             try:
                 async with asyncio.timeout(STEP_TIMEOUT_S):
                     if producer is None:
@@ -82,7 +107,7 @@ class Writer:
                         )
                         await producer.start()
                         await producer.init_transactions()
-                    outcome = await self._transaction(producer, number, values, commit)
+                    outcome = await self._transaction(producer, number, values, commit, offsets)
             except (KafkaError, TimeoutError, OSError) as exc:
                 log.info("%s: transaction %d failed: %s", self.name, number, exc)
                 outcome = await self._abort_after_failure(producer)
@@ -91,22 +116,40 @@ class Writer:
                     producer = None
                     await asyncio.sleep(0.2)
             self.history.record(
-                "txn", producer=self.name, txn=number, values=values, outcome=outcome
+                "txn",
+                producer=self.name,
+                txn=number,
+                values=values,
+                outcome=outcome,
+                **({"offsets": offsets} if outcome == "committed" else {}),
             )
         await _discard(producer)
 
     async def _transaction(
-        self, producer: Producer, number: int, values: list[list[object]], commit: bool
+        self,
+        producer: Producer,
+        number: int,
+        values: list[list[object]],
+        commit: bool,
+        offsets: list[int],
     ) -> str:
+        """Runs one transaction; on commit, fills `offsets` with each value's offset (-1 where
+        the broker answered a retry as a duplicate without one)."""
         producer.begin_transaction()
         self.history.record("txn", producer=self.name, txn=number, values=values, outcome="pending")
-        for value, topic, partition in values:
+        sent_all = []
+        for value, topic, partition, *key in values:
             sent = await producer.send(
-                str(topic), str(value).encode(), partition=int(str(partition))
+                str(topic),
+                str(value).encode(),
+                str(key[0]).encode() if key else None,
+                partition=int(str(partition)),
             )
             sent.add_done_callback(_outcome_seen)
+            sent_all.append(sent)
         if commit:
             await producer.commit_transaction(timeout_ms=10_000)
+            offsets.extend(_offset_of(sent) for sent in sent_all)
             return "committed"
         await producer.abort_transaction(timeout_ms=10_000)
         return "aborted"
@@ -207,5 +250,6 @@ class Pipeline:
         self.committed = positions
 
 
-def all_partitions() -> list[TopicPartition]:
-    return [TopicPartition(topic, p) for topic in (*TOPICS, PIPE_OUTPUT) for p in range(PARTITIONS)]
+def all_partitions(lifecycle: bool = False) -> list[TopicPartition]:
+    topics = (*TOPICS, PIPE_OUTPUT, *((KEYED_TOPIC,) if lifecycle else ()))
+    return [TopicPartition(topic, p) for topic in topics for p in range(PARTITIONS)]
