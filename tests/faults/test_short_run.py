@@ -22,3 +22,11 @@ async def test_no_anomaly_under_faults(tmp_path: Path) -> None:
         assert sum(result.faults.values()) > 0  # the nemesis did something
         results[seed] = result.anomalies
     assert not any(sum(c.values()) for c in results.values()), "\n" + table(results)
+
+
+async def test_no_anomaly_over_a_storage_lifecycle(tmp_path: Path) -> None:
+    """Small segments, compaction, retention and broker kills (run.py --lifecycle)."""
+    result = await run_seed(4, DURATION_S, tmp_path, lifecycle=True)
+    assert result.faults["kill"] > 0 or sum(result.faults.values()) > 2
+    assert result.disk_max_bytes > 0
+    assert not sum(result.anomalies.values()), "\n" + table({4: result.anomalies})
