@@ -10,6 +10,9 @@ class LogConfig:
     segment_ms: int = 7 * 24 * 3600 * 1000
     retention_ms: int = 7 * 24 * 3600 * 1000  # -1: keep forever
     retention_bytes: int = -1  # -1: no size limit
+    # cleanup.policy includes "delete"; never for the internal topics, whose records are the
+    # coordinators' state (a group's offsets, a prepared transaction) however old they are
+    delete_retention: bool = True
     index_interval_bytes: int = 4096
     log_append_time: bool = False  # message.timestamp.type=LogAppendTime
     max_message_bytes: int = 1048588

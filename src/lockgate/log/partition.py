@@ -469,7 +469,7 @@ class Partition:
         """Deletes whole segments past retention.ms / retention.bytes; returns how many."""
         config = self.config
         deleted = 0
-        while True:
+        while config.delete_retention:
             oldest = self.segments[0]
             expired = (
                 config.retention_ms >= 0
@@ -497,6 +497,7 @@ class Partition:
             log.info(
                 "%s-%d: deleted segment %d by retention", self.topic, self.index, oldest.base_offset
             )
+        return deleted
 
 
 def _rebased(header: BatchHeader, base_offset: int) -> BatchHeader:

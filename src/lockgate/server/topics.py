@@ -13,6 +13,7 @@ import logging
 import re
 import uuid
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 from lockgate.log.config import LogConfig
 from lockgate.log.partition import Partition, partition_dir
@@ -75,7 +76,11 @@ class TopicManager:
     def _register(self, record: TopicRecord) -> None:
         self.topics[record.name] = record
         self.by_id[record.topic_id] = record
-        self._log_configs[record.name] = self.config.log_config(record.configs)
+        self._log_configs[record.name] = self._log_config(record, record.configs)
+
+    def _log_config(self, record: TopicRecord, configs: Mapping[str, str]) -> LogConfig:
+        config = self.config.log_config(configs)
+        return replace(config, delete_retention=False) if record.internal else config
 
     def _open_partition(self, record: TopicRecord, index: int, now_ms: int) -> Partition:
         partition = self._load_partition(record, index, now_ms)
@@ -257,7 +262,7 @@ class TopicManager:
         configs.update(checked)
         record.configs = configs
         self.store.put_topic(record)
-        self._log_configs[name] = self.config.log_config(configs)
+        self._log_configs[name] = self._log_config(record, configs)
         log.info("topic %s configs are now %s", name, configs)
 
     def close(self) -> None:

@@ -311,6 +311,15 @@ def test_retention_disabled_keeps_everything(storage: StorageEngine) -> None:
     assert len(log.partition.segments) == 6
 
 
+def test_a_log_without_the_delete_policy_is_never_trimmed(storage: StorageEngine) -> None:
+    """Internal topics: their records are coordinator state, however old."""
+    config = LogConfig(retention_ms=1_000, retention_bytes=1, delete_retention=False)
+    log = segmented_log(storage, config)
+    visible(log.partition)
+    assert log.partition.apply_retention(10**15) == 0
+    assert log.partition.log_start_offset == 0 and len(log.partition.segments) == 6
+
+
 def test_retention_of_the_only_segment_waits_for_the_high_watermark(
     storage: StorageEngine,
 ) -> None:
