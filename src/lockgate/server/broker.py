@@ -80,7 +80,6 @@ class Broker:
         self._tasks.append(asyncio.create_task(self._retention_loop()))
         self._tasks.append(asyncio.create_task(self._producer_expiry_loop()))
         self._tasks.append(asyncio.create_task(self._transaction_loops()))
-        self._tasks.append(asyncio.create_task(self._session_loop()))
         log.info(
             "lockgate broker %d listening on %s:%d (cluster %s, %d partitions loaded in %.2fs, "
             "durability %s)",
@@ -117,11 +116,6 @@ class Broker:
             if time.monotonic() - last_expiry >= expire_every / 1000:
                 last_expiry = time.monotonic()
                 await self.transactions.expire_idle()
-
-    async def _session_loop(self) -> None:
-        while True:
-            await asyncio.sleep(0.5)
-            self.groups.expire_sessions()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         connection = Connection(self, reader, writer)

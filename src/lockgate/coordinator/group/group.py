@@ -27,6 +27,7 @@ class Member:
     protocols: list[tuple[str, bytes]]
     assignment: bytes = b""
     last_heartbeat: float = 0.0
+    expiry: asyncio.TimerHandle | None = None  # fires session_timeout_ms after last_heartbeat
     join_waiter: asyncio.Future[dict[str, Any]] | None = None
     sync_waiter: asyncio.Future[dict[str, Any]] | None = None
 

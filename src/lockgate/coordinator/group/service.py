@@ -62,6 +62,8 @@ class GroupCoordinator:
         # producer id → group → offsets written in its open transaction
         self.pending_txn_offsets: dict[int, dict[str, dict[TopicPartition, CommittedOffset]]] = {}
         self.loaded = False
+        self.sessions_expired = 0
+        self.expiry_lateness_ms = 0.0  # the latest a session expired after its deadline
 
     # -- the offsets topic ----------------------------------------------------------------------
 
@@ -134,6 +136,9 @@ class GroupCoordinator:
                             (topic, p)
                         ] = decode_offset_value(value)
         self.loaded = True
+        for restored in self.groups.values():  # restored members get a session to come back
+            for member in restored.members.values():
+                self._touch(restored, member)
         log.info(
             "group coordinator loaded %d groups in %.2fs",
             len(self.groups),
@@ -244,13 +249,15 @@ class GroupCoordinator:
         if not group.supports(protocol_type, protocols):
             return error(ErrorCode.inconsistent_group_protocol)
         named = bool(member_id)
+        rejoined_static = False
+        previous_leader = group.leader
         if not member_id:
             member_id = f"{group_instance_id or client_id}-{uuid.uuid4()}"
             if group_instance_id is None and require_known_member_id:
                 group.pending_members.add(member_id)
                 return error(ErrorCode.member_id_required, member_id)
             if group_instance_id is not None:
-                self._replace_static_member(group, group_instance_id, member_id)
+                rejoined_static = self._replace_static_member(group, group_instance_id, member_id)
         elif (
             group_instance_id is not None
             and group.static_members.get(group_instance_id, member_id) != member_id
@@ -277,7 +284,7 @@ class GroupCoordinator:
             # topic metadata). Without this, a client that resends JoinGroup after each
             # completed join (kafka-python does when its poll times out mid-join) rebalances
             # the group for ever.
-            member.last_heartbeat = time.monotonic()
+            self._touch(group, member)
             return self._join_answer(group, member)
         if member is None:
             if not group.members:
@@ -299,7 +306,11 @@ class GroupCoordinator:
         member.protocols = protocols
         member.session_timeout_ms = session_timeout_ms
         member.rebalance_timeout_ms = rebalance_timeout_ms
-        member.last_heartbeat = time.monotonic()
+        self._touch(group, member)
+        if rejoined_static and group.state == GroupState.STABLE:
+            answer = await self._static_rejoin(group, member, previous_leader)
+            if answer is not None:
+                return answer
         if member.join_waiter is not None and not member.join_waiter.done():
             member.join_waiter.set_result(error(ErrorCode.unknown_member_id))
         waiter: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
@@ -312,12 +323,36 @@ class GroupCoordinator:
             self._maybe_complete_join(group)
         return await waiter
 
-    def _replace_static_member(self, group: Group, instance_id: str, new_member_id: str) -> None:
-        """A static member that restarts takes its place back and fences its old incarnation."""
+    async def _static_rejoin(
+        self, group: Group, member: Member, previous_leader: str | None
+    ) -> Answer | None:
+        """KIP-345, as Kafka: a static member that restarted and rejoins a Stable group keeps
+        its assignment and nobody rebalances, unless its protocols change the group's
+        selected protocol (then None: the caller rebalances). The answer names the leader
+        from before the rejoin, so a rejoining leader does not compute assignments that a
+        stable group would never hand out."""
+        if group.select_protocol() != group.protocol:
+            return None
+        try:
+            await self._persist_group(group)  # the new member id must survive a restart
+        except OSError as exc:
+            log.error("group %s: could not persist static member %s: %s", group.group_id,
+                      member.member_id, exc)  # fmt: skip
+        log.info(
+            "group %s: static member %s rejoined as %s and keeps its assignment (no rebalance)",
+            group.group_id,
+            member.group_instance_id,
+            member.member_id,
+        )
+        return {**self._join_answer(group, member), "leader": previous_leader, "members": []}
+
+    def _replace_static_member(self, group: Group, instance_id: str, new_member_id: str) -> bool:
+        """A static member that restarts takes its place back and fences its old incarnation.
+        True if it had a place to take back."""
         old_id = group.static_members.get(instance_id)
         old = group.members.pop(old_id, None) if old_id else None
         if old is None:
-            return
+            return False
         for waiter in (old.join_waiter, old.sync_waiter):
             if waiter is not None and not waiter.done():
                 waiter.set_result(
@@ -329,6 +364,7 @@ class GroupCoordinator:
         group.static_members[instance_id] = new_member_id
         if group.leader == old_id:
             group.leader = new_member_id
+        return True
 
     def _prepare_rebalance(self, group: Group, reason: str) -> None:
         initial = group.state == GroupState.EMPTY
@@ -413,7 +449,7 @@ class GroupCoordinator:
             return
         for member in group.members.values():
             waiter, member.join_waiter = member.join_waiter, None
-            member.last_heartbeat = time.monotonic()
+            self._touch(group, member)
             if waiter is None or waiter.done():
                 continue
             waiter.set_result(self._join_answer(group, member))
@@ -451,6 +487,9 @@ class GroupCoordinator:
         member = group.members.pop(member_id, None)
         if member is None:
             return
+        if member.expiry is not None:
+            member.expiry.cancel()
+            member.expiry = None
         if (
             member.group_instance_id
             and group.static_members.get(member.group_instance_id) == member_id
@@ -485,7 +524,7 @@ class GroupCoordinator:
         ):
             return {"error_code": ErrorCode.inconsistent_group_protocol}
         member = group.members[member_id]
-        member.last_heartbeat = time.monotonic()
+        self._touch(group, member)
         answer = {
             "error_code": 0,
             "protocol_type": group.protocol_type,
@@ -522,7 +561,7 @@ class GroupCoordinator:
         error = group.check_member(member_id, group_instance_id, generation)
         if error:
             return error
-        group.members[member_id].last_heartbeat = time.monotonic()
+        self._touch(group, group.members[member_id])
         if group.state == GroupState.PREPARING_REBALANCE:
             return ErrorCode.rebalance_in_progress
         return ErrorCode.none
@@ -582,18 +621,40 @@ class GroupCoordinator:
         if group.members:
             self._prepare_rebalance(group, reason)
 
-    def expire_sessions(self) -> int:
-        now = time.monotonic()
-        expired = 0
-        for group in list(self.groups.values()):
-            for member_id, member in list(group.members.items()):
-                waiting = member.join_waiter is not None or member.sync_waiter is not None
-                if not waiting and now - member.last_heartbeat > member.session_timeout_ms / 1000:
-                    log.info("group %s: session of %s expired", group.group_id, member_id)
-                    self._remove_member(group, member_id)
-                    self._after_departure(group, f"session of {member_id} expired")
-                    expired += 1
-        return expired
+    def _touch(self, group: Group, member: Member) -> None:
+        """A sign of life: the member's session restarts. One timer per member (as Kafka's
+        heartbeat purgatory), so an expiry happens at its deadline, not at the next sweep."""
+        member.last_heartbeat = time.monotonic()
+        if member.expiry is not None:
+            member.expiry.cancel()
+        member.expiry = asyncio.get_running_loop().call_later(
+            member.session_timeout_ms / 1000, self._session_timer, group, member
+        )
+
+    def _session_timer(self, group: Group, member: Member) -> None:
+        member.expiry = None
+        if self.groups.get(group.group_id) is not group:
+            return
+        if group.members.get(member.member_id) is not member:
+            return
+        if member.join_waiter is not None or member.sync_waiter is not None:
+            # waiting in a join or sync is being alive; the rebalance timeout bounds that
+            member.expiry = asyncio.get_running_loop().call_later(
+                member.session_timeout_ms / 1000, self._session_timer, group, member
+            )
+            return
+        late_ms = (time.monotonic() - member.last_heartbeat) * 1000 - member.session_timeout_ms
+        log.info(
+            "group %s: session of %s expired (%d ms after its %d ms timeout)",
+            group.group_id,
+            member.member_id,
+            round(late_ms),
+            member.session_timeout_ms,
+        )
+        self.sessions_expired += 1
+        self.expiry_lateness_ms = max(self.expiry_lateness_ms, late_ms)
+        self._remove_member(group, member.member_id)
+        self._after_departure(group, f"session of {member.member_id} expired")
 
     # -- offsets ---------------------------------------------------------------------------------
 
