@@ -3,7 +3,9 @@
 Behaviour:
 - Returns whole batches from the fetch offset up to the high watermark (read_uncommitted) or
   the last stable offset (read_committed), at most partition_max_bytes per partition and
-  max_bytes overall, except that the first batch is always returned whole (KIP-74).
+  min(max_bytes, the broker's fetch.max.bytes) overall, except that the first batch of the
+  first partition with data is returned whole even if larger (KIP-74), so consumers progress;
+  later partitions get nothing rather than an oversized batch.
 - Long polling: waits up to max_wait for min_bytes of data, waking when data becomes visible.
 - Offsets below the log start or past the log end: OFFSET_OUT_OF_RANGE. Unknown partition:
   UNKNOWN_TOPIC_OR_PARTITION; unknown topic id (v13+): UNKNOWN_TOPIC_ID.
@@ -86,9 +88,10 @@ def _resolve(ctx: RequestContext, wanted: Wanted) -> Partition:
 
 
 def _read(
-    ctx: RequestContext, wanted: Wanted, budget: int, isolation: int
+    ctx: RequestContext, wanted: Wanted, budget: int, isolation: int, first: bool
 ) -> tuple[dict[str, Any], int]:
-    """One partition's response entry and the bytes it carries."""
+    """One partition's response entry and the bytes it carries: at most `budget` and the
+    partition's own limit, unless it is the `first` partition with data (KIP-74)."""
     state = wanted.state
     entry: dict[str, Any] = {
         "partition_index": wanted.index,
@@ -123,7 +126,12 @@ def _read(
                 {"producer_id": a.producer_id, "first_offset": a.first_offset}
                 for a in partition.aborted.overlapping(offset, upper)
             ]
-        data = partition.read(offset, min(state.max_bytes, budget), upper)
+        limit = min(state.max_bytes, budget)
+        if limit <= 0 and not first:
+            return entry, 0
+        data = partition.read(offset, limit, upper)
+        if len(data) > limit and not first:
+            data = b""  # an oversized first batch: only the response's first one may be
         entry["records"] = data
         return entry, len(data)
     except KafkaProtocolError as exc:
@@ -232,15 +240,13 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     isolation = request.isolation_level
     min_bytes = request.min_bytes
     deadline = time.monotonic() + millis(request.max_wait) / 1000
+    # the broker's cap: a client asking for gigabytes must not make the broker hold them
+    budget = min(request.max_bytes, ctx.broker.config.integer("fetch.max.bytes"))
     while True:
-        budget = request.max_bytes
         results = []
         total = 0
         for w in wanted:
-            entry, size = _read(ctx, w, budget if total == 0 else max(budget - total, 0), isolation)
-            if total and size > budget - total:
-                entry["records"] = b""
-                size = 0
+            entry, size = _read(ctx, w, budget - total, isolation, first=total == 0)
             total += size
             results.append((w, entry))
         errors = any(entry["error_code"] for _, entry in results)
