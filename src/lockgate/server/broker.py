@@ -14,6 +14,7 @@ from lockgate.handlers import load_all
 from lockgate.log.partition import Partition
 from lockgate.server.config import BrokerConfig, parse_listener
 from lockgate.server.connection import Connection
+from lockgate.server.connection_limits import ConnectionLimits, RequestMemory
 from lockgate.server.durability import GroupCommit
 from lockgate.server.fetch_sessions import FetchSessionCache
 from lockgate.server.metadata import LocalMetadataStore
@@ -46,6 +47,8 @@ class Broker:
         self.metrics_port = -1
         self.group_commit = GroupCommit(config.durable and self.storage.durable)
         self.connections: set[Connection] = set()
+        self.connection_limits = ConnectionLimits(config)
+        self.request_memory = RequestMemory(config.integer("queued.max.request.bytes"))
         self.fetch_sessions = FetchSessionCache(
             config.integer("max.incremental.fetch.session.cache.slots")
         )
@@ -118,12 +121,18 @@ class Broker:
                 await self.transactions.expire_idle()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        address = str(peer[0]) if isinstance(peer, tuple) else str(peer)
+        if not self.connection_limits.admit(address):
+            writer.close()  # as Kafka: refused at once, before any request is read
+            return
         connection = Connection(self, reader, writer)
         self.connections.add(connection)
         try:
             await connection.run()
         finally:
             self.connections.discard(connection)
+            self.connection_limits.release(address)
 
     async def stop(self) -> None:
         """Graceful: stop accepting, answer in-flight requests, flush, close the logs."""

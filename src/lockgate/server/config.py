@@ -33,6 +33,13 @@ BROKER_DEFAULTS: dict[str, str] = {
     "compression.type": "producer",
     "socket.request.max.bytes": str(100 * 1024 * 1024),
     "queued.max.requests": "500",
+    # Kafka's default is -1 (unbounded); lockgate bounds the bytes of requests being read or
+    # waiting by default (a request larger than the bound is read alone); <= 0 is unbounded.
+    "queued.max.request.bytes": str(200 * 1024 * 1024),
+    "connections.max.idle.ms": "600000",
+    "max.connections": "2147483647",
+    "max.connections.per.ip": "2147483647",
+    "max.connections.per.ip.overrides": "",
     "fetch.max.bytes": str(55 * 1024 * 1024),
     "max.incremental.fetch.session.cache.slots": "1000",
     "transaction.state.log.num.partitions": "50",

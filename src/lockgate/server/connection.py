@@ -2,10 +2,14 @@
 # request order. Requests are started in arrival order and handlers change state before their
 # first await, so pipelined requests take effect in order while slow ones (fsync, long-poll
 # fetch) overlap. A frame that cannot be a valid request closes the connection, as Kafka does.
+# Before a frame's body is read its size is reserved from the broker's request memory (released
+# when the request has been handled), and a connection with no request in flight and no
+# complete request for connections.max.idle.ms is closed.
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import struct
 import time
@@ -25,6 +29,7 @@ from lockgate.protocol.frame import MalformedFrame, parse_request_header, peek_a
 
 if TYPE_CHECKING:
     from lockgate.server.broker import Broker
+    from lockgate.server.connection_limits import RequestMemory
 
 log = logging.getLogger(__name__)
 
@@ -50,20 +55,44 @@ class Connection:
             maxsize=broker.config.integer("queued.max.requests")
         )
         self._read_task: asyncio.Task[None] | None = None
+        self.last_active = time.monotonic()  # the last complete request or response written
+        self.in_flight = 0  # requests read and not yet answered
 
     async def run(self) -> None:
         writer_task = asyncio.create_task(self._write_loop())
         self._read_task = asyncio.create_task(self._read_loop())
+        idle_ms = self.broker.config.integer("connections.max.idle.ms")
+        watch = asyncio.create_task(self._idle_watch(idle_ms / 1000)) if idle_ms > 0 else None
         try:
             await self._read_task
         except asyncio.CancelledError:
             pass
         finally:
+            if watch is not None:
+                watch.cancel()
             await self._queue.put(None)
             try:
                 await writer_task
             finally:
                 self.writer.close()
+
+    async def _idle_watch(self, idle_s: float) -> None:
+        """Closes the connection once it has had nothing in flight and no complete request
+        for `idle_s`. A partial frame does not count as activity: a client trickling a huge
+        frame must not hold its reserved memory for ever."""
+        while True:
+            await asyncio.sleep(min(max(idle_s / 4, 0.05), 10.0))
+            idle = time.monotonic() - self.last_active
+            if self.in_flight == 0 and idle >= idle_s:
+                log.info(
+                    "closing connection from %s (client id %r): idle for %.0f ms "
+                    "(connections.max.idle.ms)",
+                    self.peer,
+                    self.client_id,
+                    idle * 1000,
+                )
+                self.stop_reading()
+                return
 
     def stop_reading(self) -> None:
         """Graceful shutdown: no new requests; in-flight ones are answered, then we close."""
@@ -72,6 +101,7 @@ class Connection:
 
     async def _read_loop(self) -> None:
         max_size = self.broker.config.integer("socket.request.max.bytes")
+        memory = self.broker.request_memory
         try:
             while True:
                 (size,) = _SIZE.unpack(await self.reader.readexactly(4))
@@ -79,13 +109,24 @@ class Connection:
                     raise CloseConnection(
                         f"frame of {size} bytes is outside 0..socket.request.max.bytes={max_size}"
                     )
+                await memory.acquire(size)
                 try:
                     payload = await self.reader.readexactly(size)
-                except asyncio.IncompleteReadError as exc:
-                    raise CloseConnection(
-                        f"the stream ended {len(exc.partial)} bytes into a frame of {size}"
-                    ) from None
-                await self._queue.put(self._dispatch(payload))
+                    item = self._dispatch(payload)
+                except BaseException as exc:
+                    memory.release(size)
+                    if isinstance(exc, asyncio.IncompleteReadError):
+                        raise CloseConnection(
+                            f"the stream ended {len(exc.partial)} bytes into a frame of {size}"
+                        ) from None
+                    raise
+                if isinstance(item, asyncio.Task):
+                    item.add_done_callback(functools.partial(_give_back, memory, size))
+                else:
+                    memory.release(size)
+                self.last_active = time.monotonic()
+                self.in_flight += 1
+                await self._queue.put(item)
         except asyncio.IncompleteReadError as exc:
             if exc.partial:
                 log.warning(
@@ -172,6 +213,8 @@ class Connection:
         broken = False
         while (item := await self._queue.get()) is not None:
             frame = item if isinstance(item, bytes) else await item
+            self.in_flight -= 1
+            self.last_active = time.monotonic()
             if frame is None or broken:
                 continue
             try:
@@ -184,6 +227,10 @@ class Connection:
         if not broken:
             with contextlib.suppress(ConnectionError):
                 await writer.drain()
+
+
+def _give_back(memory: RequestMemory, size: int, _handled: object) -> None:
+    memory.release(size)
 
 
 def unsupported_api_versions() -> bytes:
