@@ -25,10 +25,10 @@ def _locate(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
     host, port = ctx.broker.advertised
     error = ErrorCode.none
     if key_type == TRANSACTION:
-        if not ctx.broker.transactions.loaded:
+        if ctx.broker.transactions.is_loading(key):
             error = ErrorCode.coordinator_load_in_progress
     elif key_type == GROUP:
-        if not ctx.broker.groups.loaded:
+        if ctx.broker.groups.is_loading(key):
             error = ErrorCode.coordinator_load_in_progress
     else:
         error = ErrorCode.invalid_request

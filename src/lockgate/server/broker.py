@@ -104,8 +104,8 @@ class Broker:
         """Loads the transaction log after the listener is up (requests meanwhile get
         COORDINATOR_LOAD_IN_PROGRESS), then aborts timed-out transactions and expires idle ids."""
         await asyncio.sleep(0)
-        self.transactions.load()
-        self.groups.load()
+        await self.transactions.load()
+        await self.groups.load()
         abort_every = self.config.integer(
             "transaction.abort.timed.out.transaction.cleanup.interval.ms"
         )

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 import uuid
@@ -24,12 +25,15 @@ from lockgate.coordinator.group.records import (
     offset_value,
 )
 from lockgate.coordinator.group.state import GroupState
+from lockgate.coordinator.replay import replay
 from lockgate.coordinator.txn.log import partition_for
 from lockgate.log.partition import Partition
+from lockgate.log.segment import Segment
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.protocol.records import (
     CONTROL_COMMIT,
     TRANSACTIONAL_BIT,
+    BatchHeader,
     build_batch,
     control_type,
     iter_records,
@@ -61,7 +65,8 @@ class GroupCoordinator:
         self.groups: dict[str, Group] = {}
         # producer id → group → offsets written in its open transaction
         self.pending_txn_offsets: dict[int, dict[str, dict[TopicPartition, CommittedOffset]]] = {}
-        self.loaded = False
+        self.loaded = False  # every partition is
+        self.loaded_partitions: set[int] = set()
         self.sessions_expired = 0
         self.expiry_lateness_ms = 0.0  # the latest a session expired after its deadline
 
@@ -74,6 +79,9 @@ class GroupCoordinator:
         self.num_partitions = topics.topics[CONSUMER_OFFSETS_TOPIC].partitions
         for index in range(self.num_partitions):
             self._partition_at(index).marker_listeners.append(self._on_marker(index))
+
+    def is_loading(self, group_id: str) -> bool:
+        return self.offsets_partition(group_id) not in self.loaded_partitions
 
     def offsets_partition(self, group_id: str) -> int:
         return partition_for(group_id, self.num_partitions)
@@ -106,27 +114,14 @@ class GroupCoordinator:
         partition.append(bytearray(batch), validate_produced_batch(batch), now_ms(), internal=True)
         return self.broker.group_commit.appended(partition)
 
-    def load(self) -> None:
+    async def load(self) -> None:
+        """Replays __consumer_offsets one partition at a time without holding the event
+        loop; a group is served as soon as its partition is loaded (COORDINATOR_LOAD_IN_PROGRESS
+        before). Transactional offsets wait for their marker, which is in the same partition."""
         started = time.monotonic()
         for index in range(self.num_partitions):
-            partition = self._partition_at(index)
             pending: dict[int, list[tuple[bytes, bytes | None]]] = {}
-            for segment, position, header in partition.batches_from(partition.log_start_offset):
-                data = segment.log.read(position, header.size)
-                if header.is_control:
-                    records = pending.pop(header.producer_id, [])
-                    if control_type(data) == CONTROL_COMMIT:
-                        for key, value in records:
-                            self._replay(key, value)
-                    continue
-                for _offset, _ts, record_key, value in iter_records(data):
-                    if record_key is None:
-                        continue
-                    key = record_key
-                    if header.is_transactional:
-                        pending.setdefault(header.producer_id, []).append((key, value))
-                    else:
-                        self._replay(key, value)
+            await replay(self._partition_at(index), functools.partial(self._replay_batch, pending))
             for producer_id, records in pending.items():  # transactions still open
                 for key, value in records:
                     decoded = decode_key(key)
@@ -135,6 +130,7 @@ class GroupCoordinator:
                         self.pending_txn_offsets.setdefault(producer_id, {}).setdefault(group, {})[
                             (topic, p)
                         ] = decode_offset_value(value)
+            self.loaded_partitions.add(index)
         self.loaded = True
         for restored in self.groups.values():  # restored members get a session to come back
             for member in restored.members.values():
@@ -144,6 +140,29 @@ class GroupCoordinator:
             len(self.groups),
             time.monotonic() - started,
         )
+
+    def _replay_batch(
+        self,
+        pending: dict[int, list[tuple[bytes, bytes | None]]],
+        segment: Segment,
+        position: int,
+        header: BatchHeader,
+    ) -> None:
+        """One batch of the replay; `pending` holds open transactions' offsets by producer."""
+        data = segment.log.read(position, header.size)
+        if header.is_control:
+            records = pending.pop(header.producer_id, [])
+            if control_type(data) == CONTROL_COMMIT:
+                for key, value in records:
+                    self._replay(key, value)
+            return
+        for _offset, _ts, record_key, value in iter_records(data):
+            if record_key is None:
+                continue
+            if header.is_transactional:
+                pending.setdefault(header.producer_id, []).append((record_key, value))
+            else:
+                self._replay(record_key, value)
 
     def _replay(self, key: bytes, value: bytes | None) -> None:
         try:
@@ -235,7 +254,7 @@ class GroupCoordinator:
         def error(code: ErrorCode, member: str = member_id) -> Answer:
             return {"error_code": code, "member_id": member}
 
-        if not self.loaded:
+        if self.is_loading(group_id):
             return error(ErrorCode.coordinator_load_in_progress)
         if not group_id:
             return error(ErrorCode.invalid_group_id)
@@ -512,7 +531,7 @@ class GroupCoordinator:
         assignments: dict[str, bytes],
     ) -> Answer:
         group = self.groups.get(group_id)
-        if not self.loaded:
+        if self.is_loading(group_id):
             return {"error_code": ErrorCode.coordinator_load_in_progress}
         if group is None:
             return {"error_code": ErrorCode.unknown_member_id}
@@ -553,7 +572,7 @@ class GroupCoordinator:
     def heartbeat(
         self, group_id: str, generation: int, member_id: str, group_instance_id: str | None
     ) -> ErrorCode:
-        if not self.loaded:
+        if self.is_loading(group_id):
             return ErrorCode.coordinator_load_in_progress
         group = self.groups.get(group_id)
         if group is None:
@@ -570,7 +589,7 @@ class GroupCoordinator:
         self, group_id: str, members: list[tuple[str, str | None]]
     ) -> tuple[ErrorCode, list[Answer]]:
         group = self.groups.get(group_id)
-        if not self.loaded:
+        if self.is_loading(group_id):
             return ErrorCode.coordinator_load_in_progress, []
         if group is None:
             return ErrorCode.unknown_member_id, []
@@ -669,7 +688,7 @@ class GroupCoordinator:
         def all_(code: ErrorCode) -> dict[TopicPartition, ErrorCode]:
             return dict.fromkeys(offsets, code)
 
-        if not self.loaded:
+        if self.is_loading(group_id):
             return all_(ErrorCode.coordinator_load_in_progress)
         if not group_id:
             return all_(ErrorCode.invalid_group_id)
@@ -719,7 +738,7 @@ class GroupCoordinator:
     def fetch(
         self, group_id: str, partitions: list[TopicPartition] | None, require_stable: bool
     ) -> tuple[ErrorCode, dict[TopicPartition, tuple[CommittedOffset | None, ErrorCode]]]:
-        if not self.loaded:
+        if self.is_loading(group_id):
             return ErrorCode.coordinator_load_in_progress, {}
         group = self.groups.get(group_id)
         committed = group.offsets if group else {}
@@ -747,7 +766,7 @@ class GroupCoordinator:
         """Transactional offsets (the transaction checks are the caller's): KIP-447 fencing
         when the request names a generation, member or instance; then a transactional batch
         of the producer in the offsets partition; visible once its commit marker lands."""
-        if not self.loaded:
+        if self.is_loading(group_id):
             return dict.fromkeys(offsets, ErrorCode.coordinator_load_in_progress)
         if generation >= 0 or member_id or group_instance_id is not None:
             group = self.groups.get(group_id)
@@ -778,6 +797,8 @@ class GroupCoordinator:
 
     def _on_marker(self, partition_index: int) -> Any:
         def apply(producer_id: int, commit: bool) -> None:
+            if partition_index not in self.loaded_partitions:
+                return  # the partition's replay reads this marker itself
             by_group = self.pending_txn_offsets.get(producer_id)
             if not by_group:
                 return
@@ -794,7 +815,7 @@ class GroupCoordinator:
 
     async def delete_group(self, group_id: str) -> ErrorCode:
         group = self.groups.get(group_id)
-        if not self.loaded:
+        if self.is_loading(group_id):
             return ErrorCode.coordinator_load_in_progress
         if group is None:
             return ErrorCode.group_id_not_found
@@ -817,7 +838,7 @@ class GroupCoordinator:
         from lockgate.coordinator.group.records import subscribed_topics
 
         group = self.groups.get(group_id)
-        if not self.loaded:
+        if self.is_loading(group_id):
             return ErrorCode.coordinator_load_in_progress, {}
         if group is None:
             return ErrorCode.group_id_not_found, {}

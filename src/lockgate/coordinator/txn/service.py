@@ -11,6 +11,7 @@ import os
 import time
 from typing import TYPE_CHECKING
 
+from lockgate.coordinator.replay import replay
 from lockgate.coordinator.txn import coordinator as rules
 from lockgate.coordinator.txn.log import (
     decode_key,
@@ -22,8 +23,14 @@ from lockgate.coordinator.txn.log import (
 from lockgate.coordinator.txn.metadata import TV2, TopicPartition, TxnMetadata
 from lockgate.coordinator.txn.state import PREPARING, TxnState
 from lockgate.log.partition import Partition
+from lockgate.log.segment import Segment
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
-from lockgate.protocol.records import build_batch, iter_records, validate_produced_batch
+from lockgate.protocol.records import (
+    BatchHeader,
+    build_batch,
+    iter_records,
+    validate_produced_batch,
+)
 
 if TYPE_CHECKING:
     from lockgate.server.broker import Broker
@@ -52,7 +59,9 @@ class TransactionCoordinator:
         self.expiration_ms = config.integer("transactional.id.expiration.ms")
         self.txns: dict[str, TxnMetadata] = {}
         self.pending: set[str] = set()
-        self.loaded = False
+        self.loaded = False  # every partition is
+        self.loaded_partitions: set[int] = set()
+        self._replayed_ids: set[str] = set()  # ids seen by the partition being loaded
         self._completions: dict[str, asyncio.Task[None]] = {}
         self._crash_point = os.environ.get(CRASH_POINT_VARIABLE, "")
         if self._crash_point not in CRASH_POINTS | {""}:
@@ -69,41 +78,47 @@ class TransactionCoordinator:
             topics.create(TRANSACTION_STATE_TOPIC, self.num_partitions, 1, {}, internal=True)
         self.num_partitions = topics.topics[TRANSACTION_STATE_TOPIC].partitions
 
-    def load(self) -> None:
-        """Replays __transaction_state (the latest record per id wins; null = expired) and
-        resumes transactions that were preparing when the broker stopped."""
+    async def load(self) -> None:
+        """Replays __transaction_state (the latest record per id wins; null = expired), one
+        partition at a time without holding the event loop: the ids of a partition are served
+        as soon as it is loaded (COORDINATOR_LOAD_IN_PROGRESS before), and transactions it
+        left preparing are resumed then."""
         started = time.monotonic()
-        records = 0
+        batches = resumed = 0
         for index in range(self.num_partitions):
-            partition = self._log_partition_at(index)
-            for segment, position, header in partition.batches_from(partition.log_start_offset):
-                if header.is_control:
-                    continue
-                for _offset, _ts, key, value in iter_records(
-                    segment.log.read(position, header.size)
-                ):
-                    if key is None:
-                        continue
-                    try:
-                        transactional_id = decode_key(key)
-                        if value is None:
-                            self.txns.pop(transactional_id, None)
-                        else:
-                            self.txns[transactional_id] = decode_value(transactional_id, value)
-                    except ValueError as exc:
-                        log.error("skipping a damaged %s record: %s", TRANSACTION_STATE_TOPIC, exc)
-                    records += 1
+            self._replayed_ids.clear()
+            batches += await replay(self._log_partition_at(index), self._replay_batch)
+            self.loaded_partitions.add(index)
+            for transactional_id in self._replayed_ids:
+                meta = self.txns.get(transactional_id)
+                if meta is not None and meta.state in PREPARING:
+                    self._spawn_completion(transactional_id)
+                    resumed += 1
+        self._replayed_ids.clear()
         self.loaded = True
-        resumed = [t for t, meta in self.txns.items() if meta.state in PREPARING]
-        for transactional_id in resumed:
-            self._spawn_completion(transactional_id)
         log.info(
-            "transaction coordinator loaded %d ids from %d records in %.2fs; resuming %d",
+            "transaction coordinator loaded %d ids from %d batches in %.2fs; resuming %d",
             len(self.txns),
-            records,
+            batches,
             time.monotonic() - started,
-            len(resumed),
+            resumed,
         )
+
+    def _replay_batch(self, segment: Segment, position: int, header: BatchHeader) -> None:
+        if header.is_control:
+            return
+        for _offset, _ts, key, value in iter_records(segment.log.read(position, header.size)):
+            if key is None:
+                continue
+            try:
+                transactional_id = decode_key(key)
+                self._replayed_ids.add(transactional_id)
+                if value is None:
+                    self.txns.pop(transactional_id, None)
+                else:
+                    self.txns[transactional_id] = decode_value(transactional_id, value)
+            except ValueError as exc:
+                log.error("skipping a damaged %s record: %s", TRANSACTION_STATE_TOPIC, exc)
 
     def _log_partition_at(self, index: int) -> Partition:
         partition = self.broker.topics.get(TRANSACTION_STATE_TOPIC, index)
@@ -120,9 +135,12 @@ class TransactionCoordinator:
 
     # -- applying transitions ------------------------------------------------------------------
 
+    def is_loading(self, transactional_id: str) -> bool:
+        return partition_for(transactional_id, self.num_partitions) not in self.loaded_partitions
+
     def gate(self, transactional_id: str) -> ErrorCode:
         """The error to answer before the rules are even consulted, if any."""
-        if not self.loaded:
+        if self.is_loading(transactional_id):
             return ErrorCode.coordinator_load_in_progress
         if transactional_id in self.pending:
             return ErrorCode.concurrent_transactions

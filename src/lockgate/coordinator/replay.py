@@ -1,0 +1,41 @@
+# Replays an internal partition for a coordinator without holding the event loop: batches are
+# read lazily, in order, and the loop is yielded to every REPLAY_CHUNK batches. The replay ends
+# only after a pass from where it stopped finds nothing new, with no await in that pass, so a
+# coordinator that marks the partition loaded right after has seen every record appended
+# meanwhile (markers written to an offsets partition while it loads, say).
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from lockgate.log.partition import Partition
+from lockgate.log.segment import Segment
+from lockgate.protocol.records import BatchHeader
+
+REPLAY_CHUNK = 1000
+
+BatchVisitor = Callable[[Segment, int, BatchHeader], None]
+
+
+async def replay(partition: Partition, visit: BatchVisitor) -> int:
+    """Calls `visit(segment, position, header)` for every batch from the log start to the
+    log end, yielding to the event loop as it goes; returns how many batches it visited."""
+    next_offset = partition.log_start_offset
+    visited = 0
+    while True:
+        progressed = False
+        for segment in list(partition.segments[partition.segment_for(next_offset) :]):
+            position = segment.position_of(max(next_offset, segment.base_offset))
+            if position is None:
+                continue
+            for at, header in segment.headers(position):
+                if header.last_offset < next_offset:
+                    continue
+                visit(segment, at, header)
+                next_offset = header.last_offset + 1
+                visited += 1
+                progressed = True
+                if visited % REPLAY_CHUNK == 0:
+                    await asyncio.sleep(0)
+        if not progressed:
+            return visited
