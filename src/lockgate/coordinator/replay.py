@@ -12,7 +12,7 @@ from lockgate.log.partition import Partition
 from lockgate.log.segment import Segment
 from lockgate.protocol.records import BatchHeader
 
-REPLAY_CHUNK = 1000
+REPLAY_CHUNK = 200
 
 BatchVisitor = Callable[[Segment, int, BatchHeader], None]
 
@@ -20,6 +20,7 @@ BatchVisitor = Callable[[Segment, int, BatchHeader], None]
 async def replay(partition: Partition, visit: BatchVisitor) -> int:
     """Calls `visit(segment, position, header)` for every batch from the log start to the
     log end, yielding to the event loop as it goes; returns how many batches it visited."""
+    await asyncio.sleep(0)  # many short partitions in a row must not hold the loop either
     next_offset = partition.log_start_offset
     visited = 0
     while True:

@@ -101,8 +101,10 @@ class Partition:
 
     # -- lifecycle -----------------------------------------------------------------------------
 
-    def load(self, now_ms: int) -> None:
-        """Opens the segments on storage, cuts a torn tail, and starts a new leader epoch."""
+    def load(self, now_ms: int, clean: bool = False) -> None:
+        """Opens the segments on storage, cuts a torn tail, and starts a new leader epoch.
+        After a `clean` shutdown the active segment is opened like the sealed ones, from its
+        indexes (as Kafka does): only after a crash is its every batch's CRC checked."""
         self.storage.make_dirs(self.directory)
         bases = sorted(
             int(name[:-4])
@@ -116,7 +118,9 @@ class Partition:
             segment.load(interval)
         if not self.segments:
             self.segments.append(Segment(self.storage, self.directory, 0, now_ms))
-        cut = self.active.recover(interval, validate=True)
+        cut = 0
+        if not (clean and self.active.load(interval)):  # anything unexpected: check it all
+            cut = self.active.recover(interval, validate=True)
         if cut:
             log.warning(
                 "%s-%d: cut %d bytes of torn or corrupt data after offset %d",

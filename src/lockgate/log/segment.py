@@ -212,25 +212,30 @@ class Segment:
         self._bytes_since_index += header.size
         self.next_offset = header.last_offset + 1
 
-    def load(self, index_interval: int) -> None:
-        """Opens a sealed segment: trusts valid index files, rebuilds damaged or missing ones.
-        A segment with data always has an offset index entry for position 0 and a time index
-        entry (unless no batch carries a timestamp: rebuilding those costs only a scan)."""
+    def load(self, index_interval: int) -> bool:
+        """Opens a sealed segment (or the active one after a clean shutdown): trusts valid
+        index files, rebuilds damaged or missing ones. A segment with data always has an
+        offset index entry for position 0 and a time index entry (unless no batch carries a
+        timestamp: rebuilding those costs only a scan). True if its batches end exactly at
+        the end of the file (nothing torn after them)."""
         if not (
             self.offset_index.load(self.log.size)
             and self.time_index.load()
             and self.offset_index.positions
             and self.time_index.timestamps
         ):
-            self.recover(index_interval, validate=False)
-            return
-        start = self.offset_index.positions[-1]
-        for _position, header in self.headers(start):
+            return self.recover(index_interval, validate=False) == 0
+        end = self.offset_index.positions[-1]
+        tail_max = -1  # batches after the last index entries (an active segment has some)
+        for position, header in self.headers(end):
             self.next_offset = header.last_offset + 1
-        self.max_timestamp = self.time_index.last_timestamp
+            tail_max = max(tail_max, header.max_timestamp)
+            end = position + header.size
+        self.max_timestamp = max(self.time_index.last_timestamp, tail_max)
         beyond_end = self.base_offset + self.time_index.relative_offsets[-1] >= self.next_offset
         if self.next_offset == self.base_offset or beyond_end:
-            self.recover(index_interval, validate=False)
+            return self.recover(index_interval, validate=False) == 0
+        return end == self.log.size
 
     def txn_index(self) -> AppendFile:
         """The aborted-transaction index file, opened on first use (most segments have none)."""

@@ -26,6 +26,8 @@ from lockgate.storage.engine import StorageEngine
 
 log = logging.getLogger(__name__)
 
+CLEAN_SHUTDOWN_MARK = "clean-shutdown"
+
 
 def now_ms() -> int:
     return int(time.time() * 1000)
@@ -67,7 +69,7 @@ class Broker:
 
     async def start(self) -> None:
         started = time.monotonic()
-        self.topics.load()
+        self.topics.load(self._take_clean_shutdown_mark())
         self._ensure_internal_topics()
         self._server = await asyncio.start_server(
             self._accept, self.host, self.port, limit=1 << 20, reuse_address=True
@@ -95,6 +97,18 @@ class Broker:
             "fsync" if self.group_commit.durable else "page-cache",
         )
         self.started.set()
+
+    def _take_clean_shutdown_mark(self) -> bool:
+        """Whether the last stop was clean (its logs were synced and closed), leaving the mark
+        at "unclean" for as long as this broker runs, as Kafka's .kafka_cleanshutdown file."""
+        clean = self.storage.read_all(CLEAN_SHUTDOWN_MARK) == b"1"
+        if clean:
+            try:
+                self.storage.write_atomic(CLEAN_SHUTDOWN_MARK, b"0")
+            except OSError as exc:  # then this start cannot trust it either: check everything
+                log.warning("cannot reset the clean-shutdown mark (%s): checking every log", exc)
+                return False
+        return clean
 
     def _ensure_internal_topics(self) -> None:
         self.transactions.ensure_topic()
@@ -149,11 +163,18 @@ class Broker:
             await asyncio.sleep(0.01)
         await self.transactions.drain()
         await self.group_commit.drain()
+        synced = self.group_commit.failure is None
         try:
             await asyncio.to_thread(self._sync_everything)
         except OSError as exc:  # already offline: recovery at the next start cuts torn data
             log.error("final fsync failed: %s", exc)
+            synced = False
         self.topics.close()
+        if synced:
+            try:
+                self.storage.write_atomic(CLEAN_SHUTDOWN_MARK, b"1")
+            except OSError as exc:
+                log.warning("no clean-shutdown mark (%s): the next start checks every log", exc)
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 5)
@@ -162,7 +183,8 @@ class Broker:
     def _sync_everything(self) -> None:
         for partition in self.topics.partitions.values():
             for segment in partition.segments[-2:]:
-                segment.log.sync()
+                for file in (segment.log, segment.offset_index.file, segment.time_index.file):
+                    file.sync()
 
     async def _retention_loop(self) -> None:
         interval = self.config.integer("log.retention.check.interval.ms") / 1000

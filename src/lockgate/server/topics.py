@@ -54,12 +54,13 @@ class TopicManager:
         self.partitions: dict[tuple[str, int], Partition] = {}
         self._log_configs: dict[str, LogConfig] = {}
 
-    def load(self) -> None:
+    def load(self, clean: bool = False) -> None:
+        """Opens every partition; `clean`: the broker's last stop was a clean shutdown."""
         now = self.clock_ms()
         for record in self.store.topics().values():
             self._register(record)
             for index in range(record.partitions):
-                self._open_partition(record, index, now)
+                self._open_partition(record, index, now, clean)
         self._remove_orphans()
 
     def _remove_orphans(self) -> None:
@@ -82,18 +83,22 @@ class TopicManager:
         config = self.config.log_config(configs)
         return replace(config, delete_retention=False) if record.internal else config
 
-    def _open_partition(self, record: TopicRecord, index: int, now_ms: int) -> Partition:
-        partition = self._load_partition(record, index, now_ms)
+    def _open_partition(
+        self, record: TopicRecord, index: int, now_ms: int, clean: bool = False
+    ) -> Partition:
+        partition = self._load_partition(record, index, now_ms, clean)
         self.partitions[(record.name, index)] = partition
         return partition
 
-    def _load_partition(self, record: TopicRecord, index: int, now_ms: int) -> Partition:
+    def _load_partition(
+        self, record: TopicRecord, index: int, now_ms: int, clean: bool = False
+    ) -> Partition:
         name = record.name
         partition = Partition(
             self.storage, name, index, record.topic_id, lambda: self._log_configs[name]
         )
         try:
-            partition.load(now_ms)
+            partition.load(now_ms, clean)
         except OSError:
             for segment in partition.segments:
                 segment.close()

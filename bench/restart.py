@@ -1,0 +1,149 @@
+"""Restart benchmark: how long a broker takes to load its coordinators after a long history,
+and whether it answers meanwhile.
+
+For each history size N the benchmark writes N committed transactions (Ongoing, PrepareCommit,
+CompleteCommit: three __transaction_state records each, over 1,000 transactional ids) and N
+offset commits (over 1,000 groups) through the coordinators' own record encoders and the log
+layer into a fresh data directory (the on-disk format a real run writes), stops that broker,
+then starts a new one on the same directory and reports:
+
+- listening: start() called → the listener is up
+- loaded: start() called → both coordinators have loaded every partition
+- worst stall: the longest the event loop went without running a 1 ms ticker during the load
+- ApiVersions worst: the slowest ApiVersions round trip of a client polling during the load
+
+    python -m bench.restart [--sizes 100000,300000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from lockgate.coordinator.group.records import CommittedOffset, offset_key, offset_value
+from lockgate.coordinator.group.service import CONSUMER_OFFSETS_TOPIC
+from lockgate.coordinator.txn.log import encode_key, encode_value, partition_for
+from lockgate.coordinator.txn.metadata import TxnMetadata
+from lockgate.coordinator.txn.service import TRANSACTION_STATE_TOPIC
+from lockgate.coordinator.txn.state import TxnState
+from lockgate.protocol.records import build_batch, validate_produced_batch
+from lockgate.server.broker import Broker
+from lockgate.server.config import BrokerConfig
+from lockgate.storage.disk import DiskEngine
+from tests.support.kafka_wire import KafkaWire, api_versions
+
+IDS = 1000
+PARTITIONS = 50
+STATES = (TxnState.ONGOING, TxnState.PREPARE_COMMIT, TxnState.COMPLETE_COMMIT)
+
+
+def settings(data: Path) -> dict[str, str]:
+    return {
+        "listeners": "127.0.0.1:0",
+        "log.dirs": str(data),
+        "lockgate.durability": "page-cache",
+        "log.segment.bytes": str(64 << 20),
+    }
+
+
+def _append(broker: Broker, topic: str, partition: int, key: bytes, value: bytes) -> None:
+    target = broker.topics.get(topic, partition)
+    if target is None:
+        raise RuntimeError(f"{topic}-{partition} is missing")
+    batch = build_batch([(key, value)], timestamp_ms=1)
+    target.append(bytearray(batch), validate_produced_batch(batch), 1)
+
+
+async def write_history(data: Path, size: int) -> None:
+    broker = Broker(BrokerConfig(settings(data)), DiskEngine(str(data)))
+    await broker.start()
+    await asyncio.sleep(0.1)
+    ids = [f"writer-{i}" for i in range(IDS)]
+    slots = {t: partition_for(t, PARTITIONS) for t in ids}
+    for number in range(size):
+        transactional_id = ids[number % IDS]
+        epoch = (number // IDS) % 30_000
+        for state in STATES:
+            meta = TxnMetadata(transactional_id, number % IDS, epoch, 60_000, state,
+                               frozenset({("orders", number % 3)}), 1, 1)  # fmt: skip
+            _append(broker, TRANSACTION_STATE_TOPIC, slots[transactional_id],
+                    encode_key(transactional_id), encode_value(meta))  # fmt: skip
+        group = f"group-{number % IDS}"
+        committed = offset_value(CommittedOffset(number, -1, "", 1))
+        _append(broker, CONSUMER_OFFSETS_TOPIC, partition_for(group, PARTITIONS),
+                offset_key(group, "orders", number % 3), committed)  # fmt: skip
+    await broker.stop()
+
+
+def poll_api_versions(port: int, stop: threading.Event, worst: list[float]) -> None:
+    with KafkaWire(f"127.0.0.1:{port}", timeout=120) as wire:
+        while not stop.is_set():
+            started = time.monotonic()
+            api_versions(wire)
+            worst[0] = max(worst[0], time.monotonic() - started)
+            time.sleep(0.005)
+
+
+async def measure_restart(data: Path) -> dict[str, float]:
+    broker = Broker(BrokerConfig(settings(data)), DiskEngine(str(data)))
+    worst_stall = 0.0
+    stop = asyncio.Event()
+
+    async def ticker() -> None:
+        nonlocal worst_stall
+        last = time.monotonic()
+        while not stop.is_set():
+            await asyncio.sleep(0.001)
+            now = time.monotonic()
+            worst_stall = max(worst_stall, now - last)
+            last = now
+
+    started = time.monotonic()
+    await broker.start()
+    listening = time.monotonic() - started
+    ticking = asyncio.create_task(ticker())
+    stop_polling = threading.Event()
+    worst_round_trip = [0.0]
+    poller = threading.Thread(
+        target=poll_api_versions, args=(broker.port, stop_polling, worst_round_trip)
+    )
+    poller.start()
+    while not (broker.transactions.loaded and broker.groups.loaded):
+        await asyncio.sleep(0.001)
+    loaded = time.monotonic() - started
+    stop.set()
+    stop_polling.set()
+    await ticking
+    await asyncio.to_thread(poller.join)
+    await broker.stop()
+    return {
+        "listening": listening,
+        "loaded": loaded,
+        "stall": worst_stall,
+        "api_versions": worst_round_trip[0],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="100000,300000", help="committed transactions")
+    options = parser.parse_args()
+    print("transactions  offset commits  listening  loaded  worst stall  ApiVersions worst")
+    for size in (int(s) for s in options.sizes.split(",")):
+        with tempfile.TemporaryDirectory(prefix="lockgate-restart-") as directory:
+            data = Path(directory) / "data"
+            asyncio.run(write_history(data, size))
+            figures = asyncio.run(measure_restart(data))
+        print(
+            f"{size:>12,}  {size:>14,}  {figures['listening']:>8.2f}s  {figures['loaded']:>5.1f}s"
+            f"  {figures['stall'] * 1000:>9.0f}ms  {figures['api_versions'] * 1000:>15.0f}ms",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
