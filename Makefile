@@ -49,7 +49,7 @@ test: setup-dev system-deps lint typecheck
 	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # The long fault-injection run (tests/faults): `make soak SEEDS=200 [DURATION=20] [LIFECYCLE=1]`;
-# LIFECYCLE=1 adds small segments, compaction, retention and more broker kills.
+# LIFECYCLE=1 adds small segments, retention and more broker kills.
 SEEDS ?= 200
 DURATION ?= 20
 soak: setup-dev

@@ -46,22 +46,16 @@ FAULTS = ("kill", "pause", "drop", "delay-end-txn", "duplicate", "cut", "crash-c
 HEAL_TIMEOUT_S = 60.0
 
 # --lifecycle: storage runs for weeks in a few seconds. Small segments everywhere (the internal
-# topics too, so their compaction has work), the cleaner and retention checked every second, a
-# compacted keyed topic, a topic with a 4 s retention, and the broker killed more often.
+# topics too), retention checked every second, a topic with a 4 s retention, a keyed topic, and
+# the broker killed more often. lockgate has no compaction yet: the keyed topic keeps every
+# value (name it in COMPACTED_TOPICS, with cleanup.policy=compact, once compaction exists).
 LIFECYCLE_SETTINGS = {
     "log.segment.bytes": "16384",
     "log.retention.check.interval.ms": "1000",
-    "log.cleaner.backoff.ms": "1000",
-    "log.cleaner.min.cleanable.ratio": "0.1",
-    "log.cleaner.delete.retention.ms": "2000",
 }
 RETAINED_TOPIC_CONFIG = {"retention.ms": "4000", "segment.bytes": "8192"}
-COMPACTED_TOPIC_CONFIG = {
-    "cleanup.policy": "compact",
-    "segment.bytes": "8192",
-    "min.cleanable.dirty.ratio": "0.1",
-    "delete.retention.ms": "1000",
-}
+KEYED_TOPIC_CONFIG = {"segment.bytes": "8192"}
+COMPACTED_TOPICS: list[str] = []
 LIFECYCLE_FAULTS = (*FAULTS, "kill", "kill", "kill")
 
 
@@ -202,12 +196,12 @@ async def run_seed(
                     broker.bootstrap,
                     workload.KEYED_TOPIC,
                     workload.PARTITIONS,
-                    COMPACTED_TOPIC_CONFIG,
+                    KEYED_TOPIC_CONFIG,
                 )
                 history.record(
                     "lifecycle",
                     retained_topics=["events-b"],
-                    compacted_topics=[workload.KEYED_TOPIC],
+                    compacted_topics=COMPACTED_TOPICS,
                 )
             history.record(
                 "pipe",
@@ -252,8 +246,8 @@ async def run_seed(
             await asyncio.wait_for(pipe_task, HEAL_TIMEOUT_S)
             await _settle(broker.bootstrap)
             if lifecycle:
-                # a last cleaner pass, then a crash: the final reads see what a restart rebuilt
-                # from compacted internal topics and trimmed logs
+                # a last retention pass, then a crash: the final reads see what a restart
+                # rebuilt from the internal topics and the trimmed logs
                 await asyncio.sleep(3)
                 await asyncio.to_thread(broker.kill)
                 await asyncio.to_thread(broker.start)
@@ -384,7 +378,7 @@ def main() -> int:
     parser.add_argument(
         "--lifecycle",
         action="store_true",
-        help="small segments, compaction, retention and more broker kills (storage lifecycle)",
+        help="small segments, retention, a keyed topic and more broker kills (storage lifecycle)",
     )
     options = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")

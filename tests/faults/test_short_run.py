@@ -25,7 +25,7 @@ async def test_no_anomaly_under_faults(tmp_path: Path) -> None:
 
 
 async def test_no_anomaly_over_a_storage_lifecycle(tmp_path: Path) -> None:
-    """Small segments, compaction, retention and broker kills (run.py --lifecycle)."""
+    """Small segments, retention and broker kills (run.py --lifecycle)."""
     result = await run_seed(4, DURATION_S, tmp_path, lifecycle=True)
     assert result.faults["kill"] > 0 or sum(result.faults.values()) > 2
     assert result.disk_max_bytes > 0
