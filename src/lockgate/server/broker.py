@@ -84,6 +84,7 @@ class Broker:
             )
         self._tasks.append(asyncio.create_task(self._retention_loop()))
         self._tasks.append(asyncio.create_task(self._producer_expiry_loop()))
+        self._tasks.append(asyncio.create_task(self._offsets_expiry_loop()))
         self._tasks.append(asyncio.create_task(self._transaction_loops()))
         log.info(
             "lockgate broker %d listening on %s:%d (cluster %s, %d partitions loaded in %.2fs, "
@@ -191,6 +192,12 @@ class Broker:
         while True:
             await asyncio.sleep(interval)
             self.apply_retention()
+
+    async def _offsets_expiry_loop(self) -> None:
+        interval = self.config.integer("offsets.retention.check.interval.ms") / 1000
+        while True:
+            await asyncio.sleep(interval)
+            self.groups.expire_offsets(now_ms())
 
     async def _producer_expiry_loop(self) -> None:
         interval = self.config.integer("producer.id.expiration.check.interval.ms") / 1000

@@ -53,6 +53,11 @@ BROKER_DEFAULTS: dict[str, str] = {
     "group.min.session.timeout.ms": "6000",
     "group.max.session.timeout.ms": "1800000",
     "offset.metadata.max.bytes": "4096",
+    # Kafka's offsets.retention.minutes (an alias of this finer lockgate property): offsets of
+    # a group that has been Empty this long (or, without group metadata, committed this long
+    # ago) expire (KIP-211)
+    "offsets.retention.ms": str(7 * DAY_MS),
+    "offsets.retention.check.interval.ms": "600000",
     "producer.id.expiration.ms": str(DAY_MS),
     "producer.id.expiration.check.interval.ms": "600000",
     # lockgate's own: "fsync" answers acks=all produces only after their data is fsynced
@@ -73,6 +78,7 @@ _ALIASES = {
     "log.retention.hours": ("log.retention.ms", 3600 * 1000),
     "log.roll.hours": ("log.roll.ms", 3600 * 1000),
     "log.dir": ("log.dirs", 0),
+    "offsets.retention.minutes": ("offsets.retention.ms", 60 * 1000),
 }
 
 

@@ -53,6 +53,13 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _retrieve(durable: asyncio.Future[None]) -> None:
+    """Expiry tombstones nobody waits for: a failed write is logged by the group commit and
+    the next start replays the offsets again, to expire them again."""
+    if not durable.cancelled():
+        durable.exception()
+
+
 class GroupCoordinator:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
@@ -62,6 +69,7 @@ class GroupCoordinator:
         self.min_session_ms = config.integer("group.min.session.timeout.ms")
         self.max_session_ms = config.integer("group.max.session.timeout.ms")
         self.max_metadata_bytes = config.integer("offset.metadata.max.bytes")
+        self.offsets_retention_ms = config.integer("offsets.retention.ms")
         self.groups: dict[str, Group] = {}
         # producer id → group → offsets written in its open transaction
         self.pending_txn_offsets: dict[int, dict[str, dict[TopicPartition, CommittedOffset]]] = {}
@@ -208,6 +216,7 @@ class GroupCoordinator:
             if m.group_instance_id:
                 group.static_members[m.group_instance_id] = m.member_id
         group.state = GroupState.STABLE if group.members else GroupState.EMPTY
+        group.state_timestamp = record.state_timestamp
 
     def _group_record(self, group: Group) -> GroupRecord:
         return GroupRecord(
@@ -232,9 +241,9 @@ class GroupCoordinator:
         )
 
     def _persist_group(self, group: Group) -> asyncio.Future[None]:
-        return self._append(
-            group.group_id, [(group_key(group.group_id), group_value(self._group_record(group)))]
-        )
+        record = self._group_record(group)
+        group.state_timestamp = record.state_timestamp  # when the group entered this state
+        return self._append(group.group_id, [(group_key(group.group_id), group_value(record))])
 
     # -- membership ------------------------------------------------------------------------------
 
@@ -810,6 +819,74 @@ class GroupCoordinator:
                 del self.pending_txn_offsets[producer_id]
 
         return apply
+
+    # -- offsets retention (KIP-211) ----------------------------------------------------------
+
+    def expire_offsets(self, now: int) -> int:
+        """Expires committed offsets older than offsets.retention.ms, as Kafka: every offset of
+        an Empty group once the group has been Empty that long (by commit time for a group that
+        never had members), only unsubscribed topics' offsets of a group with consumer
+        members (by commit time); pending transactional offsets never. A group left with no
+        offsets and no members is deleted. Memory and the log change together (the tombstones
+        are appended before anything else can be), their durability is awaited by nobody."""
+        expired = 0
+        for group_id in list(self.groups):
+            group = self.groups[group_id]
+            if self.is_loading(group_id):
+                continue
+            doomed = self._expired_offsets(group, now)
+            drop_group = (
+                not group.members
+                and group.state == GroupState.EMPTY
+                and (len(doomed) == len(group.offsets))
+            )
+            if not doomed and not (drop_group and group.generation):
+                continue
+            records: list[tuple[bytes, bytes | None]] = [
+                (offset_key(group_id, *tp), None) for tp in doomed
+            ]
+            if drop_group:
+                records.append((group_key(group_id), None))
+            try:
+                durable = self._append(group_id, records)
+            except OSError as exc:
+                log.error("group %s: could not expire offsets: %s", group_id, exc)
+                continue
+            durable.add_done_callback(_retrieve)
+            for tp in doomed:
+                group.offsets.pop(tp, None)
+            if drop_group:
+                del self.groups[group_id]
+            expired += len(doomed)
+            log.info(
+                "group %s: %d offsets expired (offsets.retention.ms)%s",
+                group_id,
+                len(doomed),
+                "; group removed" if drop_group else "",
+            )
+        return expired
+
+    def _expired_offsets(self, group: Group, now: int) -> list[TopicPartition]:
+        deadline = now - self.offsets_retention_ms
+        if group.state == GroupState.EMPTY and not group.members:
+            base = group.state_timestamp if group.generation else -1
+            return [
+                tp
+                for tp, committed in group.offsets.items()
+                if (base if base >= 0 else committed.commit_timestamp) <= deadline
+            ]
+        if group.protocol_type != "consumer":
+            return []  # other protocols' members may still need every offset (as Kafka)
+        from lockgate.coordinator.group.records import subscribed_topics
+
+        subscribed: set[str] = set()
+        for member in group.members.values():
+            subscribed |= subscribed_topics(member.metadata_for(group.protocol))
+        return [
+            tp
+            for tp, committed in group.offsets.items()
+            if tp[0] not in subscribed and committed.commit_timestamp <= deadline
+        ]
 
     # -- administration -------------------------------------------------------------------------
 
