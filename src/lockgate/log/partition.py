@@ -40,6 +40,7 @@ from lockgate.storage.engine import AppendFile, StorageEngine
 log = logging.getLogger(__name__)
 
 SNAPSHOTS_KEPT = 2
+LOG_START_FILE = "log-start-offset"
 
 
 def partition_dir(topic: str, index: int) -> str:
@@ -71,6 +72,7 @@ class Partition:
         self.marker_listeners: list[Callable[[int, bool], None]] = []  # (producer id, commit)
         self.open_txns: dict[int, int] = {}  # producer id → first offset of its open transaction
         self.aborted = AbortedTxnIndex()
+        self._log_start = 0  # as moved by DeleteRecords; see log_start_offset
 
     @property
     def config(self) -> LogConfig:
@@ -82,7 +84,9 @@ class Partition:
 
     @property
     def log_start_offset(self) -> int:
-        return self.segments[0].base_offset
+        """The first offset clients may read: the first segment's base, or further where
+        DeleteRecords moved it (persisted in LOG_START_FILE)."""
+        return max(self._log_start, self.segments[0].base_offset)
 
     @property
     def last_stable_offset(self) -> int:
@@ -130,6 +134,9 @@ class Partition:
                 self.log_end_offset,
             )
         self.epochs.truncate_after(self.log_end_offset)
+        raw = self.storage.read_all(f"{self.directory}/{LOG_START_FILE}")
+        if raw is not None and raw.strip().isdigit():
+            self._log_start = min(int(raw), self.log_end_offset)  # a torn tail may be gone
         for segment in self.segments:
             for entry in load_entries(self.storage, segment.stem + TXN_INDEX_SUFFIX):
                 if entry.last_offset < self.log_end_offset:
@@ -490,18 +497,44 @@ class Partition:
                 return deleted
             if oldest.next_offset > self.high_watermark:
                 return deleted  # never delete what consumers have not been allowed to see
-            if len(self.segments) == 1:
-                self.roll(now_ms)
-            self.segments.pop(0)
-            oldest.close()
-            for suffix in (".log", ".index", ".timeindex", TXN_INDEX_SUFFIX):
-                self.storage.remove(oldest.stem + suffix)
-            self.aborted.drop_before(self.log_start_offset)
+            self._delete_oldest_segment(now_ms, "retention")
             deleted += 1
-            log.info(
-                "%s-%d: deleted segment %d by retention", self.topic, self.index, oldest.base_offset
-            )
         return deleted
+
+    def _delete_oldest_segment(self, now_ms: int, reason: str) -> None:
+        oldest = self.segments[0]
+        if len(self.segments) == 1:
+            self.roll(now_ms)
+        self.segments.pop(0)
+        oldest.close()
+        for suffix in (".log", ".index", ".timeindex", TXN_INDEX_SUFFIX):
+            self.storage.remove(oldest.stem + suffix)
+        self.aborted.drop_before(self.log_start_offset)
+        log.info(
+            "%s-%d: deleted segment %d by %s", self.topic, self.index, oldest.base_offset, reason
+        )
+
+    def delete_records(self, offset: int, now_ms: int) -> int:
+        """DeleteRecords (KIP-107): moves the log start offset to `offset` (-1: the high
+        watermark), never past the high watermark (OFFSET_OUT_OF_RANGE), never back; segments
+        entirely below it are deleted. Producer state stays (it outlives the data). Returns
+        the new log start offset (the low watermark)."""
+        target = self.high_watermark if offset == -1 else offset
+        if target < 0 or target > self.high_watermark:
+            raise KafkaProtocolError(
+                ErrorCode.offset_out_of_range,
+                f"{offset} is outside [0, high watermark {self.high_watermark}]",
+            )
+        if target <= self.log_start_offset:
+            return self.log_start_offset
+        # persisted first: if that fails nothing changed; if a crash follows, the next load
+        # reads the new start and the segments below it are deleted by the next call
+        self.storage.write_atomic(f"{self.directory}/{LOG_START_FILE}", b"%d\n" % target)
+        self._log_start = target
+        while self.segments[0].next_offset <= target and not self.segments[0].is_empty:
+            self._delete_oldest_segment(now_ms, "DeleteRecords")
+        self.aborted.drop_before(self.log_start_offset)
+        return self.log_start_offset
 
 
 def _rebased(header: BatchHeader, base_offset: int) -> BatchHeader:

@@ -12,6 +12,7 @@ import pytest
 from lockgate.log.config import LogConfig
 from lockgate.log.partition import Partition
 from lockgate.log.segment import segment_name
+from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.protocol.records import (
     CRC_OFFSET,
     MAX_TIMESTAMP_OFFSET,
@@ -454,3 +455,33 @@ def test_every_load_starts_a_new_leader_epoch(storage: StorageEngine) -> None:
     assert partition.epochs.end_offset_for(1, partition.log_end_offset) == (1, 3)
     assert partition.epochs.end_offset_for(2, partition.log_end_offset) == (2, 3)
     assert partition.epochs.end_offset_for(3, partition.log_end_offset) == (3, 4)
+
+
+# -- DeleteRecords -----------------------------------------------------------------------------
+
+
+def test_delete_records_moves_the_log_start_and_drops_whole_segments(
+    storage: StorageEngine,
+) -> None:
+    log = segmented_log(storage, LogConfig(retention_ms=-1))  # offsets 0-11, two per segment
+    partition = log.partition
+    visible(partition)
+    assert partition.delete_records(5, LOAD_MS) == 5
+    assert partition.log_start_offset == 5
+    assert [s.base_offset for s in partition.segments] == [4, 6, 8, 10]  # 4-5 holds offset 5
+    assert partition.delete_records(3, LOAD_MS) == 5  # never back
+    reloaded = log.reload(LOAD_MS + 1)
+    assert reloaded.log_start_offset == 5  # persisted, not the segment's base offset
+    assert reloaded.delete_records(-1, LOAD_MS) == 12  # -1: the high watermark
+    assert len(reloaded.segments) == 1 and reloaded.active.is_empty
+    assert append(reloaded, batch_of([b"next"])) == 12
+
+
+def test_delete_records_beyond_the_high_watermark_is_out_of_range(storage: StorageEngine) -> None:
+    log = segmented_log(storage, LogConfig(retention_ms=-1))
+    log.partition.advance_high_watermark(6)
+    for offset in (7, -2):
+        with pytest.raises(KafkaProtocolError) as raised:
+            log.partition.delete_records(offset, LOAD_MS)
+        assert raised.value.code == ErrorCode.offset_out_of_range
+    assert log.partition.log_start_offset == 0
