@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import OFFSET_INVALID, Consumer, TopicPartition
 
 from tests.support.broker import BrokerProcess
-from tests.support.clients import create_topic
+from tests.support.clients import committed_offset, create_topic
 
 pytestmark = pytest.mark.compat
 
@@ -31,15 +31,6 @@ def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
         process.kill()
 
 
-def committed(bootstrap: str, group: str) -> int:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
-    try:
-        [partition] = consumer.committed([TopicPartition("retained", 0)], timeout=20)
-        return int(partition.offset)
-    finally:
-        consumer.close()
-
-
 def test_offsets_of_an_empty_group_expire_and_stay_expired(broker: BrokerProcess) -> None:
     create_topic(broker.bootstrap, "retained", 1)
     member = Consumer(
@@ -50,13 +41,17 @@ def test_offsets_of_an_empty_group_expire_and_stay_expired(broker: BrokerProcess
     while not member.assignment() and time.monotonic() < deadline:
         member.poll(0.1)
     member.commit(offsets=[TopicPartition("retained", 0, 42)], asynchronous=False)
-    assert committed(broker.bootstrap, "fading") == 42  # kept while the group has a member
+
+    def committed() -> int:
+        return committed_offset(broker.bootstrap, "fading", "retained")
+
+    assert committed() == 42  # kept while the group has a member
     member.close()  # leaves: the group is Empty from now on
     deadline = time.monotonic() + 20
-    while committed(broker.bootstrap, "fading") == 42 and time.monotonic() < deadline:
+    while committed() == 42 and time.monotonic() < deadline:
         time.sleep(0.3)
-    assert committed(broker.bootstrap, "fading") == OFFSET_INVALID
+    assert committed() == OFFSET_INVALID
     broker.stop()
     broker.start()
-    assert committed(broker.bootstrap, "fading") == OFFSET_INVALID
+    assert committed() == OFFSET_INVALID
     assert "offsets expired (offsets.retention.ms); group removed" in broker.log()

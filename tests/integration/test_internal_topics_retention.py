@@ -16,7 +16,7 @@ from lockgate.client.cluster import TopicPartition as LockgatePartition
 from lockgate.client.consumer import Consumer as LockgateConsumer
 from lockgate.client.producer import Producer
 from tests.support.broker import BrokerProcess
-from tests.support.clients import create_topic
+from tests.support.clients import committed_offset, create_topic
 
 SETTINGS = {
     "transaction.two.phase.commit.enable": "true",
@@ -33,15 +33,6 @@ def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
         yield process
     finally:
         process.kill()
-
-
-def committed_offset(bootstrap: str, group: str, topic: str) -> int:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
-    try:
-        [partition] = consumer.committed([TopicPartition(topic, 0)], timeout=20)
-        return int(partition.offset)
-    finally:
-        consumer.close()
 
 
 async def test_offsets_and_a_prepared_transaction_outlive_retention(

@@ -71,3 +71,14 @@ def consume_all(
     finally:
         consumer.close()
     return received
+
+
+def committed_offset(bootstrap: str, group: str, topic: str, partition: int = 0) -> int:
+    """The group's committed offset of one partition as confluent-kafka reads it (OFFSET_INVALID,
+    -1001, when there is none)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        [found] = consumer.committed([TopicPartition(topic, partition)], timeout=20)
+        return int(found.offset)
+    finally:
+        consumer.close()
