@@ -20,7 +20,6 @@ BatchVisitor = Callable[[Segment, int, BatchHeader], None]
 async def replay(partition: Partition, visit: BatchVisitor) -> int:
     """Calls `visit(segment, position, header)` for every batch from the log start to the
     log end, yielding to the event loop as it goes; returns how many batches it visited."""
-    await asyncio.sleep(0)  # many short partitions in a row must not hold the loop either
     next_offset = partition.log_start_offset
     visited = 0
     while True:

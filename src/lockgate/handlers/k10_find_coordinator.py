@@ -1,9 +1,10 @@
 """FindCoordinator (key 10), versions 0–6.
 
 Behaviour:
-- Key type 1 (transaction): this broker, once the transaction log is loaded
-  (COORDINATOR_LOAD_IN_PROGRESS before).
-- Key type 0 (group): this broker, once __consumer_offsets is loaded.
+- Key types 1 (transaction) and 0 (group): this broker, also while the key's partition of
+  __transaction_state / __consumer_offsets is still loading, as Kafka answers: the requests
+  sent to the coordinator get COORDINATOR_LOAD_IN_PROGRESS meanwhile, which clients retry
+  (librdkafka does not expect that error from FindCoordinator itself).
 - Other key types: INVALID_REQUEST.
 Version notes: v1 key type and error message; v3 flexible; v4+ batched keys.
 """
@@ -23,15 +24,7 @@ TRANSACTION = 1
 
 def _locate(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
     host, port = ctx.broker.advertised
-    error = ErrorCode.none
-    if key_type == TRANSACTION:
-        if ctx.broker.transactions.is_loading(key):
-            error = ErrorCode.coordinator_load_in_progress
-    elif key_type == GROUP:
-        if ctx.broker.groups.is_loading(key):
-            error = ErrorCode.coordinator_load_in_progress
-    else:
-        error = ErrorCode.invalid_request
+    error = ErrorCode.none if key_type in (TRANSACTION, GROUP) else ErrorCode.invalid_request
     found = not error
     return {
         "key": key,
