@@ -14,7 +14,6 @@ acks=all) fill the rest. Rules checked:
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,6 +26,7 @@ from kafka.errors import KafkaStorageError
 
 from tests.support.broker import BrokerProcess
 from tests.support.clients import consume_all, create_topic
+from tests.support.tmpfs import mounted_tmpfs
 
 pytestmark = pytest.mark.compat
 
@@ -43,19 +43,8 @@ SETTINGS = {
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    mount_point = tmp_path / "disk"
-    mount_point.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=20m", "tmpfs", str(mount_point)],
-        capture_output=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a 20 MiB tmpfs here (needs root): {done.stderr.decode()}")
-    try:
+    with mounted_tmpfs(tmp_path / "disk", "20m") as mount_point:
         yield mount_point
-    finally:
-        subprocess.run(["umount", "-l", str(mount_point)], check=False)
 
 
 def value(n: int) -> bytes:

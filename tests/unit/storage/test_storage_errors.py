@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import errno
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import pytest
 from lockgate.storage.disk import DiskEngine
 from lockgate.storage.errors import OfflineError, StorageError
 from lockgate.storage.memory import MemoryEngine, MemoryFaults
+from tests.support.tmpfs import mounted_tmpfs
 
 
 def test_storage_error_is_an_os_error_naming_its_kind() -> None:
@@ -184,19 +184,8 @@ def test_disk_failed_write_atomic_keeps_the_old_content_and_no_temporary(
 
 @pytest.fixture
 def tiny_fs(tmp_path: Path) -> Iterator[Path]:
-    mount_point = tmp_path / "tiny"
-    mount_point.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount_point)],
-        capture_output=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.decode().strip()}")
-    try:
+    with mounted_tmpfs(tmp_path / "tiny", "1m") as mount_point:
         yield mount_point
-    finally:
-        subprocess.run(["umount", "-l", str(mount_point)], check=False)
 
 
 def test_disk_full_filesystem_appends_whole_or_not_at_all(tiny_fs: Path) -> None:
