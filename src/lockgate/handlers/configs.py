@@ -14,7 +14,7 @@ SOURCE_TOPIC = 1
 SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
 
-_TYPES = {"long": 5, "int": 3, "bool": 1, "string": 2}
+_TYPES = {"long": 5, "int": 3, "bool": 1, "string": 2, "ratio": 6, "policy": 7}  # Kafka ConfigType
 
 
 def config_type(kind: str) -> int:

@@ -50,6 +50,7 @@ from lockgate.protocol.produce import (
     encode_produce_response,
 )
 from lockgate.protocol.records import BatchHeader, validate_produced_batch
+from lockgate.protocol.rewrite import split_records
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +141,8 @@ def _append(
             f"batch of {len(records)} bytes exceeds max.message.bytes",
         )
     header = validate_produced_batch(records)
+    if partition.config.compact:
+        _require_keys(records)
     if header.is_transactional:
         _verify_transaction(ctx, transactional_id, (topic_name, data.index), header, pending)
     base_offset, append_time = partition.append(bytearray(records), header, ctx.received_ms)
@@ -147,6 +150,20 @@ def _append(
     result.base_offset = base_offset
     result.log_append_time_ms = append_time
     return result
+
+
+def _require_keys(records: bytes) -> None:
+    """A compacted topic keeps the latest record per key: a record without one is refused, as
+    Kafka does (it would be dropped by the first cleaning)."""
+    try:
+        keyless = [r.offset_delta for r in split_records(records)[2] if r.key is None]
+    except ValueError as exc:
+        raise KafkaProtocolError(ErrorCode.corrupt_message, str(exc)) from None
+    if keyless:
+        raise KafkaProtocolError(
+            ErrorCode.invalid_record,
+            f"compacted topic cannot accept a record without a key (offset delta {keyless[0]})",
+        )
 
 
 def _topic_name(ctx: RequestContext, topic: ProduceTopic) -> tuple[str | None, ErrorCode]:

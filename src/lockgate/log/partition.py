@@ -13,12 +13,12 @@ import uuid
 from collections.abc import Callable
 from dataclasses import replace
 
+from lockgate.log import swap
 from lockgate.log.config import LogConfig
 from lockgate.log.epochs import LeaderEpochCache
 from lockgate.log.producer_state import Duplicate, ProducerEntry, ProducerStateTable
 from lockgate.log.segment import Segment, segment_name
 from lockgate.log.txn_index import (
-    TXN_INDEX_SUFFIX,
     AbortedTxn,
     AbortedTxnIndex,
     encode_entry,
@@ -73,6 +73,11 @@ class Partition:
         self.open_txns: dict[int, int] = {}  # producer id → first offset of its open transaction
         self.aborted = AbortedTxnIndex()
         self._log_start = 0  # as moved by DeleteRecords; see log_start_offset
+        # Set while the log cleaner reads the sealed segments in a worker thread: nothing may
+        # delete one meanwhile (retention and DeleteRecords wait for the next round).
+        self.cleaning = False
+        self.scans = 0  # replays reading the segments across awaits: the cleaner's swap waits
+        self.closed = False
 
     @property
     def config(self) -> LogConfig:
@@ -110,6 +115,7 @@ class Partition:
         After a `clean` shutdown the active segment is opened like the sealed ones, from its
         indexes (as Kafka does): only after a crash is its every batch's CRC checked."""
         self.storage.make_dirs(self.directory)
+        swap.recover(self.storage, self.directory)
         bases = sorted(
             int(name[:-4])
             for name in self.storage.list_dir(self.directory)
@@ -138,7 +144,7 @@ class Partition:
         if raw is not None and raw.strip().isdigit():
             self._log_start = min(int(raw), self.log_end_offset)  # a torn tail may be gone
         for segment in self.segments:
-            for entry in load_entries(self.storage, segment.stem + TXN_INDEX_SUFFIX):
+            for entry in load_entries(self.storage, segment.txn_index_path):
                 if entry.last_offset < self.log_end_offset:
                     self.aborted.add(entry)
         self._load_producer_state(now_ms)
@@ -156,6 +162,7 @@ class Partition:
             )
         for segment in self.segments:
             segment.close()
+        self.closed = True
 
     # -- producer state ------------------------------------------------------------------------
 
@@ -296,9 +303,7 @@ class Partition:
         try:
             self.active.seal()
         except OSError:
-            new.close()
-            for suffix in (".log", ".index", ".timeindex"):
-                self.storage.remove(new.stem + suffix)
+            new.delete()
             raise
         self.segments.append(new)
         try:
@@ -480,8 +485,14 @@ class Partition:
         """Deletes whole segments past retention.ms / retention.bytes; returns how many."""
         config = self.config
         deleted = 0
-        while config.delete_retention:
+        while config.delete_policy and not self.cleaning:
             oldest = self.segments[0]
+            if oldest.is_empty and len(self.segments) > 1:
+                # all its records were cleaned away (the first segment stays, keeping the
+                # log start): nothing to wait for
+                self._delete_oldest_segment(now_ms, "retention")
+                deleted += 1
+                continue
             expired = (
                 config.retention_ms >= 0
                 and not oldest.is_empty
@@ -506,9 +517,7 @@ class Partition:
         if len(self.segments) == 1:
             self.roll(now_ms)
         self.segments.pop(0)
-        oldest.close()
-        for suffix in (".log", ".index", ".timeindex", TXN_INDEX_SUFFIX):
-            self.storage.remove(oldest.stem + suffix)
+        oldest.delete()
         self.aborted.drop_before(self.log_start_offset)
         log.info(
             "%s-%d: deleted segment %d by %s", self.topic, self.index, oldest.base_offset, reason
@@ -531,10 +540,33 @@ class Partition:
         # reads the new start and the segments below it are deleted by the next call
         self.storage.write_atomic(f"{self.directory}/{LOG_START_FILE}", b"%d\n" % target)
         self._log_start = target
-        while self.segments[0].next_offset <= target and not self.segments[0].is_empty:
+        self.delete_segments_below_start(now_ms)
+        return self.log_start_offset
+
+    def delete_segments_below_start(self, now_ms: int) -> None:
+        """Deletes the segments entirely below the log start offset (unless the cleaner is
+        reading them: it calls this again when it is done)."""
+        while (
+            not self.cleaning
+            and self.segments[0].next_offset <= self._log_start
+            and not self.segments[0].is_empty
+        ):
             self._delete_oldest_segment(now_ms, "DeleteRecords")
         self.aborted.drop_before(self.log_start_offset)
-        return self.log_start_offset
+
+    def replace_segments(
+        self, replaced: list[tuple[list[Segment], Segment | None, list[AbortedTxn]]]
+    ) -> None:
+        """The cleaner's swap, in memory (its files are already in place): each group of
+        segments gives way to its cleaned segment (or to nothing), and the aborted
+        transactions whose markers were cleaned away are forgotten."""
+        for group, new, kept in replaced:
+            at = next(i for i, s in enumerate(self.segments) if s is group[0])
+            self.segments[at : at + len(group)] = [] if new is None else [new]
+            start, end = group[0].base_offset, group[-1].next_offset
+            for entry in self.aborted.overlapping(start, end):
+                if start <= entry.last_offset < end and entry not in kept:
+                    self.aborted.discard(entry)
 
 
 def _rebased(header: BatchHeader, base_offset: int) -> BatchHeader:

@@ -27,16 +27,25 @@ def segment_name(base_offset: int) -> str:
     return f"{base_offset:020d}"
 
 
+SUFFIXES = (".log", ".index", ".timeindex", ".txnindex")
+
+
 class Segment:
     def __init__(
-        self, storage: StorageEngine, directory: str, base_offset: int, now_ms: int
+        self,
+        storage: StorageEngine,
+        directory: str,
+        base_offset: int,
+        now_ms: int,
+        suffix: str = "",
     ) -> None:
+        """`suffix` names files being written aside (the cleaner's ".cleaned")."""
         stem = f"{directory}/{segment_name(base_offset)}"
         self.base_offset = base_offset
         opened: list[AppendFile] = []
         try:
-            for suffix in (".log", ".index", ".timeindex"):
-                opened.append(storage.open_append(stem + suffix))
+            for kind in SUFFIXES[:3]:
+                opened.append(storage.open_append(stem + kind + suffix))
         except OSError:
             for file in opened:
                 file.close()
@@ -49,6 +58,7 @@ class Segment:
         self.created_ms = now_ms
         self._bytes_since_index = 0
         self.stem = stem
+        self.suffix = suffix
         self._storage = storage
         self._txn_index: AppendFile | None = None
 
@@ -240,8 +250,26 @@ class Segment:
     def txn_index(self) -> AppendFile:
         """The aborted-transaction index file, opened on first use (most segments have none)."""
         if self._txn_index is None:
-            self._txn_index = self._storage.open_append(self.stem + ".txnindex")
+            self._txn_index = self._storage.open_append(self.txn_index_path)
         return self._txn_index
+
+    @property
+    def txn_index_path(self) -> str:
+        return self.stem + SUFFIXES[3] + self.suffix
+
+    def paths(self) -> list[str]:
+        return [self.stem + kind + self.suffix for kind in SUFFIXES]
+
+    def delete(self) -> None:
+        """Closes the segment and removes its files."""
+        self.close()
+        for path in self.paths():
+            self._storage.remove(path)
+
+    def sync(self) -> None:
+        for file in (self.log, self.offset_index.file, self.time_index.file, self._txn_index):
+            if file is not None:
+                file.sync()
 
     def close(self) -> None:
         for file in (self.log, self.offset_index.file, self.time_index.file, self._txn_index):

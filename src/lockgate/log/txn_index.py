@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from lockgate.storage.engine import StorageEngine
 
 _ENTRY = struct.Struct(">hqqqq")  # version, producer id, first, last, last stable offset
-TXN_INDEX_SUFFIX = ".txnindex"
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +43,15 @@ class AbortedTxnIndex:
                 return True
             i += 1
         return False
+
+    def discard(self, entry: AbortedTxn) -> None:
+        i = bisect.bisect_left(self._last_offsets, entry.last_offset)
+        while i < len(self.entries) and self._last_offsets[i] == entry.last_offset:
+            if self.entries[i] == entry:
+                del self.entries[i]
+                del self._last_offsets[i]
+                return
+            i += 1
 
     def overlapping(self, start: int, end: int) -> list[AbortedTxn]:
         """Aborted transactions with data in [start, end): those a consumer must drop."""

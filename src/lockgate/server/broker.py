@@ -1,5 +1,6 @@
 # The broker: wires storage, topics, durability and the listener together, and owns the
-# background tasks (retention). Everything runs on one event loop; only fsync leaves it.
+# background tasks (retention, log cleaning). Everything runs on one event loop; only fsync
+# and the cleaner's reading and writing leave it.
 from __future__ import annotations
 
 import asyncio
@@ -11,6 +12,7 @@ from collections.abc import Iterable
 from lockgate.coordinator.group.service import GroupCoordinator
 from lockgate.coordinator.txn.service import TransactionCoordinator
 from lockgate.handlers import load_all
+from lockgate.log.cleaner import MAP_ENTRY_BYTES, LogCleaner
 from lockgate.log.partition import Partition
 from lockgate.server.config import BrokerConfig, parse_listener
 from lockgate.server.connection import Connection
@@ -56,6 +58,13 @@ class Broker:
         )
         self._server: asyncio.Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self.cleaner = LogCleaner(
+            lambda: list(self.topics.partitions.values()),
+            now_ms,
+            config.integer("log.cleaner.backoff.ms") / 1000,
+            config.integer("log.cleaner.dedupe.buffer.size") // MAP_ENTRY_BYTES,
+        )
+        self._cleaner_task: asyncio.Task[None] | None = None
         self.started = asyncio.Event()
 
     @property
@@ -83,6 +92,8 @@ class Broker:
                 self.config.get("lockgate.metrics.host"), metrics_port
             )
         self._tasks.append(asyncio.create_task(self._retention_loop()))
+        if self.config.flag("log.cleaner.enable"):
+            self._cleaner_task = asyncio.create_task(self.cleaner.run())
         self._tasks.append(asyncio.create_task(self._producer_expiry_loop()))
         self._tasks.append(asyncio.create_task(self._offsets_expiry_loop()))
         self._tasks.append(asyncio.create_task(self._transaction_loops()))
@@ -155,6 +166,10 @@ class Broker:
         if self._server is not None:
             self._server.close()
         await self.metrics.close()
+        self.cleaner.stop()
+        if self._cleaner_task is not None:  # a pass gives up at its next batch
+            await asyncio.wait({self._cleaner_task}, timeout=10)
+            self._cleaner_task.cancel()
         for task in self._tasks:
             task.cancel()
         for connection in list(self.connections):

@@ -28,6 +28,12 @@ BROKER_DEFAULTS: dict[str, str] = {
     "log.index.interval.bytes": "4096",
     "log.message.timestamp.type": "CreateTime",
     "log.cleanup.policy": "delete",
+    "log.cleaner.enable": "true",
+    "log.cleaner.backoff.ms": "15000",
+    "log.cleaner.dedupe.buffer.size": str(128 * 1024 * 1024),
+    "log.cleaner.delete.retention.ms": str(DAY_MS),
+    "log.cleaner.min.cleanable.ratio": "0.5",
+    "log.cleaner.min.compaction.lag.ms": "0",
     "message.max.bytes": "1048588",
     "min.insync.replicas": "1",
     "compression.type": "producer",
@@ -44,6 +50,8 @@ BROKER_DEFAULTS: dict[str, str] = {
     "max.incremental.fetch.session.cache.slots": "1000",
     "transaction.state.log.num.partitions": "50",
     "offsets.topic.num.partitions": "50",
+    "offsets.topic.segment.bytes": str(100 * 1024 * 1024),
+    "transaction.state.log.segment.bytes": str(100 * 1024 * 1024),
     "transaction.max.timeout.ms": "900000",
     "transaction.two.phase.commit.enable": "false",
     "transactional.id.expiration.ms": str(7 * DAY_MS),
@@ -87,13 +95,20 @@ class TopicConfigSpec:
     name: str
     broker_property: str | None
     default: str
-    kind: str  # "long", "int", "string", "choice:a,b", "bool"
+    kind: str  # "long", "int", "string", "choice:a,b", "bool", "policy" (a list), "ratio"
 
 
 TOPIC_CONFIGS: dict[str, TopicConfigSpec] = {
     spec.name: spec
     for spec in (
-        TopicConfigSpec("cleanup.policy", "log.cleanup.policy", "delete", "choice:delete"),
+        TopicConfigSpec("cleanup.policy", "log.cleanup.policy", "delete", "policy"),
+        TopicConfigSpec(
+            "delete.retention.ms", "log.cleaner.delete.retention.ms", str(DAY_MS), "long"
+        ),
+        TopicConfigSpec(
+            "min.cleanable.dirty.ratio", "log.cleaner.min.cleanable.ratio", "0.5", "ratio"
+        ),
+        TopicConfigSpec("min.compaction.lag.ms", "log.cleaner.min.compaction.lag.ms", "0", "long"),
         TopicConfigSpec("retention.ms", "log.retention.ms", str(7 * DAY_MS), "long"),
         TopicConfigSpec("retention.bytes", "log.retention.bytes", "-1", "long"),
         TopicConfigSpec("segment.bytes", "log.segment.bytes", str(1 << 30), "int"),
@@ -139,7 +154,11 @@ _MINIMUMS = {
     "max.message.bytes": 0,
     "index.interval.bytes": 0,
     "min.insync.replicas": 1,
+    "delete.retention.ms": 0,
+    "min.compaction.lag.ms": 0,
 }
+
+CLEANUP_POLICIES = ("delete", "compact")
 
 
 def check_value(spec: TopicConfigSpec, value: str) -> str:
@@ -156,6 +175,23 @@ def check_value(spec: TopicConfigSpec, value: str) -> str:
         if minimum is not None and number < minimum:
             raise ConfigError(f"{spec.name}={value} is below the minimum of {minimum}")
         return str(number)
+    if kind == "policy":  # a list: "compact,delete" as Kafka, in any order, no repeats
+        policies = [p.strip() for p in value.split(",")]
+        if (
+            not policies
+            or len(set(policies)) != len(policies)
+            or not all(p in CLEANUP_POLICIES for p in policies)
+        ):
+            raise ConfigError(f"{spec.name}={value!r}: use delete, compact or compact,delete")
+        return ",".join(sorted(policies))
+    if kind == "ratio":
+        try:
+            ratio = float(value)
+        except ValueError:
+            raise ConfigError(f"{spec.name}={value!r} is not a number") from None
+        if not 0.0 <= ratio <= 1.0:
+            raise ConfigError(f"{spec.name}={value} is not in [0, 1]")
+        return value
     if kind.startswith("choice:"):
         choices = kind[len("choice:") :].split(",")
         if value not in choices:
@@ -225,6 +261,11 @@ class BrokerConfig:
             index_interval_bytes=int(resolved["index.interval.bytes"]),
             log_append_time=resolved["message.timestamp.type"] == "LogAppendTime",
             max_message_bytes=int(resolved["max.message.bytes"]),
+            delete_policy="delete" in resolved["cleanup.policy"].split(","),
+            compact="compact" in resolved["cleanup.policy"].split(","),
+            delete_retention_ms=int(resolved["delete.retention.ms"]),
+            min_cleanable_dirty_ratio=float(resolved["min.cleanable.dirty.ratio"]),
+            min_compaction_lag_ms=int(resolved["min.compaction.lag.ms"]),
         )
 
 

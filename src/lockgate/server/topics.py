@@ -81,7 +81,15 @@ class TopicManager:
 
     def _log_config(self, record: TopicRecord, configs: Mapping[str, str]) -> LogConfig:
         config = self.config.log_config(configs)
-        return replace(config, delete_retention=False) if record.internal else config
+        if not record.internal:
+            return config
+        # compacted, never trimmed, with Kafka's smaller segments so that cleaning can start
+        segment_bytes = self.config.integer(
+            "offsets.topic.segment.bytes"
+            if record.name == "__consumer_offsets"
+            else "transaction.state.log.segment.bytes"
+        )
+        return replace(config, delete_policy=False, compact=True, segment_bytes=segment_bytes)
 
     def _open_partition(
         self, record: TopicRecord, index: int, now_ms: int, clean: bool = False
@@ -183,7 +191,7 @@ class TopicManager:
         if validate_only:
             return record
         now = self.clock_ms()
-        self._log_configs[name] = self.config.log_config(record.configs)
+        self._log_configs[name] = self._log_config(record, record.configs)
         try:
             created = self._create_partitions(record, range(partitions), now)
             try:

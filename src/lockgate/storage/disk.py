@@ -29,6 +29,7 @@ class DiskFile:
         self._writes = 0  # appends so far; an fsync clears `dirty` only if none came during it
         self._synced_writes = 0
         self.failed: StorageError | None = None
+        self.closed = False
         fd = self._cache.acquire(self)
         try:
             self._size = os.fstat(fd).st_size
@@ -82,6 +83,8 @@ class DiskFile:
             log.critical("%s; the file refuses appends until a restart recovers it", self.failed)
 
     def read(self, position: int, size: int) -> bytes:
+        if self.closed:  # reopening by path would read (or create) whatever is there now
+            raise StorageError(errno.EBADF, f"read {self.path} after close")
         fd = self._cache.acquire(self)
         try:
             return os.pread(fd, size, position)
@@ -116,6 +119,7 @@ class DiskFile:
         self._synced_writes = writes
 
     def close(self) -> None:
+        self.closed = True
         self._cache.forget(self)
 
 

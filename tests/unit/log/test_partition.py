@@ -314,7 +314,7 @@ def test_retention_disabled_keeps_everything(storage: StorageEngine) -> None:
 
 def test_a_log_without_the_delete_policy_is_never_trimmed(storage: StorageEngine) -> None:
     """Internal topics: their records are coordinator state, however old."""
-    config = LogConfig(retention_ms=1_000, retention_bytes=1, delete_retention=False)
+    config = LogConfig(retention_ms=1_000, retention_bytes=1, delete_policy=False)
     log = segmented_log(storage, config)
     visible(log.partition)
     assert log.partition.apply_retention(10**15) == 0

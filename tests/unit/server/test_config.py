@@ -214,7 +214,12 @@ def test_valid_topic_config_values(name: str, value: str, normalised: str) -> No
         ("segment.ms", "-1", "below the minimum"),
         ("min.insync.replicas", "0", "below the minimum of 1"),
         ("message.timestamp.type", "logappendtime", "not supported"),
-        ("cleanup.policy", "compact", "not supported"),
+        ("cleanup.policy", "compaction", "use delete, compact"),
+        ("cleanup.policy", "compact,compact", "use delete, compact"),
+        ("cleanup.policy", "", "use delete, compact"),
+        ("min.cleanable.dirty.ratio", "1.5", "not in"),
+        ("min.cleanable.dirty.ratio", "half", "not a number"),
+        ("delete.retention.ms", "-1", "below the minimum"),
         ("compression.type", "gzip", "not supported"),
     ],
 )
@@ -222,6 +227,18 @@ def test_invalid_topic_config_values(name: str, value: str, message: str) -> Non
     with pytest.raises(ConfigError, match=message) as raised:
         check_value(TOPIC_CONFIGS[name], value)
     assert name in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("value", "normal"),
+    [
+        ("compact", "compact"),
+        ("delete,compact", "compact,delete"),
+        ("compact, delete", "compact,delete"),
+    ],
+)
+def test_cleanup_policy_lists(value: str, normal: str) -> None:
+    assert check_value(TOPIC_CONFIGS["cleanup.policy"], value) == normal
 
 
 @pytest.mark.parametrize(("name", "value"), [("segment.ms", "0"), ("retention.ms", "-2")])
