@@ -47,15 +47,18 @@ HEAL_TIMEOUT_S = 60.0
 
 # --lifecycle: storage runs for weeks in a few seconds. Small segments everywhere (the internal
 # topics too), retention checked every second, a topic with a 4 s retention, a keyed topic, and
-# the broker killed more often. lockgate has no compaction yet: the keyed topic keeps every
-# value (name it in COMPACTED_TOPICS, with cleanup.policy=compact, once compaction exists).
+# the broker killed more often; the keyed topic and the internal ones compacted all along.
 LIFECYCLE_SETTINGS = {
     "log.segment.bytes": "16384",
     "log.retention.check.interval.ms": "1000",
+    "log.cleaner.backoff.ms": "500",
+    "log.cleaner.min.cleanable.ratio": "0.1",
+    "offsets.topic.segment.bytes": "16384",
+    "transaction.state.log.segment.bytes": "16384",
 }
 RETAINED_TOPIC_CONFIG = {"retention.ms": "4000", "segment.bytes": "8192"}
-KEYED_TOPIC_CONFIG = {"segment.bytes": "8192"}
-COMPACTED_TOPICS: list[str] = []
+KEYED_TOPIC_CONFIG = {"segment.bytes": "8192", "cleanup.policy": "compact"}
+COMPACTED_TOPICS: list[str] = [workload.KEYED_TOPIC]
 LIFECYCLE_FAULTS = (*FAULTS, "kill", "kill", "kill")
 
 

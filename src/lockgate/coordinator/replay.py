@@ -20,6 +20,14 @@ BatchVisitor = Callable[[Segment, int, BatchHeader], None]
 async def replay(partition: Partition, visit: BatchVisitor) -> int:
     """Calls `visit(segment, position, header)` for every batch from the log start to the
     log end, yielding to the event loop as it goes; returns how many batches it visited."""
+    partition.scans += 1  # the log cleaner does not swap segments under a replay
+    try:
+        return await _replay(partition, visit)
+    finally:
+        partition.scans -= 1
+
+
+async def _replay(partition: Partition, visit: BatchVisitor) -> int:
     next_offset = partition.log_start_offset
     visited = 0
     while True:
