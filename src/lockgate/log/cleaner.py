@@ -44,6 +44,7 @@ CHECKPOINT_FILE = "cleaner-offset-checkpoint"
 # log.cleaner.dedupe.buffer.size is divided by it to bound the keys of one pass.
 MAP_ENTRY_BYTES = 112
 _INSTALL_WAIT_S = 30.0
+_WRITE_CHUNK = 1 << 20
 
 
 def key_digest(key: bytes) -> bytes:
@@ -226,11 +227,6 @@ def execute(job: Plan, stop: threading.Event | None = None) -> Result:
     return result
 
 
-def _batches(segment: Segment) -> Iterable[tuple[BatchHeader, bytes]]:
-    for position, header in segment.headers(0):
-        yield header, segment.log.read(position, header.size)
-
-
 def _build_offset_map(job: Plan, stop: threading.Event | None) -> tuple[dict[bytes, int], int]:
     """key digest → latest offset over the dirty segments, and the offset it stopped at: past
     the map's capacity it stops at the next segment boundary (the rest waits for a later
@@ -244,7 +240,7 @@ def _build_offset_map(job: Plan, stop: threading.Event | None) -> tuple[dict[byt
         if offsets and len(offsets) >= job.map_entries:
             end = segment.base_offset
             break
-        for header, batch in _batches(segment):
+        for header, batch in segment.batches():
             if stop is not None and stop.is_set():
                 raise CleanAborted
             if header.is_control or txns.on_data(header) or header.last_offset < job.dirty_start:
@@ -268,11 +264,14 @@ def _clean_group(
         partition.storage, partition.directory, group[0].base_offset, job.now_ms, swap.CLEANED
     )
     kept_aborted: list[AbortedTxn] = []
+    pending: list[tuple[bytes, BatchHeader]] = []  # written in large appends, as read
+    pending_bytes = 0
+    interval = partition.config.index_interval_bytes
     try:
         out.txn_index()  # always written, so that a swap can tell what it has moved
         for segment in group:
             result.bytes_before += segment.size
-            for header, batch in _batches(segment):
+            for header, batch in segment.batches():
                 if stop is not None and stop.is_set():
                     raise CleanAborted
                 cleaned, horizon = _clean_batch(job, header, batch, offsets, txns, result)
@@ -280,14 +279,19 @@ def _clean_group(
                     continue
                 if horizon is not None:
                     result.horizon = min(horizon, result.horizon or horizon)
-                stored = parse_header(cleaned)
-                out.append(cleaned, stored, partition.config.index_interval_bytes)
+                pending.append((cleaned, parse_header(cleaned)))
+                pending_bytes += len(cleaned)
+                if pending_bytes >= _WRITE_CHUNK:
+                    out.append_many(pending, interval)
+                    pending, pending_bytes = [], 0
                 if header.is_control and control_type(batch) == CONTROL_ABORT:
                     kept_aborted += [
                         t
                         for t in job.aborted.get(header.producer_id, ())
                         if t.last_offset == header.base_offset
                     ]
+        if pending:
+            out.append_many(pending, interval)
         for entry in kept_aborted:
             out.txn_index().append(encode_entry(entry))
         if out.is_empty and group[0] is not partition.segments[0]:

@@ -92,6 +92,19 @@ class Segment:
         self.next_offset = header.last_offset + 1
         return position
 
+    def append_many(self, batches: list[tuple[bytes, BatchHeader]], index_interval: int) -> None:
+        """Appends batches with their final offsets in one write (the cleaner's output)."""
+        position = self.log.append(b"".join(batch for batch, _ in batches))
+        saved = self.append_state()
+        next_offset = self.next_offset
+        try:
+            for batch, header in batches:
+                self._index_recovered(position, header, index_interval)
+                position += len(batch)
+        except OSError:
+            self.undo_append(position, saved, next_offset)
+            raise
+
     def append_state(self) -> tuple[int, int, int, int]:
         return (
             self.max_timestamp,
@@ -128,6 +141,34 @@ class Segment:
             raise failure
 
     # -- reading -------------------------------------------------------------------------------
+
+    def batches(self) -> Iterator[tuple[BatchHeader, bytes]]:
+        """Every whole batch with its bytes, read in large chunks (the cleaner's scans: few
+        reads, so a worker thread seldom gives up the interpreter lock and waits to get it
+        back)."""
+        size = self.log.size
+        position = 0
+        while position < size:
+            chunk = self.log.read(position, min(max(_SCAN_CHUNK, HEADER_SIZE), size - position))
+            local = 0
+            while True:
+                prefix = peek_batch_size(chunk, local)
+                if prefix is None or local + prefix[1] > len(chunk):
+                    break
+                total = prefix[1]
+                if prefix[2] != 2 or total < HEADER_SIZE:
+                    return
+                yield parse_header(chunk, local), chunk[local : local + total]
+                local += total
+            if local == 0:  # one batch larger than a chunk, or a cut one
+                if len(chunk) < HEADER_SIZE:
+                    return
+                header = parse_header(chunk)
+                if header.magic != 2 or position + header.size > size:
+                    return
+                yield header, self.log.read(position, header.size)
+                local = header.size
+            position += local
 
     def headers(self, position: int = 0) -> Iterator[tuple[int, BatchHeader]]:
         """Batch headers from `position` on (no CRC check), stopping at a cut batch."""
