@@ -6,6 +6,7 @@ acks=all) fill the rest. Rules checked:
 - a produce that hits ENOSPC is answered KAFKA_STORAGE_ERROR (or, for librdkafka's idempotent
   producer that retries it, a timeout after the broker answered it); the connection stays up;
 - reads keep working while the disk is full;
+- a broker restarted on the full disk starts, serves reads and refuses produce;
 - once the filler is deleted, producing simply resumes (no restart);
 - after a restart, a consumer reads back every acknowledged record exactly once, with no CRC
   error and no partial batch.
@@ -149,6 +150,15 @@ def test_disk_full_is_a_storage_error_and_nothing_acknowledged_is_lost(
             read = consume_all(broker.bootstrap, TOPIC, PARTITIONS, len(acked), timeout=60)
             read_values = {int(v[7:15]) for rs in read.values() for _, v in rs if v is not None}
             assert acked <= read_values
+
+            # 3b. a broker restarted on the still-full disk opens (its new leader epochs wait
+            # in memory), serves reads and refuses produce until there is room again
+            broker.restart(clean=False)
+            read = consume_all(broker.bootstrap, TOPIC, PARTITIONS, len(acked), timeout=60)
+            assert acked <= {int(v[7:15]) for rs in read.values() for _, v in rs if v}
+            with pytest.raises(KafkaStorageError):
+                python_producer.send(TOPIC, value(next_value), partition=0).get(timeout=30)
+            assert "appends wait until it is" in broker.log()
 
             # 4. space returns: producing resumes without a restart
             filler.unlink()

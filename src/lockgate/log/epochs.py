@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import bisect
+import logging
 
 from lockgate.storage.engine import StorageEngine
+from lockgate.storage.errors import StorageError
+
+log = logging.getLogger(__name__)
 
 UNDEFINED_EPOCH = -1
 UNDEFINED_OFFSET = -1
@@ -16,6 +20,7 @@ class LeaderEpochCache:
         self.path = path
         self.epochs: list[int] = []
         self.start_offsets: list[int] = []
+        self.unsaved = False  # a change storage refused for lack of space: see ensure_saved
         raw = storage.read_all(path)
         if raw:
             self._parse(raw.decode("ascii", errors="replace"))
@@ -70,7 +75,25 @@ class LeaderEpochCache:
             return self.epochs[i], log_end_offset
         return self.epochs[i], self.start_offsets[i + 1]
 
+    def ensure_saved(self) -> None:
+        """Called before anything is appended: no batch is written under an epoch that is
+        not persisted. Raises StorageError while storage still refuses it."""
+        if self.unsaved:
+            self._write()
+            self.unsaved = False
+
     def _save(self) -> None:
+        """Persists the history. Out of space (a broker starting on a full disk), the change
+        is kept in memory and persisted before the next append: reads go on meanwhile."""
+        try:
+            self._write()
+        except StorageError as exc:
+            if not exc.recoverable:
+                raise
+            self.unsaved = True
+            log.warning("%s not written (%s): appends wait until it is", self.path, exc)
+
+    def _write(self) -> None:
         lines = ["0", str(len(self.epochs))]
         lines += [f"{e} {s}" for e, s in zip(self.epochs, self.start_offsets, strict=True)]
         self.storage.write_atomic(self.path, ("\n".join(lines) + "\n").encode())

@@ -272,6 +272,7 @@ class Partition:
             duplicate = self._check_producer(header)
             if duplicate is not None:
                 return duplicate.base_offset, duplicate.timestamp if config.log_append_time else -1
+        self.epochs.ensure_saved()
         self._maybe_roll(len(batch), now_ms, config)
         base_offset = self.log_end_offset
         assign_offset(batch, base_offset, self.leader_epoch)
@@ -350,6 +351,7 @@ class Partition:
             build_control_batch(producer_id, producer_epoch, commit, coordinator_epoch, now_ms)
         )
         header = parse_header(batch)
+        self.epochs.ensure_saved()
         self._maybe_roll(len(batch), now_ms, self.config)
         offset = self.log_end_offset
         assign_offset(batch, offset, self.leader_epoch)

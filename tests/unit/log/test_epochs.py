@@ -3,10 +3,17 @@ cut tail, OffsetForLeaderEpoch lookups, and damaged checkpoints."""
 
 from __future__ import annotations
 
+import errno
+import uuid
+
 import pytest
 
+from lockgate.log.config import LogConfig
 from lockgate.log.epochs import UNDEFINED_EPOCH, UNDEFINED_OFFSET, LeaderEpochCache
-from lockgate.storage.memory import MemoryEngine
+from lockgate.log.partition import Partition
+from lockgate.protocol.records import build_batch, validate_produced_batch
+from lockgate.storage.errors import StorageError
+from lockgate.storage.memory import MemoryEngine, MemoryFaults
 
 PATH = "t-0/leader-epoch-checkpoint"
 
@@ -124,3 +131,32 @@ def test_garbage_checkpoint_loads_as_an_empty_history(raw: bytes) -> None:
     cache.begin_epoch(cache.latest_epoch + 1, 7)
     # The next epoch is persisted in a sound file.
     assert LeaderEpochCache(storage, PATH).epochs == cache.epochs
+
+
+def test_a_partition_opens_on_a_full_disk_and_appends_once_its_epoch_is_saved() -> None:
+    """A broker restarting on a full disk: the new epoch cannot be persisted, yet the partition
+    opens and serves reads; appends are refused (KAFKA_STORAGE_ERROR) until the epoch is on
+    disk, so no batch is ever written under an unrecorded epoch."""
+    faults = MemoryFaults()
+    storage = MemoryEngine(faults)
+
+    def opened() -> Partition:
+        partition = Partition(storage, "t", 0, uuid.UUID(int=1), LogConfig)
+        partition.load(1_000)
+        return partition
+
+    batch = build_batch([(None, b"v")])
+    first = opened()
+    first.append(bytearray(batch), validate_produced_batch(batch), 1_000)
+    first.close()
+    faults.atomic_errno = errno.ENOSPC
+    partition = opened()
+    assert partition.epochs.unsaved and partition.leader_epoch == 1
+    assert partition.read(0, 1 << 20, partition.high_watermark)  # reads go on
+    with pytest.raises(StorageError):
+        partition.append(bytearray(batch), validate_produced_batch(batch), 1_000)
+    assert partition.log_end_offset == 1
+    faults.atomic_errno = None
+    assert partition.append(bytearray(batch), validate_produced_batch(batch), 1_000)[0] == 1
+    assert not partition.epochs.unsaved
+    assert storage.read_all("t-0/leader-epoch-checkpoint") == b"0\n2\n0 0\n1 1\n"
