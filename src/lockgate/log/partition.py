@@ -416,7 +416,12 @@ class Partition:
         return max(0, bisect.bisect_right([s.base_offset for s in self.segments], offset) - 1)
 
     def read(self, offset: int, max_bytes: int, upper_offset: int) -> bytes:
-        """Batches from `offset` up to (not including) `upper_offset`, whole batches only."""
+        """Batches from `offset` up to (not including) `upper_offset`, whole batches only.
+        Once the log directory is offline every read is KAFKA_STORAGE_ERROR, at the log end
+        too (a consumer polling there must learn it)."""
+        offline = self.storage.offline
+        if offline is not None:
+            raise KafkaProtocolError(ErrorCode.kafka_storage_error, str(offline))
         if offset >= upper_offset:
             return b""
         for segment in self.segments[self.segment_for(offset) :]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from lockgate.log.index import OffsetIndex, TimeIndex
-from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.protocol.records import (
     HEADER_SIZE,
     BatchHeader,
@@ -191,9 +190,6 @@ class Segment:
     def read(self, offset: int, max_bytes: int, upper_offset: int) -> bytes:
         """Whole batches from the one holding `offset`, ending before `upper_offset`, at most
         `max_bytes` unless the first batch alone is larger (KIP-74: always make progress)."""
-        offline = self._storage.offline
-        if offline is not None:
-            raise KafkaProtocolError(ErrorCode.kafka_storage_error, str(offline))
         position = self.position_of(offset)
         if position is None:
             return b""
