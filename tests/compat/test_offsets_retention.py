@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import OFFSET_INVALID, Consumer, TopicPartition
 
-from tests.support.broker import BrokerProcess
+from tests.support.broker import BrokerProcess, running_broker
 from tests.support.clients import committed_offset, create_topic
 
 pytestmark = pytest.mark.compat
@@ -24,11 +24,8 @@ SETTINGS = {
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(tmp_path / "data", SETTINGS).start()
-    try:
+    with running_broker(tmp_path / "data", SETTINGS) as process:
         yield process
-    finally:
-        process.kill()
 
 
 def test_offsets_of_an_empty_group_expire_and_stay_expired(broker: BrokerProcess) -> None:

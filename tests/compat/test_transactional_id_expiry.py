@@ -15,7 +15,7 @@ from confluent_kafka import KafkaException, Producer
 from kafka.admin import KafkaAdminClient
 from kafka.errors import KafkaError as KafkaPythonError
 
-from tests.support.broker import BrokerProcess
+from tests.support.broker import BrokerProcess, running_broker
 from tests.support.clients import confluent_consumer, create_topic
 
 pytestmark = pytest.mark.compat
@@ -29,11 +29,8 @@ SETTINGS = {
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(tmp_path / "data", SETTINGS).start()
-    try:
+    with running_broker(tmp_path / "data", SETTINGS) as process:
         yield process
-    finally:
-        process.kill()
 
 
 def transactional(bootstrap: str, transactional_id: str) -> Producer:

@@ -15,7 +15,7 @@ from confluent_kafka import Consumer, TopicPartition
 from lockgate.client.cluster import TopicPartition as LockgatePartition
 from lockgate.client.consumer import Consumer as LockgateConsumer
 from lockgate.client.producer import Producer
-from tests.support.broker import BrokerProcess
+from tests.support.broker import BrokerProcess, running_broker
 from tests.support.clients import committed_offset, create_topic
 
 SETTINGS = {
@@ -28,11 +28,8 @@ SETTINGS = {
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(tmp_path / "data", SETTINGS).start()
-    try:
+    with running_broker(tmp_path / "data", SETTINGS) as process:
         yield process
-    finally:
-        process.kill()
 
 
 async def test_offsets_and_a_prepared_transaction_outlive_retention(

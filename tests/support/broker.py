@@ -2,13 +2,14 @@
 # start, clean restart (SIGTERM), crash (SIGKILL), with bounded waits everywhere.
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 
@@ -115,3 +116,15 @@ class BrokerProcess:
         else:
             self.kill()
         return self.start()
+
+
+@contextlib.contextmanager
+def running_broker(
+    data_dir: Path, settings: dict[str, str] | None = None
+) -> Iterator[BrokerProcess]:
+    """A started broker, killed (kill -9) when the block ends."""
+    process = BrokerProcess(data_dir, settings).start()
+    try:
+        yield process
+    finally:
+        process.kill()

@@ -300,7 +300,7 @@ def decompress(codec: int, data: bytes) -> bytes:
     raise ValueError(f"unknown compression codec {codec}")
 
 
-def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
+def read_varint(data: bytes, pos: int) -> tuple[int, int]:
     shift = 0
     raw = 0
     while True:
@@ -319,14 +319,14 @@ def iter_records(batch: bytes) -> list[tuple[int, int, bytes | None, bytes | Non
     records = []
     pos = 0
     for _ in range(header.record_count):
-        length, pos = _read_varint(body, pos)
+        length, pos = read_varint(body, pos)
         end = pos + length
         pos += 1  # attributes
-        timestamp_delta, pos = _read_varint(body, pos)
-        offset_delta, pos = _read_varint(body, pos)
+        timestamp_delta, pos = read_varint(body, pos)
+        offset_delta, pos = read_varint(body, pos)
         fields: list[bytes | None] = []
         for _ in range(2):
-            size, pos = _read_varint(body, pos)
+            size, pos = read_varint(body, pos)
             fields.append(None if size < 0 else body[pos : pos + size])
             pos += max(size, 0)
         timestamp = (
@@ -422,14 +422,14 @@ def read_records(batch: bytes) -> list[Record]:
     pos = 0
     try:
         for _ in range(header.record_count):
-            length, pos = _read_varint(body, pos)
+            length, pos = read_varint(body, pos)
             end = pos + length
             pos += 1  # record attributes: unused in v2
-            timestamp_delta, pos = _read_varint(body, pos)
-            offset_delta, pos = _read_varint(body, pos)
+            timestamp_delta, pos = read_varint(body, pos)
+            offset_delta, pos = read_varint(body, pos)
             key, pos = _read_nullable_bytes(body, pos)
             value, pos = _read_nullable_bytes(body, pos)
-            header_count, pos = _read_varint(body, pos)
+            header_count, pos = read_varint(body, pos)
             headers: list[tuple[str, bytes | None]] = []
             for _ in range(max(header_count, 0)):
                 name, pos = _read_nullable_bytes(body, pos)
@@ -452,7 +452,7 @@ def read_records(batch: bytes) -> list[Record]:
 
 
 def _read_nullable_bytes(data: bytes, pos: int) -> tuple[bytes | None, int]:
-    size, pos = _read_varint(data, pos)
+    size, pos = read_varint(data, pos)
     if size < 0:
         return None, pos
     if pos + size > len(data):

@@ -19,6 +19,7 @@ from lockgate.protocol.records import (
     compress,
     decompress,
     parse_header,
+    read_varint,
     zigzag_varint,
 )
 
@@ -45,18 +46,6 @@ class RawRecord:
     delta_end: int
 
 
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    shift = 0
-    raw = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        raw |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return (raw >> 1) ^ -(raw & 1), pos
-        shift += 7
-
-
 def split_records(batch: bytes) -> tuple[BatchHeader, bytes, list[RawRecord]]:
     """The batch's records, decompressed. Raises ValueError if they do not parse."""
     header = parse_header(batch)
@@ -69,15 +58,15 @@ def split_records(batch: bytes) -> tuple[BatchHeader, bytes, list[RawRecord]]:
     try:
         for _ in range(header.record_count):
             start = pos
-            length, pos = _varint(body, pos)
+            length, pos = read_varint(body, pos)
             end = pos + length
             delta_start = pos + 1  # after the attributes byte
-            timestamp_delta, delta_end = _varint(body, delta_start)
-            offset_delta, pos = _varint(body, delta_end)
-            key_size, pos = _varint(body, pos)
+            timestamp_delta, delta_end = read_varint(body, delta_start)
+            offset_delta, pos = read_varint(body, delta_end)
+            key_size, pos = read_varint(body, pos)
             key = None if key_size < 0 else body[pos : pos + key_size]
             pos += max(key_size, 0)
-            value_size, pos = _varint(body, pos)
+            value_size, pos = read_varint(body, pos)
             if end > len(body) or pos > end:
                 raise ValueError(f"record at offset delta {offset_delta} overruns the batch")
             records.append(
