@@ -9,26 +9,25 @@ import asyncio
 from collections.abc import Callable
 
 from lockgate.log.partition import Partition
-from lockgate.log.segment import Segment
 from lockgate.protocol.records import BatchHeader
 
 REPLAY_CHUNK = 200
 
-BatchVisitor = Callable[[Segment, int, BatchHeader], None]
+BatchVisitor = Callable[[BatchHeader, bytes], None]
 
 
-async def replay(partition: Partition, visit: BatchVisitor) -> int:
-    """Calls `visit(segment, position, header)` for every batch from the log start to the
-    log end, yielding to the event loop as it goes; returns how many batches it visited."""
+async def replay(partition: Partition, visit: BatchVisitor, start: int | None = None) -> int:
+    """Calls `visit(header, batch)` for every batch from `start` (the log start by default)
+    to the log end, yielding to the event loop as it goes; returns how many it visited."""
     partition.scans += 1  # the log cleaner does not swap segments under a replay
     try:
-        return await _replay(partition, visit)
+        return await _replay(partition, visit, start)
     finally:
         partition.scans -= 1
 
 
-async def _replay(partition: Partition, visit: BatchVisitor) -> int:
-    next_offset = partition.log_start_offset
+async def _replay(partition: Partition, visit: BatchVisitor, start: int | None) -> int:
+    next_offset = max(partition.log_start_offset, start or 0)
     visited = 0
     while True:
         progressed = False
@@ -39,7 +38,7 @@ async def _replay(partition: Partition, visit: BatchVisitor) -> int:
             for at, header in segment.headers(position):
                 if header.last_offset < next_offset:
                     continue
-                visit(segment, at, header)
+                visit(header, segment.log.read(at, header.size))
                 next_offset = header.last_offset + 1
                 visited += 1
                 progressed = True

@@ -70,6 +70,8 @@ class Partition:
         self.hw_listeners: set[Callable[[], None]] = set()
         self.producers = ProducerStateTable()
         self.marker_listeners: list[Callable[[int, bool], None]] = []  # (producer id, commit)
+        # every batch appended (markers too), as stored: the coordinators' snapshot images
+        self.append_listeners: list[Callable[[BatchHeader, bytes], None]] = []
         self.open_txns: dict[int, int] = {}  # producer id → first offset of its open transaction
         self.aborted = AbortedTxnIndex()
         self._log_start = 0  # as moved by DeleteRecords; see log_start_offset
@@ -286,6 +288,8 @@ class Partition:
             self._record_producer(stored, now_ms)
         if not self.unsynced or self.unsynced[-1] is not self.active.log:
             self.unsynced.append(self.active.log)
+        for listener in self.append_listeners:
+            listener(stored, bytes(batch))
         return base_offset, append_time
 
     def _maybe_roll(self, incoming: int, now_ms: int, config: LogConfig) -> None:
@@ -366,6 +370,8 @@ class Partition:
             raise
         if not self.unsynced or self.unsynced[-1] is not segment.log:
             self.unsynced.append(segment.log)
+        for append_listener in self.append_listeners:
+            append_listener(stored, bytes(batch))
         for listener in self.marker_listeners:
             listener(producer_id, commit)
         return offset

@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterable
 
 from lockgate.coordinator.group.service import GroupCoordinator
+from lockgate.coordinator.snapshots import Snapshotter
 from lockgate.coordinator.txn.service import TransactionCoordinator
 from lockgate.handlers import load_all
 from lockgate.log.cleaner import MAP_ENTRY_BYTES, LogCleaner
@@ -45,6 +46,9 @@ class Broker:
         self.store = LocalMetadataStore(self.storage)
         self.topics = TopicManager(self.storage, self.store, config, now_ms)
         self.producer_ids = ProducerIdManager(self.storage)
+        self.snapshots = Snapshotter(
+            self.storage, config.integer("lockgate.coordinator.snapshot.interval.ms"), now_ms
+        )
         self.transactions = TransactionCoordinator(self)
         self.groups = GroupCoordinator(self)
         self.metrics = BrokerMetrics(self)
@@ -92,6 +96,7 @@ class Broker:
                 self.config.get("lockgate.metrics.host"), metrics_port
             )
         self._tasks.append(asyncio.create_task(self._retention_loop()))
+        self._tasks.append(asyncio.create_task(self.snapshots.run()))
         if self.config.flag("log.cleaner.enable"):
             self._cleaner_task = asyncio.create_task(self.cleaner.run())
         self._tasks.append(asyncio.create_task(self._producer_expiry_loop()))
@@ -185,6 +190,8 @@ class Broker:
         except OSError as exc:  # already offline: recovery at the next start cuts torn data
             log.error("final fsync failed: %s", exc)
             synced = False
+        if synced:
+            self.snapshots.write_all()
         self.topics.close()
         if synced:
             try:

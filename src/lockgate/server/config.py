@@ -74,6 +74,10 @@ BROKER_DEFAULTS: dict[str, str] = {
     # Budget of segment-file descriptors kept open (LRU); 0 derives it from RLIMIT_NOFILE
     # (half the soft limit, after raising it to the hard limit at startup).
     "lockgate.max.open.files": "0",
+    # Snapshots of the internal partitions' coordinator state, so that a start loads a snapshot
+    # plus the records after it: taken this often (for partitions that changed) and at a clean
+    # stop; -1 turns them off.
+    "lockgate.coordinator.snapshot.interval.ms": "60000",
     # Prometheus endpoint (GET /metrics); -1 turns it off, 0 picks a free port.
     "lockgate.metrics.port": "-1",
     "lockgate.metrics.host": "127.0.0.1",

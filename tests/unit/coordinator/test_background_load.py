@@ -23,6 +23,7 @@ SETTINGS = {
     "lockgate.durability": "page-cache",
     "transaction.state.log.num.partitions": "3",
     "offsets.topic.num.partitions": "3",
+    "lockgate.coordinator.snapshot.interval.ms": "-1",  # a long load: the whole history
 }
 HISTORY = 20_000
 

@@ -25,10 +25,9 @@ from lockgate.coordinator.group.records import (
     offset_value,
 )
 from lockgate.coordinator.group.state import GroupState
-from lockgate.coordinator.replay import replay
+from lockgate.coordinator.snapshots import PartitionImage, restore
 from lockgate.coordinator.txn.log import partition_for
 from lockgate.log.partition import Partition
-from lockgate.log.segment import Segment
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.protocol.records import (
     CONTROL_COMMIT,
@@ -76,6 +75,7 @@ class GroupCoordinator:
         self.loaded = False  # every partition is
         self.loaded_partitions: set[int] = set()
         self.sessions_expired = 0
+        self.replayed_batches = 0  # by the last load, after the snapshots
         self.expiry_lateness_ms = 0.0  # the latest a session expired after its deadline
 
     # -- the offsets topic ----------------------------------------------------------------------
@@ -127,9 +127,16 @@ class GroupCoordinator:
         loop; a group is served as soon as its partition is loaded (COORDINATOR_LOAD_IN_PROGRESS
         before). Transactional offsets wait for their marker, which is in the same partition."""
         started = time.monotonic()
+        batches = snapshots = 0
         for index in range(self.num_partitions):
             pending: dict[int, list[tuple[bytes, bytes | None]]] = {}
-            await replay(self._partition_at(index), functools.partial(self._replay_batch, pending))
+            partition = self._partition_at(index)
+            image = PartitionImage()
+            visit = functools.partial(self._replay_batch, pending)
+            loaded = await restore(partition, visit, image, now_ms())
+            self.broker.snapshots.follow(partition, image, loaded.snapshot_offset)
+            batches += loaded.replayed
+            snapshots += loaded.snapshot_offset >= 0
             for producer_id, records in pending.items():  # transactions still open
                 for key, value in records:
                     decoded = decode_key(key)
@@ -143,21 +150,22 @@ class GroupCoordinator:
         for restored in self.groups.values():  # restored members get a session to come back
             for member in restored.members.values():
                 self._touch(restored, member)
+        self.replayed_batches = batches
         log.info(
-            "group coordinator loaded %d groups in %.2fs",
+            "group coordinator loaded %d groups from %d snapshots and %d batches in %.2fs",
             len(self.groups),
+            snapshots,
+            batches,
             time.monotonic() - started,
         )
 
     def _replay_batch(
         self,
         pending: dict[int, list[tuple[bytes, bytes | None]]],
-        segment: Segment,
-        position: int,
         header: BatchHeader,
+        data: bytes,
     ) -> None:
         """One batch of the replay; `pending` holds open transactions' offsets by producer."""
-        data = segment.log.read(position, header.size)
         if header.is_control:
             records = pending.pop(header.producer_id, [])
             if control_type(data) == CONTROL_COMMIT:

@@ -11,7 +11,7 @@ import os
 import time
 from typing import TYPE_CHECKING
 
-from lockgate.coordinator.replay import replay
+from lockgate.coordinator.snapshots import PartitionImage, restore
 from lockgate.coordinator.txn import coordinator as rules
 from lockgate.coordinator.txn.log import (
     decode_key,
@@ -23,7 +23,6 @@ from lockgate.coordinator.txn.log import (
 from lockgate.coordinator.txn.metadata import TV2, TopicPartition, TxnMetadata
 from lockgate.coordinator.txn.state import PREPARING, TxnState
 from lockgate.log.partition import Partition
-from lockgate.log.segment import Segment
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.protocol.records import (
     BatchHeader,
@@ -62,6 +61,7 @@ class TransactionCoordinator:
         self.loaded = False  # every partition is
         self.loaded_partitions: set[int] = set()
         self._replayed_ids: set[str] = set()  # ids seen by the partition being loaded
+        self.replayed_batches = 0  # by the last load, after the snapshots
         self._completions: dict[str, asyncio.Task[None]] = {}
         self._crash_point = os.environ.get(CRASH_POINT_VARIABLE, "")
         if self._crash_point not in CRASH_POINTS | {""}:
@@ -85,9 +85,15 @@ class TransactionCoordinator:
         left preparing are resumed then."""
         started = time.monotonic()
         batches = resumed = 0
+        snapshots = 0
         for index in range(self.num_partitions):
             self._replayed_ids.clear()
-            batches += await replay(self._log_partition_at(index), self._replay_batch)
+            partition = self._log_partition_at(index)
+            image = PartitionImage()
+            restored = await restore(partition, self._replay_batch, image, now_ms())
+            self.broker.snapshots.follow(partition, image, restored.snapshot_offset)
+            batches += restored.replayed
+            snapshots += restored.snapshot_offset >= 0
             self.loaded_partitions.add(index)
             for transactional_id in self._replayed_ids:
                 meta = self.txns.get(transactional_id)
@@ -96,18 +102,21 @@ class TransactionCoordinator:
                     resumed += 1
         self._replayed_ids.clear()
         self.loaded = True
+        self.replayed_batches = batches
         log.info(
-            "transaction coordinator loaded %d ids from %d batches in %.2fs; resuming %d",
+            "transaction coordinator loaded %d ids from %d snapshots and %d batches in %.2fs; "
+            "resuming %d",
             len(self.txns),
+            snapshots,
             batches,
             time.monotonic() - started,
             resumed,
         )
 
-    def _replay_batch(self, segment: Segment, position: int, header: BatchHeader) -> None:
+    def _replay_batch(self, header: BatchHeader, data: bytes) -> None:
         if header.is_control:
             return
-        for _offset, _ts, key, value in iter_records(segment.log.read(position, header.size)):
+        for _offset, _ts, key, value in iter_records(data):
             if key is None:
                 continue
             try:
