@@ -4,8 +4,14 @@ and whether it answers meanwhile.
 For each history size N the benchmark writes N committed transactions (Ongoing, PrepareCommit,
 CompleteCommit: three __transaction_state records each, over 1,000 transactional ids) and N
 offset commits (over 1,000 groups) through the coordinators' own record encoders and the log
-layer into a fresh data directory (the on-disk format a real run writes), stops that broker,
-then starts a new one on the same directory and reports:
+layer into a fresh data directory (the on-disk format a real run writes), with a coordinator
+snapshot at 90% of it (the periodic writer's) and one at the clean stop. Then it starts a new
+broker on the directory three times: as left (snapshots at the end), after a crash (the last
+snapshots removed, and the clean-shutdown mark: 10% of the history to replay, and the active
+segments' CRCs to check), and with no snapshot at all (the whole history, as before
+snapshots existed), and reports for each:
+
+- replayed batches: read from the internal topics after the snapshots
 
 - listening: start() called → the listener is up
 - loaded: start() called → both coordinators have loaded every partition
@@ -26,12 +32,13 @@ from pathlib import Path
 
 from lockgate.coordinator.group.records import CommittedOffset, offset_key, offset_value
 from lockgate.coordinator.group.service import CONSUMER_OFFSETS_TOPIC
+from lockgate.coordinator.snapshots import SUFFIX as SNAPSHOT_SUFFIX
 from lockgate.coordinator.txn.log import encode_key, encode_value, partition_for
 from lockgate.coordinator.txn.metadata import TxnMetadata
 from lockgate.coordinator.txn.service import TRANSACTION_STATE_TOPIC
 from lockgate.coordinator.txn.state import TxnState
 from lockgate.protocol.records import build_batch, validate_produced_batch
-from lockgate.server.broker import Broker
+from lockgate.server.broker import CLEAN_SHUTDOWN_MARK, Broker
 from lockgate.server.config import BrokerConfig
 from lockgate.storage.disk import DiskEngine
 from tests.support.kafka_wire import KafkaWire, api_versions
@@ -41,12 +48,14 @@ PARTITIONS = 50
 STATES = (TxnState.ONGOING, TxnState.PREPARE_COMMIT, TxnState.COMPLETE_COMMIT)
 
 
-def settings(data: Path) -> dict[str, str]:
+def settings(data: Path, snapshots: bool = True) -> dict[str, str]:
     return {
         "listeners": "127.0.0.1:0",
         "log.dirs": str(data),
         "lockgate.durability": "page-cache",
         "log.segment.bytes": str(64 << 20),
+        # the measured broker writes none at its stop, so the runs share one history
+        "lockgate.coordinator.snapshot.interval.ms": "3600000" if snapshots else "-1",
     }
 
 
@@ -65,6 +74,8 @@ async def write_history(data: Path, size: int) -> None:
     ids = [f"writer-{i}" for i in range(IDS)]
     slots = {t: partition_for(t, PARTITIONS) for t in ids}
     for number in range(size):
+        if number == size * 9 // 10:
+            broker.snapshots.write_all()  # the periodic writer's last one before a crash
         transactional_id = ids[number % IDS]
         epoch = (number // IDS) % 30_000
         for state in STATES:
@@ -89,7 +100,7 @@ def poll_api_versions(port: int, stop: threading.Event, worst: list[float]) -> N
 
 
 async def measure_restart(data: Path) -> dict[str, float]:
-    broker = Broker(BrokerConfig(settings(data)), DiskEngine(str(data)))
+    broker = Broker(BrokerConfig(settings(data, snapshots=False)), DiskEngine(str(data)))
     worst_stall = 0.0
     stop = asyncio.Event()
 
@@ -120,7 +131,9 @@ async def measure_restart(data: Path) -> dict[str, float]:
     await ticking
     await asyncio.to_thread(poller.join)
     await broker.stop()
+    replayed = broker.transactions.replayed_batches + broker.groups.replayed_batches
     return {
+        "replayed": replayed,
         "listening": listening,
         "loaded": loaded,
         "stall": worst_stall,
@@ -128,21 +141,50 @@ async def measure_restart(data: Path) -> dict[str, float]:
     }
 
 
+def newest_snapshots_removed(data: Path) -> None:
+    """Leaves each partition its snapshot from 90% of the history and no clean-shutdown
+    mark: what a crash before the next periodic snapshot leaves."""
+    for partition in data.iterdir():
+        found = sorted(partition.glob(f"*{SNAPSHOT_SUFFIX}")) if partition.is_dir() else []
+        for newest in found[1:]:
+            newest.unlink()
+    (data / CLEAN_SHUTDOWN_MARK).unlink(missing_ok=True)
+
+
+def snapshots_removed(data: Path) -> None:
+    for snapshot in data.glob(f"*/*{SNAPSHOT_SUFFIX}"):
+        snapshot.unlink()
+
+
+RUNS = (
+    ("clean stop, snapshots at the end", lambda data: None),
+    ("crash, snapshots 10% behind", newest_snapshots_removed),
+    ("clean stop, no snapshots", snapshots_removed),
+)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="100000,300000", help="committed transactions")
     options = parser.parse_args()
-    print("transactions  offset commits  listening  loaded  worst stall  ApiVersions worst")
+    print(
+        "transactions  offset commits  start                              replayed batches"
+        "  listening  loaded  worst stall  ApiVersions worst"
+    )
     for size in (int(s) for s in options.sizes.split(",")):
         with tempfile.TemporaryDirectory(prefix="lockgate-restart-") as directory:
             data = Path(directory) / "data"
             asyncio.run(write_history(data, size))
-            figures = asyncio.run(measure_restart(data))
-        print(
-            f"{size:>12,}  {size:>14,}  {figures['listening']:>8.2f}s  {figures['loaded']:>5.1f}s"
-            f"  {figures['stall'] * 1000:>9.0f}ms  {figures['api_versions'] * 1000:>15.0f}ms",
-            flush=True,
-        )
+            for name, prepare in RUNS:
+                prepare(data)
+                figures = asyncio.run(measure_restart(data))
+                print(
+                    f"{size:>12,}  {size:>14,}  {name:<33}  {figures['replayed']:>15,.0f}"
+                    f"  {figures['listening']:>8.2f}s  {figures['loaded']:>5.1f}s"
+                    f"  {figures['stall'] * 1000:>9.0f}ms"
+                    f"  {figures['api_versions'] * 1000:>15.0f}ms",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":
