@@ -227,7 +227,7 @@ class Snapshotter:
         append updates the image. `at`: the snapshot the load started from."""
         partition.append_listeners.append(image.apply)
         self._images[id(partition)] = (partition, image)
-        self._written[id(partition)] = at
+        self._written[id(partition)] = max(at, 0)  # an empty partition needs none
 
     def _due(self) -> list[tuple[Partition, int, PartitionImage]]:
         """(partition, its log end, a copy of its image) of those changed since their last
