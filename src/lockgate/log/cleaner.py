@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import hashlib
 import logging
@@ -99,17 +100,11 @@ class _Txns:
     committed_open: set[int] = field(default_factory=set)  # producers with data not ended yet
     aborted_seen: set[int] = field(default_factory=set)  # ... whose aborted data was met
 
-    def is_aborted(self, header: BatchHeader) -> bool:
-        return any(
-            t.first_offset <= header.base_offset <= t.last_offset
-            for t in self.aborted.get(header.producer_id, ())
-        )
-
     def on_data(self, header: BatchHeader) -> bool:
         """Returns whether the batch is aborted data (to be removed)."""
         if not header.is_transactional:
             return False
-        if self.is_aborted(header):
+        if aborted_at(self.aborted, header.producer_id, header.base_offset) is not None:
             self.aborted_seen.add(header.producer_id)
             return True
         self.committed_open.add(header.producer_id)
@@ -125,6 +120,20 @@ class _Txns:
         seen = producer in self.committed_open
         self.committed_open.discard(producer)
         return not seen
+
+
+def aborted_at(
+    aborted: dict[int, list[AbortedTxn]], producer: int, offset: int
+) -> AbortedTxn | None:
+    """The producer's aborted transaction whose range (first offset to marker) holds
+    `offset`; each producer's list is in marker order, its transactions never overlap."""
+    entries = aborted.get(producer)
+    if not entries:
+        return None
+    i = bisect.bisect_left(entries, offset, key=lambda t: t.last_offset)
+    if i < len(entries) and entries[i].first_offset <= offset:
+        return entries[i]
+    return None
 
 
 # -- choosing ----------------------------------------------------------------------------------
@@ -285,11 +294,9 @@ def _clean_group(
                     out.append_many(pending, interval)
                     pending, pending_bytes = [], 0
                 if header.is_control and control_type(batch) == CONTROL_ABORT:
-                    kept_aborted += [
-                        t
-                        for t in job.aborted.get(header.producer_id, ())
-                        if t.last_offset == header.base_offset
-                    ]
+                    entry = aborted_at(job.aborted, header.producer_id, header.base_offset)
+                    if entry is not None and entry.last_offset == header.base_offset:
+                        kept_aborted.append(entry)
         if pending:
             out.append_many(pending, interval)
         for entry in kept_aborted:
