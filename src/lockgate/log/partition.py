@@ -501,8 +501,8 @@ class Partition:
         while config.delete_policy and not self.cleaning:
             oldest = self.segments[0]
             if oldest.is_empty and len(self.segments) > 1:
-                # all its records were cleaned away (the first segment stays, keeping the
-                # log start): nothing to wait for
+                # emptied by the cleaner (which keeps a first segment even when empty, so
+                # that cleaning alone never moves the log start): it holds nothing to keep
                 self._delete_oldest_segment(now_ms, "retention")
                 deleted += 1
                 continue
