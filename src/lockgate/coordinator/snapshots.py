@@ -49,7 +49,7 @@ KEPT = 2
 _HEADER = struct.Struct(">4sHqqI")  # magic, version, offset, taken at (ms), CRC of the body
 _MAGIC = b"LGCS"
 _VERSION = 1
-_RECORDS_PER_BATCH = 10_000
+_RECORDS_PER_BATCH = 1_000  # a load yields to the event loop after each batch
 
 Records = list[tuple[bytes, bytes | None]]
 
@@ -195,6 +195,7 @@ async def restore(
         for header, data in batches:
             visit(header, data)
             image.apply(header, data)
+            await asyncio.sleep(0)  # appends meanwhile land after `start`: the replay reads them
 
     def both(header: BatchHeader, data: bytes) -> None:
         visit(header, data)
