@@ -245,3 +245,17 @@ def test_load_of_an_empty_segment() -> None:
     loaded = Segment(storage, DIRECTORY, 9, 2_000)
     loaded.load(4096)
     assert loaded.is_empty and loaded.next_offset == 9 and loaded.max_timestamp == -1
+
+
+def test_batches_are_read_whole_in_chunks_larger_ones_alone_and_a_cut_tail_ends_them() -> None:
+    segment = new_segment()
+    small = [add(segment, 3, 1_000) for _ in range(5)]
+    large = build_batch(
+        [(None, b"x" * (3 << 20))], base_offset=segment.next_offset, timestamp_ms=1_000
+    )
+    segment.append(large, parse_header(large), 4096)  # larger than a 1 MiB read
+    last = add(segment, 2, 1_000)
+    segment.log.append(last[: HEADER_SIZE + 5])  # a torn batch after it
+    read = [data for _header, data in segment.batches()]
+    assert read == [*small, large, last]
+    assert [h.base_offset for h, _ in segment.batches()] == [0, 3, 6, 9, 12, 15, 16]
