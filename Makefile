@@ -5,9 +5,9 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 # command:apt package — installed when the command is missing (java runs Spark's tests).
-APT_PACKAGES := kcat:kcat java:openjdk-17-jre-headless
+APT_PACKAGES := kcat:kcat java:openjdk-17-jre-headless mvn:maven
 
-.PHONY: serve setup setup-dev system-deps test lint typecheck unit bench soak fuzz fuzz-decoder clean
+.PHONY: serve setup setup-dev system-deps reference-deps test lint typecheck unit bench soak fuzz fuzz-decoder clean
 
 serve: setup
 	$(BIN)/lockgate serve $(ARGS)
@@ -45,7 +45,18 @@ typecheck: setup-dev
 # the wall time; --dist loadfile keeps each module (and its module-scoped broker) on one worker.
 PYTEST_WORKERS ?= 2
 
-test: setup-dev system-deps lint typecheck
+# The reference peers (Apache Kafka's broker and tools) from Maven Central into .cache/: the
+# jars stay in the project's own Maven cache, the classpath is written for the test fixtures.
+REFERENCE_CLASSPATH := .cache/reference/kafka.classpath
+reference-deps: $(REFERENCE_CLASSPATH)
+
+$(REFERENCE_CLASSPATH): tests/reference/pom.xml | system-deps
+	mkdir -p $(dir $@)
+	mvn -q -B -f tests/reference/pom.xml -Dmaven.repo.local=$(CURDIR)/.cache/m2 \
+		dependency:build-classpath -Dmdep.outputFile=$(CURDIR)/$@.tmp
+	mv $@.tmp $@
+
+test: setup-dev system-deps reference-deps lint typecheck
 	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # The long fault-injection run (tests/faults): `make soak SEEDS=200 [DURATION=20] [LIFECYCLE=1]`;

@@ -97,8 +97,6 @@ class Broker:
             )
         self._tasks.append(asyncio.create_task(self._retention_loop()))
         self._tasks.append(asyncio.create_task(self.snapshots.run()))
-        if self.config.flag("log.cleaner.enable"):
-            self._cleaner_task = asyncio.create_task(self.cleaner.run())
         self._tasks.append(asyncio.create_task(self._producer_expiry_loop()))
         self._tasks.append(asyncio.create_task(self._offsets_expiry_loop()))
         self._tasks.append(asyncio.create_task(self._transaction_loops()))
@@ -133,10 +131,13 @@ class Broker:
 
     async def _transaction_loops(self) -> None:
         """Loads the transaction log after the listener is up (requests meanwhile get
-        COORDINATOR_LOAD_IN_PROGRESS), then aborts timed-out transactions and expires idle ids."""
+        COORDINATOR_LOAD_IN_PROGRESS), starts the log cleaner, then aborts timed-out
+        transactions and expires idle ids."""
         await asyncio.sleep(0)
         await self.transactions.load()
         await self.groups.load()
+        if self.config.flag("log.cleaner.enable"):  # after the loads, not competing with them
+            self._cleaner_task = asyncio.create_task(self.cleaner.run())
         abort_every = self.config.integer(
             "transaction.abort.timed.out.transaction.cleanup.interval.ms"
         )
