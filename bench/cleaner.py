@@ -39,7 +39,9 @@ def fill(data: Path, records: int, keys: int) -> Partition:
     partition = Partition(DiskEngine(str(data)), "kv", 0, uuid.UUID(int=1), lambda: CONFIG)
     partition.load(0)
     for first in range(0, records, BATCH):
-        pairs = [(b"key-%08d" % ((first + i) % keys), VALUE) for i in range(BATCH)]
+        pairs: list[tuple[bytes | None, bytes | None]] = [
+            (b"key-%08d" % ((first + i) % keys), VALUE) for i in range(BATCH)
+        ]
         batch = build_batch(pairs, timestamp_ms=1)
         partition.append(bytearray(batch), validate_produced_batch(batch), 1)
     partition.roll(1)

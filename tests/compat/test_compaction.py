@@ -72,7 +72,7 @@ def read_confluent(bootstrap: str, topic: str) -> list[tuple[int, bytes | None, 
     while (not found or found[-1][0] < high - 1) and time.monotonic() < deadline:
         message = consumer.poll(0.5)
         if message is not None and message.error() is None:
-            found.append((message.offset(), message.key(), message.value()))
+            found.append((message.offset() or 0, message.key(), message.value()))
     consumer.close()
     return found
 
@@ -195,7 +195,7 @@ def test_a_compacted_topic_keeps_the_latest_value_of_each_key_for_every_client(
 
 def test_a_compacted_topic_refuses_records_without_a_key(broker: BrokerProcess) -> None:
     create_topic(broker.bootstrap, "keyed", 1, {"cleanup.policy": "compact"})
-    errors: list[KafkaError] = []
+    errors: list[KafkaError | None] = []
     producer = Producer({"bootstrap.servers": broker.bootstrap, "retries": 0})
     producer.produce("keyed", b"no key", partition=0, on_delivery=lambda e, _m: errors.append(e))
     producer.flush(20)

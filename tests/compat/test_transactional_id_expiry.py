@@ -92,7 +92,7 @@ def test_an_idle_transactional_id_expires_and_stays_expired(broker: BrokerProces
     assert listed(broker.bootstrap)["idle-writer"].endswith("COMPLETE_COMMIT")
     consumer = confluent_consumer(broker.bootstrap, **{"isolation.level": "read_committed"})
     consumer.subscribe(["expiry"])
-    values: list[bytes] = []
+    values: list[bytes | None] = []
     deadline = time.monotonic() + 20
     while b"fresh start" not in values and time.monotonic() < deadline:
         message = consumer.poll(0.5)

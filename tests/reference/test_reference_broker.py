@@ -34,7 +34,7 @@ def test_the_reference_broker_serves_a_transaction(reference_kafka: ReferenceKaf
         reference_kafka.bootstrap, **{"isolation.level": "read_committed"}
     )
     consumer.subscribe(["reference-smoke"])
-    values: list[bytes] = []
+    values: list[bytes | None] = []
     deadline = time.monotonic() + 60
     while len(values) < 5 and time.monotonic() < deadline:
         message = consumer.poll(0.5)

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import crc32c
@@ -228,7 +229,7 @@ def encode_record(
 
 
 def build_batch(
-    records: list[tuple[bytes | None, bytes | None]],
+    records: Sequence[tuple[bytes | None, bytes | None]],
     *,
     base_offset: int = 0,
     timestamp_ms: int = 0,
