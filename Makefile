@@ -4,8 +4,9 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
-# command:apt package — installed when the command is missing (java runs Spark's tests).
-APT_PACKAGES := kcat:kcat java:openjdk-17-jre-headless mvn:maven
+# command:apt package — installed when the command is missing (java runs Spark and Apache
+# Kafka; javac runs the single-file Java test programs; mvn resolves Kafka from Maven Central).
+APT_PACKAGES := kcat:kcat java:openjdk-17-jre-headless javac:openjdk-17-jdk-headless mvn:maven
 
 .PHONY: serve setup setup-dev system-deps reference-deps test lint typecheck unit bench soak fuzz fuzz-decoder clean
 
