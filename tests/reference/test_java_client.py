@@ -49,8 +49,10 @@ def test_the_java_client_gets_the_same_results_from_both(
     # the one known difference (docs/deviations.md): Kafka's duration filter also lists ids
     # whose last transaction, long completed, began before the cut-off; lockgate lists only
     # transactions still running
+    # (the reference broker is shared with other tests: other ids may be listed there too)
     known = "admin.running_over_1s"
-    assert theirs[known] == "[java-hang, java-in, java-txn, java-eos]"
+    listed = set(theirs[known].strip("[]").split(", "))
+    assert {"java-hang", "java-in", "java-txn", "java-eos"} <= listed
     assert {k: v for k, v in ours.items() if k != known} == {
         k: v for k, v in theirs.items() if k != known
     }
