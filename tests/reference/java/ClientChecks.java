@@ -219,7 +219,9 @@ public class ClientChecks {
 
         Map<String, String> states = new TreeMap<>();
         for (TransactionListing t : admin.listTransactions().all().get(30, TimeUnit.SECONDS)) {
-            states.put(t.transactionalId(), t.state().toString());
+            if (t.transactionalId().startsWith("java-")) { // the broker may serve other tests
+                states.put(t.transactionalId(), t.state().toString());
+            }
         }
         result("admin", "transactions", states);
         TransactionDescription txn = admin.describeTransactions(List.of("java-txn"))
@@ -236,7 +238,9 @@ public class ClientChecks {
             .all().get(30, TimeUnit.SECONDS);
         List<String> oldIds = new ArrayList<>();
         for (TransactionListing t : old) {
-            oldIds.add(t.transactionalId());
+            if (t.transactionalId().startsWith("java-")) {
+                oldIds.add(t.transactionalId());
+            }
         }
         result("admin", "running_over_1s", oldIds);
         TopicPartition hangPartition = new TopicPartition("j-hang", 0);
