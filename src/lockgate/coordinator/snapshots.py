@@ -14,8 +14,9 @@
 # transaction). A snapshot is ignored (one log line) when damaged, past the log end (a crash
 # cut the log below X), below the log start, or older than the topic's delete.retention.ms:
 # compaction removes tombstones and markers older than that, so the records after an older
-# snapshot may no longer say that a key was deleted or a transaction committed. A full replay
-# of a compacted log is always right.
+# snapshot may no longer say that a key was deleted or a transaction committed (an old one at
+# the log end, of a partition idle since, is still good). A full replay of a compacted log is
+# always right.
 from __future__ import annotations
 
 import asyncio
@@ -161,7 +162,8 @@ def read_latest(
                 problem = f"past the log end {partition.log_end_offset}"
             elif offset < partition.log_start_offset:
                 problem = f"below the log start {partition.log_start_offset}"
-            elif now_ms - taken_ms > max_age_ms:
+            elif now_ms - taken_ms > max_age_ms and offset < partition.log_end_offset:
+                # (with nothing after it, nothing can have been compacted away after it)
                 problem = f"older than delete.retention.ms ({max_age_ms} ms)"
             else:
                 try:
