@@ -1,6 +1,7 @@
 """Throughput benchmark: plain produce and consume with confluent-kafka (librdkafka) against
-lockgate (fsync durability), lockgate (page-cache durability) and tansu (memory storage), each
-started fresh by this run on a free loopback port, side by side in one invocation.
+lockgate (fsync durability), lockgate (page-cache durability), tansu (memory storage) and
+Apache Kafka (from `make reference-deps`, its defaults), each started fresh by this run on a
+free loopback port, side by side in one invocation.
 
 For each broker and value size (100 B and 1 KiB by default) one producer writes N messages to
 a 3-partition topic (acks=all, enable.idempotence=true, linger.ms=10, 1 MB batches), then one
@@ -489,6 +490,8 @@ def broker_version(target: str) -> str:
             [str(tansu_binary()), "--version"], capture_output=True, timeout=10, check=False
         )
         return completed.stdout.decode(errors="replace").strip()
+    if target == "kafka":
+        return "Apache Kafka (the version tests/reference/pom.xml pins)"
     from lockgate import __version__
 
     return f"lockgate {__version__}"
