@@ -2,7 +2,8 @@
 compared field by field (after leaving out what legitimately differs: node ids, topic ids,
 producer ids, throttle times, messages). A scenario in KNOWN_DIFFERENCES must differ as
 docs/deviations.md says; any other difference fails. The corpus starts with errors for bad
-requests, the last stable offset and ListOffsets; it grows with each protocol change."""
+requests, the last stable offset, ListOffsets and the idempotence rules of Produce; it grows
+with each protocol change."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from lockgate.client.admin_transactions import _decode_describe_transactions
 from lockgate.client.cluster import Cluster
 from lockgate.client.connection import BrokerConnection
 from lockgate.protocol.api import ApiKey
+from lockgate.protocol.records import build_batch
 from tests.support.broker import running_broker
 from tests.support.clients import create_topic
 from tests.support.reference_kafka import ReferenceKafka
@@ -27,8 +29,17 @@ pytestmark = pytest.mark.compat
 
 Scenario = Callable[[BrokerConnection, str], Awaitable[Any]]
 SCENARIOS: dict[str, Scenario] = {}
-# scenario → why the answers differ (each one also in docs/deviations.md)
-KNOWN_DIFFERENCES: dict[str, str] = {}
+# (scenario, observation) → why the answers differ; each one is in docs/deviations.md
+KNOWN_DIFFERENCES: dict[tuple[str, str], str] = {
+    ("idempotent_sequences", "retry of an older batch"): (
+        "producer state keeps only the latest batch (KAFKA-12207): an older sequence within "
+        "1000 is DUPLICATE_SEQUENCE_NUMBER, which clients treat as success"
+    ),
+    ("idempotent_sequences", "unknown producer mid-sequence"): (
+        "UNKNOWN_PRODUCER_ID (KIP-360): without state the broker cannot tell a duplicate from "
+        "a new batch, so the producer bumps its epoch"
+    ),
+}
 
 
 def scenario(function: Scenario) -> Scenario:
@@ -161,6 +172,60 @@ async def transaction_request_errors(connection: BrokerConnection, bootstrap: st
     }
 
 
+async def produce(connection: BrokerConnection, topic: str, batch: bytes) -> tuple[int, int]:
+    response = await connection.request(
+        ApiKey.PRODUCE,
+        {
+            "transactional_id": None,
+            "acks": -1,
+            "timeout": 30_000,
+            "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": batch}]}],
+        },
+        version=9,  # names topics (v13 uses ids); both brokers serve it
+    )
+    [answer] = response.responses[0].partition_responses
+    return int(answer.error_code), int(answer.base_offset)
+
+
+@scenario
+async def idempotent_sequences(connection: BrokerConnection, bootstrap: str) -> Any:
+    await asyncio.to_thread(create_topic, bootstrap, "diff-idem", 1)
+    init = await connection.request(
+        ApiKey.INIT_PRODUCER_ID,
+        {"transactional_id": None, "transaction_timeout": -1, "producer_id": -1,
+         "producer_epoch": -1, "enable2_pc": False, "keep_prepared_txn": False},
+    )  # fmt: skip
+    pid, epoch = int(init.producer_id), int(init.producer_epoch)
+
+    def batch(sequence: int, producer_epoch: int = epoch, producer_id: int = pid) -> bytes:
+        records = [(None, b"%d" % (sequence + i)) for i in range(3)]
+        return build_batch(records, producer_id=producer_id, producer_epoch=producer_epoch,
+                           base_sequence=sequence, timestamp_ms=1_000)  # fmt: skip
+
+    found = {}
+    for name, data in (
+        ("first", batch(0)),
+        ("exact retry of the latest", batch(0)),
+        ("gap", batch(5)),
+        ("next", batch(3)),
+        ("retry of an older batch", batch(0)),
+        ("bumped epoch from 0", batch(0, epoch + 1)),
+        ("older epoch", batch(6, epoch)),
+        ("unknown producer mid-sequence", batch(7, 0, pid + 1_000)),
+    ):
+        found[name] = await produce(connection, "diff-idem", data)
+    return found
+
+
+def flatten(observed: dict[str, Any]) -> dict[tuple[str, str], Any]:
+    """(scenario, observation) → answer; a scenario that is not a dict is one observation."""
+    flat: dict[tuple[str, str], Any] = {}
+    for name, answer in observed.items():
+        items = answer.items() if isinstance(answer, dict) else [("", answer)]
+        flat.update({(name, key): value for key, value in items})
+    return flat
+
+
 async def observe(bootstrap: str) -> dict[str, Any]:
     async with Cluster(bootstrap) as cluster:
         [node] = cluster.metadata.brokers
@@ -172,10 +237,12 @@ def test_lockgate_answers_as_apache_kafka(reference_kafka: ReferenceKafka, tmp_p
     with running_broker(tmp_path / "data") as lockgate:
         ours = asyncio.run(observe(lockgate.bootstrap))
     theirs = asyncio.run(observe(reference_kafka.bootstrap))
-    differing = {name for name in SCENARIOS if ours[name] != theirs[name]}
+    ours_flat, theirs_flat = flatten(ours), flatten(theirs)
+    differing = {key for key in ours_flat.keys() | theirs_flat.keys()
+                 if ours_flat.get(key) != theirs_flat.get(key)}  # fmt: skip
     unexplained = {
-        name: {"lockgate": ours[name], "kafka": theirs[name]}
-        for name in differing - set(KNOWN_DIFFERENCES)
+        key: {"lockgate": ours_flat.get(key), "kafka": theirs_flat.get(key)}
+        for key in differing - set(KNOWN_DIFFERENCES)
     }
     assert not unexplained, pprint.pformat(unexplained, width=100)
     assert differing == set(KNOWN_DIFFERENCES), "a known difference is gone: update the list"
