@@ -2,8 +2,8 @@
 compared field by field (after leaving out what legitimately differs: node ids, topic ids,
 producer ids, throttle times, messages). A scenario in KNOWN_DIFFERENCES must differ as
 docs/deviations.md says; any other difference fails. The corpus starts with errors for bad
-requests, the last stable offset, ListOffsets and the idempotence rules of Produce; it grows
-with each protocol change."""
+requests, the last stable offset, ListOffsets, the idempotence rules of Produce and the classic
+transaction requests; it grows with each protocol change."""
 
 from __future__ import annotations
 
@@ -215,6 +215,54 @@ async def idempotent_sequences(connection: BrokerConnection, bootstrap: str) -> 
     ):
         found[name] = await produce(connection, "diff-idem", data)
     return found
+
+
+@scenario
+async def transaction_errors_classic(connection: BrokerConnection, bootstrap: str) -> Any:
+    """AddPartitionsToTxn v3 and EndTxn v3 (before transaction version 2) misused, then used;
+    a second later between steps, so that markers are written (no CONCURRENT_TRANSACTIONS)."""
+    await asyncio.to_thread(create_topic, bootstrap, "diff-txn", 1)
+    tid = "diff-txn-id"
+    init = await connection.request(
+        ApiKey.INIT_PRODUCER_ID,
+        {"transactional_id": tid, "transaction_timeout": 60_000, "producer_id": -1,
+         "producer_epoch": -1, "enable2_pc": False, "keep_prepared_txn": False},
+    )  # fmt: skip
+    pid, epoch = int(init.producer_id), int(init.producer_epoch)
+
+    async def add(producer_id: int, producer_epoch: int, transactional_id: str = tid) -> Any:
+        response = await connection.request(
+            ApiKey.ADD_PARTITIONS_TO_TXN,
+            {"v3_and_below_transactional_id": transactional_id,
+             "v3_and_below_producer_id": producer_id,
+             "v3_and_below_producer_epoch": producer_epoch,
+             "v3_and_below_topics": [{"name": "diff-txn", "partitions": [0]}]},
+            version=3,
+        )  # fmt: skip
+        return [int(p.partition_error_code) for t in response.results_by_topic_v3_and_below
+                for p in t.results_by_partition]  # fmt: skip
+
+    async def end(producer_id: int, producer_epoch: int, commit: bool) -> int:
+        response = await connection.request(
+            ApiKey.END_TXN,
+            {"transactional_id": tid, "producer_id": producer_id,
+             "producer_epoch": producer_epoch, "committed": commit},
+            version=3,
+        )  # fmt: skip
+        await asyncio.sleep(1)
+        return int(response.error_code)
+
+    return {
+        "add, unknown id": await add(pid, epoch, "diff-nobody"),
+        "add, a later epoch": await add(pid, epoch + 1),
+        "add, another producer id": await add(pid + 1, epoch),
+        "end, nothing added": await end(pid, epoch, True),
+        "add": await add(pid, epoch),
+        "end, a later epoch": await end(pid, epoch + 1, True),
+        "end, commit": await end(pid, epoch, True),
+        "end, commit retried": await end(pid, epoch, True),
+        "end, abort after the commit": await end(pid, epoch, False),
+    }
 
 
 def flatten(observed: dict[str, Any]) -> dict[tuple[str, str], Any]:
