@@ -65,13 +65,12 @@ class PartitionImage:
         if header.is_control:
             ended = self.pending.pop(header.producer_id, None)
             if ended is not None and control_type(data) == CONTROL_COMMIT:
-                for key, value in ended[1]:
-                    self._put(key, value)
+                for ended_key, ended_value in ended[1]:
+                    self._put(ended_key, ended_value)
             return
-        for _offset, _ts, record_key, value in iter_records(data):
-            if record_key is None:
+        for _offset, _ts, key, value in iter_records(data):
+            if key is None:
                 continue
-            key = record_key
             if header.is_transactional:
                 entry = self.pending.setdefault(header.producer_id, (header.producer_epoch, []))
                 entry[1].append((key, value))
@@ -219,7 +218,6 @@ class Snapshotter:
         self._images: dict[int, tuple[Partition, PartitionImage]] = {}
         self._written: dict[int, int] = {}  # id(partition) → offset of its latest snapshot
         self._writing = threading.Lock()  # the periodic writer's thread and the stop's writes
-        self.written = 0
 
     @property
     def enabled(self) -> bool:
@@ -238,7 +236,7 @@ class Snapshotter:
         due = []
         for key, (partition, image) in self._images.items():
             end = partition.log_end_offset
-            if end > self._written.get(key, -1) and not partition.closed:
+            if end > self._written[key] and not partition.closed:
                 due.append((partition, end, image.copy()))
         return due
 
@@ -249,7 +247,6 @@ class Snapshotter:
                 try:
                     await asyncio.to_thread(self._write, partition, offset, image)
                     self._written[id(partition)] = offset
-                    self.written += 1
                 except OSError as exc:  # a shortcut only: the next load replays more
                     log.warning("%s: no coordinator snapshot: %s", partition.directory, exc)
 
@@ -265,6 +262,5 @@ class Snapshotter:
             try:
                 self._write(partition, offset, image)
                 self._written[id(partition)] = offset
-                self.written += 1
             except OSError as exc:
                 log.warning("%s: no coordinator snapshot at stop: %s", partition.directory, exc)

@@ -135,13 +135,14 @@ def _append(
     records = data.records
     if records is None:
         raise KafkaProtocolError(ErrorCode.invalid_record, "null records")
-    if len(records) > partition.config.max_message_bytes:
+    config = partition.config
+    if len(records) > config.max_message_bytes:
         raise KafkaProtocolError(
             ErrorCode.message_too_large,
             f"batch of {len(records)} bytes exceeds max.message.bytes",
         )
     header = validate_produced_batch(records)
-    if partition.config.compact:
+    if config.compact:
         _require_keys(records)
     if header.is_transactional:
         _verify_transaction(ctx, transactional_id, (topic_name, data.index), header, pending)

@@ -162,20 +162,21 @@ def cleanable_segments(partition: Partition, now_ms: int) -> list[Segment]:
     return found
 
 
-def dirty_ratio(partition: Partition, checkpoint: int, segments: list[Segment]) -> float:
-    total = sum(s.size for s in segments)
-    dirty = sum(s.size for s in segments if s.base_offset >= checkpoint)
-    return dirty / total if total else 0.0
-
-
-def needs_cleaning(partition: Partition, checkpoint: int, now_ms: int, horizon: int | None) -> bool:
+def cleaning_priority(
+    partition: Partition, checkpoint: int, now_ms: int, horizon: int | None
+) -> float | None:
+    """The partition's dirty ratio (dirty bytes over cleanable bytes) if it is due a pass:
+    at min.cleanable.dirty.ratio, or with tombstones or markers past their delete horizon."""
     segments = cleanable_segments(partition, now_ms)
-    if not segments:
-        return False
+    total = sum(s.size for s in segments)
+    if not total:
+        return None
+    ratio = sum(s.size for s in segments if s.base_offset >= checkpoint) / total
     if horizon is not None and horizon <= now_ms:
-        return True  # tombstones or markers are due for removal
-    ratio = dirty_ratio(partition, checkpoint, segments)
-    return ratio > 0 and ratio >= partition.config.min_cleanable_dirty_ratio
+        return ratio
+    if ratio > 0 and ratio >= partition.config.min_cleanable_dirty_ratio:
+        return ratio
+    return None
 
 
 def plan(partition: Partition, checkpoint: int, now_ms: int, map_entries: int) -> Plan | None:
@@ -429,7 +430,6 @@ class LogCleaner:
         self._horizons: dict[int, int] = {}  # id(partition) → earliest pending delete horizon
         self._stop = threading.Event()
         self._woken = asyncio.Event()
-        self.passes = 0
 
     async def run(self) -> None:
         while not self._stop.is_set():
@@ -455,12 +455,9 @@ class LogCleaner:
             live.add(id(partition))
             if not partition.config.compact or partition.cleaning or partition.scans:
                 continue
-            checkpoint = self._checkpoint(partition)
             horizon = self._horizons.get(id(partition))
-            if not needs_cleaning(partition, checkpoint, now, horizon):
-                continue
-            ratio = dirty_ratio(partition, checkpoint, cleanable_segments(partition, now))
-            if best is None or ratio > best[0]:
+            ratio = cleaning_priority(partition, self._checkpoint(partition), now, horizon)
+            if ratio is not None and (best is None or ratio > best[0]):
                 best = (ratio, partition)
         for gone in set(self._checkpoints) - live:  # deleted topics
             self._checkpoints.pop(gone, None)
@@ -498,7 +495,6 @@ class LogCleaner:
             self._horizons.pop(id(partition), None)
         else:
             self._horizons[id(partition)] = result.horizon
-        self.passes += 1
         log.info(
             "%s-%d: cleaned offsets below %d in %.2fs: %d of %d records kept, %d → %d bytes",
             partition.topic,

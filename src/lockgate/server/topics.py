@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
+from lockgate.coordinator.group.service import CONSUMER_OFFSETS_TOPIC
 from lockgate.log.config import LogConfig
 from lockgate.log.partition import Partition, partition_dir
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
@@ -86,7 +87,7 @@ class TopicManager:
         # compacted, never trimmed, with Kafka's smaller segments so that cleaning can start
         segment_bytes = self.config.integer(
             "offsets.topic.segment.bytes"
-            if record.name == "__consumer_offsets"
+            if record.name == CONSUMER_OFFSETS_TOPIC
             else "transaction.state.log.segment.bytes"
         )
         return replace(config, delete_policy=False, compact=True, segment_bytes=segment_bytes)
