@@ -46,15 +46,26 @@ typecheck: setup-dev
 # the wall time; --dist loadfile keeps each module (and its module-scoped broker) on one worker.
 PYTEST_WORKERS ?= 2
 
-# The reference peers (Apache Kafka's broker and tools) from Maven Central into .cache/: the
-# jars stay in the project's own Maven cache, the classpath is written for the test fixtures.
+# The reference peers (Apache Kafka's broker and tools, Spark's Kafka connector) from Maven
+# Central into .cache/: the jars stay in the project's own Maven cache, the classpaths are
+# written for the test fixtures. Of the connector's dependencies only its own jars are listed:
+# PySpark ships Spark, Scala and Hadoop.
 REFERENCE_CLASSPATH := .cache/reference/kafka.classpath
-reference-deps: $(REFERENCE_CLASSPATH)
+SPARK_KAFKA_CLASSPATH := .cache/reference/spark-kafka.classpath
+SPARK_KAFKA_JARS := spark-sql-kafka-0-10_2.13,spark-token-provider-kafka-0-10_2.13,kafka-clients,commons-pool2
+reference-deps: $(REFERENCE_CLASSPATH) $(SPARK_KAFKA_CLASSPATH)
 
 $(REFERENCE_CLASSPATH): tests/reference/pom.xml | system-deps
 	mkdir -p $(dir $@)
 	mvn -q -B -f tests/reference/pom.xml -Dmaven.repo.local=$(CURDIR)/.cache/m2 \
 		dependency:build-classpath -Dmdep.outputFile=$(CURDIR)/$@.tmp
+	mv $@.tmp $@
+
+$(SPARK_KAFKA_CLASSPATH): tests/reference/spark-kafka/pom.xml | system-deps
+	mkdir -p $(dir $@)
+	mvn -q -B -f tests/reference/spark-kafka/pom.xml -Dmaven.repo.local=$(CURDIR)/.cache/m2 \
+		dependency:build-classpath -DincludeArtifactIds=$(SPARK_KAFKA_JARS) \
+		-Dmdep.outputFile=$(CURDIR)/$@.tmp
 	mv $@.tmp $@
 
 test: setup-dev system-deps reference-deps lint typecheck

@@ -1,7 +1,11 @@
 from __future__ import annotations
 
+import os
+import shutil
+import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -10,6 +14,7 @@ from lockgate.server.config import BrokerConfig
 from lockgate.storage.memory import MemoryEngine
 from tests.support.broker import BrokerProcess
 from tests.support.fault_proxy import FaultProxy, broker_behind
+from tests.support.reference_kafka import spark_kafka_jars
 
 
 @pytest.fixture
@@ -32,6 +37,23 @@ async def memory_broker() -> AsyncIterator[Broker]:
         yield broker
     finally:
         await broker.stop()
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One local[2] Spark session per pytest worker running Spark tests, with lockgate's data
+    source registered and Spark's own Kafka connector on its classpath when resolved (one
+    session serves tests/spark and tests/reference alike: jars are fixed at its creation)."""
+    if shutil.which("java") is None:
+        pytest.skip("Spark needs Java (make test installs it)")
+    os.environ["PYSPARK_PYTHON"] = sys.executable  # workers run our interpreter
+    from lockgate.spark.pipeline import session
+
+    spark_session = session("lockgate-tests", "local[2]", jars=spark_kafka_jars())
+    try:
+        yield spark_session
+    finally:
+        spark_session.stop()
 
 
 @pytest.fixture

@@ -15,14 +15,23 @@ from tests.support.broker import free_port, wait_for_port
 
 ROOT = Path(__file__).resolve().parents[2]
 CLASSPATH_FILE = ROOT / ".cache" / "reference" / "kafka.classpath"
+SPARK_KAFKA_CLASSPATH_FILE = ROOT / ".cache" / "reference" / "spark-kafka.classpath"
 JAVA_OPTIONS = ["-Xms256m", "-Xmx768m", "-XX:+UseSerialGC", "-Djava.awt.headless=true"]
 
 
 def reference_classpath() -> str | None:
     """The resolved classpath, or None when `make reference-deps` has not run."""
-    if not CLASSPATH_FILE.exists():
-        return None
-    text = CLASSPATH_FILE.read_text().strip()
+    return _read_classpath(CLASSPATH_FILE)
+
+
+def spark_kafka_jars() -> list[str]:
+    """The jars of Spark's Kafka connector for `spark.jars`; none before `make reference-deps`."""
+    classpath = _read_classpath(SPARK_KAFKA_CLASSPATH_FILE)
+    return classpath.split(os.pathsep) if classpath else []
+
+
+def _read_classpath(path: Path) -> str | None:
+    text = path.read_text().strip() if path.exists() else ""
     return text or None
 
 

@@ -10,15 +10,17 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 ORDER_SCHEMA = "id long, customer string, amount_cents long"
 
 
-def session(app_name: str, master: str | None = None) -> Any:
+def session(app_name: str, master: str | None = None, jars: Sequence[str] = ()) -> Any:
     """A Spark session with lockgate's data source registered. Workers run this interpreter
     (PYSPARK_PYTHON), so the connector they import is the driver's. Without a master, the one
-    spark-submit was given (it starts this driver behind a gateway), else local[2]."""
+    spark-submit was given (it starts this driver behind a gateway), else local[2]. `jars` go
+    on the session's classpath (e.g. Spark's own Kafka connector, to compare with)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
@@ -33,6 +35,7 @@ def session(app_name: str, master: str | None = None) -> Any:
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.speculation", "false")
         .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.jars", ",".join(jars))
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
@@ -62,15 +65,18 @@ def build_query(
     *,
     max_offsets_per_trigger: int | None = None,
     available_now: bool = True,
+    source_format: str = "lockgate",
     sink_format: str = "lockgate",
     sink_options: dict[str, str] | None = None,
 ) -> Any:
-    """Starts the streaming query and returns it (a StreamingQuery)."""
+    """Starts the streaming query and returns it (a StreamingQuery). The formats may also be
+    Spark's own "kafka", which takes the same options (but reads uncommitted by default)."""
     reader = (
-        spark.readStream.format("lockgate")
+        spark.readStream.format(source_format)
         .option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", source)
         .option("startingOffsets", "earliest")
+        .option("kafka.isolation.level", "read_committed")
     )
     if max_offsets_per_trigger is not None:
         reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
