@@ -1,16 +1,18 @@
 """Spark pipeline benchmark: rows per second of the example pipeline (lockgate.spark.pipeline:
-orders read with the lockgate source, enriched, written back) with the exactly-once sink
-(KIP-939 two-phase commit per micro-batch) against the same pipeline with the at-least-once
-sink (`delivery.guarantee=at_least_once`: one idempotent producer per task, no transaction),
-in one run, on one broker and one local Spark session.
+orders read, enriched, written back) with lockgate's exactly-once sink (KIP-939 two-phase commit
+per micro-batch), its at-least-once sink (`delivery.guarantee=at_least_once`: one idempotent
+producer per task, no transaction), and with Spark's own Kafka connector (`format("kafka")`,
+spark-sql-kafka-0-10, at least once) as the source, the sink or both, in one run, on one broker
+and one local Spark session.
 
-Each round runs both sinks, in alternating order, over the same input from a fresh checkpoint
-with Trigger.AvailableNow and maxOffsetsPerTrigger, so both cut the input into the same
-micro-batches. The clock runs from start() to the query's termination; the output of every
-run is read back (read_committed) and must hold every input row exactly once for the
-exactly-once sink, at least once for the other. Untimed warm-up queries (two micro-batches
-with each sink) first start Spark's Python workers and warm the code paths, so that neither
-sink pays for that in its first round.
+Each round runs every pipeline, in a rotating order, over the same input from a fresh
+checkpoint with Trigger.AvailableNow and maxOffsetsPerTrigger, so all cut the input into the
+same micro-batches. The clock runs from start() to the query's termination; the output of
+every run is read back (read_committed) and must hold every input row exactly once for the
+exactly-once sink, at least once for the others. Untimed warm-up queries (two micro-batches
+with each pipeline) first start Spark's Python workers and warm the code paths, so that no
+pipeline pays for that in its first round. Spark's connector comes from `make reference-deps`;
+without it only lockgate's pipelines run.
 
     python -m bench.spark_pipeline [--rows 100000] [--per-trigger 10000] [--partitions 3]
                                    [--rounds 2] [--master local[2]]
@@ -31,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +42,32 @@ from lockgate.client.cluster import TopicPartition
 from lockgate.client.consumer import Consumer
 from lockgate.client.producer import Producer
 from lockgate.spark.pipeline import build_query, session
+from tests.support.reference_kafka import spark_kafka_jars
 
-SINKS = {"exactly-once": "exactly_once", "at-least-once": "at_least_once"}
+
+@dataclass(frozen=True)
+class Pipeline:
+    name: str
+    source_format: str
+    sink_format: str
+    guarantee: str = "at_least_once"  # of lockgate's sink (Spark's is at least once)
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.guarantee == "exactly_once"
+
+    @property
+    def uses_spark_kafka(self) -> bool:
+        return "kafka" in (self.source_format, self.sink_format)
+
+
+PIPELINES = [
+    Pipeline("lockgate -> lockgate exactly-once", "lockgate", "lockgate", "exactly_once"),
+    Pipeline("lockgate -> lockgate at-least-once", "lockgate", "lockgate"),
+    Pipeline("kafka -> lockgate exactly-once", "kafka", "lockgate", "exactly_once"),
+    Pipeline("lockgate -> kafka", "lockgate", "kafka"),
+    Pipeline("kafka -> kafka", "kafka", "kafka"),
+]
 
 
 def start_broker(data_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -106,7 +133,7 @@ def run_query(
     target: str,
     work: Path,
     per_trigger: int,
-    sink: str,
+    pipeline: Pipeline,
     partitions: int,
 ) -> float:
     asyncio.run(_create(bootstrap, target, partitions))
@@ -118,12 +145,14 @@ def run_query(
         target,
         str(work / f"checkpoint-{target}"),
         max_offsets_per_trigger=per_trigger,
-        sink_options={"delivery.guarantee": sink},
+        source_format=pipeline.source_format,
+        sink_format=pipeline.sink_format,
+        sink_options={"delivery.guarantee": pipeline.guarantee},
     )
     query.awaitTermination()
     elapsed = time.perf_counter() - started
     if query.exception() is not None:
-        raise RuntimeError(f"the {sink} query failed: {query.exception()}")
+        raise RuntimeError(f"{pipeline.name} failed: {query.exception()}")
     return elapsed
 
 
@@ -152,23 +181,27 @@ def main() -> None:
         warmup = min(args.rows, 2 * args.per_trigger)
         asyncio.run(feed(bootstrap, "warmup", warmup, args.partitions))
         os.environ["PYSPARK_PYTHON"] = sys.executable
-        spark = session("lockgate-bench", args.master)
-        for guarantee in SINKS.values():  # untimed: Python workers, imports, JVM code paths
+        jars = spark_kafka_jars()
+        pipelines = [p for p in PIPELINES if jars or not p.uses_spark_kafka]
+        if not jars:
+            print("Spark's Kafka connector is not resolved (make reference-deps): lockgate only")
+        spark = session("lockgate-bench", args.master, jars=jars)
+        for number, pipeline in enumerate(pipelines):  # untimed: workers, imports, JVM paths
             run_query(
                 spark,
                 bootstrap,
                 "warmup",
-                f"warmup-{guarantee}",
+                f"warmup-{number}",
                 work,
                 args.per_trigger,
-                guarantee,
+                pipeline,
                 args.partitions,
             )
-        times: dict[str, list[float]] = {name: [] for name in SINKS}
+        times: dict[str, list[float]] = {p.name: [] for p in pipelines}
         for round_number in range(args.rounds):
-            order = list(SINKS) if round_number % 2 == 0 else list(reversed(SINKS))
-            for name in order:
-                target = f"out-{SINKS[name]}-{round_number}"
+            shift = round_number % len(pipelines)
+            for pipeline in pipelines[shift:] + pipelines[:shift]:
+                target = f"out-{PIPELINES.index(pipeline)}-{round_number}"
                 elapsed = run_query(
                     spark,
                     bootstrap,
@@ -176,15 +209,15 @@ def main() -> None:
                     target,
                     work,
                     args.per_trigger,
-                    SINKS[name],
+                    pipeline,
                     args.partitions,
                 )
                 records, distinct = asyncio.run(count_ids(bootstrap, target, args.partitions))
-                if distinct != args.rows or (name == "exactly-once" and records != args.rows):
-                    raise AssertionError(f"{name}: {records} records, {distinct} distinct ids")
-                times[name].append(elapsed)
+                if distinct != args.rows or (pipeline.exactly_once and records != args.rows):
+                    raise AssertionError(f"{pipeline.name}: {records} records, {distinct} ids")
+                times[pipeline.name].append(elapsed)
                 print(
-                    f"round {round_number + 1} {name:>13}: {elapsed:6.2f} s "
+                    f"round {round_number + 1} {pipeline.name:>34}: {elapsed:6.2f} s "
                     f"{args.rows / elapsed:9,.0f} rows/s ({records} records, {distinct} ids)"
                 )
         batches = -(-args.rows // args.per_trigger)
@@ -194,11 +227,16 @@ def main() -> None:
             f"{args.partitions} partitions, master {args.master}, Python "
             f"{platform.python_version()}, {os.cpu_count()} CPUs"
         )
-        print(f"{'sink':>13}  {'best rows/s':>12}  {'median s':>9}")
+        # The anchor: Spark's own (at-least-once) sink behind lockgate's source, if it ran.
+        anchor_name = PIPELINES[3].name if PIPELINES[3].name in times else PIPELINES[1].name
+        anchor = statistics.median(times[anchor_name])
+        print(f"time relative to {anchor_name!r} (median)")
+        print(f"{'pipeline':>34}  {'best rows/s':>12}  {'median s':>9}  {'ratio':>6}")
         for name, runs in times.items():
-            print(f"{name:>13}  {args.rows / min(runs):12,.0f}  {statistics.median(runs):9.2f}")
-        ratio = statistics.median(times["exactly-once"]) / statistics.median(times["at-least-once"])
-        print(f"exactly-once costs {ratio:.2f}x the at-least-once time (median)")
+            median = statistics.median(runs)
+            print(
+                f"{name:>34}  {args.rows / min(runs):12,.0f}  {median:9.2f}  {median / anchor:6.2f}"
+            )
     finally:
         if spark is not None:
             spark.stop()
