@@ -1,9 +1,12 @@
 """Differential tests: the same scripted requests to lockgate and to Apache Kafka, the answers
 compared field by field (after leaving out what legitimately differs: node ids, topic ids,
 producer ids, throttle times, messages). A scenario in KNOWN_DIFFERENCES must differ as
-docs/deviations.md says; any other difference fails. The corpus starts with errors for bad
-requests, the last stable offset, ListOffsets, the idempotence rules of Produce and the classic
-transaction requests; it grows with each protocol change."""
+docs/deviations.md says; any other difference fails. The corpus: errors for bad requests,
+Metadata, the last stable offset and ListOffsets, the idempotence rules of Produce, the
+classic transaction requests and transaction version 2 (Produce's implicit add, EndTxn's
+epoch bump, delayed and retried requests), transactional offsets (KIP-447, require_stable),
+aborted reads (Fetch's aborted transactions and LSO) and a classic group's requests; it grows
+with each protocol change."""
 
 from __future__ import annotations
 
@@ -20,7 +23,13 @@ from lockgate.client.admin_transactions import _decode_describe_transactions
 from lockgate.client.cluster import Cluster
 from lockgate.client.connection import BrokerConnection
 from lockgate.protocol.api import ApiKey
-from lockgate.protocol.records import build_batch
+from lockgate.protocol.records import (
+    TRANSACTIONAL_BIT,
+    build_batch,
+    control_type,
+    parse_header,
+    read_records,
+)
 from tests.support.broker import running_broker
 from tests.support.clients import create_topic
 from tests.support.reference_kafka import ReferenceKafka
@@ -40,6 +49,10 @@ KNOWN_DIFFERENCES: dict[tuple[str, str], str] = {
         "a new batch, so the producer bumps its epoch"
     ),
 }
+
+
+# COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, CONCURRENT_TRANSACTIONS
+RETRIABLE = (14, 15, 51)
 
 
 def scenario(function: Scenario) -> Scenario:
@@ -265,6 +278,327 @@ async def transaction_errors_classic(connection: BrokerConnection, bootstrap: st
     }
 
 
+async def find_coordinator(connection: BrokerConnection, key: str, key_type: int) -> None:
+    """Waits, as clients do, until the broker coordinates `key` (a group: 0, a transactional
+    id: 1): Apache Kafka creates its internal topic on the first FindCoordinator and answers
+    NOT_COORDINATOR to coordinator requests before that."""
+    for _ in range(100):
+        response = await connection.request(
+            ApiKey.FIND_COORDINATOR, {"key_type": key_type, "coordinator_keys": [key]}, version=4
+        )
+        if response.coordinators[0].error_code == 0:
+            return
+        await asyncio.sleep(0.2)
+    raise TimeoutError(f"no coordinator for {key!r}")
+
+
+async def init_producer(connection: BrokerConnection, transactional_id: str) -> tuple[int, int]:
+    await find_coordinator(connection, transactional_id, 1)
+    for _ in range(100):  # retried while the coordinator loads, as clients do
+        response = await connection.request(
+            ApiKey.INIT_PRODUCER_ID,
+            {"transactional_id": transactional_id, "transaction_timeout": 60_000,
+             "producer_id": -1, "producer_epoch": -1, "enable2_pc": False,
+             "keep_prepared_txn": False},
+        )  # fmt: skip
+        if response.error_code not in RETRIABLE:
+            break
+        await asyncio.sleep(0.2)
+    assert response.error_code == 0, response
+    return int(response.producer_id), int(response.producer_epoch)
+
+
+async def end_txn_v5(
+    connection: BrokerConnection, tid: str, pid: int, epoch: int, commit: bool
+) -> tuple[int, int | None]:
+    """EndTxn v5 (transaction version 2): the error and how far the answer moved the epoch."""
+    response = await connection.request(
+        ApiKey.END_TXN,
+        {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch,
+         "committed": commit},
+        version=5,
+    )  # fmt: skip
+    await asyncio.sleep(1)  # the markers are written after the answer
+    moved = int(response.producer_epoch) - epoch if response.producer_id == pid else None
+    return int(response.error_code), moved
+
+
+@scenario
+async def transactions_tv2(connection: BrokerConnection, bootstrap: str) -> Any:
+    """Transaction version 2: Produce v12 adds the partition itself, EndTxn v5 bumps the epoch;
+    a retried EndTxn, a delayed Produce of the ended transaction and a stale or future epoch."""
+    await asyncio.to_thread(create_topic, bootstrap, "diff-tv2", 1)
+    tid = "diff-tv2-id"
+    pid, epoch = await init_producer(connection, tid)
+
+    async def send(producer_epoch: int, sequence: int) -> int:
+        batch = build_batch([(None, b"v")], producer_id=pid, producer_epoch=producer_epoch,
+                            base_sequence=sequence, attributes=TRANSACTIONAL_BIT)  # fmt: skip
+        data = [{"name": "diff-tv2", "partition_data": [{"index": 0, "records": batch}]}]
+        response = await connection.request(
+            ApiKey.PRODUCE,
+            {"transactional_id": tid, "acks": -1, "timeout": 30_000,
+             "topic_data": data},
+            version=12,
+        )  # fmt: skip
+        return int(response.responses[0].partition_responses[0].error_code)
+
+    found: dict[str, Any] = {
+        "end with nothing sent": await end_txn_v5(connection, tid, pid, epoch, True)
+    }
+    epoch += found["end with nothing sent"][1] or 0
+    found["produce"] = await send(epoch, 0)
+    found["commit"] = await end_txn_v5(connection, tid, pid, epoch, True)
+    ended, epoch = epoch, epoch + (found["commit"][1] or 0)
+    found["commit retried"] = await end_txn_v5(connection, tid, pid, ended, True)
+    found["abort with the ended epoch"] = await end_txn_v5(connection, tid, pid, ended, False)
+    found["delayed produce of the ended transaction"] = await send(ended, 1)
+    found["produce in the next"] = await send(epoch, 0)
+    found["end with a future epoch"] = await end_txn_v5(connection, tid, pid, epoch + 5, False)
+    found["abort"] = await end_txn_v5(connection, tid, pid, epoch, False)
+    return found
+
+
+@scenario
+async def transactional_offsets(connection: BrokerConnection, bootstrap: str) -> Any:
+    """AddOffsetsToTxn and TxnOffsetCommit (v5, transaction version 2), the pending offset
+    under OffsetFetch with and without require_stable, a stale epoch, an unknown member of a
+    group that has none, and the offset after the commit."""
+    await asyncio.to_thread(create_topic, bootstrap, "diff-tog", 1)
+    tid, group = "diff-tog-id", "diff-tog-group"
+    pid, epoch = await init_producer(connection, tid)
+    await find_coordinator(connection, group, 0)
+
+    async def add_offsets(producer_epoch: int) -> int:
+        response = await connection.request(
+            ApiKey.ADD_OFFSETS_TO_TXN,
+            {"transactional_id": tid, "producer_id": pid, "producer_epoch": producer_epoch,
+             "group_id": group},
+            version=4,
+        )  # fmt: skip
+        return int(response.error_code)
+
+    async def commit_offset(
+        producer_epoch: int, offset: int, generation: int = -1, member: str = "", version: int = 5
+    ) -> list[int]:
+        response = await connection.request(
+            ApiKey.TXN_OFFSET_COMMIT,
+            {"transactional_id": tid, "group_id": group, "producer_id": pid,
+             "producer_epoch": producer_epoch, "generation_id": generation, "member_id": member,
+             "group_instance_id": None,
+             "topics": [{"name": "diff-tog", "partitions": [
+                 {"partition_index": 0, "committed_offset": offset, "committed_leader_epoch": -1,
+                  "committed_metadata": "m"}]}]},
+            version=version,
+        )  # fmt: skip
+        return [int(p.error_code) for t in response.topics for p in t.partitions]
+
+    async def fetch_offset(require_stable: bool) -> tuple[int, list[tuple[int, int, str | None]]]:
+        response = await connection.request(
+            ApiKey.OFFSET_FETCH,
+            {"require_stable": require_stable, "groups": [
+                {"group_id": group, "topics": [{"name": "diff-tog", "partition_indexes": [0]}]}]},
+            version=8,
+        )  # fmt: skip
+        [answer] = response.groups
+        return int(answer.error_code), [
+            (int(p.error_code), int(p.committed_offset), p.metadata)
+            for t in answer.topics for p in t.partitions
+        ]  # fmt: skip
+
+    return {
+        "v3 offsets before AddOffsetsToTxn": await commit_offset(epoch, 5, version=3),
+        "v3 stale epoch before AddOffsetsToTxn": await commit_offset(epoch - 1, 5, version=3),
+        "stale epoch before AddOffsetsToTxn": await commit_offset(epoch - 1, 5),
+        "offsets before AddOffsetsToTxn": await commit_offset(epoch, 5),
+        "add offsets": await add_offsets(epoch),
+        "add offsets, stale epoch": await add_offsets(epoch - 1),
+        "commit offset": await commit_offset(epoch, 5),
+        "commit offset, stale epoch": await commit_offset(epoch - 1, 6),
+        "v3 commit offset, stale epoch": await commit_offset(epoch - 1, 6, version=3),
+        "commit offset, unknown member": await commit_offset(epoch, 6, 3, "ghost"),
+        "fetch, pending, require_stable": await fetch_offset(True),
+        "fetch, pending": await fetch_offset(False),
+        "end": await end_txn_v5(connection, tid, pid, epoch, True),
+        "fetch after the commit": await fetch_offset(True),
+    }
+
+
+@scenario
+async def classic_group(connection: BrokerConnection, bootstrap: str) -> Any:
+    """A classic group's life by hand: KIP-394's member id, join, sync and heartbeat with
+    wrong generations and members, offsets committed by a member and by an outsider, describe,
+    leave, delete."""
+    await asyncio.to_thread(create_topic, bootstrap, "diff-group-topic", 1)
+    group = "diff-group"
+    await find_coordinator(connection, group, 0)
+
+    async def join(member: str) -> Any:
+        return await connection.request(
+            ApiKey.JOIN_GROUP,
+            {"group_id": group, "session_timeout": 10_000, "rebalance_timeout": 10_000,
+             "member_id": member, "group_instance_id": None, "protocol_type": "consumer",
+             "protocols": [{"name": "range", "metadata": b""}], "reason": None},
+            version=9,
+        )  # fmt: skip
+
+    async def sync(generation: int, member: str) -> int:
+        response = await connection.request(
+            ApiKey.SYNC_GROUP,
+            {"group_id": group, "generation_id": generation, "member_id": member,
+             "group_instance_id": None, "protocol_type": "consumer", "protocol_name": "range",
+             "assignments": [{"member_id": member, "assignment": b"x"}]},
+            version=5,
+        )  # fmt: skip
+        return int(response.error_code)
+
+    async def heartbeat(generation: int, member: str) -> int:
+        response = await connection.request(
+            ApiKey.HEARTBEAT,
+            {"group_id": group, "generation_id": generation, "member_id": member,
+             "group_instance_id": None},
+            version=4,
+        )  # fmt: skip
+        return int(response.error_code)
+
+    async def commit(generation: int, member: str, offset: int) -> list[int]:
+        response = await connection.request(
+            ApiKey.OFFSET_COMMIT,
+            {"group_id": group, "generation_id_or_member_epoch": generation,
+             "member_id": member, "group_instance_id": None, "retention_time": -1,
+             "topics": [{"name": "diff-group-topic", "topic_id": None, "partitions": [
+                 {"partition_index": 0, "committed_offset": offset,
+                  "committed_leader_epoch": -1, "committed_metadata": ""}]}]},
+            version=8,
+        )  # fmt: skip
+        return [int(p.error_code) for t in response.topics for p in t.partitions]
+
+    async def describe() -> Any:
+        response = await connection.request(
+            ApiKey.DESCRIBE_GROUPS,
+            {"groups": [group], "include_authorized_operations": False},
+            version=5,
+        )
+        [answer] = response.groups
+        return (int(answer.error_code), answer.group_state, answer.protocol_type,
+                answer.protocol_data, len(answer.members))  # fmt: skip
+
+    async def leave(member: str) -> tuple[int, list[int]]:
+        response = await connection.request(
+            ApiKey.LEAVE_GROUP,
+            {"group_id": group, "member_id": "", "members": [
+                {"member_id": member, "group_instance_id": None, "reason": None}]},
+            version=5,
+        )  # fmt: skip
+        return int(response.error_code), [int(m.error_code) for m in response.members]
+
+    async def delete(name: str) -> list[int]:
+        response = await connection.request(
+            ApiKey.DELETE_GROUPS, {"groups_names": [name]}, version=2
+        )
+        return [int(r.error_code) for r in response.results]
+
+    first = await join("")
+    member = first.member_id
+    joined = await join(member)
+    generation = int(joined.generation_id)
+    return {
+        "join without a member id": (int(first.error_code), bool(member)),
+        "join": (
+            int(joined.error_code),
+            generation,
+            joined.leader == member,
+            [m.member_id == member for m in joined.members],
+        ),
+        "sync, wrong generation": await sync(generation + 1, member),
+        "sync, unknown member": await sync(generation, "ghost"),
+        "sync": await sync(generation, member),
+        "heartbeat": await heartbeat(generation, member),
+        "heartbeat, wrong generation": await heartbeat(generation + 1, member),
+        "heartbeat, unknown member": await heartbeat(generation, "ghost"),
+        "commit by the member": await commit(generation, member, 7),
+        "commit, stale generation": await commit(generation - 1, member, 8),
+        "commit, unknown member": await commit(generation, "ghost", 8),
+        "commit by an outsider": await commit(-1, "", 8),
+        "describe": await describe(),
+        "leave, unknown member": await leave("ghost"),
+        "delete, not empty": await delete(group),
+        "leave": await leave(member),
+        "describe, empty": await describe(),
+        "delete": await delete(group),
+        "delete, unknown": await delete("diff-nobody"),
+    }
+
+
+async def fetch_records(
+    connection: BrokerConnection, topic: str, offset: int, read_committed: bool
+) -> dict[str, Any]:
+    """Fetch v12 of one partition: its offsets, the aborted transactions it lists (their first
+    offsets) and every record returned as (offset, value, control) (batching left out)."""
+    response = await connection.request(
+        ApiKey.FETCH,
+        {"replica_id": -1, "max_wait": 0, "min_bytes": 1, "max_bytes": 1 << 20,
+         "isolation_level": int(read_committed), "session_id": 0, "session_epoch": -1,
+         "topics": [{"topic": topic, "topic_id": None, "partitions": [
+             {"partition": 0, "current_leader_epoch": -1, "fetch_offset": offset,
+              "last_fetched_epoch": -1, "log_start_offset": -1,
+              "partition_max_bytes": 1 << 20}]}],
+         "forgotten_topics_data": [], "rack_id": ""},
+        version=12,
+    )  # fmt: skip
+    [data] = response.responses[0].partitions
+    records: list[tuple[int, bytes | str | None]] = []
+    position, raw = 0, bytes(data.records or b"")
+    while position < len(raw):
+        header = parse_header(raw, position)
+        batch = raw[position : position + header.size]
+        if header.is_control:
+            records.append((header.base_offset, "ABORT" if control_type(batch) == 0 else "COMMIT"))
+        else:
+            records += [(r.offset, r.value) for r in read_records(batch)]
+        position += header.size
+    aborted = data.aborted_transactions
+    return {
+        "error": int(data.error_code),
+        "high watermark": int(data.high_watermark),
+        "last stable offset": int(data.last_stable_offset),
+        "aborted": None if aborted is None else [int(a.first_offset) for a in aborted],
+        "records": records,
+    }
+
+
+@scenario
+async def aborted_reads(connection: BrokerConnection, bootstrap: str) -> Any:
+    """Committed, aborted and open transactions beside plain records, fetched read_committed
+    and read_uncommitted from the start and from the middle."""
+    await asyncio.to_thread(create_topic, bootstrap, "diff-aborted", 1)
+    plain = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "diff-aborted"})
+    await asyncio.to_thread(producer.init_transactions, 60)
+    for values, commit in (((b"a", b"b"), True), ((b"c", b"d"), False), ((b"e",), True)):
+        producer.begin_transaction()
+        for value in values:
+            producer.produce("diff-aborted", value, partition=0)
+        await asyncio.to_thread(producer.flush, 60)
+        plain.produce("diff-aborted", b"plain-" + value, partition=0)
+        await asyncio.to_thread(plain.flush, 60)
+        if commit:
+            await asyncio.to_thread(producer.commit_transaction, 60)
+        else:
+            await asyncio.to_thread(producer.abort_transaction, 60)
+        await asyncio.sleep(0.5)  # the marker lands before the next transaction's data
+    producer.begin_transaction()
+    producer.produce("diff-aborted", b"open", partition=0)
+    await asyncio.to_thread(producer.flush, 60)
+    found = {
+        "read_committed from 0": await fetch_records(connection, "diff-aborted", 0, True),
+        "read_committed from 5": await fetch_records(connection, "diff-aborted", 5, True),
+        "read_uncommitted from 0": await fetch_records(connection, "diff-aborted", 0, False),
+    }
+    await asyncio.to_thread(producer.abort_transaction, 60)
+    return found
+
+
 def flatten(observed: dict[str, Any]) -> dict[tuple[str, str], Any]:
     """(scenario, observation) → answer; a scenario that is not a dict is one observation."""
     flat: dict[tuple[str, str], Any] = {}
@@ -282,7 +616,8 @@ async def observe(bootstrap: str) -> dict[str, Any]:
 
 
 def test_lockgate_answers_as_apache_kafka(reference_kafka: ReferenceKafka, tmp_path: Path) -> None:
-    with running_broker(tmp_path / "data") as lockgate:
+    # the reference broker's setting too: a new group's first join is answered at once
+    with running_broker(tmp_path / "data", {"group.initial.rebalance.delay.ms": "0"}) as lockgate:
         ours = asyncio.run(observe(lockgate.bootstrap))
     theirs = asyncio.run(observe(reference_kafka.bootstrap))
     ours_flat, theirs_flat = flatten(ours), flatten(theirs)

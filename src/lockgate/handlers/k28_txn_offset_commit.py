@@ -2,8 +2,9 @@
 
 Behaviour:
 - Offsets committed inside a transaction: the producer must own the transactional id
-  (INVALID_PRODUCER_ID_MAPPING), at its current epoch (PRODUCER_FENCED; INVALID_PRODUCER_EPOCH
-  before v3), and the group's offsets partition must be in the open transaction
+  (INVALID_PRODUCER_ID_MAPPING), at its current epoch (INVALID_PRODUCER_EPOCH in every
+  version, as Apache Kafka answers: its check is the offsets log's epoch check; clients treat
+  it as fenced), and the group's offsets partition must be in the open transaction
   (AddOffsetsToTxn; v5 with TV2 adds it implicitly): TRANSACTION_ABORTABLE, or
   INVALID_TXN_STATE before v4, otherwise.
 - KIP-447 (v3+): when the request names a generation ≥ 0, a member id or an instance id, the
@@ -22,7 +23,7 @@ from lockgate.coordinator.group.records import CommittedOffset
 from lockgate.coordinator.txn import coordinator as rules
 from lockgate.handlers.common import field
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
-from lockgate.handlers.txn_common import map_abortable, map_fenced
+from lockgate.handlers.txn_common import map_abortable
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
 
@@ -41,7 +42,9 @@ def _check_transaction(ctx: RequestContext, request: Any) -> ErrorCode:
         error, _durable = transactions.add_implicitly(
             request.transactional_id, request.producer_id, request.producer_epoch, partition
         )
-    return map_abortable(map_fenced(error, ctx.api_version, 3), ctx.api_version, 4)
+    if error == ErrorCode.producer_fenced:
+        error = ErrorCode.invalid_producer_epoch
+    return map_abortable(error, ctx.api_version, 4)
 
 
 @handles(ApiKey.TXN_OFFSET_COMMIT, 0, 5)
