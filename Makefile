@@ -5,8 +5,10 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 # command:apt package — installed when the command is missing (java runs Spark and Apache
-# Kafka; javac runs the single-file Java test programs; mvn resolves Kafka from Maven Central).
-APT_PACKAGES := kcat:kcat java:openjdk-17-jre-headless javac:openjdk-17-jdk-headless mvn:maven
+# Kafka; javac runs the single-file Java test programs; mvn resolves Kafka from Maven Central;
+# etcd keeps the cluster metadata of cluster mode, etcdctl checks its health in tests).
+APT_PACKAGES := kcat:kcat java:openjdk-17-jre-headless javac:openjdk-17-jdk-headless mvn:maven \
+	etcd:etcd-server etcdctl:etcd-client
 
 .PHONY: serve setup setup-dev system-deps reference-deps test lint typecheck unit bench soak fuzz fuzz-decoder clean
 

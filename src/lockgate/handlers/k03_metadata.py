@@ -14,11 +14,11 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from lockgate.cluster.metadata import TopicRecord
 from lockgate.handlers.common import field
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
-from lockgate.server.metadata import TopicRecord
 
 NO_AUTHORIZED_OPERATIONS = -(2**31)
 

@@ -9,6 +9,7 @@ import logging
 import time
 from collections.abc import Iterable
 
+from lockgate.cluster.local import LocalMetadataStore
 from lockgate.coordinator.group.service import GroupCoordinator
 from lockgate.coordinator.snapshots import Snapshotter
 from lockgate.coordinator.txn.service import TransactionCoordinator
@@ -20,7 +21,6 @@ from lockgate.server.connection import Connection
 from lockgate.server.connection_limits import ConnectionLimits, RequestMemory
 from lockgate.server.durability import GroupCommit
 from lockgate.server.fetch_sessions import FetchSessionCache
-from lockgate.server.metadata import LocalMetadataStore
 from lockgate.server.metrics import BrokerMetrics
 from lockgate.server.producer_ids import ProducerIdManager
 from lockgate.server.topics import TopicManager

@@ -15,12 +15,12 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
+from lockgate.cluster.metadata import TopicCatalog, TopicRecord
 from lockgate.coordinator.group.service import CONSUMER_OFFSETS_TOPIC
 from lockgate.log.config import LogConfig
 from lockgate.log.partition import Partition, partition_dir
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.server.config import TOPIC_CONFIGS, BrokerConfig, ConfigError, check_value
-from lockgate.server.metadata import MetadataStore, TopicRecord
 from lockgate.storage.engine import StorageEngine
 
 log = logging.getLogger(__name__)
@@ -42,7 +42,7 @@ class TopicManager:
     def __init__(
         self,
         storage: StorageEngine,
-        store: MetadataStore,
+        store: TopicCatalog,
         config: BrokerConfig,
         clock_ms: Callable[[], int],
     ) -> None:

@@ -1,34 +1,12 @@
-# Cluster metadata (cluster id, topics, their ids, partition counts and config overrides)
-# behind an interface, so that multi-node mode can keep it in a coordination service.
-# The single-node store is one JSON document replaced atomically on every change.
+# The single-node engine of cluster metadata (cluster id, topics, their ids, partition counts
+# and config overrides): one JSON document replaced atomically on every change.
 from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import dataclass, field
-from typing import Protocol
 
+from lockgate.cluster.metadata import TopicRecord
 from lockgate.storage.engine import StorageEngine
-
-
-@dataclass(slots=True)
-class TopicRecord:
-    name: str
-    topic_id: uuid.UUID
-    partitions: int
-    configs: dict[str, str] = field(default_factory=dict)
-    internal: bool = False
-
-
-class MetadataStore(Protocol):
-    @property
-    def cluster_id(self) -> str: ...
-
-    def topics(self) -> dict[str, TopicRecord]: ...
-
-    def put_topic(self, record: TopicRecord) -> None: ...
-
-    def remove_topic(self, name: str) -> None: ...
 
 
 class LocalMetadataStore:
