@@ -461,9 +461,22 @@ class EtcdMetadataStore:
         return await self._txn([self._at_revision(key, existing.revision)], deletes) is not None
 
     async def compare_and_set(
-        self, topic: str, index: int, state: PartitionState, revision: int
+        self,
+        topic: str,
+        index: int,
+        state: PartitionState,
+        revision: int,
+        controller_epoch: int | None = None,
     ) -> Versioned[PartitionState] | None:
+        """With `controller_epoch`, the write also needs that controller term to be the
+        current one: etcd itself refuses the decisions of a deposed controller."""
         key = self._key("partitions", topic, index)
+        compare = [self._at_revision(key, revision)]
+        if controller_epoch is not None:
+            compare.append(
+                Compare(result=Compare.EQUAL, target=Compare.CREATE,
+                        key=self._key("controller"), create_revision=controller_epoch)
+            )  # fmt: skip
         put = self._kv.txn_op_put(key, state.encode())
-        written = await self._txn([self._at_revision(key, revision)], [put])
+        written = await self._txn(compare, [put])
         return None if written is None else Versioned(state, written)

@@ -180,7 +180,12 @@ class MetadataStore(Protocol):
     async def delete_topic(self, name: str) -> bool: ...
 
     async def compare_and_set(
-        self, topic: str, index: int, state: PartitionState, revision: int
+        self,
+        topic: str,
+        index: int,
+        state: PartitionState,
+        revision: int,
+        controller_epoch: int | None = None,
     ) -> Versioned[PartitionState] | None:
         """Writes a partition's state if it is still at `revision` (0: if absent); None when
         another writer got there first (read the view again and decide anew)."""
