@@ -56,6 +56,25 @@ def spark() -> Iterator[Any]:
         spark_session.stop()
 
 
+# What the Spark tests' broker allows: the exactly-once sinks need two-phase commit.
+SPARK_BROKER_SETTINGS = {
+    "transaction.two.phase.commit.enable": "true",
+    "group.initial.rebalance.delay.ms": "0",
+}
+
+
+@pytest.fixture(scope="session")
+def spark_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """One lockgate broker per pytest worker for the Spark tests (tests/spark, and Spark's
+    own connector in tests/reference)."""
+    data = tmp_path_factory.mktemp("spark") / "data"
+    broker = BrokerProcess(data, SPARK_BROKER_SETTINGS).start()
+    try:
+        yield broker
+    finally:
+        broker.kill()
+
+
 @pytest.fixture
 def fault_proxy() -> Iterator[FaultProxy]:
     """A started fault proxy on 127.0.0.1 with no upstream yet; stopped afterwards."""

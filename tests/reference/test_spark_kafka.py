@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,26 +23,12 @@ from tests.support.reference_kafka import ReferenceKafka, spark_kafka_jars
 
 pytestmark = [pytest.mark.compat, pytest.mark.timeout(280)]
 
-SETTINGS = {
-    "transaction.two.phase.commit.enable": "true",
-    "group.initial.rebalance.delay.ms": "0",
-}
-
-
-@pytest.fixture(scope="module")
-def lockgate(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    broker = BrokerProcess(tmp_path_factory.mktemp("spark-kafka") / "data", SETTINGS).start()
-    try:
-        yield broker
-    finally:
-        broker.kill()
-
 
 @pytest.fixture(params=["lockgate", "kafka"])
 def bootstrap(request: pytest.FixtureRequest) -> str:
     """The broker under test: lockgate, or Apache Kafka for the same scenario."""
     broker: BrokerProcess | ReferenceKafka = request.getfixturevalue(
-        "lockgate" if request.param == "lockgate" else "reference_kafka"
+        "spark_broker" if request.param == "lockgate" else "reference_kafka"
     )
     return broker.bootstrap
 
@@ -166,18 +151,18 @@ def test_read_committed_batch_and_stream(connector: Any, bootstrap: str, tmp_pat
 
 
 def test_connectors_feed_each_other(
-    connector: Any, lockgate: BrokerProcess, tmp_path: Path
+    connector: Any, spark_broker: BrokerProcess, tmp_path: Path
 ) -> None:
     """orders → Spark's source → lockgate's exactly-once sink → lockgate's source → Spark's
     sink: every order once at the end, read by Spark's connector under read_committed."""
     orders, middle, target = unique("orders"), unique("enriched"), unique("again")
     for topic in (orders, middle, target):
-        create_topic(lockgate.bootstrap, topic, partitions=2)
+        create_topic(spark_broker.bootstrap, topic, partitions=2)
     values = [
         json.dumps({"id": i, "customer": f"c{i % 13}", "amount_cents": i * 37 % 20000})
         for i in range(200)
     ]
-    transactions(lockgate.bootstrap, orders, [(values[:120], True), (values[120:], True)])
+    transactions(spark_broker.bootstrap, orders, [(values[:120], True), (values[120:], True)])
 
     for source, sink, source_format, sink_format in (
         (orders, middle, "kafka", "lockgate"),
@@ -185,7 +170,7 @@ def test_connectors_feed_each_other(
     ):
         query = build_query(
             connector,
-            lockgate.bootstrap,
+            spark_broker.bootstrap,
             source,
             sink,
             str(tmp_path / f"checkpoint-{sink}"),
@@ -196,6 +181,6 @@ def test_connectors_feed_each_other(
         query.awaitTermination(240)
         assert query.exception() is None
 
-    out = kafka_read(connector, lockgate.bootstrap, target)
+    out = kafka_read(connector, spark_broker.bootstrap, target)
     ids = sorted(json.loads(row.value)["id"] for row in out)
     assert ids == list(range(200))
