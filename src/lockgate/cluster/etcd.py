@@ -405,9 +405,12 @@ class EtcdMetadataStore:
             if current is None and self.live:
                 body = json.dumps({"node_id": node}).encode()
                 put = self._kv.txn_op_put(key, body, lease=self._lease_id)
+                won = None
                 with contextlib.suppress(EtcdError, TimeoutError):
-                    await self._txn([self._absent(key)], [put])
-                continue
+                    won = await self._txn([self._absent(key)], [put])
+                if won is not None:
+                    continue
+                # another broker won (its key is on the way to the view) or etcd is away
             await self._next_change(timeout=1.0)
 
     async def resign(self) -> None:
