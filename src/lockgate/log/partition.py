@@ -19,6 +19,7 @@ from lockgate.log.epochs import LeaderEpochCache
 from lockgate.log.producer_state import Duplicate, ProducerEntry, ProducerStateTable
 from lockgate.log.segment import Segment, segment_name
 from lockgate.log.txn_index import (
+    ENTRY_SIZE,
     AbortedTxn,
     AbortedTxnIndex,
     encode_entry,
@@ -112,10 +113,12 @@ class Partition:
 
     # -- lifecycle -----------------------------------------------------------------------------
 
-    def load(self, now_ms: int, clean: bool = False) -> None:
-        """Opens the segments on storage, cuts a torn tail, and starts a new leader epoch.
-        After a `clean` shutdown the active segment is opened like the sealed ones, from its
-        indexes (as Kafka does): only after a crash is its every batch's CRC checked."""
+    def load(self, now_ms: int, clean: bool = False, new_epoch: bool = True) -> None:
+        """Opens the segments on storage, cuts a torn tail, and starts a new leader epoch
+        (single node: every start is a new term; in a cluster the controller says when, and
+        `new_epoch` is False). After a `clean` shutdown the active segment is opened like the
+        sealed ones, from its indexes (as Kafka does): only after a crash is its every batch's
+        CRC checked."""
         self.storage.make_dirs(self.directory)
         swap.recover(self.storage, self.directory)
         bases = sorted(
@@ -151,8 +154,9 @@ class Partition:
                     self.aborted.add(entry)
         self._load_producer_state(now_ms)
         self.high_watermark = self.log_end_offset
-        self.leader_epoch = self.epochs.latest_epoch + 1
-        self.epochs.begin_epoch(self.leader_epoch, self.log_end_offset)
+        if new_epoch:
+            self.leader_epoch = self.epochs.latest_epoch + 1
+            self.epochs.begin_epoch(self.leader_epoch, self.log_end_offset)
 
     def close(self) -> None:
         """Clean shutdown: a producer-state snapshot spares the next start a log replay."""
@@ -415,6 +419,75 @@ class Partition:
                 else entry.coordinator_epoch,
             )
         )
+
+    def append_replicated(self, batches: bytes, now_ms: int) -> int:
+        """A follower's append of what its leader's Fetch returned: whole batches with the
+        leader's offsets and leader epochs, stored as they are. The epochs they carry extend
+        the epoch history, producers and transactions are tracked as on the leader (so that
+        idempotence and read_committed hold after a failover), and nothing is checked
+        against producer state: the leader did that. Batches below the log end (a fetch
+        answered twice) are skipped. Returns the new log end offset."""
+        config = self.config
+        position = 0
+        while position < len(batches):
+            header = parse_header(batches, position)
+            batch = batches[position : position + header.size]
+            position += header.size
+            if header.last_offset < self.log_end_offset:
+                continue
+            if header.base_offset != self.log_end_offset:
+                raise KafkaProtocolError(
+                    ErrorCode.corrupt_message,
+                    f"{self.topic}-{self.index}: the leader's batch at {header.base_offset} "
+                    f"does not follow the log end {self.log_end_offset}",
+                )
+            if header.partition_leader_epoch > self.epochs.latest_epoch:
+                self.epochs.begin_epoch(header.partition_leader_epoch, header.base_offset)
+            self.epochs.ensure_saved()
+            self._maybe_roll(len(batch), now_ms, config)
+            segment = self.active
+            segment.append(batch, header, config.index_interval_bytes)
+            if header.is_control and header.producer_id >= 0:
+                self._apply_marker(header, control_type(batch) == CONTROL_COMMIT, segment)
+            elif header.producer_id >= 0:
+                self._record_producer(header, now_ms)
+            if not self.unsynced or self.unsynced[-1] is not segment.log:
+                self.unsynced.append(segment.log)
+            for listener in self.append_listeners:
+                listener(header, bytes(batch))
+        return self.log_end_offset
+
+    def truncate_to(self, offset: int, now_ms: int) -> int:
+        """A follower's cut after a leader change (KIP-101): everything at and past `offset`
+        goes, the batch holding it too (batches are never split). The aborted-transaction
+        index, the leader epochs and the producer state follow (the state is rebuilt from
+        the latest snapshot below the cut), and so does the high watermark. Returns the new
+        log end offset. Not for a leader: its log is the truth the others cut to."""
+        if offset >= self.log_end_offset:
+            return self.log_end_offset
+        interval = self.config.index_interval_bytes
+        while len(self.segments) > 1 and self.segments[-1].base_offset >= offset:
+            self.segments.pop().delete()
+        segment = self.active
+        position = segment.position_of(offset)
+        if position is not None:
+            segment.log.truncate(position)
+            segment.recover(interval, validate=False)  # indexes and next offset anew
+        end = self.log_end_offset
+        kept = [
+            e for e in load_entries(self.storage, segment.txn_index_path) if e.last_offset < end
+        ]
+        if self.storage.exists(segment.txn_index_path):
+            segment.txn_index().truncate(len(kept) * ENTRY_SIZE)
+        self.aborted.drop_from(end)
+        self.epochs.truncate_after(end)
+        self.producers = ProducerStateTable()
+        self.open_txns = {}
+        self._load_producer_state(now_ms)  # snapshots past the cut are dropped there
+        self.high_watermark = min(self.high_watermark, end)
+        self.unsynced.append(segment.log)
+        log.info("%s-%d: truncated to offset %d", self.topic, self.index, end)
+        return end
 
     # -- reads ---------------------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from lockgate.storage.engine import StorageEngine
 
 _ENTRY = struct.Struct(">hqqqq")  # version, producer id, first, last, last stable offset
+ENTRY_SIZE = _ENTRY.size
 
 
 @dataclass(frozen=True, slots=True)
