@@ -150,6 +150,7 @@ public class ClientChecks {
                     p.send(new ProducerRecord<>("j-txn", 0, "k", "round" + round + "-" + i));
                 }
                 if (round == 1) {
+                    p.flush(); // on the log before the abort (unsent records would just be dropped)
                     p.abortTransaction();
                 } else {
                     p.commitTransaction();
