@@ -426,29 +426,24 @@ class EtcdMetadataStore:
 
     # -- topics and partitions ----------------------------------------------------------------
 
+    def _topic_puts(self, record: TopicRecord, states: dict[int, PartitionState]) -> list[Any]:
+        """The topic's record and its (new) partitions' states, written in one transaction."""
+        return [self._kv.txn_op_put(self._key("topics", record.name), record.encode())] + [
+            self._kv.txn_op_put(self._key("partitions", record.name, index), state.encode())
+            for index, state in states.items()
+        ]
+
     async def create_topic(self, record: TopicRecord, states: dict[int, PartitionState]) -> bool:
         key = self._key("topics", record.name)
-        puts = [self._kv.txn_op_put(key, record.encode())] + [
-            self._kv.txn_op_put(self._key("partitions", record.name, index), state.encode())
-            for index, state in states.items()
-        ]
-        return await self._txn([self._absent(key)], puts) is not None
+        return await self._txn([self._absent(key)], self._topic_puts(record, states)) is not None
 
-    async def update_topic(self, record: TopicRecord, revision: int) -> bool:
-        """A topic's record (partition count, configs) if still at `revision`."""
-        key = self._key("topics", record.name)
-        put = self._kv.txn_op_put(key, record.encode())
-        return await self._txn([self._at_revision(key, revision)], [put]) is not None
-
-    async def add_partitions(
-        self, record: TopicRecord, revision: int, states: dict[int, PartitionState]
+    async def update_topic(
+        self, record: TopicRecord, revision: int, states: dict[int, PartitionState] | None = None
     ) -> bool:
-        """CreatePartitions: the grown record and the new partitions' states at once."""
+        """A topic's record if still at `revision`: its configs, or with `states` its grown
+        partition count and the new partitions (CreatePartitions), at once."""
         key = self._key("topics", record.name)
-        puts = [self._kv.txn_op_put(key, record.encode())] + [
-            self._kv.txn_op_put(self._key("partitions", record.name, index), state.encode())
-            for index, state in states.items()
-        ]
+        puts = self._topic_puts(record, states or {})
         return await self._txn([self._at_revision(key, revision)], puts) is not None
 
     async def delete_topic(self, name: str) -> bool:

@@ -174,9 +174,13 @@ async def test_topics_and_partition_states_by_compare_and_swap(etcd: EtcdCluster
         grown = TopicRecord("orders", record.topic_id, 3)
         revision = a.view.topics["orders"].revision
         new = {2: PartitionState((3, 1, 2), 3, 0, (3, 1, 2))}
-        assert await a.add_partitions(grown, revision, new)
-        assert not await b.add_partitions(grown, revision, new)  # stale revision
+        assert await a.update_topic(grown, revision, new)
+        assert not await b.update_topic(grown, revision, new)  # stale revision
         await until(lambda: b.view.topics["orders"].value.partitions == 3)
+        assert b.view.partitions[("orders", 2)].value == new[2]
+        compacted = TopicRecord("orders", record.topic_id, 3, {"cleanup.policy": "compact"})
+        assert await b.update_topic(compacted, b.view.topics["orders"].revision)
+        await until(lambda: a.view.topics["orders"].value.configs == compacted.configs)
 
         assert await b.delete_topic("orders")
         await until(lambda: "orders" not in a.view.topics and not a.view.topic_partitions("orders"))
