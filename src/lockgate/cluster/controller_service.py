@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable
 
 from lockgate.cluster.controller import on_brokers_changed
-from lockgate.cluster.metadata import Change, Controller, MetadataStore, describe
+from lockgate.cluster.metadata import Change, Controller, MetadataStore
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +83,6 @@ class ControllerService:
             if written is None:
                 complete = False
             else:
-                log.info("%s-%d: %s (live brokers %s)", topic, index, describe(wanted),
+                log.info("%s-%d: %s (live brokers %s)", topic, index, wanted,
                          sorted(alive))  # fmt: skip
         return complete

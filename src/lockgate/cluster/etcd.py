@@ -310,11 +310,10 @@ class EtcdMetadataStore:
             current = self.view.brokers.get(broker.node_id)
             if current is not None and current.incarnation == broker.incarnation:
                 # our own registration under a lease we gave up for lost: move it over
-                revision = self.view.revision  # any later change fails the compare below
                 item = await self._kv.get(key, timeout=RPC_TIMEOUT)
                 if item.kvs:
-                    revision = int(item.kvs[0].mod_revision)
-                written = await self._txn([self._at_revision(key, revision)], [put])
+                    at = self._at_revision(key, int(item.kvs[0].mod_revision))
+                    written = await self._txn([at], [put])
         if written is None:
             await self._revoke(int(lease.ID))
             return False

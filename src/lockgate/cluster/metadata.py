@@ -9,7 +9,7 @@ import json
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 T = TypeVar("T")
 
@@ -55,6 +55,10 @@ class PartitionState:
              "leader_epoch": self.leader_epoch, "isr": list(self.isr),
              "partition_epoch": self.partition_epoch}
         ).encode()  # fmt: skip
+
+    def __str__(self) -> str:
+        return (f"leader {self.leader} epoch {self.leader_epoch} isr {list(self.isr)} "
+                f"(partition epoch {self.partition_epoch})")  # fmt: skip
 
     @classmethod
     def decode(cls, raw: bytes) -> PartitionState:
@@ -131,19 +135,12 @@ class MetadataView:
         self.partitions: dict[tuple[str, int], Versioned[PartitionState]] = {}
         self.listeners: list[Callable[[Change], None]] = []
 
-    def partition(self, topic: str, index: int) -> Versioned[PartitionState] | None:
-        return self.partitions.get((topic, index))
-
     def topic_partitions(self, topic: str) -> dict[int, Versioned[PartitionState]]:
         return {p: state for (t, p), state in self.partitions.items() if t == topic}
 
     def notify(self, change: Change) -> None:
         for listener in list(self.listeners):
             listener(change)
-
-
-class LeaseListener(Protocol):
-    def __call__(self, live: bool) -> None: ...
 
 
 class MetadataStore(Protocol):
@@ -190,11 +187,3 @@ class MetadataStore(Protocol):
         """Writes a partition's state if it is still at `revision` (0: if absent); None when
         another writer got there first (read the view again and decide anew)."""
         ...
-
-
-def describe(value: Any) -> str:
-    """A short form for logs."""
-    if isinstance(value, PartitionState):
-        return (f"leader {value.leader} epoch {value.leader_epoch} isr {list(value.isr)} "
-                f"(partition epoch {value.partition_epoch})")  # fmt: skip
-    return repr(value)
