@@ -23,6 +23,10 @@ def _serve(args: argparse.Namespace) -> int:
         overrides["log.dirs"] = args.data_dir
     if args.listen:
         overrides["listeners"] = args.listen
+    if args.cluster:
+        overrides["lockgate.cluster"] = args.cluster
+    if args.node_id is not None:
+        overrides["node.id"] = str(args.node_id)
     config = BrokerConfig(overrides)
     configure_logging(args.log_level)
     run(config)
@@ -38,6 +42,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--data-dir", help="where logs and metadata live (log.dirs)")
     serve.add_argument("--listen", help="HOST:PORT to listen on (listeners)")
     serve.add_argument("--config", help="a Java .properties file of broker properties")
+    serve.add_argument(
+        "--cluster",
+        metavar="etcd://HOST:PORT[,...][/NAMESPACE]",
+        help="join a cluster whose metadata is in etcd (lockgate.cluster); without it the "
+        "broker is a single node",
+    )
+    serve.add_argument("--node-id", type=int, help="this broker's id in the cluster (node.id)")
     serve.add_argument("--set", action="append", metavar="NAME=VALUE", help="any broker property")
     serve.add_argument("--log-level", default="INFO")
     serve.set_defaults(func=_serve)

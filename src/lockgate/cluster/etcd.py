@@ -457,6 +457,22 @@ class EtcdMetadataStore:
             return False
         return await self._txn([self._at_revision(key, existing.revision)], deletes) is not None
 
+    async def allocate_producer_ids(self, size: int) -> int:
+        """Moves the producer id counter on by `size` (compare-and-swap, retried when another
+        broker moved it first) and returns where it was."""
+        key = self._key("producer_id_block")
+        while True:
+            current = await self._kv.get(key, timeout=RPC_TIMEOUT)
+            if current.kvs:
+                start = int(bytes(current.kvs[0].value))
+                compare = self._at_revision(key, int(current.kvs[0].mod_revision))
+            else:
+                start, compare = 0, self._absent(key)
+            put = self._kv.txn_op_put(key, str(start + size).encode())
+            response = await self._kv.txn([compare], [put], timeout=RPC_TIMEOUT)
+            if response.succeeded:
+                return start
+
     async def compare_and_set(
         self,
         topic: str,

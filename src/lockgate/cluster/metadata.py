@@ -148,6 +148,7 @@ class MetadataStore(Protocol):
     the view reflects them (a caller reads its own writes)."""
 
     view: MetadataView
+    lease_listeners: list[Callable[[bool], None]]  # called with whether the lease is live
 
     @property
     def cluster_id(self) -> str: ...
@@ -175,6 +176,16 @@ class MetadataStore(Protocol):
         ...
 
     async def delete_topic(self, name: str) -> bool: ...
+
+    async def update_topic(
+        self, record: TopicRecord, revision: int, states: dict[int, PartitionState] | None = None
+    ) -> bool:
+        """A topic's record if still at `revision` (with `states`: its new partitions)."""
+        ...
+
+    async def allocate_producer_ids(self, size: int) -> int:
+        """Reserves `size` producer ids no other broker gets; returns the first."""
+        ...
 
     async def compare_and_set(
         self,

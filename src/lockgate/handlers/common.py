@@ -21,17 +21,22 @@ def field(request: Any, name: str, default: Any) -> Any:
     return getattr(request, name, default)
 
 
-def check_leader_epoch(partition: Partition, current_leader_epoch: int) -> None:
-    """KIP-320/KIP-359: a client that names the leader epoch it knows must be current."""
-    if current_leader_epoch == NO_EPOCH:
-        return
-    if current_leader_epoch < partition.leader_epoch:
+def check_leader(partition: Partition, current_leader_epoch: int) -> None:
+    """KIP-320/KIP-359: a client that names the leader epoch it knows must be current; then
+    (in Kafka's order) this replica must be the partition's leader."""
+    if current_leader_epoch != NO_EPOCH:
+        if current_leader_epoch < partition.leader_epoch:
+            raise KafkaProtocolError(
+                ErrorCode.fenced_leader_epoch,
+                f"epoch {current_leader_epoch} is older than the leader's {partition.leader_epoch}",
+            )
+        if current_leader_epoch > partition.leader_epoch:
+            raise KafkaProtocolError(
+                ErrorCode.unknown_leader_epoch,
+                f"epoch {current_leader_epoch} is newer than the leader's {partition.leader_epoch}",
+            )
+    if not partition.is_leader:
         raise KafkaProtocolError(
-            ErrorCode.fenced_leader_epoch,
-            f"epoch {current_leader_epoch} is older than the leader's {partition.leader_epoch}",
-        )
-    if current_leader_epoch > partition.leader_epoch:
-        raise KafkaProtocolError(
-            ErrorCode.unknown_leader_epoch,
-            f"epoch {current_leader_epoch} is newer than the leader's {partition.leader_epoch}",
+            ErrorCode.not_leader_or_follower,
+            f"{partition.topic}-{partition.index} is not led by this broker",
         )

@@ -21,6 +21,13 @@ Behaviour:
   partition implicitly (TV2).
 - acks=-1 is answered after the data is durable (fsync, group commit) in the default
   durability mode; acks=1 after it is written.
+- Cluster mode: only the partition's leader appends (NOT_LEADER_OR_FOLLOWER elsewhere, also
+  on a leader whose registration lapsed); acks=-1 into an ISR smaller than
+  min.insync.replicas gets NOT_ENOUGH_REPLICAS with nothing appended, and is otherwise
+  answered once the high watermark (the ISR's minimum) passes it:
+  NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below the minimum meanwhile,
+  REQUEST_TIMED_OUT after the request's timeout. Unknown topics are not auto-created here
+  (Kafka creates them on Metadata only).
 - A write that storage refuses (disk full, I/O error, out of file handles) gets
   KAFKA_STORAGE_ERROR for that partition with nothing appended; other partitions and the
   connection are unaffected. A failed fsync answers KAFKA_STORAGE_ERROR to every acks=-1
@@ -34,11 +41,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from lockgate.coordinator.txn import coordinator as rules
-from lockgate.handlers.common import check_leader_epoch
+from lockgate.handlers.common import check_leader
 from lockgate.handlers.registry import HandlerResult, RawBody, RequestContext, handles
 from lockgate.handlers.txn_common import map_abortable
+from lockgate.log.partition import Partition
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.protocol.produce import (
@@ -51,6 +61,9 @@ from lockgate.protocol.produce import (
 )
 from lockgate.protocol.records import BatchHeader, validate_produced_batch
 from lockgate.protocol.rewrite import split_records
+
+if TYPE_CHECKING:
+    from lockgate.server.broker import Broker
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +97,17 @@ class _StorageErrorLog:
 
 
 _storage_errors = _StorageErrorLog()
+
+
+@dataclass(slots=True)
+class Waits:
+    """What a produce's answer waits for: flushes (and durable transaction changes), and in a
+    cluster each acks=all partition's high watermark (its answer, per partition)."""
+
+    durable: list[asyncio.Future[None]] = field(default_factory=list)
+    replicated: list[tuple[PartitionResult, asyncio.Future[ErrorCode]]] = field(
+        default_factory=list
+    )
 
 
 def _verify_transaction(
@@ -120,10 +144,10 @@ def _verify_transaction(
 
 def _append(
     ctx: RequestContext,
-    transactional_id: str | None,
+    request: ProduceRequestData,
     topic_name: str,
     data: ProducePartition,
-    pending: list[asyncio.Future[None]],
+    waits: Waits,
 ) -> PartitionResult:
     broker = ctx.broker
     result = PartitionResult(data.index)
@@ -131,7 +155,9 @@ def _append(
     if partition is None:
         raise KafkaProtocolError(ErrorCode.unknown_topic_or_partition)
     result.log_start_offset = partition.log_start_offset
-    check_leader_epoch(partition, data.current_leader_epoch)
+    check_leader(partition, data.current_leader_epoch)
+    if broker.replicas is not None:
+        broker.replicas.check_append(partition, request.acks)
     records = data.records
     if records is None:
         raise KafkaProtocolError(ErrorCode.invalid_record, "null records")
@@ -145,12 +171,24 @@ def _append(
     if config.compact:
         _require_keys(records)
     if header.is_transactional:
-        _verify_transaction(ctx, transactional_id, (topic_name, data.index), header, pending)
+        _verify_transaction(
+            ctx, request.transactional_id, (topic_name, data.index), header, waits.durable
+        )
     base_offset, append_time = partition.append(bytearray(records), header, ctx.received_ms)
-    pending.append(broker.group_commit.appended(partition))
+    _wait_for(broker, partition, request.acks, result, waits)
     result.base_offset = base_offset
     result.log_append_time_ms = append_time
     return result
+
+
+def _wait_for(
+    broker: Broker, partition: Partition, acks: int, result: PartitionResult, waits: Waits
+) -> None:
+    """The flush covering the partition's end, and in a cluster its ISR's (acks=all)."""
+    waits.durable.append(broker.group_commit.appended(partition))
+    if broker.replicas is not None and acks == -1:
+        end = partition.log_end_offset
+        waits.replicated.append((result, broker.replicas.acknowledged(partition, end)))
 
 
 def _require_keys(records: bytes) -> None:
@@ -175,7 +213,9 @@ def _topic_name(ctx: RequestContext, topic: ProduceTopic) -> tuple[str | None, E
     if topic.name is None:
         return None, ErrorCode.unknown_topic_or_partition
     if topic.name not in topics.topics:
-        if not ctx.broker.config.flag("auto.create.topics.enable"):
+        # a cluster creates topics on Metadata requests only, as Kafka does
+        auto_create = ctx.broker.config.flag("auto.create.topics.enable")
+        if not auto_create or ctx.broker.cluster is not None:
             return None, ErrorCode.unknown_topic_or_partition
         try:
             topics.create(topic.name, -1, -1, {})
@@ -185,7 +225,7 @@ def _topic_name(ctx: RequestContext, topic: ProduceTopic) -> tuple[str | None, E
 
 
 def produce(
-    ctx: RequestContext, request: ProduceRequestData, pending: list[asyncio.Future[None]]
+    ctx: RequestContext, request: ProduceRequestData, waits: Waits
 ) -> list[tuple[ProduceTopic, list[PartitionResult]]]:
     """Appends every partition's batch (synchronously, before any await, so pipelined requests
     are applied in order) and returns the per-partition results."""
@@ -214,13 +254,14 @@ def produce(
                 )
                 continue
             try:
-                results.append(_append(ctx, request.transactional_id, name, data, pending))
+                results.append(_append(ctx, request, name, data, waits))
             except KafkaProtocolError as exc:
                 if exc.code == ErrorCode.duplicate_sequence_number:
                     # clients count this as delivered: answer only once the original is durable
                     partition = ctx.broker.topics.get(name, data.index)
                     if partition is not None:
-                        pending.append(ctx.broker.group_commit.appended(partition))
+                        duplicate = PartitionResult(data.index)  # its wait delays, no more
+                        _wait_for(ctx.broker, partition, request.acks, duplicate, waits)
                 log.info(
                     "produce to %s-%d from %s (client id %r) rejected: %s",
                     name,
@@ -245,12 +286,16 @@ def produce(
 
 @handles(ApiKey.PRODUCE, 3, 13, advertised_min=0, decoder=lambda d, o, v: decode_produce(d, o, v))
 async def handle(ctx: RequestContext, request: ProduceRequestData) -> HandlerResult:
-    pending: list[asyncio.Future[None]] = []
-    answer = produce(ctx, request, pending)
+    waits = Waits()
+    answer = produce(ctx, request, waits)
     if request.acks == 0:
+        for _result, waiter in waits.replicated:
+            waiter.cancel()
         return None
-    if request.acks == -1 and pending:
-        outcomes = await asyncio.gather(*pending, return_exceptions=True)
+    if request.acks == -1 and waits.replicated:
+        await _replicated(waits.replicated, request.timeout_ms)
+    if request.acks == -1 and waits.durable:
+        outcomes = await asyncio.gather(*waits.durable, return_exceptions=True)
         for outcome in outcomes:
             if isinstance(outcome, BaseException) and not isinstance(outcome, OSError):
                 raise outcome
@@ -262,3 +307,23 @@ async def handle(ctx: RequestContext, request: ProduceRequestData) -> HandlerRes
                         result.error_code = ErrorCode.kafka_storage_error
                         result.base_offset = -1
     return RawBody(encode_produce_response(request.version, answer))
+
+
+async def _replicated(
+    waits: list[tuple[PartitionResult, asyncio.Future[ErrorCode]]], timeout_ms: int
+) -> None:
+    """acks=all in a cluster: each partition's answer once its ISR has the records, or
+    REQUEST_TIMED_OUT after the request's timeout (the records stay on the leader's log)."""
+    futures = [waiter for _result, waiter in waits]
+    _done, late = await asyncio.wait(futures, timeout=max(timeout_ms, 0) / 1000)
+    for result, waiter in waits:
+        if waiter in late:
+            waiter.cancel()
+            answer: ErrorCode = ErrorCode.request_timed_out
+        elif isinstance(exc := waiter.exception(), KafkaProtocolError):
+            answer = exc.code
+        else:
+            answer = waiter.result()
+        if answer and result.error_code == 0:
+            result.error_code = answer
+            result.base_offset = -1

@@ -16,7 +16,11 @@ Behaviour:
   incrementally (only changed partitions are answered), -1 closes it; an unknown session gets
   FETCH_SESSION_ID_NOT_FOUND and a wrong epoch INVALID_FETCH_SESSION_EPOCH.
 Version notes: v4 adds isolation level and aborted transactions; v5 log start offset;
-v7 sessions; v9 current leader epoch; v11 rack id; v12 flexible, diverging epoch; v13 topic ids.
+v7 sessions; v9 current leader epoch; v11 rack id; v12 flexible, diverging epoch; v13 topic ids;
+v15 replica id in ReplicaState.
+- Cluster mode: a follower's fetch (replica id >= 0) is served by the leader only, up to the
+  log end rather than the high watermark; its fetch offset is what the follower has, which
+  moves the high watermark and the ISR. Long polling waits for new data at the log end.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from lockgate.handlers.common import check_leader_epoch, field, millis
+from lockgate.handlers.common import check_leader, field, millis
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.log.partition import Partition
 from lockgate.protocol.api import ApiKey
@@ -41,6 +45,7 @@ from lockgate.server.fetch_sessions import (
 )
 
 READ_COMMITTED = 1
+CONSUMER = -1
 
 
 @dataclass(slots=True)
@@ -87,11 +92,27 @@ def _resolve(ctx: RequestContext, wanted: Wanted) -> Partition:
     return partition
 
 
+def _replica_id(ctx: RequestContext, request: Any) -> int:
+    """The fetching follower's broker id in a cluster; -1 for a consumer (and on a single
+    node, where there are no followers)."""
+    if ctx.broker.replicas is None:
+        return CONSUMER
+    state = field(request, "replica_state", None)
+    replica = state.replica_id if state is not None else field(request, "replica_id", CONSUMER)
+    return int(replica) if replica >= 0 else CONSUMER
+
+
 def _read(
-    ctx: RequestContext, wanted: Wanted, budget: int, isolation: int, first: bool
+    ctx: RequestContext,
+    wanted: Wanted,
+    budget: int,
+    isolation: int,
+    first: bool,
+    replica: int = -1,
 ) -> tuple[dict[str, Any], int]:
     """One partition's response entry and the bytes it carries: at most `budget` and the
-    partition's own limit, unless it is the `first` partition with data (KIP-74)."""
+    partition's own limit, unless it is the `first` partition with data (KIP-74). A follower
+    (`replica`) reads up to the log end and tells the leader what it has."""
     state = wanted.state
     entry: dict[str, Any] = {
         "partition_index": wanted.index,
@@ -108,7 +129,7 @@ def _read(
         entry["high_watermark"] = partition.high_watermark
         entry["last_stable_offset"] = partition.last_stable_offset
         entry["log_start_offset"] = partition.log_start_offset
-        check_leader_epoch(partition, state.current_leader_epoch)
+        check_leader(partition, state.current_leader_epoch)
         offset = state.fetch_offset
         if state.last_fetched_epoch >= 0:
             epoch, end = partition.epochs.end_offset_for(
@@ -120,7 +141,11 @@ def _read(
         if offset < partition.log_start_offset or offset > partition.log_end_offset:
             raise KafkaProtocolError(ErrorCode.offset_out_of_range)
         upper = partition.high_watermark
-        if isolation == READ_COMMITTED:
+        if replica != CONSUMER and ctx.broker.replicas is not None:
+            ctx.broker.replicas.on_follower_fetch(partition, replica, offset)
+            upper = partition.log_end_offset
+            entry["high_watermark"] = partition.high_watermark
+        elif isolation == READ_COMMITTED:
             upper = partition.last_stable_offset
             entry["aborted_transactions"] = [
                 {"producer_id": a.producer_id, "first_offset": a.first_offset}
@@ -242,11 +267,12 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     deadline = time.monotonic() + millis(request.max_wait) / 1000
     # the broker's cap: a client asking for gigabytes must not make the broker hold them
     budget = min(request.max_bytes, ctx.broker.config.integer("fetch.max.bytes"))
+    replica = _replica_id(ctx, request)
     while True:
         results = []
         total = 0
         for w in wanted:
-            entry, size = _read(ctx, w, budget - total, isolation, first=total == 0)
+            entry, size = _read(ctx, w, budget - total, isolation, total == 0, replica)
             total += size
             results.append((w, entry))
         errors = any(entry["error_code"] for _, entry in results)
@@ -256,7 +282,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
         partitions = [
             p for w in wanted if w.topic and (p := ctx.broker.topics.get(w.topic, w.index))
         ]
-        await ctx.broker.wait_for_data(partitions, remaining)
+        await ctx.broker.wait_for_data(partitions, remaining, log_end=replica != CONSUMER)
     if incremental:
         results = [(w, e) for w, e in results if _changed(e, w.state)]
     for w, entry in results:

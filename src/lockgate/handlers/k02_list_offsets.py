@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lockgate.handlers.common import check_leader_epoch, field
+from lockgate.handlers.common import check_leader, field
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.log.partition import Partition
 from lockgate.protocol.api import ApiKey
@@ -66,7 +66,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
                 partition = ctx.broker.topics.get(topic.name, p.partition_index)
                 if partition is None:
                     raise KafkaProtocolError(ErrorCode.unknown_topic_or_partition)
-                check_leader_epoch(partition, field(p, "current_leader_epoch", -1))
+                check_leader(partition, field(p, "current_leader_epoch", -1))
                 offset, timestamp = lookup(partition, p.timestamp, isolation)
                 entry["offset"] = offset
                 entry["timestamp"] = timestamp

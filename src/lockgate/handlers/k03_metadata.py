@@ -1,12 +1,14 @@
 """Metadata (key 3), versions 0–13.
 
 Behaviour:
-- Null topic list (or an empty one at v0) = every topic; each partition reports this broker as
-  leader, replica and in-sync replica, with its leader epoch (v7+).
+- Null topic list (or an empty one at v0) = every topic; each partition reports its leader,
+  leader epoch (v7+), replicas, ISR and offline replicas: this broker for all of them on a
+  single node, the cluster metadata's state in a cluster (every registered broker listed).
 - A missing topic is created when the request allows it (v4+) and auto.create.topics.enable is
   true; otherwise UNKNOWN_TOPIC_OR_PARTITION. An illegal name gets INVALID_TOPIC_EXCEPTION.
 - v10+ may name topics by id; an unknown id gets UNKNOWN_TOPIC_ID.
-- A partition whose log is not open gets LEADER_NOT_AVAILABLE with leader -1 (never a crash).
+- A partition without a leader (its log not open; offline in a cluster) gets
+  LEADER_NOT_AVAILABLE with leader -1 (never a crash).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from lockgate.cluster.metadata import TopicRecord
+from lockgate.cluster.metadata import NO_LEADER, PartitionState, TopicRecord
 from lockgate.handlers.common import field
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.protocol.api import ApiKey
@@ -24,32 +26,24 @@ NO_AUTHORIZED_OPERATIONS = -(2**31)
 
 
 def topic_entry(ctx: RequestContext, record: TopicRecord) -> dict[str, Any]:
-    node = ctx.broker.node_id
+    membership = ctx.broker.membership
+    alive = {b.node_id for b in membership.brokers()}
     partitions = []
     for index in range(record.partitions):
-        partition = ctx.broker.topics.get(record.name, index)
-        if partition is None:  # its log could not be opened: no leader to name
-            partitions.append(
-                {
-                    "error_code": ErrorCode.leader_not_available,
-                    "partition_index": index,
-                    "leader_id": -1,
-                    "leader_epoch": -1,
-                    "replica_nodes": (node,),
-                    "isr_nodes": (),
-                    "offline_replicas": (node,),
-                }
-            )
-            continue
+        state = membership.partition(record.name, index)
+        if state is None:  # created a moment ago: its state is on the way
+            state = PartitionState((), NO_LEADER, -1, ())
         partitions.append(
             {
-                "error_code": 0,
+                "error_code": ErrorCode.leader_not_available if state.leader == NO_LEADER else 0,
                 "partition_index": index,
-                "leader_id": node,
-                "leader_epoch": partition.leader_epoch,
-                "replica_nodes": (node,),
-                "isr_nodes": (node,),
-                "offline_replicas": (),
+                "leader_id": state.leader,
+                "leader_epoch": state.leader_epoch,
+                "replica_nodes": state.replicas,
+                "isr_nodes": state.isr,
+                "offline_replicas": tuple(
+                    r for r in state.replicas if r not in alive or state.leader == NO_LEADER
+                ),
             }
         )
     return {
@@ -99,7 +93,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
             record = topics.topics.get(name)
             if record is None and allow_create:
                 try:
-                    record = topics.create(name, -1, -1, {})
+                    record = await broker.admin.create(name, -1, -1, {})
                 except KafkaProtocolError as exc:
                     entries.append(error_entry(name, None, exc.code))
                     continue
@@ -107,12 +101,14 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
                 entries.append(error_entry(name, None, ErrorCode.unknown_topic_or_partition))
             else:
                 entries.append(topic_entry(ctx, record))
-    host, port = broker.advertised
     return {
         "throttle_time": 0,
-        "brokers": [{"node_id": broker.node_id, "host": host, "port": port, "rack": None}],
+        "brokers": [
+            {"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack}
+            for b in broker.membership.brokers()
+        ],
         "cluster_id": broker.cluster_id,
-        "controller_id": broker.node_id,
+        "controller_id": broker.membership.controller_id(),
         "topics": entries,
         "cluster_authorized_operations": NO_AUTHORIZED_OPERATIONS,
         "error_code": 0,

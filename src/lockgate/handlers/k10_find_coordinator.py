@@ -6,6 +6,8 @@ Behaviour:
   sent to the coordinator get COORDINATOR_LOAD_IN_PROGRESS meanwhile, which clients retry
   (librdkafka does not expect that error from FindCoordinator itself).
 - Other key types: INVALID_REQUEST.
+- Cluster mode: COORDINATOR_NOT_AVAILABLE (coordinators across a cluster are not built yet;
+  docs/cluster-mode.md).
 Version notes: v1 key type and error message; v3 flexible; v4+ batched keys.
 """
 
@@ -25,6 +27,8 @@ TRANSACTION = 1
 def _locate(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
     host, port = ctx.broker.advertised
     error = ErrorCode.none if key_type in (TRANSACTION, GROUP) else ErrorCode.invalid_request
+    if not error and not ctx.broker.membership.coordinators:
+        error = ErrorCode.coordinator_not_available
     found = not error
     return {
         "key": key,

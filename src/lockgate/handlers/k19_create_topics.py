@@ -1,10 +1,13 @@
 """CreateTopics (key 19), versions 2–7.
 
 Behaviour:
-- Creates each topic with its partition count (-1: num.partitions) and configs; replication
-  factor must be 1 or -1 (INVALID_REPLICATION_FACTOR otherwise, one broker).
-- Manual assignments must place every partition on this broker alone
-  (INVALID_REPLICA_ASSIGNMENT) and exclude a partition count (INVALID_REQUEST).
+- Creates each topic with its partition count (-1: num.partitions), replication factor (-1:
+  default.replication.factor) and configs. A single node takes only 1; a cluster places the
+  replicas round robin over the registered brokers (INVALID_REPLICATION_FACTOR if there are
+  fewer).
+- Manual assignments exclude a partition count (INVALID_REQUEST) and must number partitions
+  0..n-1 with distinct registered brokers, as many for each (a single node: itself alone;
+  INVALID_REPLICA_ASSIGNMENT otherwise).
 - Existing topic: TOPIC_ALREADY_EXISTS; illegal name: INVALID_TOPIC_EXCEPTION; unknown or
   invalid config: INVALID_CONFIG; a name repeated in one request: INVALID_REQUEST.
 - validate_only checks everything and creates nothing.
@@ -24,35 +27,40 @@ CONFIG_SOURCE_DEFAULT = 5
 CONFIG_SOURCE_TOPIC = 1
 
 
-def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> dict[str, Any]:
-    partitions = topic.num_partitions
+async def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> dict[str, Any]:
+    assignments = None
     if topic.assignments:
-        if partitions != -1 or topic.replication_factor != -1:
+        if topic.num_partitions != -1 or topic.replication_factor != -1:
             raise KafkaProtocolError(
                 ErrorCode.invalid_request, "assignments exclude partition count and replication"
             )
-        indexes = sorted(a.partition_index for a in topic.assignments)
-        if indexes != list(range(len(indexes))) or any(
-            tuple(a.broker_ids) != (ctx.broker.node_id,) for a in topic.assignments
-        ):
+        assignments = {a.partition_index: tuple(a.broker_ids) for a in topic.assignments}
+        if sorted(assignments) != list(range(len(topic.assignments))):
             raise KafkaProtocolError(
-                ErrorCode.invalid_replica_assignment,
-                f"partitions must be 0..n-1, each on broker {ctx.broker.node_id} alone",
+                ErrorCode.invalid_replica_assignment, "partitions must be numbered 0..n-1"
             )
-        partitions = len(indexes)
+        assignments = dict(sorted(assignments.items()))
     configs = {c.name: c.value for c in topic.configs}
-    record = ctx.broker.topics.create(
+    record = await ctx.broker.admin.create(
         topic.name,
-        partitions,
-        1 if topic.assignments else topic.replication_factor,
+        len(assignments) if assignments else topic.num_partitions,
+        topic.replication_factor,
         configs,
         validate_only=validate_only,
+        assignments=assignments,
     )
     resolved = ctx.broker.config.resolve_topic(record.configs)
+    first = ctx.broker.membership.partition(record.name, 0)
+    if assignments:
+        factor = len(assignments[0])
+    elif first is not None and first.replicas:
+        factor = len(first.replicas)
+    else:
+        factor = ctx.broker.topics.replication_factor(topic.replication_factor)
     return {
         "topic_id": record.topic_id,
         "num_partitions": record.partitions,
-        "replication_factor": 1,
+        "replication_factor": factor,
         "configs": [
             {
                 "name": name,
@@ -85,7 +93,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
         try:
             if counts[topic.name] > 1:
                 raise KafkaProtocolError(ErrorCode.invalid_request, "topic named twice")
-            entry.update(_create(ctx, topic, request.validate_only))
+            entry.update(await _create(ctx, topic, request.validate_only))
         except KafkaProtocolError as exc:
             entry["error_code"] = exc.code
             entry["error_message"] = exc.message or None

@@ -42,7 +42,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
                     raise KafkaProtocolError(ErrorCode.unknown_topic_id)
                 name = record.name
                 entry["name"] = name
-            record = topics.delete(name)
+            record = await ctx.broker.admin.delete(name)
             entry["topic_id"] = record.topic_id
         except KafkaProtocolError as exc:
             entry["error_code"] = exc.code

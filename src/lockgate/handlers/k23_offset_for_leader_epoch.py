@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lockgate.handlers.common import check_leader_epoch
+from lockgate.handlers.common import check_leader
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
@@ -35,7 +35,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
                 partition = ctx.broker.topics.get(topic.topic, p.partition)
                 if partition is None:
                     raise KafkaProtocolError(ErrorCode.unknown_topic_or_partition)
-                check_leader_epoch(partition, p.current_leader_epoch)
+                check_leader(partition, p.current_leader_epoch)
                 epoch, end = partition.epochs.end_offset_for(
                     p.leader_epoch, partition.log_end_offset
                 )

@@ -39,7 +39,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
             for key, value in new.items():
                 if value is None:
                     raise KafkaProtocolError(ErrorCode.invalid_config, f"{key} has a null value")
-            topics.alter_configs(
+            await ctx.broker.admin.alter_configs(
                 name,
                 {k: v for k, v in new.items() if v is not None},
                 dropped,

@@ -2,8 +2,9 @@
 
 Behaviour:
 - Grows a topic to `count` partitions; a count not above the current one: INVALID_PARTITIONS;
-  unknown topic: UNKNOWN_TOPIC_OR_PARTITION; assignments must put each new partition on this
-  broker alone (INVALID_REPLICA_ASSIGNMENT); validate_only changes nothing.
+  unknown topic: UNKNOWN_TOPIC_OR_PARTITION; assignments must name distinct registered
+  brokers for each new partition, as many for each (a single node: itself alone;
+  INVALID_REPLICA_ASSIGNMENT otherwise); validate_only changes nothing.
 Version notes: v2 flexible.
 """
 
@@ -13,7 +14,7 @@ from typing import Any
 
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.protocol.api import ApiKey
-from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
+from lockgate.protocol.errors import KafkaProtocolError
 
 
 @handles(ApiKey.CREATE_PARTITIONS, 0, 3)
@@ -22,14 +23,12 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     for topic in request.topics:
         entry: dict[str, Any] = {"name": topic.name, "error_code": 0, "error_message": None}
         try:
-            if topic.assignments is not None and any(
-                tuple(a.broker_ids) != (ctx.broker.node_id,) for a in topic.assignments
-            ):
-                raise KafkaProtocolError(
-                    ErrorCode.invalid_replica_assignment,
-                    f"new partitions can only live on broker {ctx.broker.node_id}",
-                )
-            ctx.broker.topics.add_partitions(topic.name, topic.count, request.validate_only)
+            assignments = None
+            if topic.assignments is not None:
+                assignments = {i: tuple(a.broker_ids) for i, a in enumerate(topic.assignments)}
+            await ctx.broker.admin.add_partitions(
+                topic.name, topic.count, request.validate_only, assignments
+            )
         except KafkaProtocolError as exc:
             entry["error_code"] = exc.code
             entry["error_message"] = exc.message or None

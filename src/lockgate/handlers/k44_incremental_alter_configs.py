@@ -21,7 +21,7 @@ from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 SET, DELETE = 0, 1
 
 
-def _alter(ctx: RequestContext, resource: Any, validate_only: bool) -> None:
+async def _alter(ctx: RequestContext, resource: Any, validate_only: bool) -> None:
     if resource.resource_type != TOPIC:
         raise KafkaProtocolError(
             ErrorCode.invalid_request,
@@ -40,7 +40,7 @@ def _alter(ctx: RequestContext, resource: Any, validate_only: bool) -> None:
             raise KafkaProtocolError(
                 ErrorCode.invalid_config, f"operation {change.config_operation} needs a list config"
             )
-    ctx.broker.topics.alter_configs(resource.resource_name, set_values, delete, validate_only)
+    await ctx.broker.admin.alter_configs(resource.resource_name, set_values, delete, validate_only)
 
 
 @handles(ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, 1)
@@ -54,7 +54,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
             "resource_name": resource.resource_name,
         }
         try:
-            _alter(ctx, resource, request.validate_only)
+            await _alter(ctx, resource, request.validate_only)
         except KafkaProtocolError as exc:
             entry["error_code"] = exc.code
             entry["error_message"] = exc.message or None

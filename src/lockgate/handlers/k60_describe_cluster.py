@@ -1,8 +1,8 @@
 """DescribeCluster (key 60), versions 0–2.
 
-Behaviour: the cluster id, this broker as controller and as the only broker. Asking for
-controller endpoints (endpoint type 2) is answered the same way: the broker is its own
-controller. An unknown endpoint type gets UNSUPPORTED_ENDPOINT_TYPE.
+Behaviour: the cluster id, the controller and the registered brokers (a single node: itself
+for both). Asking for controller endpoints (endpoint type 2) is answered the same way: the
+controller is one of the brokers. An unknown endpoint type gets UNSUPPORTED_ENDPOINT_TYPE.
 Version notes: v1 endpoint type; v2 fenced brokers.
 """
 
@@ -22,7 +22,6 @@ NO_AUTHORIZED_OPERATIONS = -(2**31)
 async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     broker = ctx.broker
     endpoint_type = field(request, "endpoint_type", 1)
-    host, port = broker.advertised
     error = ErrorCode.none if endpoint_type in (1, 2) else ErrorCode.unsupported_endpoint_type
     return {
         "throttle_time": 0,
@@ -30,15 +29,16 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
         "error_message": None,
         "endpoint_type": endpoint_type,
         "cluster_id": broker.cluster_id,
-        "controller_id": broker.node_id,
+        "controller_id": broker.membership.controller_id(),
         "brokers": [
             {
-                "broker_id": broker.node_id,
-                "host": host,
-                "port": port,
-                "rack": None,
+                "broker_id": b.node_id,
+                "host": b.host,
+                "port": b.port,
+                "rack": b.rack,
                 "is_fenced": False,
             }
+            for b in broker.membership.brokers()
         ]
         if not error
         else [],

@@ -22,3 +22,7 @@ class LogConfig:
     index_interval_bytes: int = 4096
     log_append_time: bool = False  # message.timestamp.type=LogAppendTime
     max_message_bytes: int = 1048588
+    # replication (cluster mode): acks=all needs this many in-sync replicas; whether a
+    # replica outside the ISR may be elected leader when no ISR member is left
+    min_insync_replicas: int = 1
+    unclean_leader_election: bool = False

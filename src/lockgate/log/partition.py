@@ -69,6 +69,16 @@ class Partition:
         self.leader_epoch = -1
         self.unsynced: list[AppendFile] = []  # files written since the last fsync
         self.hw_listeners: set[Callable[[], None]] = set()
+        # woken once by the next append (a follower's fetch waits on the log end, not the HW)
+        self.end_listeners: set[Callable[[], None]] = set()
+        # The end the last flush covered, and what a flush means for the high watermark: on a
+        # lone replica it is the high watermark; a replicated leader also waits for its ISR,
+        # and a follower takes its leader's (cluster mode replaces the hook).
+        self.flushed_offset = 0
+        self.on_flushed: Callable[[int], None] = self.advance_high_watermark
+        # False on a follower and on a leader that lost its term or its lease: it serves no
+        # produce and no client fetch (NOT_LEADER_OR_FOLLOWER)
+        self.is_leader = True
         self.producers = ProducerStateTable()
         self.marker_listeners: list[Callable[[int, bool], None]] = []  # (producer id, commit)
         # every batch appended (markers too), as stored: the coordinators' snapshot images
@@ -153,7 +163,10 @@ class Partition:
                 if entry.last_offset < self.log_end_offset:
                     self.aborted.add(entry)
         self._load_producer_state(now_ms)
-        self.high_watermark = self.log_end_offset
+        self.flushed_offset = self.log_end_offset
+        # a replica cannot vouch for its old high watermark: its leader (or its ISR, once it
+        # leads) moves it from the log start on
+        self.high_watermark = self.log_end_offset if new_epoch else self.log_start_offset
         if new_epoch:
             self.leader_epoch = self.epochs.latest_epoch + 1
             self.epochs.begin_epoch(self.leader_epoch, self.log_end_offset)
@@ -294,6 +307,7 @@ class Partition:
             self.unsynced.append(self.active.log)
         for listener in self.append_listeners:
             listener(stored, bytes(batch))
+        self._wake_end()
         return base_offset, append_time
 
     def _maybe_roll(self, incoming: int, now_ms: int, config: LogConfig) -> None:
@@ -325,6 +339,17 @@ class Partition:
     def take_unsynced(self) -> list[AppendFile]:
         files, self.unsynced = self.unsynced, []
         return files
+
+    def _wake_end(self) -> None:
+        if self.end_listeners:
+            listeners, self.end_listeners = self.end_listeners, set()
+            for listener in listeners:
+                listener()
+
+    def flushed_to(self, end: int) -> None:
+        """A flush (or, without fsync, a write) covered the log up to `end`."""
+        self.flushed_offset = max(self.flushed_offset, min(end, self.log_end_offset))
+        self.on_flushed(self.flushed_offset)
 
     def advance_high_watermark(self, offset: int) -> None:
         if offset > self.high_watermark:
@@ -378,6 +403,7 @@ class Partition:
             append_listener(stored, bytes(batch))
         for listener in self.marker_listeners:
             listener(producer_id, commit)
+        self._wake_end()
         return offset
 
     def _apply_marker(
@@ -485,6 +511,7 @@ class Partition:
         self.open_txns = {}
         self._load_producer_state(now_ms)  # snapshots past the cut are dropped there
         self.high_watermark = min(self.high_watermark, end)
+        self.flushed_offset = min(self.flushed_offset, end)
         self.unsynced.append(segment.log)
         log.info("%s-%d: truncated to offset %d", self.topic, self.index, end)
         return end

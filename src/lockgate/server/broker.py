@@ -9,20 +9,26 @@ import logging
 import time
 from collections.abc import Iterable
 
+from lockgate.cluster.controller_service import ControllerService
+from lockgate.cluster.etcd import EtcdMetadataStore
 from lockgate.cluster.local import LocalMetadataStore
+from lockgate.cluster.metadata import BrokerRegistration
 from lockgate.coordinator.group.service import GroupCoordinator
 from lockgate.coordinator.snapshots import Snapshotter
 from lockgate.coordinator.txn.service import TransactionCoordinator
 from lockgate.handlers import load_all
 from lockgate.log.cleaner import MAP_ENTRY_BYTES, LogCleaner
 from lockgate.log.partition import Partition
+from lockgate.replication.manager import ReplicaManager
 from lockgate.server.config import BrokerConfig, parse_listener
 from lockgate.server.connection import Connection
 from lockgate.server.connection_limits import ConnectionLimits, RequestMemory
 from lockgate.server.durability import GroupCommit
 from lockgate.server.fetch_sessions import FetchSessionCache
+from lockgate.server.membership import ClusterMembership, Membership, SingleNode
 from lockgate.server.metrics import BrokerMetrics
-from lockgate.server.producer_ids import ProducerIdManager
+from lockgate.server.producer_ids import ClusterProducerIds, ProducerIdManager
+from lockgate.server.topic_admin import ClusterTopicAdmin, LocalTopicAdmin, TopicAdmin
 from lockgate.server.topics import TopicManager
 from lockgate.storage.disk import open_disk_engine
 from lockgate.storage.engine import StorageEngine
@@ -43,9 +49,32 @@ class Broker:
         self.storage = storage if storage is not None else open_disk_engine(config)
         self.node_id = config.integer("node.id")
         self.host, self.port = parse_listener(config.get("listeners"))
-        self.store = LocalMetadataStore(self.storage)
+        self.store = LocalMetadataStore(self.storage)  # the single node's topics
         self.topics = TopicManager(self.storage, self.store, config, now_ms)
-        self.producer_ids = ProducerIdManager(self.storage)
+        # Cluster mode (lockgate.cluster set): the metadata store is etcd, partitions are
+        # replicated and led where the controller says.
+        self.cluster: EtcdMetadataStore | None = None
+        self.replicas: ReplicaManager | None = None
+        self.controller: ControllerService | None = None
+        self.membership: Membership
+        self.admin: TopicAdmin
+        self.producer_ids: ProducerIdManager | ClusterProducerIds
+        cluster_url = config.get("lockgate.cluster")
+        if cluster_url:
+            self.cluster = EtcdMetadataStore.from_url(
+                cluster_url,
+                session_timeout_ms=config.integer("broker.session.timeout.ms"),
+                heartbeat_interval_ms=config.integer("broker.heartbeat.interval.ms"),
+            )
+            self.replicas = ReplicaManager(self, self.cluster)
+            self.controller = ControllerService(self.cluster, self._unclean_election)
+            self.membership = ClusterMembership(self.cluster)
+            self.admin = ClusterTopicAdmin(self.topics, self.cluster)
+            self.producer_ids = ClusterProducerIds(self.cluster)
+        else:
+            self.membership = SingleNode(self)
+            self.admin = LocalTopicAdmin(self.topics, self.node_id)
+            self.producer_ids = ProducerIdManager(self.storage)
         self.snapshots = Snapshotter(
             self.storage, config.integer("lockgate.coordinator.snapshot.interval.ms"), now_ms
         )
@@ -73,7 +102,10 @@ class Broker:
 
     @property
     def cluster_id(self) -> str:
-        return self.store.cluster_id
+        return self.cluster.cluster_id if self.cluster is not None else self.store.cluster_id
+
+    def _unclean_election(self, topic: str) -> bool:
+        return topic in self.topics.topics and self.topics.log_config(topic).unclean_leader_election
 
     @property
     def advertised(self) -> tuple[str, int]:
@@ -82,24 +114,33 @@ class Broker:
 
     async def start(self) -> None:
         started = time.monotonic()
-        self.topics.load(self._take_clean_shutdown_mark())
-        self._ensure_internal_topics()
+        clean = self._take_clean_shutdown_mark()
+        if self.cluster is None:
+            self.topics.load(clean)
+            self._ensure_internal_topics()
+        else:
+            self.topics.clean_start = clean  # replicas open as the cluster metadata names them
         self._server = await asyncio.start_server(
             self._accept, self.host, self.port, limit=1 << 20, reuse_address=True
         )
         sockets = self._server.sockets
         if sockets and self.port == 0:
             self.port = sockets[0].getsockname()[1]
+        if self.cluster is not None:
+            await self._join_cluster()
         metrics_port = self.config.integer("lockgate.metrics.port")
         if metrics_port >= 0:
             self.metrics_port = await self.metrics.serve(
                 self.config.get("lockgate.metrics.host"), metrics_port
             )
         self._tasks.append(asyncio.create_task(self._retention_loop()))
-        self._tasks.append(asyncio.create_task(self.snapshots.run()))
         self._tasks.append(asyncio.create_task(self._producer_expiry_loop()))
-        self._tasks.append(asyncio.create_task(self._offsets_expiry_loop()))
-        self._tasks.append(asyncio.create_task(self._transaction_loops()))
+        if self.membership.coordinators:
+            self._tasks.append(asyncio.create_task(self.snapshots.run()))
+            self._tasks.append(asyncio.create_task(self._offsets_expiry_loop()))
+            self._tasks.append(asyncio.create_task(self._transaction_loops()))
+        elif self.config.flag("log.cleaner.enable"):
+            self._cleaner_task = asyncio.create_task(self.cleaner.run())
         log.info(
             "lockgate broker %d listening on %s:%d (cluster %s, %d partitions loaded in %.2fs, "
             "durability %s)",
@@ -112,6 +153,30 @@ class Broker:
             "fsync" if self.group_commit.durable else "page-cache",
         )
         self.started.set()
+
+    async def _join_cluster(self) -> None:
+        """Registers in the metadata store (under a lease), then follows it: replicas take
+        the roles it gives, and this broker stands for controller."""
+        assert self.cluster is not None and self.replicas is not None
+        assert self.controller is not None and isinstance(self.producer_ids, ClusterProducerIds)
+        await self.cluster.start()
+        host, port = self.advertised
+        await self.cluster.register(BrokerRegistration(self.node_id, host, port))
+        self.replicas.start()
+        self.controller.start()
+        self.producer_ids.start()
+
+    async def _leave_cluster(self) -> None:
+        """A controlled shutdown: stop leading and fetching, then give the lease back, so
+        the controller moves leadership at once instead of after the session timeout."""
+        assert self.cluster is not None and self.replicas is not None
+        assert self.controller is not None
+        await self.replicas.stop()
+        await self.controller.stop()
+        try:
+            await self.cluster.close()
+        except Exception as exc:  # etcd away: the lease runs out by itself
+            log.warning("leaving the cluster: %s", exc)
 
     def _take_clean_shutdown_mark(self) -> bool:
         """Whether the last stop was clean (its logs were synced and closed), leaving the mark
@@ -171,6 +236,8 @@ class Broker:
         log.info("shutting down")
         if self._server is not None:
             self._server.close()
+        if self.cluster is not None:
+            await self._leave_cluster()
         await self.metrics.close()
         self.cleaner.stop()
         if self._cleaner_task is not None:  # a pass gives up at its next batch
@@ -241,8 +308,11 @@ class Broker:
         now = now_ms()
         return sum(p.apply_retention(now) for p in list(self.topics.partitions.values()))
 
-    async def wait_for_data(self, partitions: Iterable[Partition], timeout_s: float) -> None:
-        """Long polling: returns when any partition's high watermark moves, or on timeout."""
+    async def wait_for_data(
+        self, partitions: Iterable[Partition], timeout_s: float, log_end: bool = False
+    ) -> None:
+        """Long polling: returns when any partition's high watermark moves (`log_end`: its
+        log end, for a follower), or on timeout."""
         loop = asyncio.get_running_loop()
         woken: asyncio.Future[None] = loop.create_future()
 
@@ -250,13 +320,13 @@ class Broker:
             if not woken.done():
                 woken.set_result(None)
 
-        watched = list(partitions)
-        for partition in watched:
-            partition.hw_listeners.add(wake)
+        watched = [p.end_listeners if log_end else p.hw_listeners for p in partitions]
+        for listeners in watched:
+            listeners.add(wake)
         try:
             await asyncio.wait_for(woken, timeout_s)
         except TimeoutError:
             pass
         finally:
-            for partition in watched:
-                partition.hw_listeners.discard(wake)
+            for listeners in watched:
+                listeners.discard(wake)

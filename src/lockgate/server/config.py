@@ -81,6 +81,16 @@ BROKER_DEFAULTS: dict[str, str] = {
     # Prometheus endpoint (GET /metrics); -1 turns it off, 0 picks a free port.
     "lockgate.metrics.port": "-1",
     "lockgate.metrics.host": "127.0.0.1",
+    # Cluster mode: the etcd URL (etcd://HOST:PORT[,HOST:PORT...][/NAMESPACE]); empty, the
+    # default, is the single-node broker that needs nothing else.
+    "lockgate.cluster": "",
+    "broker.session.timeout.ms": "9000",
+    "broker.heartbeat.interval.ms": "2000",
+    "unclean.leader.election.enable": "false",
+    "replica.lag.time.max.ms": "30000",
+    "replica.fetch.wait.max.ms": "500",
+    "replica.fetch.max.bytes": "1048576",
+    "replica.fetch.backoff.ms": "1000",
 }
 
 # Kafka's aliases with coarser units, finest first: the finest one set wins, whatever the order
@@ -126,6 +136,9 @@ TOPIC_CONFIGS: dict[str, TopicConfigSpec] = {
         ),
         TopicConfigSpec("max.message.bytes", "message.max.bytes", "1048588", "int"),
         TopicConfigSpec("min.insync.replicas", "min.insync.replicas", "1", "int"),
+        TopicConfigSpec(
+            "unclean.leader.election.enable", "unclean.leader.election.enable", "false", "bool"
+        ),
         TopicConfigSpec("compression.type", "compression.type", "producer", "choice:producer"),
     )
 }
@@ -202,6 +215,10 @@ def check_value(spec: TopicConfigSpec, value: str) -> str:
             supported = ", ".join(choices)
             raise ConfigError(f"{spec.name}={value!r} is not supported (supported: {supported})")
         return value
+    if kind == "bool":
+        if value.lower() not in ("true", "false"):
+            raise ConfigError(f"{spec.name}={value!r}: use true or false")
+        return value.lower()
     return value
 
 
@@ -270,6 +287,8 @@ class BrokerConfig:
             delete_retention_ms=int(resolved["delete.retention.ms"]),
             min_cleanable_dirty_ratio=float(resolved["min.cleanable.dirty.ratio"]),
             min_compaction_lag_ms=int(resolved["min.compaction.lag.ms"]),
+            min_insync_replicas=int(resolved["min.insync.replicas"]),
+            unclean_leader_election=resolved["unclean.leader.election.enable"] == "true",
         )
 
 

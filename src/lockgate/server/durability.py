@@ -33,7 +33,7 @@ class GroupCommit:
     def appended(self, partition: Partition) -> asyncio.Future[None]:
         """Registers an append; the future resolves when it is durable (and visible)."""
         if not self.durable:
-            partition.advance_high_watermark(partition.log_end_offset)
+            partition.flushed_to(partition.log_end_offset)
             future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             future.set_result(None)
             return future
@@ -71,7 +71,7 @@ class GroupCommit:
                     continue
                 self.flushes += 1
                 for partition, end, _ in targets:
-                    partition.advance_high_watermark(end)
+                    partition.flushed_to(end)
                 waiter.set_result(None)
         finally:
             self._task = None

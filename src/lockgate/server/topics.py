@@ -54,9 +54,11 @@ class TopicManager:
         self.by_id: dict[uuid.UUID, TopicRecord] = {}
         self.partitions: dict[tuple[str, int], Partition] = {}
         self._log_configs: dict[str, LogConfig] = {}
+        self.clean_start = False  # the broker's last stop was a clean shutdown
 
     def load(self, clean: bool = False) -> None:
         """Opens every partition; `clean`: the broker's last stop was a clean shutdown."""
+        self.clean_start = clean
         now = self.clock_ms()
         for record in self.store.topics().values():
             self._register(record)
@@ -100,14 +102,19 @@ class TopicManager:
         return partition
 
     def _load_partition(
-        self, record: TopicRecord, index: int, now_ms: int, clean: bool = False
+        self,
+        record: TopicRecord,
+        index: int,
+        now_ms: int,
+        clean: bool = False,
+        new_epoch: bool = True,
     ) -> Partition:
         name = record.name
         partition = Partition(
             self.storage, name, index, record.topic_id, lambda: self._log_configs[name]
         )
         try:
-            partition.load(now_ms, clean)
+            partition.load(now_ms, clean, new_epoch)
         except OSError:
             for segment in partition.segments:
                 segment.close()
@@ -135,7 +142,35 @@ class TopicManager:
         for index in range(start, end):
             self.storage.remove_tree(partition_dir(name, index))
 
+    # -- cluster mode: the metadata store decides, this broker follows --------------------------
+
+    def apply_record(self, record: TopicRecord) -> None:
+        """A topic as the cluster metadata has it now (new, or its configs changed)."""
+        known = self.topics.get(record.name)
+        if known is None or known.topic_id != record.topic_id:
+            if known is not None:  # deleted and created again meanwhile
+                self.forget(known)
+            self._register(replace(record, configs=dict(record.configs)))  # not the view's
+        elif known.configs != record.configs or known.partitions != record.partitions:
+            known.configs, known.partitions = dict(record.configs), record.partitions
+            self._log_configs[record.name] = self._log_config(known, known.configs)
+
+    def open_replica(self, name: str, index: int) -> Partition:
+        """This broker's replica of a partition: its log as on disk, in no epoch of its own
+        (the leader epoch comes from the cluster metadata)."""
+        partition = self.partitions.get((name, index))
+        if partition is None:
+            record = self.topics[name]
+            partition = self._load_partition(
+                record, index, self.clock_ms(), self.clean_start, new_epoch=False
+            )
+            self.partitions[(name, index)] = partition
+        return partition
+
     # -- queries -------------------------------------------------------------------------------
+
+    def log_config(self, topic: str) -> LogConfig:
+        return self._log_configs[topic]
 
     def get(self, topic: str, index: int) -> Partition | None:
         return self.partitions.get((topic, index))
@@ -159,15 +194,14 @@ class TopicManager:
                 raise KafkaProtocolError(ErrorCode.invalid_config, str(exc)) from None
         return checked
 
-    def create(
+    def new_record(
         self,
         name: str,
         partitions: int,
-        replication_factor: int,
         configs: Mapping[str, str | None],
-        validate_only: bool = False,
         internal: bool = False,
     ) -> TopicRecord:
+        """A new topic's record, every part of the request checked (-1: num.partitions)."""
         validate_topic_name(name)
         if name in self.topics:
             raise KafkaProtocolError(
@@ -180,17 +214,30 @@ class TopicManager:
                 ErrorCode.invalid_partitions,
                 f"partition count {partitions} is not in 1..{MAX_PARTITIONS}",
             )
-        if replication_factor == -1:
-            replication_factor = self.config.integer("default.replication.factor")
+        return TopicRecord(name, uuid.uuid4(), partitions, self.check_configs(configs), internal)
+
+    def replication_factor(self, requested: int) -> int:
+        return self.config.integer("default.replication.factor") if requested == -1 else requested
+
+    def create(
+        self,
+        name: str,
+        partitions: int,
+        replication_factor: int,
+        configs: Mapping[str, str | None],
+        validate_only: bool = False,
+        internal: bool = False,
+    ) -> TopicRecord:
+        record = self.new_record(name, partitions, configs, internal)
+        replication_factor = self.replication_factor(replication_factor)
         if replication_factor != 1:
             raise KafkaProtocolError(
                 ErrorCode.invalid_replication_factor,
                 f"replication factor {replication_factor} is larger than the 1 available broker",
             )
-        checked = self.check_configs(configs)
-        record = TopicRecord(name, uuid.uuid4(), partitions, checked, internal)
         if validate_only:
             return record
+        partitions, checked = record.partitions, record.configs
         now = self.clock_ms()
         self._log_configs[name] = self._log_config(record, record.configs)
         try:
@@ -211,27 +258,38 @@ class TopicManager:
         log.info("created topic %s with %d partitions %s", name, partitions, checked or "")
         return record
 
-    def delete(self, name: str) -> TopicRecord:
+    def deletable(self, name: str) -> TopicRecord:
         record = self.topics.get(name)
         if record is None:
             raise KafkaProtocolError(ErrorCode.unknown_topic_or_partition, f"no topic {name!r}")
         if record.internal:
             raise KafkaProtocolError(ErrorCode.invalid_topic_exception, f"{name} is internal")
+        return record
+
+    def delete(self, name: str) -> TopicRecord:
+        record = self.deletable(name)
         self.store.remove_topic(name)
+        self.forget(record)
+        log.info("deleted topic %s", name)
+        return record
+
+    def forget(self, record: TopicRecord) -> None:
+        """Drops a deleted topic and removes its partitions' files held here."""
+        name = record.name
         del self.topics[name]
         del self.by_id[record.topic_id]
         del self._log_configs[name]
         for index in range(record.partitions):
-            partition = self.partitions.pop((name, index))
+            partition = self.partitions.pop((name, index), None)
+            if partition is None:  # cluster mode: no replica of it here
+                continue
             partition.close()
             directory = partition_dir(name, index)
             trash = f"{directory}.{record.topic_id.hex}.deleted"
             self.storage.rename(directory, trash)
             self.storage.remove_tree(trash)
-        log.info("deleted topic %s", name)
-        return record
 
-    def add_partitions(self, name: str, count: int, validate_only: bool = False) -> None:
+    def growable(self, name: str, count: int) -> TopicRecord:
         record = self.topics.get(name)
         if record is None:
             raise KafkaProtocolError(ErrorCode.unknown_topic_or_partition, f"no topic {name!r}")
@@ -242,6 +300,10 @@ class TopicManager:
             )
         if count > MAX_PARTITIONS:
             raise KafkaProtocolError(ErrorCode.invalid_partitions, f"at most {MAX_PARTITIONS}")
+        return record
+
+    def add_partitions(self, name: str, count: int, validate_only: bool = False) -> None:
+        record = self.growable(name, count)
         if validate_only:
             return
         old = record.partitions
@@ -260,20 +322,26 @@ class TopicManager:
             self.partitions[(name, index)] = partition
         log.info("topic %s grew from %d to %d partitions", name, old, count)
 
-    def alter_configs(
-        self, name: str, set_values: Mapping[str, str], delete: list[str], validate_only: bool
-    ) -> None:
+    def altered_configs(
+        self, name: str, set_values: Mapping[str, str], delete: list[str]
+    ) -> tuple[TopicRecord, dict[str, str]]:
+        """The topic and its configs after the change, every part of it checked."""
         record = self.topics.get(name)
         if record is None:
             raise KafkaProtocolError(ErrorCode.unknown_topic_or_partition, f"no topic {name!r}")
         for key in delete:
             if key not in TOPIC_CONFIGS:
                 raise KafkaProtocolError(ErrorCode.invalid_config, f"unknown topic config {key!r}")
-        checked = self.check_configs(set_values)
+        configs = {k: v for k, v in record.configs.items() if k not in delete}
+        configs.update(self.check_configs(set_values))
+        return record, configs
+
+    def alter_configs(
+        self, name: str, set_values: Mapping[str, str], delete: list[str], validate_only: bool
+    ) -> None:
+        record, configs = self.altered_configs(name, set_values, delete)
         if validate_only:
             return
-        configs = {k: v for k, v in record.configs.items() if k not in delete}
-        configs.update(checked)
         record.configs = configs
         self.store.put_topic(record)
         self._log_configs[name] = self._log_config(record, configs)

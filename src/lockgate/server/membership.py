@@ -1,0 +1,63 @@
+# Who is in the cluster, as Metadata, DescribeCluster and FindCoordinator answer it: the
+# single node is alone and leads everything; a cluster broker reads the metadata store's view.
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+from lockgate.cluster.metadata import NO_LEADER, BrokerRegistration, MetadataStore, PartitionState
+
+if TYPE_CHECKING:
+    from lockgate.server.broker import Broker
+
+
+class Membership(Protocol):
+    # whether this broker runs the group and transaction coordinators (in a cluster they
+    # follow the internal topics' partitions: not yet, see docs/cluster-mode.md)
+    coordinators: bool
+
+    def brokers(self) -> list[BrokerRegistration]: ...
+
+    def controller_id(self) -> int: ...
+
+    def partition(self, topic: str, index: int) -> PartitionState | None:
+        """Replicas, leader, leader epoch and ISR; None if unknown."""
+        ...
+
+
+class SingleNode:
+    coordinators = True
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def brokers(self) -> list[BrokerRegistration]:
+        host, port = self.broker.advertised
+        return [BrokerRegistration(self.broker.node_id, host, port, incarnation="")]
+
+    def controller_id(self) -> int:
+        return self.broker.node_id
+
+    def partition(self, topic: str, index: int) -> PartitionState | None:
+        node = self.broker.node_id
+        partition = self.broker.topics.get(topic, index)
+        if partition is None:  # its log could not be opened: no leader to name
+            return PartitionState((node,), NO_LEADER, -1, ())
+        return PartitionState((node,), node, partition.leader_epoch, (node,))
+
+
+class ClusterMembership:
+    coordinators = False
+
+    def __init__(self, store: MetadataStore) -> None:
+        self.store = store
+
+    def brokers(self) -> list[BrokerRegistration]:
+        return sorted(self.store.view.brokers.values(), key=lambda b: b.node_id)
+
+    def controller_id(self) -> int:
+        controller = self.store.view.controller
+        return NO_LEADER if controller is None else controller.node_id
+
+    def partition(self, topic: str, index: int) -> PartitionState | None:
+        state = self.store.view.partitions.get((topic, index))
+        return None if state is None else state.value
