@@ -5,29 +5,14 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from lockgate.tools.devcluster import free_port, wait_for_port
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_for_port(port: int, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout}s")
+__all__ = ["BrokerProcess", "free_port", "running_broker", "wait_for_port"]
 
 
 class BrokerProcess:
@@ -109,6 +94,15 @@ class BrokerProcess:
         os.kill(self.process.pid, signal.SIGKILL)
         self.process.wait(10)
         self.process = None
+
+    def pause(self) -> None:
+        """SIGSTOP: the process is frozen, its sockets and its etcd lease left as they are."""
+        if self.process is not None:
+            os.kill(self.process.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.process is not None:
+            os.kill(self.process.pid, signal.SIGCONT)
 
     def restart(self, clean: bool = True) -> BrokerProcess:
         if clean:

@@ -1089,6 +1089,9 @@ class Producer:
                 self._connections[node_id] = await self.cluster.connection(node_id)
             except KafkaError as exc:
                 log.info("connecting to broker %d: %s (retrying after a backoff)", node_id, exc)
+                # the broker may be gone for good: ask who leads its partitions now
+                for topic in {tp.topic for tp in self._queues}:
+                    self._refresh(topic)
                 await asyncio.sleep(self.retry_backoff)
             finally:
                 self._connecting.discard(node_id)

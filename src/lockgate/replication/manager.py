@@ -220,7 +220,9 @@ class ReplicaManager:
     def check_append(self, partition: Partition, acks: int) -> None:
         """Before a produce is appended: acks=all needs min.insync.replicas in the ISR."""
         term = self.leaders.get((partition.topic, partition.index))
-        if term is None:
+        if term is None or not self.store.live:
+            # the lease's own deadline, not the timer that fences at it: a leader frozen
+            # past it (SIGSTOP) must refuse the first request it reads when it wakes
             raise KafkaProtocolError(ErrorCode.not_leader_or_follower)
         minimum = partition.config.min_insync_replicas
         error = check_before_append(acks, len(term.replication.isr), minimum)

@@ -10,11 +10,19 @@ from __future__ import annotations
 import argparse
 
 from lockgate.spark import demo as spark_demo
-from lockgate.tools import consume, groups, produce, producers, topics, transactions
+from lockgate.tools import (
+    consume,
+    devcluster,
+    groups,
+    produce,
+    producers,
+    topics,
+    transactions,
+)
 
 
 def register_tools(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Adds the tool subcommands (each module registers its own)."""
-    for module in (topics, produce, consume, producers, groups, transactions):
+    for module in (topics, produce, consume, producers, groups, transactions, devcluster):
         module.register(commands)
     spark_demo.register(commands)

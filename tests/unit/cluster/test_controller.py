@@ -78,9 +78,7 @@ def test_no_clean_leader_means_offline_with_the_isr_kept() -> None:
 
 def test_unclean_election_takes_any_live_replica() -> None:
     alone = PartitionState((1, 2, 3), 1, 4, (1,), 9)
-    assert on_brokers_changed(alone, {3}, unclean=True) == PartitionState(
-        (1, 2, 3), 3, 5, (3,), 10
-    )
+    assert on_brokers_changed(alone, {3}, unclean=True) == PartitionState((1, 2, 3), 3, 5, (3,), 10)
     assert on_brokers_changed(alone, set(), unclean=True) == PartitionState(
         (1, 2, 3), NO_LEADER, 5, (1,), 10
     )

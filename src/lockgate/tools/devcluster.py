@@ -1,0 +1,232 @@
+# `lockgate cluster up`: a whole cluster on this machine for development and tests: an etcd
+# cluster (Debian's etcd-server) and brokers on 127.0.0.1, each a child process with its own
+# data directory, stopped by PID. Every wait is bounded.
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from lockgate.tools.common import EXIT_FAILURE, EXIT_OK
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for_port(port: int, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout}s")
+
+
+def etcd_available() -> bool:
+    return shutil.which("etcd") is not None and shutil.which("etcdctl") is not None
+
+
+class EtcdMember:
+    def __init__(self, name: str, data_dir: Path, client_port: int = 0) -> None:
+        self.name = name
+        self.data_dir = data_dir
+        self.client_port = client_port or free_port()
+        self.peer_port = free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log_path = data_dir.parent / f"{name}-etcd.log"
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.client_port}"
+
+    @property
+    def peer_url(self) -> str:
+        return f"http://127.0.0.1:{self.peer_port}"
+
+    def command(self, initial_cluster: str, state: str) -> list[str]:
+        return [
+            "etcd",
+            "--name", self.name,
+            "--data-dir", str(self.data_dir),
+            "--listen-client-urls", f"http://{self.endpoint}",
+            "--advertise-client-urls", f"http://{self.endpoint}",
+            "--listen-peer-urls", self.peer_url,
+            "--initial-advertise-peer-urls", self.peer_url,
+            "--initial-cluster", initial_cluster,
+            "--initial-cluster-state", state,
+            "--initial-cluster-token", "lockgate-dev",
+            # quick elections on loopback: a lost member is noticed in about a second
+            "--heartbeat-interval", "50",
+            "--election-timeout", "500",
+            "--logger", "zap",
+            "--log-level", "warn",
+        ]  # fmt: skip
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+
+class EtcdCluster:
+    """`size` members on loopback; `url` is what `lockgate serve --cluster` takes."""
+
+    def __init__(self, base: Path, size: int = 3, first_port: int = 0) -> None:
+        self.members = [
+            EtcdMember(f"etcd{n}", base / f"etcd{n}", first_port + n if first_port else 0)
+            for n in range(size)
+        ]
+        self.initial_cluster = ",".join(f"{m.name}={m.peer_url}" for m in self.members)
+
+    @property
+    def endpoints(self) -> list[str]:
+        return [m.endpoint for m in self.members]
+
+    @property
+    def url(self) -> str:
+        return "etcd://" + ",".join(self.endpoints)
+
+    def start(self) -> EtcdCluster:
+        for member in self.members:
+            self._spawn(member, "new")
+        for member in self.members:
+            wait_for_port(member.client_port, timeout=30)
+        self.wait_healthy()
+        return self
+
+    def _spawn(self, member: EtcdMember, state: str) -> None:
+        member.data_dir.mkdir(parents=True, exist_ok=True)
+        with open(member.log_path, "ab") as log:
+            member.process = subprocess.Popen(
+                member.command(self.initial_cluster, state),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def wait_healthy(self, timeout: float = 30.0) -> None:
+        """Until every running member answers `endpoint health` (a quorum has a leader)."""
+        running = [m.endpoint for m in self.members if m.running]
+        deadline = time.monotonic() + timeout
+        while True:
+            result = subprocess.run(
+                ["etcdctl", "--endpoints", ",".join(running), "endpoint", "health"],
+                capture_output=True,
+                timeout=30,
+                env={**os.environ, "ETCDCTL_API": "3"},
+            )
+            if result.returncode == 0:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"etcd is not healthy: {result.stderr.decode()[-2000:]}")
+            time.sleep(0.2)
+
+    def kill(self, member: EtcdMember) -> None:
+        if member.process is not None:
+            os.kill(member.process.pid, signal.SIGKILL)
+            member.process.wait(30)
+            member.process = None
+
+    def restart(self, member: EtcdMember) -> None:
+        """Starts a killed member again on its data directory (it rejoins its cluster)."""
+        self._spawn(member, "existing")
+        wait_for_port(member.client_port, timeout=30)
+
+    def pause(self, member: EtcdMember) -> None:
+        if member.process is not None:
+            os.kill(member.process.pid, signal.SIGSTOP)
+
+    def resume(self, member: EtcdMember) -> None:
+        if member.process is not None:
+            os.kill(member.process.pid, signal.SIGCONT)
+
+    def stop(self) -> None:
+        for member in self.members:
+            if member.process is not None:
+                self.resume(member)
+                self.kill(member)
+
+
+# -- lockgate cluster up --------------------------------------------------------------------------
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = commands.add_parser("cluster", help="run a development cluster on this machine")
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    up = actions.add_parser(
+        "up", help="start etcd and brokers on 127.0.0.1 and run until interrupted"
+    )
+    up.add_argument("--brokers", type=int, default=3, help="how many brokers (default 3)")
+    up.add_argument("--etcd-members", type=int, default=3, help="etcd members (default 3)")
+    up.add_argument("--data-dir", default="lockgate-cluster", help="where everything lives")
+    up.add_argument(
+        "--port", type=int, default=9092, help="the first broker's port; the others follow"
+    )
+    up.add_argument("--etcd-port", type=int, default=2379, help="the first etcd client port")
+    up.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                    help="a broker property for every broker")  # fmt: skip
+    up.set_defaults(func=_up)
+
+
+def _up(args: argparse.Namespace) -> int:
+    if not etcd_available():
+        print("lockgate: etcd and etcdctl are needed (Debian: etcd-server etcd-client)",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_FAILURE
+    base = Path(args.data_dir).resolve()
+    base.mkdir(parents=True, exist_ok=True)
+    etcd = EtcdCluster(base, args.etcd_members, args.etcd_port)
+    brokers: list[subprocess.Popen[bytes]] = []
+    stop = False
+
+    def interrupted(_signum: int, _frame: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, interrupted)
+    signal.signal(signal.SIGINT, interrupted)
+    try:
+        if any((m.data_dir / "member").exists() for m in etcd.members):
+            for member in etcd.members:  # a cluster started before: its members rejoin
+                etcd.restart(member)
+            etcd.wait_healthy()
+        else:
+            etcd.start()
+        for node in range(args.brokers):
+            command = [sys.executable, "-m", "lockgate.cli", "serve",
+                       "--cluster", etcd.url, "--node-id", str(node),
+                       "--data-dir", str(base / f"broker{node}"),
+                       "--listen", f"127.0.0.1:{args.port + node}"]  # fmt: skip
+            for setting in args.set:
+                command += ["--set", setting]
+            with open(base / f"broker{node}.log", "ab") as log:
+                brokers.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT))
+        for node in range(args.brokers):
+            wait_for_port(args.port + node)
+        bootstrap = ",".join(f"127.0.0.1:{args.port + n}" for n in range(args.brokers))
+        print(f"cluster up: {args.brokers} brokers, etcd {etcd.url}")
+        print(f"bootstrap servers: {bootstrap}")
+        print(f"logs and data: {base} (Ctrl-C stops everything)", flush=True)
+        while not stop and all(b.poll() is None for b in brokers):
+            time.sleep(0.2)
+        return EXIT_OK if stop else EXIT_FAILURE
+    finally:
+        for broker in brokers:
+            if broker.poll() is None:
+                broker.send_signal(signal.SIGTERM)
+        for broker in brokers:
+            try:
+                broker.wait(30)
+            except subprocess.TimeoutExpired:
+                broker.kill()
+        etcd.stop()
