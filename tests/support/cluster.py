@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 
 from tests.support.broker import BrokerProcess
 from tests.support.etcd import EtcdCluster
@@ -79,8 +80,6 @@ class BrokerCluster:
 
     def create_topic(self, name: str, partitions: int = 3, replication: int = 3,
                      **configs: str) -> None:  # fmt: skip
-        from confluent_kafka.admin import NewTopic
-
         topic = NewTopic(name, partitions, replication, config=configs)
         admin = self.admin()  # kept alive until its answer is in
         for future in admin.create_topics([topic]).values():
