@@ -51,6 +51,7 @@ class BrokerCluster:
             config = {**FAST_FAILOVER, **(settings or {}), "lockgate.cluster": url,
                       "node.id": str(node)}  # fmt: skip
             self.brokers[node] = BrokerProcess(base / f"broker{node}", config)
+        self.paused: set[int] = set()
 
     def start(self) -> BrokerCluster:
         for broker in self.brokers.values():
@@ -64,9 +65,22 @@ class BrokerCluster:
             broker.resume()
             broker.kill()
 
+    def pause(self, node: int) -> None:
+        self.brokers[node].pause()
+        self.paused.add(node)
+
+    def resume(self, node: int) -> None:
+        self.brokers[node].resume()
+        self.paused.discard(node)
+
     @property
     def bootstrap(self) -> str:
-        return ",".join(b.bootstrap for b in self.brokers.values() if b.process is not None)
+        """The running brokers (a paused one would only make clients wait)."""
+        return ",".join(
+            b.bootstrap
+            for n, b in self.brokers.items()
+            if b.process is not None and n not in self.paused
+        )
 
     def admin(self) -> AdminClient:
         return AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 3})

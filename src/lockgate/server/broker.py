@@ -68,7 +68,7 @@ class Broker:
             )
             self.replicas = ReplicaManager(self, self.cluster)
             self.controller = ControllerService(self.cluster, self._unclean_election)
-            self.membership = ClusterMembership(self.cluster)
+            self.membership = ClusterMembership(self.cluster, self.node_id)
             self.admin = ClusterTopicAdmin(self.topics, self.cluster)
             self.producer_ids = ClusterProducerIds(self.cluster)
         else:

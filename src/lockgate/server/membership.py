@@ -2,6 +2,7 @@
 # single node is alone and leads everything; a cluster broker reads the metadata store's view.
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Protocol
 
 from lockgate.cluster.metadata import NO_LEADER, BrokerRegistration, MetadataStore, PartitionState
@@ -48,8 +49,9 @@ class SingleNode:
 class ClusterMembership:
     coordinators = False
 
-    def __init__(self, store: MetadataStore) -> None:
+    def __init__(self, store: MetadataStore, node_id: int) -> None:
         self.store = store
+        self.node_id = node_id
 
     def brokers(self) -> list[BrokerRegistration]:
         return sorted(self.store.view.brokers.values(), key=lambda b: b.node_id)
@@ -59,5 +61,11 @@ class ClusterMembership:
         return NO_LEADER if controller is None else controller.node_id
 
     def partition(self, topic: str, index: int) -> PartitionState | None:
-        state = self.store.view.partitions.get((topic, index))
-        return None if state is None else state.value
+        versioned = self.store.view.partitions.get((topic, index))
+        if versioned is None:
+            return None
+        state = versioned.value
+        if state.leader == self.node_id and not self.store.live:
+            # our view may be stale and we refuse to lead: send clients to ask elsewhere
+            return dataclasses.replace(state, leader=NO_LEADER)
+        return state

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import replace
 from typing import Protocol
 
@@ -122,6 +122,17 @@ class ClusterTopicAdmin:
         except AssignmentError as exc:
             raise KafkaProtocolError(ErrorCode.invalid_replication_factor, str(exc)) from None
 
+    @staticmethod
+    async def _write(what: str, change: Awaitable[bool]) -> bool:
+        """A store write; a store that does not answer (an etcd election, a lost quorum) is
+        REQUEST_TIMED_OUT, which clients retry (the change may or may not have been made,
+        as with Kafka's controller)."""
+        try:
+            return await change
+        except Exception as exc:
+            log.warning("%s: the metadata store did not answer: %r", what, exc)
+            raise KafkaProtocolError(ErrorCode.request_timed_out, f"{what}: {exc!r}") from None
+
     async def create(
         self,
         name: str,
@@ -139,7 +150,7 @@ class ClusterTopicAdmin:
         if validate_only:
             return record
         states = {index: initial_state(replicas) for index, replicas in placement.items()}
-        if not await self.store.create_topic(record, states):
+        if not await self._write(f"creating {name}", self.store.create_topic(record, states)):
             raise KafkaProtocolError(ErrorCode.topic_already_exists, f"topic {name!r} exists")
         log.info("created topic %s: %s", name,
                  {i: list(r) for i, r in placement.items()})  # fmt: skip
@@ -147,7 +158,7 @@ class ClusterTopicAdmin:
 
     async def delete(self, name: str) -> TopicRecord:
         record = self.topics.deletable(name)
-        if not await self.store.delete_topic(name):
+        if not await self._write(f"deleting {name}", self.store.delete_topic(name)):
             raise KafkaProtocolError(ErrorCode.unknown_topic_or_partition, f"no topic {name!r}")
         log.info("deleted topic %s", name)
         return record
@@ -172,7 +183,9 @@ class ClusterTopicAdmin:
             return
         states = {index: initial_state(replicas) for index, replicas in placement.items()}
         grown = replace(current.value, partitions=count)
-        if not await self.store.update_topic(grown, current.revision, states):
+        if not await self._write(
+            f"growing {name}", self.store.update_topic(grown, current.revision, states)
+        ):
             raise KafkaProtocolError(
                 ErrorCode.reassignment_in_progress, f"topic {name} changed meanwhile: retry"
             )
@@ -185,7 +198,9 @@ class ClusterTopicAdmin:
         if validate_only or current is None:
             return
         changed = replace(current.value, configs=configs)
-        if not await self.store.update_topic(changed, current.revision):
+        if not await self._write(
+            f"changing {name}'s configs", self.store.update_topic(changed, current.revision)
+        ):
             raise KafkaProtocolError(
                 ErrorCode.reassignment_in_progress, f"topic {name} changed meanwhile: retry"
             )

@@ -1,4 +1,5 @@
-"""A 3-member etcd cluster on loopback ports for the module's tests (stopped by PID)."""
+"""Per test module: a 3-member etcd cluster, and 3 brokers in a namespace of it, on loopback
+ports (stopped by PID)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.support.cluster import BrokerCluster
 from tests.support.etcd import EtcdCluster, etcd_available
 
 
@@ -22,3 +24,12 @@ def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdCluster]:
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(etcd: EtcdCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerCluster]:
+    brokers = BrokerCluster(tmp_path_factory.mktemp("cluster"), etcd).start()
+    try:
+        yield brokers
+    finally:
+        brokers.stop()

@@ -10,29 +10,16 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from confluent_kafka import Producer
 
 from tests.support.clients import consume_all
 from tests.support.cluster import BrokerCluster
-from tests.support.etcd import EtcdCluster
 
 COUNT = 3000
 Sender = Callable[[str, str, list[bytes], list[bytes]], None]
-
-
-@pytest.fixture(scope="module")
-def cluster(etcd: EtcdCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerCluster]:
-    brokers = BrokerCluster(tmp_path_factory.mktemp("cluster"), etcd).start()
-    try:
-        yield brokers
-    except BaseException:
-        print(brokers.logs())
-        raise
-    finally:
-        brokers.stop()
 
 
 def test_metadata_and_describe_cluster_show_every_broker(cluster: BrokerCluster) -> None:
