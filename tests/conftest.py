@@ -13,6 +13,8 @@ from lockgate.server.broker import Broker
 from lockgate.server.config import BrokerConfig
 from lockgate.storage.memory import MemoryEngine
 from tests.support.broker import BrokerProcess
+from tests.support.cluster import BrokerCluster
+from tests.support.etcd import EtcdCluster, etcd_available
 from tests.support.fault_proxy import FaultProxy, broker_behind
 from tests.support.reference_kafka import spark_kafka_jars
 
@@ -96,3 +98,27 @@ def proxied_broker(
         yield broker
     finally:
         broker.kill()
+
+
+# Cluster mode, per test module: a 3-member etcd, and 3 brokers in a namespace of it.
+@pytest.fixture(scope="module")
+def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdCluster]:
+    if not etcd_available():
+        reason = "etcd is not installed: run `make system-deps`"
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    cluster = EtcdCluster(tmp_path_factory.mktemp("etcd")).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(etcd: EtcdCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerCluster]:
+    brokers = BrokerCluster(tmp_path_factory.mktemp("cluster"), etcd).start()
+    try:
+        yield brokers
+    finally:
+        brokers.stop()

@@ -128,12 +128,15 @@ def _send_lockgate(bootstrap: str, topic: str, values: list[bytes], acked: list[
             errors.append(error)
 
     producer = LockgateProducer({"bootstrap.servers": bootstrap, "acks": "all"})
-    for i, value in enumerate(values):
-        producer.produce(topic, value, on_delivery=delivered)
-        if i % 100 == 99:
-            producer.poll(0)
-            time.sleep(0.05)
-    assert producer.flush(90) == 0
+    try:
+        for i, value in enumerate(values):
+            producer.produce(topic, value, on_delivery=delivered)
+            if i % 100 == 99:
+                producer.poll(0)
+                time.sleep(0.05)
+        assert producer.flush(90) == 0
+    finally:
+        producer.close(10)
     assert not errors, errors[:3]
 
 
