@@ -1,0 +1,191 @@
+"""A cluster broker's replicas following the metadata view (ReplicaManager), against an
+in-memory store: the leader's term (epoch, role, high watermark as the ISR's minimum, acks=all
+answers, min.insync.replicas, ISR growth by compare-and-swap), losing it to another broker or
+to a lapsed lease, and a deleted topic."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from lockgate.cluster.metadata import MetadataView, PartitionState, TopicRecord, Versioned
+from lockgate.handlers.common import check_leader
+from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
+from lockgate.protocol.records import build_batch, parse_header
+from lockgate.replication.manager import ReplicaManager
+from lockgate.server.broker import Broker
+from lockgate.server.config import BrokerConfig
+from lockgate.storage.memory import MemoryEngine
+
+TOPIC = "t"
+
+
+class FakeStore:
+    """The parts of the metadata store the manager uses; writes are compare-and-swap."""
+
+    def __init__(self) -> None:
+        self.view = MetadataView()
+        self.lease_listeners: list[Callable[[bool], None]] = []
+        self.is_live = True
+        self.revision = 0
+
+    @property
+    def live(self) -> bool:
+        return self.is_live
+
+    def put_topic(self, partitions: int, configs: dict[str, str] | None = None) -> None:
+        record = TopicRecord(TOPIC, uuid.uuid4(), partitions, configs or {})
+        self.revision += 1
+        self.view.topics[TOPIC] = Versioned(record, self.revision)
+
+    def put(self, index: int, state: PartitionState) -> None:
+        self.revision += 1
+        self.view.partitions[(TOPIC, index)] = Versioned(state, self.revision)
+        self.view.notify(("partition", f"{TOPIC}/{index}"))
+
+    async def compare_and_set(
+        self, topic: str, index: int, state: PartitionState, revision: int,
+        controller_epoch: int | None = None,
+    ) -> Versioned[PartitionState] | None:  # fmt: skip
+        if self.view.partitions[(topic, index)].revision != revision:
+            return None
+        self.put(index, state)
+        return self.view.partitions[(topic, index)]
+
+
+@pytest.fixture
+async def parts() -> AsyncIterator[tuple[Broker, FakeStore, ReplicaManager]]:
+    config = BrokerConfig({"listeners": "127.0.0.1:0", "lockgate.durability": "page-cache",
+                           "min.insync.replicas": "2"})  # fmt: skip
+    broker = Broker(config, MemoryEngine())
+    store = FakeStore()
+    store.put_topic(1)
+    store.put(0, PartitionState((0, 1, 2), 0, 3, (0, 1, 2)))
+    manager = ReplicaManager(broker, store)  # type: ignore[arg-type]
+    manager.start()
+    try:
+        yield broker, store, manager
+    finally:
+        await manager.stop()
+        broker.topics.close()
+
+
+def append(broker: Broker, count: int = 1) -> int:
+    partition = broker.topics.get(TOPIC, 0)
+    assert partition is not None
+    for _ in range(count):
+        batch = bytearray(build_batch([(None, b"v")]))
+        partition.append(batch, parse_header(batch), 0)
+    partition.flushed_to(partition.log_end_offset)
+    return partition.log_end_offset
+
+
+async def test_the_leader_takes_its_epoch_and_moves_the_high_watermark_with_its_isr(
+    parts: tuple[Broker, FakeStore, ReplicaManager],
+) -> None:
+    broker, _store, manager = parts
+    partition = broker.topics.get(TOPIC, 0)
+    assert partition is not None and partition.is_leader and partition.leader_epoch == 3
+    end = append(broker, 2)
+    waiter = manager.acknowledged(partition, end)
+    assert partition.high_watermark == 0 and not waiter.done()
+    manager.on_follower_fetch(partition, 1, end)
+    assert partition.high_watermark == 0  # broker 2 has not fetched yet
+    manager.on_follower_fetch(partition, 2, 1)
+    assert partition.high_watermark == 1 and not waiter.done()
+    manager.on_follower_fetch(partition, 2, end)
+    await asyncio.sleep(0)
+    assert partition.high_watermark == end and waiter.result() == ErrorCode.none
+    assert [batch.partition_leader_epoch for _s, _p, batch in partition.batches_from(0)] == [3, 3]
+
+
+async def test_min_insync_replicas_refuses_acks_all_before_the_append(
+    parts: tuple[Broker, FakeStore, ReplicaManager],
+) -> None:
+    broker, store, manager = parts
+    partition = broker.topics.get(TOPIC, 0)
+    assert partition is not None
+    manager.check_append(partition, -1)
+    store.put(0, PartitionState((0, 1, 2), 0, 3, (0,), 1))  # the followers were dropped
+    await asyncio.sleep(0)
+    with pytest.raises(KafkaProtocolError) as refused:
+        manager.check_append(partition, -1)
+    assert refused.value.code == ErrorCode.not_enough_replicas
+    manager.check_append(partition, 1)  # acks=1 needs the leader only
+    end = append(broker)
+    waiter = manager.acknowledged(partition, end)
+    await asyncio.sleep(0)
+    assert waiter.result() == ErrorCode.not_enough_replicas_after_append
+
+
+async def test_a_caught_up_follower_rejoins_the_isr_by_compare_and_swap(
+    parts: tuple[Broker, FakeStore, ReplicaManager],
+) -> None:
+    broker, store, manager = parts
+    store.put(0, PartitionState((0, 1, 2), 0, 3, (0, 1), 1))
+    await asyncio.sleep(0)
+    partition = broker.topics.get(TOPIC, 0)
+    assert partition is not None
+    end = append(broker)
+    manager.on_follower_fetch(partition, 1, end)
+    store.view.brokers = {n: None for n in (0, 1, 2)}  # type: ignore[misc]
+    manager.on_follower_fetch(partition, 2, end)
+    for _ in range(10):
+        await asyncio.sleep(0)
+    state = store.view.partitions[(TOPIC, 0)].value
+    assert state.isr == (0, 1, 2) and state.partition_epoch == 2 and state.leader_epoch == 3
+
+
+async def test_losing_the_leadership_fails_the_waiting_writes_and_fetches_from_the_new_leader(
+    parts: tuple[Broker, FakeStore, ReplicaManager],
+) -> None:
+    broker, store, manager = parts
+    partition = broker.topics.get(TOPIC, 0)
+    assert partition is not None
+    waiter = manager.acknowledged(partition, append(broker))
+    store.put(0, PartitionState((0, 1, 2), 1, 4, (1, 2), 1))
+    await asyncio.sleep(0)
+    assert not partition.is_leader and partition.leader_epoch == 4
+    with pytest.raises(KafkaProtocolError) as moved:
+        waiter.result()
+    assert moved.value.code == ErrorCode.not_leader_or_follower
+    with pytest.raises(KafkaProtocolError) as refused:
+        check_leader(partition, 4)
+    assert refused.value.code == ErrorCode.not_leader_or_follower
+    with pytest.raises(KafkaProtocolError) as fenced:
+        check_leader(partition, 3)
+    assert fenced.value.code == ErrorCode.fenced_leader_epoch
+    assert manager.following[(TOPIC, 0)] == (1, 4) and 1 in manager.fetchers
+
+
+async def test_a_lapsed_lease_fences_the_leader_until_it_is_live_again(
+    parts: tuple[Broker, FakeStore, ReplicaManager],
+) -> None:
+    broker, store, manager = parts
+    partition = broker.topics.get(TOPIC, 0)
+    assert partition is not None
+    store.is_live = False
+    with pytest.raises(KafkaProtocolError) as refused:  # before any timer has told it
+        manager.check_append(partition, 1)
+    assert refused.value.code == ErrorCode.not_leader_or_follower
+    for listener in store.lease_listeners:
+        listener(False)
+    assert not partition.is_leader and not manager.fetchers  # nobody to follow: itself
+    store.is_live = True
+    for listener in store.lease_listeners:
+        listener(True)
+    assert partition.is_leader and partition.leader_epoch == 3
+
+
+async def test_a_deleted_topic_is_removed_here(
+    parts: tuple[Broker, FakeStore, ReplicaManager],
+) -> None:
+    broker, store, manager = parts
+    del store.view.partitions[(TOPIC, 0)]
+    del store.view.topics[TOPIC]
+    manager.reconcile()
+    assert broker.topics.get(TOPIC, 0) is None and TOPIC not in broker.topics.topics
+    assert not manager.leaders
