@@ -1,0 +1,168 @@
+"""Cluster mode: what replication costs and how long failover takes.
+
+`python -m bench.cluster` starts a 3-member etcd and 3 brokers on 127.0.0.1 (the test
+support's cluster, failover in about 3 s: broker.session.timeout.ms=3000), then:
+
+1. **replication**: one confluent-kafka producer (acks=all, idempotent) writes the same
+   number of 1 KiB values into a 6-partition topic with replication factor 1 and into one
+   with replication factor 3, side by side in alternating rounds. Reported: MB/s and the
+   brokers' CPU seconds per GB of values (user + system of all three broker processes, from
+   /proc), and RF3/RF1 ratios.
+2. **failover**: `--kills` times, the leader of a 1-partition RF3 topic is killed (kill -9)
+   while a producer writes one record at a time with acks=all. Failover time is from the kill
+   to the first acknowledged write after it (necessarily on the new leader). The broker is
+   restarted and the ISR full again before the next kill. Reported: p50, p99, max.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from confluent_kafka import Producer
+
+from tests.support.cluster import BrokerCluster
+from tests.support.etcd import EtcdCluster
+
+VALUE = b"x" * 1024
+
+
+def _cpu_seconds(cluster: BrokerCluster) -> float:
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for broker in cluster.brokers.values():
+        if broker.process is None:
+            continue
+        fields = Path(f"/proc/{broker.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+    return total
+
+
+def _produce(bootstrap: str, topic: str, count: int) -> float:
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
+                         "enable.idempotence": True, "linger.ms": 10,
+                         "batch.size": 1_000_000, "delivery.report.only.error": True})  # fmt: skip
+    producer.produce(topic, VALUE)
+    assert producer.flush(30) == 0
+    started = time.monotonic()
+    for i in range(count):
+        while True:
+            try:
+                producer.produce(topic, VALUE)
+                break
+            except BufferError:
+                producer.poll(0.01)
+        if i % 1000 == 999:
+            producer.poll(0)
+    assert producer.flush(300) == 0
+    return time.monotonic() - started
+
+
+def replication(cluster: BrokerCluster, messages: int, rounds: int) -> dict[str, dict[str, float]]:
+    for factor in (1, 3):
+        cluster.create_topic(f"rf{factor}", partitions=6, replication=factor)
+    results: dict[str, dict[str, list[float]]] = {
+        f"rf{f}": {"seconds": [], "cpu": []} for f in (1, 3)
+    }
+    for _ in range(rounds):
+        for factor in (1, 3):
+            cpu = _cpu_seconds(cluster)
+            seconds = _produce(cluster.bootstrap, f"rf{factor}", messages)
+            time.sleep(1)  # followers finish fetching: their CPU counts too
+            results[f"rf{factor}"]["seconds"].append(seconds)
+            results[f"rf{factor}"]["cpu"].append(_cpu_seconds(cluster) - cpu)
+    gigabytes = messages * len(VALUE) / 1e9
+    summary = {}
+    for name, figures in results.items():
+        seconds = statistics.median(figures["seconds"])
+        summary[name] = {
+            "MB/s": gigabytes * 1000 / seconds,
+            "cpu_s_per_GB": statistics.median(figures["cpu"]) / gigabytes,
+        }
+    summary["rf3/rf1"] = {
+        key: summary["rf3"][key] / summary["rf1"][key] for key in ("MB/s", "cpu_s_per_GB")
+    }
+    return summary
+
+
+def failover(cluster: BrokerCluster, kills: int) -> dict[str, float]:
+    topic = "failover"
+    cluster.create_topic(topic, partitions=1, replication=3)
+    acks: list[float] = []
+    stop = threading.Event()
+
+    def write() -> None:
+        producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all",
+                             "enable.idempotence": True, "linger.ms": 0,
+                             "retry.backoff.ms": 20, "retry.backoff.max.ms": 100,
+                             "topic.metadata.refresh.interval.ms": 1000})  # fmt: skip
+
+        def delivered(error: object, _message: object) -> None:
+            if error is None:
+                acks.append(time.monotonic())
+
+        while not stop.is_set():
+            producer.produce(topic, b"f", on_delivery=delivered)
+            producer.flush(60)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    times = []
+    try:
+        for _ in range(kills):
+            leader = cluster.partitions(topic)[0].leader
+            killed_at = time.monotonic()
+            cluster.brokers[leader].kill()
+            deadline = killed_at + 60
+            while not any(t > killed_at for t in acks[-5:]) and time.monotonic() < deadline:
+                time.sleep(0.005)
+            first = next(t for t in acks if t > killed_at)
+            times.append(first - killed_at)
+            cluster.brokers[leader].start()
+            cluster.wait_full_isr(topic)
+    finally:
+        stop.set()
+        writer.join(60)
+    times.sort()
+    return {
+        "kills": len(times),
+        "p50_s": statistics.median(times),
+        "p99_s": times[min(len(times) - 1, round(0.99 * (len(times) - 1)))],
+        "max_s": times[-1],
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=300_000, help="1 KiB values per run")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--kills", type=int, default=20)
+    parser.add_argument("--json", help="write every figure here")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="lockgate-bench-cluster-") as tmp:
+        base = Path(tmp)
+        etcd = EtcdCluster(base / "etcd").start()
+        cluster = BrokerCluster(base, etcd)
+        try:
+            cluster.start()
+            figures = {
+                "replication": replication(cluster, args.messages, args.rounds),
+                "failover": failover(cluster, args.kills),
+            }
+        finally:
+            cluster.stop()
+            etcd.stop()
+    print(json.dumps(figures, indent=1))
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
