@@ -10,10 +10,14 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 APT_PACKAGES := kcat:kcat java:openjdk-17-jre-headless javac:openjdk-17-jdk-headless mvn:maven \
 	etcd:etcd-server etcdctl:etcd-client
 
-.PHONY: serve setup setup-dev system-deps reference-deps test lint typecheck unit bench soak fuzz fuzz-decoder clean
+.PHONY: serve cluster-up setup setup-dev system-deps reference-deps test lint typecheck unit bench bench-cluster soak fuzz fuzz-decoder clean
 
 serve: setup
 	$(BIN)/lockgate serve $(ARGS)
+
+# a development cluster: a 3-member etcd and 3 brokers on 127.0.0.1 (etcd from system-deps)
+cluster-up: setup system-deps
+	$(BIN)/lockgate cluster up $(ARGS)
 
 setup: $(BIN)/.installed
 
@@ -92,6 +96,9 @@ fuzz-decoder: setup-dev
 
 bench: setup-dev
 	$(BIN)/python -m bench.throughput $(ARGS)
+
+bench-cluster: setup-dev system-deps
+	$(BIN)/python -m bench.cluster $(ARGS)
 
 clean:
 	rm -rf $(VENV) lockgate-data .pytest_cache .mypy_cache .ruff_cache
