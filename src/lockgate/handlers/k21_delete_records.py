@@ -7,7 +7,8 @@ Behaviour:
 - Above the high watermark or negative (other than -1): OFFSET_OUT_OF_RANGE. Unknown topic or
   partition: UNKNOWN_TOPIC_OR_PARTITION. An internal topic: INVALID_TOPIC_EXCEPTION, as Kafka
   (its records are the coordinators' state). The new start cannot be persisted:
-  KAFKA_STORAGE_ERROR, nothing changed.
+  KAFKA_STORAGE_ERROR, nothing changed. Not the partition's leader (cluster mode):
+  NOT_LEADER_OR_FOLLOWER.
 Version notes: v2 flexible.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from lockgate.handlers.common import NO_EPOCH, check_leader
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
@@ -28,6 +30,7 @@ def _delete(ctx: RequestContext, topic: str, index: int, offset: int) -> int:
         raise KafkaProtocolError(ErrorCode.unknown_topic_or_partition)
     if record.internal:
         raise KafkaProtocolError(ErrorCode.invalid_topic_exception, f"{topic} is internal")
+    check_leader(partition, NO_EPOCH)
     try:
         return partition.delete_records(offset, int(time.time() * 1000))
     except OSError as exc:

@@ -4,7 +4,8 @@ Behaviour: writes a COMMIT or ABORT control batch for each listed partition (wha
 coordinator does locally for its own transactions, exposed for operators' tools). A marker
 older than the producer's epoch gets INVALID_PRODUCER_EPOCH; with transaction version 2 it
 must be newer than the epoch of the open transaction. Unknown partition:
-UNKNOWN_TOPIC_OR_PARTITION. Markers are answered once durable.
+UNKNOWN_TOPIC_OR_PARTITION; not its leader (cluster mode): NOT_LEADER_OR_FOLLOWER. Markers are
+answered once durable.
 Version notes: v1 flexible; v2 TransactionVersion.
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from lockgate.handlers.common import field
+from lockgate.handlers.common import NO_EPOCH, check_leader, field
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
@@ -35,6 +36,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
                 try:
                     if partition is None:
                         raise KafkaProtocolError(ErrorCode.unknown_topic_or_partition)
+                    check_leader(partition, NO_EPOCH)
                     partition.write_marker(
                         marker.producer_id,
                         marker.producer_epoch,

@@ -2,7 +2,8 @@
 
 Behaviour: for each partition, the producers with state there (KAFKA-12207: the latest batch
 only): id, epoch, last sequence, last write time, coordinator epoch and the open
-transaction's first offset (-1 if none). Unknown partition: UNKNOWN_TOPIC_OR_PARTITION.
+transaction's first offset (-1 if none). Unknown partition: UNKNOWN_TOPIC_OR_PARTITION; not
+its leader (cluster mode): NOT_LEADER_OR_FOLLOWER.
 """
 
 from __future__ import annotations
@@ -21,11 +22,14 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
         partitions = []
         for index in topic.partition_indexes:
             partition = ctx.broker.topics.get(topic.name, index)
-            if partition is None:
+            if partition is None or not partition.is_leader:
+                missing = partition is None
                 partitions.append(
                     {
                         "partition_index": index,
-                        "error_code": ErrorCode.unknown_topic_or_partition,
+                        "error_code": ErrorCode.unknown_topic_or_partition
+                        if missing
+                        else ErrorCode.not_leader_or_follower,
                         "error_message": None,
                         "active_producers": (),
                     }
