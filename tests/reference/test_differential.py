@@ -101,6 +101,17 @@ async def metadata_unknown_topic(connection: BrokerConnection, bootstrap: str) -
     return [(t.name, int(t.error_code)) for t in response.topics]
 
 
+async def create_ready(connection: BrokerConnection, bootstrap: str, topic: str) -> None:
+    """Creates a 1-partition topic and waits until its leader serves it: Kafka may answer
+    CreateTopics before it leads the partition (NOT_LEADER_OR_FOLLOWER meanwhile)."""
+    await asyncio.to_thread(create_topic, bootstrap, topic, 1)
+    for _ in range(100):
+        if (await list_offsets(connection, topic, 0, -1, 0))[0] == 0:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{topic}-0 has no leader after 10 s")
+
+
 async def list_offsets(
     connection: BrokerConnection, topic: str, partition: int, timestamp: int, isolation: int
 ) -> tuple[int, int]:
@@ -130,7 +141,7 @@ async def list_offsets(
 
 @scenario
 async def last_stable_offset_and_list_offsets(connection: BrokerConnection, bootstrap: str) -> Any:
-    await asyncio.to_thread(create_topic, bootstrap, "diff-lso", 1)
+    await create_ready(connection, bootstrap, "diff-lso")
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "diff-lso"})
     await asyncio.to_thread(producer.init_transactions, 60)
     producer.begin_transaction()
@@ -202,7 +213,7 @@ async def produce(connection: BrokerConnection, topic: str, batch: bytes) -> tup
 
 @scenario
 async def idempotent_sequences(connection: BrokerConnection, bootstrap: str) -> Any:
-    await asyncio.to_thread(create_topic, bootstrap, "diff-idem", 1)
+    await create_ready(connection, bootstrap, "diff-idem")
     init = await connection.request(
         ApiKey.INIT_PRODUCER_ID,
         {"transactional_id": None, "transaction_timeout": -1, "producer_id": -1,
@@ -234,7 +245,7 @@ async def idempotent_sequences(connection: BrokerConnection, bootstrap: str) -> 
 async def transaction_errors_classic(connection: BrokerConnection, bootstrap: str) -> Any:
     """AddPartitionsToTxn v3 and EndTxn v3 (before transaction version 2) misused, then used;
     a second later between steps, so that markers are written (no CONCURRENT_TRANSACTIONS)."""
-    await asyncio.to_thread(create_topic, bootstrap, "diff-txn", 1)
+    await create_ready(connection, bootstrap, "diff-txn")
     tid = "diff-txn-id"
     init = await connection.request(
         ApiKey.INIT_PRODUCER_ID,
@@ -327,7 +338,7 @@ async def end_txn_v5(
 async def transactions_tv2(connection: BrokerConnection, bootstrap: str) -> Any:
     """Transaction version 2: Produce v12 adds the partition itself, EndTxn v5 bumps the epoch;
     a retried EndTxn, a delayed Produce of the ended transaction and a stale or future epoch."""
-    await asyncio.to_thread(create_topic, bootstrap, "diff-tv2", 1)
+    await create_ready(connection, bootstrap, "diff-tv2")
     tid = "diff-tv2-id"
     pid, epoch = await init_producer(connection, tid)
 
@@ -364,7 +375,7 @@ async def transactional_offsets(connection: BrokerConnection, bootstrap: str) ->
     """AddOffsetsToTxn and TxnOffsetCommit (v5, transaction version 2), the pending offset
     under OffsetFetch with and without require_stable, a stale epoch, an unknown member of a
     group that has none, and the offset after the commit."""
-    await asyncio.to_thread(create_topic, bootstrap, "diff-tog", 1)
+    await create_ready(connection, bootstrap, "diff-tog")
     tid, group = "diff-tog-id", "diff-tog-group"
     pid, epoch = await init_producer(connection, tid)
     await find_coordinator(connection, group, 0)
@@ -429,7 +440,7 @@ async def classic_group(connection: BrokerConnection, bootstrap: str) -> Any:
     """A classic group's life by hand: KIP-394's member id, join, sync and heartbeat with
     wrong generations and members, offsets committed by a member and by an outsider, describe,
     leave, delete."""
-    await asyncio.to_thread(create_topic, bootstrap, "diff-group-topic", 1)
+    await create_ready(connection, bootstrap, "diff-group-topic")
     group = "diff-group"
     await find_coordinator(connection, group, 0)
 
@@ -571,7 +582,7 @@ async def fetch_records(
 async def aborted_reads(connection: BrokerConnection, bootstrap: str) -> Any:
     """Committed, aborted and open transactions beside plain records, fetched read_committed
     and read_uncommitted from the start and from the middle."""
-    await asyncio.to_thread(create_topic, bootstrap, "diff-aborted", 1)
+    await create_ready(connection, bootstrap, "diff-aborted")
     plain = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "diff-aborted"})
     await asyncio.to_thread(producer.init_transactions, 60)
