@@ -86,10 +86,12 @@ class BrokerCluster:
         return AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 3})
 
     def partitions(self, topic: str) -> dict[int, PartitionInfo]:
-        metadata = self.admin().list_topics(topic, timeout=10)
+        metadata = self.admin().list_topics(topic, timeout=10).topics[topic]
+        if metadata.error is not None:
+            raise RuntimeError(f"{topic}: {metadata.error}")
         return {
             p.id: PartitionInfo(p.leader, tuple(p.replicas), tuple(p.isrs))
-            for p in metadata.topics[topic].partitions.values()
+            for p in metadata.partitions.values()
         }
 
     def create_topic(self, name: str, partitions: int = 3, replication: int = 3,

@@ -120,14 +120,22 @@ class Broker:
             self._ensure_internal_topics()
         else:
             self.topics.clean_start = clean  # replicas open as the cluster metadata names them
+        # bound first (port 0 resolves to the port to register) but serving only once joined:
+        # a broker that had not yet read the cluster metadata would tell clients no topic exists
         self._server = await asyncio.start_server(
-            self._accept, self.host, self.port, limit=1 << 20, reuse_address=True
+            self._accept,
+            self.host,
+            self.port,
+            limit=1 << 20,
+            reuse_address=True,
+            start_serving=self.cluster is None,
         )
         sockets = self._server.sockets
         if sockets and self.port == 0:
             self.port = sockets[0].getsockname()[1]
         if self.cluster is not None:
             await self._join_cluster()
+            await self._server.start_serving()
         metrics_port = self.config.integer("lockgate.metrics.port")
         if metrics_port >= 0:
             self.metrics_port = await self.metrics.serve(
