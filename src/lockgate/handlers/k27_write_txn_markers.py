@@ -1,29 +1,55 @@
 """WriteTxnMarkers (key 27), versions 1–2.
 
 Behaviour: writes a COMMIT or ABORT control batch for each listed partition (what the
-coordinator does locally for its own transactions, exposed for operators' tools). A marker
-older than the producer's epoch gets INVALID_PRODUCER_EPOCH; with transaction version 2 it
-must be newer than the epoch of the open transaction. Unknown partition:
-UNKNOWN_TOPIC_OR_PARTITION; not its leader (cluster mode): NOT_LEADER_OR_FOLLOWER. Markers are
-answered once durable.
+coordinator does locally for its own transactions, exposed for operators' tools and for the
+coordinators of other brokers in a cluster). A marker older than the producer's epoch gets
+INVALID_PRODUCER_EPOCH; with transaction version 2 it must be newer than the epoch of the open
+transaction. A marker whose coordinator epoch is older than that of the producer's previous
+marker on the partition gets TRANSACTION_COORDINATOR_FENCED (a coordinator epoch of -1,
+unknown, is not checked). Unknown partition: UNKNOWN_TOPIC_OR_PARTITION; storage refusing the
+write or its flush: KAFKA_STORAGE_ERROR. Markers are answered once durable. Cluster mode: only
+the leader writes (NOT_LEADER_OR_FOLLOWER elsewhere, also on a leader whose registration
+lapsed), with acks=all as in Kafka: an ISR smaller than min.insync.replicas gets
+NOT_ENOUGH_REPLICAS with nothing written, and each marker is answered once the high watermark
+passes it: NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below the minimum meanwhile,
+NOT_LEADER_OR_FOLLOWER if leadership moved, REQUEST_TIMED_OUT after 30 s (Kafka's
+request.timeout.ms; the marker stays on the leader's log).
 Version notes: v1 flexible; v2 TransactionVersion.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from lockgate.handlers.common import NO_EPOCH, check_leader, field
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
+from lockgate.log.partition import Partition
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
+
+if TYPE_CHECKING:
+    from lockgate.server.broker import Broker
+
+ACKS_ALL = -1
+# Kafka appends markers with the broker's request.timeout.ms (30 s by default); lockgate has
+# no such broker key.
+REPLICATION_TIMEOUT_MS = 30_000
+
+
+@dataclass(slots=True)
+class _Written:
+    answer: dict[str, Any]  # the partition's entry in the response
+    partition: Partition
+    end: int  # just past the marker
+    durable: asyncio.Future[None]
 
 
 @handles(ApiKey.WRITE_TXN_MARKERS, 1, 2)
 async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     broker = ctx.broker
-    pending: list[asyncio.Future[None]] = []
+    written: list[_Written] = []
     answers = []
     for marker in request.markers:
         strict = field(marker, "transaction_version", 0) >= 2
@@ -31,13 +57,15 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
         for topic in marker.topics:
             partitions = []
             for index in topic.partition_indexes:
-                error = ErrorCode.none
+                answer: dict[str, Any] = {"partition_index": index, "error_code": ErrorCode.none}
                 partition = broker.topics.get(topic.name, index)
                 try:
                     if partition is None:
                         raise KafkaProtocolError(ErrorCode.unknown_topic_or_partition)
                     check_leader(partition, NO_EPOCH)
-                    partition.write_marker(
+                    if broker.replicas is not None:
+                        broker.replicas.check_append(partition, ACKS_ALL)
+                    offset = partition.write_marker(
                         marker.producer_id,
                         marker.producer_epoch,
                         marker.transaction_result,
@@ -45,11 +73,41 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
                         ctx.received_ms,
                         strict,
                     )
-                    pending.append(broker.group_commit.appended(partition))
+                    durable = broker.group_commit.appended(partition)
+                    written.append(_Written(answer, partition, offset + 1, durable))
                 except KafkaProtocolError as exc:
-                    error = exc.code
-                partitions.append({"partition_index": index, "error_code": error})
+                    answer["error_code"] = exc.code
+                except OSError:  # storage's contract: nothing of this marker was written
+                    answer["error_code"] = ErrorCode.kafka_storage_error
+                partitions.append(answer)
             topics.append({"name": topic.name, "partitions": partitions})
         answers.append({"producer_id": marker.producer_id, "topics": topics})
-    await asyncio.gather(*pending)
+    await _acknowledged(broker, written)
     return {"markers": answers}
+
+
+async def _acknowledged(broker: Broker, written: list[_Written]) -> None:
+    """Durable first (the group commit), then in a cluster replicated to the ISR; a marker
+    that is neither gets its error in its answer."""
+    outcomes = await asyncio.gather(*(w.durable for w in written), return_exceptions=True)
+    for w, outcome in zip(written, outcomes, strict=True):
+        if isinstance(outcome, BaseException):
+            if not isinstance(outcome, OSError):
+                raise outcome
+            w.answer["error_code"] = ErrorCode.kafka_storage_error
+    replicas = broker.replicas
+    if replicas is None:
+        return
+    pending = [w for w in written if w.answer["error_code"] == ErrorCode.none]
+    waiters = [replicas.acknowledged(w.partition, w.end) for w in pending]
+    if not waiters:
+        return
+    _done, late = await asyncio.wait(waiters, timeout=REPLICATION_TIMEOUT_MS / 1000)
+    for w, waiter in zip(pending, waiters, strict=True):
+        if waiter in late:
+            waiter.cancel()
+            w.answer["error_code"] = ErrorCode.request_timed_out
+        elif isinstance(exc := waiter.exception(), KafkaProtocolError):
+            w.answer["error_code"] = exc.code
+        else:
+            w.answer["error_code"] = waiter.result()

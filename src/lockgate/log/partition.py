@@ -31,7 +31,7 @@ from lockgate.protocol.records import (
     BatchHeader,
     assign_offset,
     build_control_batch,
-    control_type,
+    control_record,
     iter_records,
     parse_header,
     set_log_append_time,
@@ -225,8 +225,8 @@ class Partition:
             if header.base_offset < start or header.producer_id < 0:
                 continue
             if header.is_control:
-                commit = control_type(segment.log.read(position, header.size)) == CONTROL_COMMIT
-                self._apply_marker(header, commit, segment)
+                kind, epoch = control_record(segment.log.read(position, header.size))
+                self._apply_marker(header, kind == CONTROL_COMMIT, segment, -1, epoch)
             else:
                 # expiry counts from the load, not from the client-supplied record time
                 self._record_producer(header, max(now_ms, header.max_timestamp))
@@ -370,7 +370,9 @@ class Partition:
         """Appends a COMMIT/ABORT control batch ending the producer's transaction here and
         returns its offset. A marker older than the producer's epoch is refused; under
         transaction version 2 (`strict_epoch`) it must be newer than the epoch that wrote the
-        open transaction, so that a delayed marker cannot end a later transaction."""
+        open transaction, so that a delayed marker cannot end a later transaction. Then a
+        marker from an older coordinator epoch than the producer's previous marker is
+        refused (TRANSACTION_COORDINATOR_FENCED), in Kafka's order of the two checks."""
         entry = self.producers.get(producer_id)
         if entry is not None and (
             producer_epoch < entry.epoch
@@ -380,6 +382,7 @@ class Partition:
                 ErrorCode.invalid_producer_epoch,
                 f"marker epoch {producer_epoch} of producer {producer_id} is behind {entry.epoch}",
             )
+        self.producers.check_coordinator_epoch(producer_id, coordinator_epoch)
         batch = bytearray(
             build_control_batch(producer_id, producer_epoch, commit, coordinator_epoch, now_ms)
         )
@@ -474,7 +477,10 @@ class Partition:
             segment = self.active
             segment.append(batch, header, config.index_interval_bytes)
             if header.is_control and header.producer_id >= 0:
-                self._apply_marker(header, control_type(batch) == CONTROL_COMMIT, segment)
+                # the leader checked the coordinator epoch; recording it here keeps the fence
+                # after a failover
+                kind, epoch = control_record(batch)
+                self._apply_marker(header, kind == CONTROL_COMMIT, segment, -1, epoch)
             elif header.producer_id >= 0:
                 self._record_producer(header, now_ms)
             if not self.unsynced or self.unsynced[-1] is not segment.log:

@@ -8,6 +8,8 @@
 # clients); an exact retry of the latest batch gets its original offset; any other sequence up
 # to 1000 behind the latest is DUPLICATE_SEQUENCE_NUMBER; anything else is out of order. An
 # unknown producer must start at 0, else UNKNOWN_PRODUCER_ID so that it bumps its epoch.
+# A transaction marker from a coordinator older than the one that wrote the producer's previous
+# marker is a zombie coordinator's: TRANSACTION_COORDINATOR_FENCED (Kafka's ProducerStateManager).
 from __future__ import annotations
 
 import bisect
@@ -23,6 +25,7 @@ SEQUENCE_MODULUS = 1 << 31
 DUPLICATE_WINDOW = 1000
 NO_OFFSET = -1
 NO_SEQUENCE = -1
+NO_COORDINATOR_EPOCH = -1
 
 _ROW = struct.Struct(">qhiiqqqi")
 _SNAPSHOT_HEADER = struct.Struct(">4sHqI")  # magic, version, offset, row count
@@ -178,6 +181,23 @@ class ProducerStateTable:
             ErrorCode.out_of_order_sequence_number,
             f"producer {producer_id} sent {first_sequence}, expected {next_sequence(last)}",
         )
+
+    def check_coordinator_epoch(self, producer_id: int, coordinator_epoch: int) -> None:
+        """Refuses a marker whose coordinator epoch is below the one recorded from the
+        producer's previous marker: a coordinator that lost its partition of the transaction
+        log must not end a transaction its successor now owns. Equal or higher passes. An
+        unknown epoch (-1) is not checked: no coordinator sends it (its epoch is the leader
+        epoch of its log partition), only tools passing on what DescribeProducers showed, and
+        it never replaces the recorded epoch."""
+        if coordinator_epoch == NO_COORDINATOR_EPOCH:
+            return
+        i = self._find(producer_id)
+        if i >= 0 and coordinator_epoch < self.coordinator_epochs[i]:
+            raise KafkaProtocolError(
+                ErrorCode.transaction_coordinator_fenced,
+                f"marker of producer {producer_id} from coordinator epoch {coordinator_epoch}, "
+                f"older than {self.coordinator_epochs[i]}",
+            )
 
     def record_append(
         self,

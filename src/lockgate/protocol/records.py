@@ -365,11 +365,20 @@ def build_control_batch(
 
 def control_type(batch: bytes) -> int:
     """CONTROL_COMMIT or CONTROL_ABORT of a control batch (from its single record's key)."""
+    return control_record(batch)[0]
+
+
+def control_record(batch: bytes) -> tuple[int, int]:
+    """(CONTROL_COMMIT or CONTROL_ABORT, coordinator epoch) of a control batch's single
+    record. The epoch is -1 (unknown) when the value does not carry one."""
     records = iter_records(batch)
-    key = records[0][2] if records else None
+    key, value = (records[0][2], records[0][3]) if records else (None, None)
     if key is None or len(key) < _CONTROL_KEY.size:
         raise ValueError("control record without a valid key")
-    return int(_CONTROL_KEY.unpack_from(key)[1])
+    epoch = -1
+    if value is not None and len(value) >= _CONTROL_VALUE.size:
+        epoch = int(_CONTROL_VALUE.unpack_from(value)[1])
+    return int(_CONTROL_KEY.unpack_from(key)[1]), epoch
 
 
 # ---------------------------------------------------------------------------------------------

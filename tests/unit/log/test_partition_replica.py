@@ -98,6 +98,18 @@ def test_a_follower_copies_the_leader_exactly(storage: StorageEngine) -> None:
     same_state(leader, open_log(storage, "follower", new_epoch=False))
 
 
+def test_a_follower_keeps_the_coordinator_epoch_fence_for_when_it_leads() -> None:
+    storage = MemoryEngine()
+    leader, follower = open_log(storage, "leader"), open_log(storage, "follower", new_epoch=False)
+    history(leader)  # its ABORT came from coordinator epoch 1
+    replicate(leader, follower)
+    entry = follower.producers.get(TXN)
+    assert entry is not None and entry.coordinator_epoch == 1
+    with pytest.raises(KafkaProtocolError) as fenced:
+        follower.write_marker(TXN, 0, False, 0, 5_000, strict_epoch=False)  # a zombie's
+    assert fenced.value.code == ErrorCode.transaction_coordinator_fenced
+
+
 def test_a_fetch_answered_twice_is_skipped_and_a_gap_refused() -> None:
     storage = MemoryEngine()
     leader, follower = open_log(storage, "leader"), open_log(storage, "follower", new_epoch=False)

@@ -333,3 +333,68 @@ def test_aborted_index_is_kept_in_kafkas_txnindex_files() -> None:
         AbortedTxn(e.producer_id, e.first_offset, e.last_offset, e.last_stable_offset)
         for e in reloaded.aborted.entries
     ] == partition.aborted.entries
+
+
+# -- coordinator epochs of markers --
+
+
+def coordinator_marker(partition: Partition, coordinator_epoch: int, epoch: int = 1) -> int:
+    offset = partition.write_marker(TXN, epoch, True, coordinator_epoch, 3_000, False)
+    partition.advance_high_watermark(partition.log_end_offset)
+    return offset
+
+
+def recorded_coordinator_epoch(partition: Partition) -> int:
+    entry = partition.producers.get(TXN)
+    assert entry is not None
+    return entry.coordinator_epoch
+
+
+def test_marker_from_an_older_coordinator_epoch_is_fenced() -> None:
+    partition = make_partition(MemoryEngine())
+    append(partition, TXN, 1, 0)
+    coordinator_marker(partition, 4)
+    append(partition, TXN, 1, 3)  # the next transaction
+    end = partition.log_end_offset
+    with refused(ErrorCode.transaction_coordinator_fenced):
+        coordinator_marker(partition, 3)
+    assert partition.log_end_offset == end and partition.open_txns == {TXN: 4}
+    assert recorded_coordinator_epoch(partition) == 4
+    coordinator_marker(partition, 4)  # the same coordinator again (a resent marker)
+    append(partition, TXN, 1, 6)
+    coordinator_marker(partition, 6)
+    assert recorded_coordinator_epoch(partition) == 6 and partition.open_txns == {}
+
+
+def test_an_older_producer_epoch_is_refused_before_the_coordinator_epoch() -> None:
+    partition = make_partition(MemoryEngine())
+    append(partition, TXN, 2, 0)
+    coordinator_marker(partition, 4, epoch=2)
+    with refused(ErrorCode.invalid_producer_epoch):
+        coordinator_marker(partition, 3, epoch=1)  # both stale: Kafka checks the epoch first
+
+
+def test_an_unknown_coordinator_epoch_is_accepted_and_keeps_the_recorded_one() -> None:
+    partition = make_partition(MemoryEngine())
+    append(partition, TXN, 1, 0)
+    coordinator_marker(partition, 4)
+    append(partition, TXN, 1, 3)
+    coordinator_marker(partition, -1)  # an operator's abort with what DescribeProducers showed
+    assert partition.open_txns == {} and recorded_coordinator_epoch(partition) == 4
+
+
+@pytest.mark.parametrize("snapshot", [True, False], ids=["snapshot", "replay"])
+def test_the_coordinator_epoch_fence_survives_a_restart(snapshot: bool) -> None:
+    storage = MemoryEngine()
+    partition = make_partition(storage)
+    append(partition, TXN, 1, 0)
+    coordinator_marker(partition, 4)
+    partition.close()
+    if not snapshot:  # the markers' own coordinator epochs are read back from the log
+        for name in snapshots(storage):
+            del storage.files[name]
+    reloaded = make_partition(storage)
+    assert recorded_coordinator_epoch(reloaded) == 4
+    append(reloaded, TXN, 1, 3)
+    with refused(ErrorCode.transaction_coordinator_fenced):
+        coordinator_marker(reloaded, 3)

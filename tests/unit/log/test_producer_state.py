@@ -142,3 +142,29 @@ def test_snapshot_round_trip_and_damage_detection() -> None:
     assert ProducerStateTable.from_snapshot(bytes(damaged)) is None
     assert ProducerStateTable.from_snapshot(data[:-5]) is None
     assert ProducerStateTable.from_snapshot(b"") is None
+
+
+def table_with_coordinator_epoch(coordinator_epoch: int) -> ProducerStateTable:
+    table = ProducerStateTable()
+    table.put(ProducerEntry(PID, 3, -1, -1, 50, 1234, -1, coordinator_epoch))
+    return table
+
+
+def test_a_marker_from_an_older_coordinator_epoch_is_fenced() -> None:
+    table = table_with_coordinator_epoch(4)
+    with pytest.raises(KafkaProtocolError) as raised:
+        table.check_coordinator_epoch(PID, 3)
+    assert raised.value.code == ErrorCode.transaction_coordinator_fenced
+
+
+@pytest.mark.parametrize("coordinator_epoch", [4, 5])
+def test_a_marker_from_the_same_or_a_newer_coordinator_epoch_passes(
+    coordinator_epoch: int,
+) -> None:
+    table_with_coordinator_epoch(4).check_coordinator_epoch(PID, coordinator_epoch)
+
+
+def test_an_unknown_coordinator_epoch_or_producer_is_not_fenced() -> None:
+    table_with_coordinator_epoch(4).check_coordinator_epoch(PID, -1)  # a tool's "unknown"
+    ProducerStateTable().check_coordinator_epoch(PID, 0)  # no marker recorded yet
+    table_with_coordinator_epoch(-1).check_coordinator_epoch(PID, 0)

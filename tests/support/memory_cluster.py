@@ -1,0 +1,143 @@
+# Cluster brokers in the test's own process, for tests that need brokers talking to each other
+# over real sockets but not etcd: each is a Broker on 127.0.0.1 (port 0) storing in memory,
+# with a ReplicaManager and the membership of a cluster over one MemoryStore they share. The
+# test writes topics and partition states into the store, as the controller would. Only the
+# listener runs: none of the broker's background loops (coordinators, retention) do.
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Callable
+
+from lockgate.cluster.metadata import (
+    BrokerRegistration,
+    MetadataView,
+    PartitionState,
+    TopicRecord,
+    Versioned,
+)
+from lockgate.replication.manager import ReplicaManager
+from lockgate.server.broker import Broker
+from lockgate.server.config import BrokerConfig
+from lockgate.server.connection import Connection
+from lockgate.server.membership import ClusterMembership
+from lockgate.storage.memory import MemoryEngine
+
+
+class MemoryStore:
+    """The parts of the metadata store the brokers use; writes are compare-and-swap."""
+
+    def __init__(self) -> None:
+        self.view = MetadataView()
+        self.lease_listeners: list[Callable[[bool], None]] = []
+        self.is_live = True
+        self.revision = 0
+
+    @property
+    def live(self) -> bool:
+        return self.is_live
+
+    @property
+    def cluster_id(self) -> str:
+        return "memory-cluster"
+
+    def put_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None) -> None:
+        self.revision += 1
+        record = TopicRecord(name, uuid.uuid4(), partitions, configs or {})
+        self.view.topics[name] = Versioned(record, self.revision)
+        self.view.notify(("topic", name))
+
+    def put(self, topic: str, index: int, state: PartitionState) -> None:
+        self.revision += 1
+        self.view.partitions[(topic, index)] = Versioned(state, self.revision)
+        self.view.notify(("partition", f"{topic}/{index}"))
+
+    def delete_topic(self, name: str) -> None:
+        self.revision += 1
+        del self.view.topics[name]
+        for key in [k for k in self.view.partitions if k[0] == name]:
+            del self.view.partitions[key]
+        self.view.notify(("topic", name))
+
+    async def compare_and_set(
+        self,
+        topic: str,
+        index: int,
+        state: PartitionState,
+        revision: int,
+        controller_epoch: int | None = None,
+    ) -> Versioned[PartitionState] | None:
+        current = self.view.partitions.get((topic, index))
+        if current is None or current.revision != revision:
+            return None
+        self.put(topic, index, state)
+        return self.view.partitions[(topic, index)]
+
+
+class MemoryClusterBroker:
+    def __init__(self, store: MemoryStore, node_id: int, settings: dict[str, str]) -> None:
+        config = BrokerConfig(
+            {"listeners": "127.0.0.1:0", "node.id": str(node_id),
+             "lockgate.durability": "page-cache", **settings}
+        )  # fmt: skip
+        self.node_id = node_id
+        self.broker = broker = Broker(config, MemoryEngine())
+        broker.replicas = ReplicaManager(broker, store)  # type: ignore[arg-type]
+        broker.membership = ClusterMembership(store, node_id)  # type: ignore[arg-type]
+        self.store = store
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.broker.port = self._server.sockets[0].getsockname()[1]
+        self.register(self.broker.port)
+
+    @property
+    def connection_count(self) -> int:
+        """Connections open to this broker now."""
+        return len(self._connections)
+
+    def register(self, port: int) -> None:
+        """Registers the broker at `port` (another port than its own: unreachable)."""
+        self.store.view.brokers[self.node_id] = BrokerRegistration(self.node_id, "127.0.0.1", port)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        try:
+            await Connection(self.broker, reader, writer).run()
+        finally:
+            self._connections.discard(task)
+
+    async def stop(self) -> None:
+        assert self.broker.replicas is not None
+        await self.broker.replicas.stop()
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._connections):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self.broker.topics.close()
+
+
+@contextlib.asynccontextmanager
+async def memory_cluster(
+    count: int, settings: dict[str, str] | None = None
+) -> AsyncIterator[tuple[MemoryStore, list[MemoryClusterBroker]]]:
+    """`count` brokers (node ids 0..count-1) registered in a fresh MemoryStore."""
+    store = MemoryStore()
+    brokers = [MemoryClusterBroker(store, n, settings or {}) for n in range(count)]
+    try:
+        for member in brokers:
+            await member.start()
+        for member in brokers:
+            assert member.broker.replicas is not None
+            member.broker.replicas.start()
+        yield store, brokers
+    finally:
+        for member in brokers:
+            await member.stop()
