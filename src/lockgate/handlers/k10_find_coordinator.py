@@ -1,13 +1,15 @@
 """FindCoordinator (key 10), versions 0–6.
 
 Behaviour:
-- Key types 1 (transaction) and 0 (group): this broker, also while the key's partition of
-  __transaction_state / __consumer_offsets is still loading, as Kafka answers: the requests
-  sent to the coordinator get COORDINATOR_LOAD_IN_PROGRESS meanwhile, which clients retry
-  (librdkafka does not expect that error from FindCoordinator itself).
+- Key types 1 (transaction) and 0 (group). A single node answers itself, also while the key's
+  partition of __transaction_state / __consumer_offsets is still loading, as Kafka answers:
+  the requests sent to the coordinator get COORDINATOR_LOAD_IN_PROGRESS meanwhile, which
+  clients retry (librdkafka does not expect that error from FindCoordinator itself).
+- Cluster mode, groups: the leader of the group's partition of __consumer_offsets. The first
+  lookup creates the topic (offsets.topic.replication.factor replicas);
+  COORDINATOR_NOT_AVAILABLE until it exists and while the partition has no leader.
+  Transactions: COORDINATOR_NOT_AVAILABLE (not across brokers yet: docs/cluster-mode.md).
 - Other key types: INVALID_REQUEST.
-- Cluster mode: COORDINATOR_NOT_AVAILABLE (coordinators across a cluster are not built yet;
-  docs/cluster-mode.md).
 Version notes: v1 key type and error message; v3 flexible; v4+ batched keys.
 """
 
@@ -19,25 +21,16 @@ from lockgate.handlers.common import field
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
-
-GROUP = 0
-TRANSACTION = 1
+from lockgate.server.coordinator_locator import GROUP
 
 
 def _locate(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
-    host, port = ctx.broker.advertised
-    error = ErrorCode.none if key_type in (TRANSACTION, GROUP) else ErrorCode.invalid_request
-    if not error and not ctx.broker.membership.coordinators:
-        error = ErrorCode.coordinator_not_available
-    found = not error
-    return {
-        "key": key,
-        "node_id": ctx.broker.node_id if found else -1,
-        "host": host if found else "",
-        "port": port if found else -1,
-        "error_code": error,
-        "error_message": None if found else error.name,
-    }
+    found = ctx.broker.coordinators.locate(key_type, key)
+    if isinstance(found, ErrorCode):
+        return {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": found,
+                "error_message": found.name}  # fmt: skip
+    return {"key": key, "node_id": found.node_id, "host": found.host, "port": found.port,
+            "error_code": ErrorCode.none, "error_message": None}  # fmt: skip
 
 
 @handles(ApiKey.FIND_COORDINATOR, 0, 6)

@@ -2,7 +2,8 @@
 
 Behaviour: state, protocol type and name, and members (id, instance id, client id and host,
 metadata and assignment) of each group; an unknown group is reported as Dead with no members
-(v0–5) or GROUP_ID_NOT_FOUND (v6, like Kafka 4).
+(v0–5) or GROUP_ID_NOT_FOUND (v6, like Kafka 4). Before its offsets partition is loaded:
+COORDINATOR_LOAD_IN_PROGRESS; coordinated by another broker (cluster mode): NOT_COORDINATOR.
 Version notes: v3 authorized operations (not computed: -2147483648); v4 instance ids; v5
 flexible; v6 error message and GROUP_ID_NOT_FOUND.
 """
@@ -35,8 +36,8 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
             "members": [],
             "authorized_operations": NO_AUTHORIZED_OPERATIONS,
         }
-        if not coordinator.loaded:
-            entry["error_code"] = ErrorCode.coordinator_load_in_progress
+        if gate := coordinator.gate(group_id):
+            entry["error_code"] = gate
         elif group is None:
             if ctx.api_version >= 6:
                 entry["error_code"] = ErrorCode.group_id_not_found

@@ -2,7 +2,8 @@
 
 Behaviour: for each transactional id, its state name, timeout, start time (-1 when no
 transaction is open), producer id/epoch and partitions. Unknown id:
-TRANSACTIONAL_ID_NOT_FOUND; before the log is loaded: COORDINATOR_LOAD_IN_PROGRESS.
+TRANSACTIONAL_ID_NOT_FOUND; before its log partition is loaded: COORDINATOR_LOAD_IN_PROGRESS;
+coordinated by another broker (cluster mode): NOT_COORDINATOR.
 """
 
 from __future__ import annotations
@@ -28,10 +29,8 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     states = []
     for transactional_id in request.transactional_ids:
         meta = coordinator.txns.get(transactional_id)
-        error = ErrorCode.none
-        if not coordinator.loaded:
-            error = ErrorCode.coordinator_load_in_progress
-        elif meta is None:
+        error = coordinator.serving(transactional_id)
+        if not error and meta is None:
             error = ErrorCode.transactional_id_not_found
         if meta is None or error:
             states.append(

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Key = tuple[str, int]
+# (topic, partition, leader epoch) when this broker starts leading it, epoch None when it stops
+LeadershipListener = Callable[[str, int, int | None], None]
 
 
 def _now_ms() -> int:
@@ -55,6 +58,7 @@ class ReplicaManager:
         self.leaders: dict[Key, LeaderTerm] = {}
         self.following: dict[Key, tuple[int, int]] = {}  # → (leader, leader epoch)
         self.fetchers: dict[int, ReplicaFetcher] = {}
+        self.leadership_listeners: list[LeadershipListener] = []
         self._scheduled = False
         self._lag_task: asyncio.Task[None] | None = None
 
@@ -152,6 +156,8 @@ class ReplicaManager:
         log.info("%s-%d: leading in epoch %d from offset %d (isr %s)", *key,
                  state.leader_epoch, partition.log_end_offset, list(state.isr))  # fmt: skip
         self._update_high_watermark(partition, term)
+        for listener in self.leadership_listeners:
+            listener(*key, state.leader_epoch)
 
     def _follow(self, key: Key, partition: Partition, state: PartitionState) -> None:
         if key in self.leaders:
@@ -194,6 +200,8 @@ class ReplicaManager:
         if term.isr_change is not None:
             term.isr_change.cancel()
         log.info("%s-%d: no longer leading epoch %d", *key, term.state.leader_epoch)
+        for listener in self.leadership_listeners:
+            listener(*key, None)
 
     # -- the leader's side ----------------------------------------------------------------------
 
@@ -241,6 +249,17 @@ class ReplicaManager:
         term.waiters.append((required, waiter))
         self._update_high_watermark(partition, term)
         return waiter
+
+    async def replicated(self, partition: Partition, end: int, timeout_s: float) -> None:
+        """A coordinator's acks=all write: returns once the records below `end` are in the
+        ISR's logs; raises KafkaProtocolError otherwise (the leadership lost, the ISR below
+        min.insync.replicas, REQUEST_TIMED_OUT)."""
+        try:
+            answer = await asyncio.wait_for(self.acknowledged(partition, end), timeout_s)
+        except TimeoutError:
+            raise KafkaProtocolError(ErrorCode.request_timed_out) from None
+        if answer:
+            raise KafkaProtocolError(answer)
 
     def on_follower_fetch(self, partition: Partition, replica: int, fetch_offset: int) -> None:
         """A follower's Fetch: it has everything below `fetch_offset`."""

@@ -13,9 +13,9 @@ from lockgate.cluster.controller_service import ControllerService
 from lockgate.cluster.etcd import EtcdMetadataStore
 from lockgate.cluster.local import LocalMetadataStore
 from lockgate.cluster.metadata import BrokerRegistration
-from lockgate.coordinator.group.service import GroupCoordinator
+from lockgate.coordinator.group.service import CONSUMER_OFFSETS_TOPIC, GroupCoordinator
 from lockgate.coordinator.snapshots import Snapshotter
-from lockgate.coordinator.txn.service import TransactionCoordinator
+from lockgate.coordinator.txn.service import TRANSACTION_STATE_TOPIC, TransactionCoordinator
 from lockgate.handlers import load_all
 from lockgate.log.cleaner import MAP_ENTRY_BYTES, LogCleaner
 from lockgate.log.partition import Partition
@@ -23,6 +23,7 @@ from lockgate.replication.manager import ReplicaManager
 from lockgate.server.config import BrokerConfig, parse_listener
 from lockgate.server.connection import Connection
 from lockgate.server.connection_limits import ConnectionLimits, RequestMemory
+from lockgate.server.coordinator_locator import CoordinatorLocator
 from lockgate.server.durability import GroupCommit
 from lockgate.server.fetch_sessions import FetchSessionCache
 from lockgate.server.membership import ClusterMembership, Membership, SingleNode
@@ -80,6 +81,7 @@ class Broker:
         )
         self.transactions = TransactionCoordinator(self)
         self.groups = GroupCoordinator(self)
+        self.coordinators = CoordinatorLocator(self)
         self.metrics = BrokerMetrics(self)
         self.metrics_port = -1
         self.group_commit = GroupCommit(config.durable and self.storage.durable)
@@ -143,12 +145,10 @@ class Broker:
             )
         self._tasks.append(asyncio.create_task(self._retention_loop()))
         self._tasks.append(asyncio.create_task(self._producer_expiry_loop()))
-        if self.membership.coordinators:
+        self._tasks.append(asyncio.create_task(self._offsets_expiry_loop()))
+        self._tasks.append(asyncio.create_task(self._transaction_loops()))
+        if self.cluster is None:
             self._tasks.append(asyncio.create_task(self.snapshots.run()))
-            self._tasks.append(asyncio.create_task(self._offsets_expiry_loop()))
-            self._tasks.append(asyncio.create_task(self._transaction_loops()))
-        elif self.config.flag("log.cleaner.enable"):
-            self._cleaner_task = asyncio.create_task(self.cleaner.run())
         log.info(
             "lockgate broker %d listening on %s:%d (cluster %s, %d partitions loaded in %.2fs, "
             "durability %s)",
@@ -170,9 +170,17 @@ class Broker:
         await self.cluster.start()
         host, port = self.advertised
         await self.cluster.register(BrokerRegistration(self.node_id, host, port))
+        self.replicas.leadership_listeners.append(self._on_leadership)
         self.replicas.start()
         self.controller.start()
         self.producer_ids.start()
+
+    def _on_leadership(self, topic: str, index: int, epoch: int | None) -> None:
+        """A cluster broker coordinates the ids and groups of the internal partitions it leads."""
+        if topic == TRANSACTION_STATE_TOPIC:
+            self.transactions.on_leadership(index, epoch)
+        elif topic == CONSUMER_OFFSETS_TOPIC:
+            self.groups.on_leadership(index, epoch)
 
     async def _leave_cluster(self) -> None:
         """A controlled shutdown: stop leading and fetching, then give the lease back, so
@@ -203,12 +211,13 @@ class Broker:
         self.groups.ensure_topic()
 
     async def _transaction_loops(self) -> None:
-        """Loads the transaction log after the listener is up (requests meanwhile get
+        """Loads the coordinators' logs after the listener is up (requests meanwhile get
         COORDINATOR_LOAD_IN_PROGRESS), starts the log cleaner, then aborts timed-out
         transactions and expires idle ids."""
         await asyncio.sleep(0)
-        await self.transactions.load()
-        await self.groups.load()
+        if self.cluster is None:  # (a cluster broker loads partitions as it comes to lead them)
+            await self.transactions.load()
+            await self.groups.load()
         if self.config.flag("log.cleaner.enable"):  # after the loads, not competing with them
             self._cleaner_task = asyncio.create_task(self.cleaner.run())
         abort_every = self.config.integer(

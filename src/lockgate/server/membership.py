@@ -12,10 +12,6 @@ if TYPE_CHECKING:
 
 
 class Membership(Protocol):
-    # whether this broker runs the group and transaction coordinators (in a cluster they
-    # follow the internal topics' partitions: not yet, see docs/cluster-mode.md)
-    coordinators: bool
-
     def brokers(self) -> list[BrokerRegistration]: ...
 
     def controller_id(self) -> int: ...
@@ -26,8 +22,6 @@ class Membership(Protocol):
 
 
 class SingleNode:
-    coordinators = True
-
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
 
@@ -47,8 +41,6 @@ class SingleNode:
 
 
 class ClusterMembership:
-    coordinators = False
-
     def __init__(self, store: MetadataStore, node_id: int) -> None:
         self.store = store
         self.node_id = node_id

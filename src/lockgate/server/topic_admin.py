@@ -32,6 +32,7 @@ class TopicAdmin(Protocol):
         configs: Mapping[str, str | None],
         validate_only: bool = False,
         assignments: Assignments | None = None,
+        internal: bool = False,
     ) -> TopicRecord: ...
 
     async def delete(self, name: str) -> TopicRecord: ...
@@ -65,9 +66,12 @@ class LocalTopicAdmin:
         configs: Mapping[str, str | None],
         validate_only: bool = False,
         assignments: Assignments | None = None,
+        internal: bool = False,
     ) -> TopicRecord:
         self._check_local(assignments)
-        return self.topics.create(name, partitions, replication_factor, configs, validate_only)
+        return self.topics.create(
+            name, partitions, replication_factor, configs, validate_only, internal
+        )
 
     async def delete(self, name: str) -> TopicRecord:
         return self.topics.delete(name)
@@ -141,9 +145,10 @@ class ClusterTopicAdmin:
         configs: Mapping[str, str | None],
         validate_only: bool = False,
         assignments: Assignments | None = None,
+        internal: bool = False,
     ) -> TopicRecord:
         record = self.topics.new_record(name, len(assignments) if assignments else partitions,
-                                        configs)  # fmt: skip
+                                        configs, internal)  # fmt: skip
         placement = self._placement(
             0, record.partitions, self.topics.replication_factor(replication_factor), assignments
         )

@@ -11,6 +11,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from lockgate.coordinator import writes
 from lockgate.coordinator.group.group import Group, Member, TopicPartition
 from lockgate.coordinator.group.records import (
     CommittedOffset,
@@ -36,7 +37,6 @@ from lockgate.protocol.records import (
     build_batch,
     control_type,
     iter_records,
-    validate_produced_batch,
 )
 
 if TYPE_CHECKING:
@@ -72,24 +72,80 @@ class GroupCoordinator:
         self.groups: dict[str, Group] = {}
         # producer id → group → offsets written in its open transaction
         self.pending_txn_offsets: dict[int, dict[str, dict[TopicPartition, CommittedOffset]]] = {}
-        self.loaded = False  # every partition is
+        # __consumer_offsets partitions coordinated here → their leader epoch: every
+        # partition on a single node, those led here in a cluster
+        self.owned: dict[int, int] = {}
         self.loaded_partitions: set[int] = set()
+        self._loads: dict[int, asyncio.Task[Any]] = {}
         self.sessions_expired = 0
         self.replayed_batches = 0  # by the last load, after the snapshots
         self.expiry_lateness_ms = 0.0  # the latest a session expired after its deadline
 
     # -- the offsets topic ----------------------------------------------------------------------
 
+    @property
+    def loaded(self) -> bool:
+        """Every partition coordinated here is loaded."""
+        return self.loaded_partitions.issuperset(self.owned)
+
     def ensure_topic(self) -> None:
+        """A single node: creates the topic if needed and coordinates every partition."""
         topics = self.broker.topics
         if CONSUMER_OFFSETS_TOPIC not in topics.topics:
             topics.create(CONSUMER_OFFSETS_TOPIC, self.num_partitions, 1, {}, internal=True)
         self.num_partitions = topics.topics[CONSUMER_OFFSETS_TOPIC].partitions
         for index in range(self.num_partitions):
-            self._partition_at(index).marker_listeners.append(self._on_marker(index))
+            partition = self._partition_at(index)
+            partition.marker_listeners.append(self._on_marker(index))
+            self.owned[index] = partition.leader_epoch
 
-    def is_loading(self, group_id: str) -> bool:
-        return self.offsets_partition(group_id) not in self.loaded_partitions
+    def on_leadership(self, index: int, epoch: int | None) -> None:
+        """Cluster mode: this broker leads `index` of __consumer_offsets in `epoch` and
+        coordinates its groups (loaded in the background), or (None) no longer does."""
+        task = self._loads.pop(index, None)
+        if task is not None:
+            task.cancel()
+        self._unload(index)
+        if epoch is None:
+            return
+        self.num_partitions = self.broker.topics.topics[CONSUMER_OFFSETS_TOPIC].partitions
+        partition = self._partition_at(index)
+        listener = self._on_marker(index)
+        partition.marker_listeners[:] = [listener]  # (the partition is this coordinator's alone)
+        self.owned[index] = epoch
+        self._loads[index] = asyncio.get_running_loop().create_task(self._load_partition(index))
+
+    def _unload(self, index: int) -> None:
+        """Forgets a partition's groups: their members' waits end with NOT_COORDINATOR and
+        they look for the new coordinator; nothing is written."""
+        self.owned.pop(index, None)
+        self.loaded_partitions.discard(index)
+        gone = [g for g in self.groups.values() if self.offsets_partition(g.group_id) == index]
+        for group in gone:
+            del self.groups[group.group_id]
+            if group.rebalance_task is not None:
+                group.rebalance_task.cancel()
+            for member in group.members.values():
+                if member.expiry is not None:
+                    member.expiry.cancel()
+                for waiter in (member.join_waiter, member.sync_waiter):
+                    if waiter is not None and not waiter.done():
+                        waiter.set_result({"error_code": ErrorCode.not_coordinator})
+        for by_group in self.pending_txn_offsets.values():
+            for group_id in [g for g in by_group if self.offsets_partition(g) == index]:
+                del by_group[group_id]
+        if gone:
+            log.info("no longer coordinating %s-%d: %d groups unloaded", CONSUMER_OFFSETS_TOPIC,
+                     index, len(gone))  # fmt: skip
+
+    def gate(self, group_id: str) -> ErrorCode:
+        """NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS for the group's partition, if so."""
+        index = self.offsets_partition(group_id)
+        if index not in self.owned:
+            return ErrorCode.not_coordinator
+        if index not in self.loaded_partitions:
+            return ErrorCode.coordinator_load_in_progress
+        return ErrorCode.none
 
     def offsets_partition(self, group_id: str) -> int:
         return partition_for(group_id, self.num_partitions)
@@ -118,46 +174,58 @@ class GroupCoordinator:
             producer_id=producer_id,
             producer_epoch=epoch,
         )
-        partition = self._partition_at(self.offsets_partition(group_id))
-        partition.append(bytearray(batch), validate_produced_batch(batch), now_ms(), internal=True)
-        return self.broker.group_commit.appended(partition)
+        index = self.offsets_partition(group_id)
+        try:
+            if index not in self.owned:  # lost while the caller awaited something
+                raise KafkaProtocolError(ErrorCode.not_coordinator)
+            return writes.append(self.broker, self._partition_at(index), batch, internal=True)
+        except KafkaProtocolError as exc:  # (callers handle every failure where they await)
+            failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            failed.set_exception(exc)
+            return failed
 
     async def load(self) -> None:
-        """Replays __consumer_offsets one partition at a time without holding the event
-        loop; a group is served as soon as its partition is loaded (COORDINATOR_LOAD_IN_PROGRESS
-        before). Transactional offsets wait for their marker, which is in the same partition."""
+        """A single node's start: loads every partition, one at a time without holding the
+        event loop; a group is served as soon as its partition is loaded
+        (COORDINATOR_LOAD_IN_PROGRESS before)."""
         started = time.monotonic()
-        batches = snapshots = 0
-        for index in range(self.num_partitions):
-            pending: dict[int, list[tuple[bytes, bytes | None]]] = {}
-            partition = self._partition_at(index)
-            image = PartitionImage()
-            visit = functools.partial(self._replay_batch, pending)
-            loaded = await restore(partition, visit, image, now_ms())
+        loads = [await self._load_partition(index) for index in sorted(self.owned)]
+        self.replayed_batches = sum(batches for _, batches in loads)
+        log.info("group coordinator loaded %d groups from %d snapshots and %d batches in %.2fs",
+                 len(self.groups), sum(s for s, _ in loads), self.replayed_batches,
+                 time.monotonic() - started)  # fmt: skip
+
+    async def _load_partition(self, index: int) -> tuple[bool, int]:
+        """Replays one partition and marks it loaded; returns whether a snapshot was used and
+        the batches replayed after it.
+        Transactional offsets wait for their marker, which is in the same partition."""
+        started = time.monotonic()
+        pending: dict[int, list[tuple[bytes, bytes | None]]] = {}
+        partition = self._partition_at(index)
+        image = PartitionImage()
+        visit = functools.partial(self._replay_batch, pending)
+        loaded = await restore(partition, visit, image, now_ms())
+        if self.broker.cluster is None:  # (snapshots are a single node's, for now)
             self.broker.snapshots.follow(partition, image, loaded.snapshot_offset)
-            batches += loaded.replayed
-            snapshots += loaded.snapshot_offset >= 0
-            for producer_id, records in pending.items():  # transactions still open
-                for key, value in records:
-                    decoded = decode_key(key)
-                    if isinstance(decoded, tuple) and value is not None:
-                        group, topic, p = decoded
-                        self.pending_txn_offsets.setdefault(producer_id, {}).setdefault(group, {})[
-                            (topic, p)
-                        ] = decode_offset_value(value)
-            self.loaded_partitions.add(index)
-        self.loaded = True
-        for restored in self.groups.values():  # restored members get a session to come back
-            for member in restored.members.values():
-                self._touch(restored, member)
-        self.replayed_batches = batches
-        log.info(
-            "group coordinator loaded %d groups from %d snapshots and %d batches in %.2fs",
-            len(self.groups),
-            snapshots,
-            batches,
-            time.monotonic() - started,
-        )
+        for producer_id, records in pending.items():  # transactions still open
+            for key, value in records:
+                decoded = decode_key(key)
+                if isinstance(decoded, tuple) and value is not None:
+                    group, topic, p = decoded
+                    self.pending_txn_offsets.setdefault(producer_id, {}).setdefault(group, {})[
+                        (topic, p)
+                    ] = decode_offset_value(value)
+        self.loaded_partitions.add(index)
+        restored = [g for g in self.groups.values() if self.offsets_partition(g.group_id) == index]
+        for each in restored:  # restored members get a session to come back
+            for member in each.members.values():
+                self._touch(each, member)
+        log.log(logging.INFO if self.broker.cluster else logging.DEBUG,
+                "%s-%d loaded in epoch %d: %d groups from %s and %d batches in %.2fs",
+                CONSUMER_OFFSETS_TOPIC, index, self.owned.get(index, -1), len(restored),
+                "a snapshot" if loaded.snapshot_offset >= 0 else "no snapshot", loaded.replayed,
+                time.monotonic() - started)  # fmt: skip
+        return loaded.snapshot_offset >= 0, loaded.replayed
 
     def _replay_batch(
         self,
@@ -271,8 +339,8 @@ class GroupCoordinator:
         def error(code: ErrorCode, member: str = member_id) -> Answer:
             return {"error_code": code, "member_id": member}
 
-        if self.is_loading(group_id):
-            return error(ErrorCode.coordinator_load_in_progress)
+        if gate := self.gate(group_id):
+            return error(gate)
         if not group_id:
             return error(ErrorCode.invalid_group_id)
         if not self.min_session_ms <= session_timeout_ms <= self.max_session_ms:
@@ -371,7 +439,7 @@ class GroupCoordinator:
             return None
         try:
             await self._persist_group(group)  # the new member id must survive a restart
-        except OSError as exc:
+        except writes.WriteFailure as exc:
             log.error("group %s: could not persist static member %s: %s", group.group_id,
                       member.member_id, exc)  # fmt: skip
         log.info(
@@ -462,7 +530,10 @@ class GroupCoordinator:
             group.transition(GroupState.EMPTY)
             group.protocol = None
             group.leader = None
-            await self._persist_group(group)
+            try:
+                await self._persist_group(group)
+            except writes.WriteFailure as exc:
+                log.error("group %s: could not persist it empty: %s", group.group_id, exc)
             return
         group.protocol = group.select_protocol()
         if group.leader not in group.members:
@@ -472,7 +543,7 @@ class GroupCoordinator:
         durable = self._persist_group(group)
         try:
             await durable
-        except OSError as exc:
+        except writes.WriteFailure as exc:
             log.error(
                 "group %s: could not persist generation %d: %s",
                 group.group_id,
@@ -548,8 +619,8 @@ class GroupCoordinator:
         assignments: dict[str, bytes],
     ) -> Answer:
         group = self.groups.get(group_id)
-        if self.is_loading(group_id):
-            return {"error_code": ErrorCode.coordinator_load_in_progress}
+        if gate := self.gate(group_id):
+            return {"error_code": gate}
         if group is None:
             return {"error_code": ErrorCode.unknown_member_id}
         error = group.check_member(member_id, group_instance_id, generation)
@@ -578,7 +649,7 @@ class GroupCoordinator:
             group.transition(GroupState.STABLE)
             try:
                 await self._persist_group(group)
-            except OSError as exc:
+            except writes.WriteFailure as exc:
                 log.error("group %s: could not persist assignments: %s", group_id, exc)
             for m in group.members.values():
                 pending, m.sync_waiter = m.sync_waiter, None
@@ -589,8 +660,8 @@ class GroupCoordinator:
     def heartbeat(
         self, group_id: str, generation: int, member_id: str, group_instance_id: str | None
     ) -> ErrorCode:
-        if self.is_loading(group_id):
-            return ErrorCode.coordinator_load_in_progress
+        if gate := self.gate(group_id):
+            return gate
         group = self.groups.get(group_id)
         if group is None:
             return ErrorCode.unknown_member_id
@@ -606,8 +677,8 @@ class GroupCoordinator:
         self, group_id: str, members: list[tuple[str, str | None]]
     ) -> tuple[ErrorCode, list[Answer]]:
         group = self.groups.get(group_id)
-        if self.is_loading(group_id):
-            return ErrorCode.coordinator_load_in_progress, []
+        if gate := self.gate(group_id):
+            return gate, []
         if group is None:
             return ErrorCode.unknown_member_id, []
         answers = []
@@ -705,8 +776,8 @@ class GroupCoordinator:
         def all_(code: ErrorCode) -> dict[TopicPartition, ErrorCode]:
             return dict.fromkeys(offsets, code)
 
-        if self.is_loading(group_id):
-            return all_(ErrorCode.coordinator_load_in_progress)
+        if gate := self.gate(group_id):
+            return all_(gate)
         if not group_id:
             return all_(ErrorCode.invalid_group_id)
         group = self.groups.get(group_id)
@@ -734,8 +805,8 @@ class GroupCoordinator:
                     group_id,
                     [(offset_key(group_id, *tp), offset_value(o)) for tp, o in accepted.items()],
                 )
-            except OSError:
-                return all_(ErrorCode.kafka_storage_error)
+            except writes.WriteFailure as exc:
+                return all_(writes.write_error(exc, ErrorCode.kafka_storage_error))
             group.offsets.update(accepted)
         return results
 
@@ -755,8 +826,8 @@ class GroupCoordinator:
     def fetch(
         self, group_id: str, partitions: list[TopicPartition] | None, require_stable: bool
     ) -> tuple[ErrorCode, dict[TopicPartition, tuple[CommittedOffset | None, ErrorCode]]]:
-        if self.is_loading(group_id):
-            return ErrorCode.coordinator_load_in_progress, {}
+        if gate := self.gate(group_id):
+            return gate, {}
         group = self.groups.get(group_id)
         committed = group.offsets if group else {}
         wanted = list(committed) if partitions is None else partitions
@@ -783,8 +854,8 @@ class GroupCoordinator:
         """Transactional offsets (the transaction checks are the caller's): KIP-447 fencing
         when the request names a generation, member or instance; then a transactional batch
         of the producer in the offsets partition; visible once its commit marker lands."""
-        if self.is_loading(group_id):
-            return dict.fromkeys(offsets, ErrorCode.coordinator_load_in_progress)
+        if gate := self.gate(group_id):
+            return dict.fromkeys(offsets, gate)
         if generation >= 0 or member_id or group_instance_id is not None:
             group = self.groups.get(group_id)
             error = (
@@ -808,8 +879,10 @@ class GroupCoordinator:
             )
             try:
                 await durable
-            except OSError:
-                return dict.fromkeys(offsets, ErrorCode.kafka_storage_error)
+            except writes.WriteFailure as exc:
+                return dict.fromkeys(
+                    offsets, writes.write_error(exc, ErrorCode.kafka_storage_error)
+                )
         return results
 
     def _on_marker(self, partition_index: int) -> Any:
@@ -840,7 +913,7 @@ class GroupCoordinator:
         expired = 0
         for group_id in list(self.groups):
             group = self.groups[group_id]
-            if self.is_loading(group_id):
+            if self.gate(group_id):
                 continue
             doomed = self._expired_offsets(group, now)
             drop_group = (
@@ -857,7 +930,7 @@ class GroupCoordinator:
                 records.append((group_key(group_id), None))
             try:
                 durable = self._append(group_id, records)
-            except OSError as exc:
+            except writes.WriteFailure as exc:
                 log.error("group %s: could not expire offsets: %s", group_id, exc)
                 continue
             durable.add_done_callback(_retrieve)
@@ -900,8 +973,8 @@ class GroupCoordinator:
 
     async def delete_group(self, group_id: str) -> ErrorCode:
         group = self.groups.get(group_id)
-        if self.is_loading(group_id):
-            return ErrorCode.coordinator_load_in_progress
+        if gate := self.gate(group_id):
+            return gate
         if group is None:
             return ErrorCode.group_id_not_found
         if group.members:
@@ -913,8 +986,8 @@ class GroupCoordinator:
         del self.groups[group_id]
         try:
             await self._append(group_id, records)
-        except OSError:
-            return ErrorCode.kafka_storage_error
+        except writes.WriteFailure as exc:
+            return writes.write_error(exc, ErrorCode.kafka_storage_error)
         return ErrorCode.none
 
     async def delete_offsets(
@@ -923,8 +996,8 @@ class GroupCoordinator:
         from lockgate.coordinator.group.records import subscribed_topics
 
         group = self.groups.get(group_id)
-        if self.is_loading(group_id):
-            return ErrorCode.coordinator_load_in_progress, {}
+        if gate := self.gate(group_id):
+            return gate, {}
         if group is None:
             return ErrorCode.group_id_not_found, {}
         subscribed: set[str] = set()
@@ -939,8 +1012,8 @@ class GroupCoordinator:
         if doomed:
             try:
                 await self._append(group_id, [(offset_key(group_id, *tp), None) for tp in doomed])
-            except OSError:
-                return ErrorCode.kafka_storage_error, {}
+            except writes.WriteFailure as exc:
+                return writes.write_error(exc, ErrorCode.kafka_storage_error), {}
             for tp in doomed:
                 group.offsets.pop(tp, None)
         return ErrorCode.none, results

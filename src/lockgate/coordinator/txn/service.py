@@ -6,11 +6,13 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from lockgate.coordinator import writes
 from lockgate.coordinator.snapshots import PartitionImage, restore
 from lockgate.coordinator.txn import coordinator as rules
 from lockgate.coordinator.txn.log import (
@@ -20,6 +22,7 @@ from lockgate.coordinator.txn.log import (
     encode_value,
     partition_for,
 )
+from lockgate.coordinator.txn.markers import MarkerSender
 from lockgate.coordinator.txn.metadata import TV2, TopicPartition, TxnMetadata
 from lockgate.coordinator.txn.state import PREPARING, TxnState
 from lockgate.log.partition import Partition
@@ -28,7 +31,6 @@ from lockgate.protocol.records import (
     BatchHeader,
     build_batch,
     iter_records,
-    validate_produced_batch,
 )
 
 if TYPE_CHECKING:
@@ -58,11 +60,14 @@ class TransactionCoordinator:
         self.expiration_ms = config.integer("transactional.id.expiration.ms")
         self.txns: dict[str, TxnMetadata] = {}
         self.pending: set[str] = set()
-        self.loaded = False  # every partition is
+        # __transaction_state partitions coordinated here → coordinator epoch (the partition's
+        # leader epoch): every partition on a single node, those led here in a cluster
+        self.owned: dict[int, int] = {}
         self.loaded_partitions: set[int] = set()
-        self._replayed_ids: set[str] = set()  # ids seen by the partition being loaded
+        self._loads: dict[int, asyncio.Task[Any]] = {}
         self.replayed_batches = 0  # by the last load, after the snapshots
         self._completions: dict[str, asyncio.Task[None]] = {}
+        self.markers = MarkerSender(broker) if broker.cluster is not None else None
         self._crash_point = os.environ.get(CRASH_POINT_VARIABLE, "")
         if self._crash_point not in CRASH_POINTS | {""}:
             log.error("ignoring %s=%r: not a crash point", CRASH_POINT_VARIABLE, self._crash_point)
@@ -72,48 +77,87 @@ class TransactionCoordinator:
 
     # -- loading -------------------------------------------------------------------------------
 
+    @property
+    def loaded(self) -> bool:
+        """Every partition coordinated here is loaded."""
+        return self.loaded_partitions.issuperset(self.owned)
+
     def ensure_topic(self) -> None:
+        """A single node: creates the topic if needed and coordinates every partition."""
         topics = self.broker.topics
         if TRANSACTION_STATE_TOPIC not in topics.topics:
             topics.create(TRANSACTION_STATE_TOPIC, self.num_partitions, 1, {}, internal=True)
         self.num_partitions = topics.topics[TRANSACTION_STATE_TOPIC].partitions
+        self.owned = {index: self._log_partition_at(index).leader_epoch
+                      for index in range(self.num_partitions)}  # fmt: skip
 
     async def load(self) -> None:
-        """Replays __transaction_state (the latest record per id wins; null = expired), one
-        partition at a time without holding the event loop: the ids of a partition are served
-        as soon as it is loaded (COORDINATOR_LOAD_IN_PROGRESS before), and transactions it
-        left preparing are resumed then."""
+        """A single node's start: loads every partition, one at a time without holding the
+        event loop. The ids of a partition are served as soon as it is loaded
+        (COORDINATOR_LOAD_IN_PROGRESS before)."""
         started = time.monotonic()
-        batches = resumed = 0
-        snapshots = 0
-        for index in range(self.num_partitions):
-            self._replayed_ids.clear()
-            partition = self._log_partition_at(index)
-            image = PartitionImage()
-            restored = await restore(partition, self._replay_batch, image, now_ms())
-            self.broker.snapshots.follow(partition, image, restored.snapshot_offset)
-            batches += restored.replayed
-            snapshots += restored.snapshot_offset >= 0
-            self.loaded_partitions.add(index)
-            for transactional_id in self._replayed_ids:
-                meta = self.txns.get(transactional_id)
-                if meta is not None and meta.state in PREPARING:
-                    self._spawn_completion(transactional_id)
-                    resumed += 1
-        self._replayed_ids.clear()
-        self.loaded = True
-        self.replayed_batches = batches
-        log.info(
-            "transaction coordinator loaded %d ids from %d snapshots and %d batches in %.2fs; "
-            "resuming %d",
-            len(self.txns),
-            snapshots,
-            batches,
-            time.monotonic() - started,
-            resumed,
-        )
+        loads = [await self._load_partition(index) for index in sorted(self.owned)]
+        self.replayed_batches = sum(batches for _, batches, _ in loads)
+        log.info("transaction coordinator loaded %d ids from %d snapshots and %d batches in "
+                 "%.2fs; resuming %d", len(self.txns), sum(s for s, _, _ in loads),
+                 self.replayed_batches, time.monotonic() - started,
+                 sum(r for _, _, r in loads))  # fmt: skip
 
-    def _replay_batch(self, header: BatchHeader, data: bytes) -> None:
+    def on_leadership(self, index: int, epoch: int | None) -> None:
+        """Cluster mode: this broker leads `index` of __transaction_state in `epoch` and
+        coordinates its ids (loaded in the background), or (None) no longer does."""
+        task = self._loads.pop(index, None)
+        if task is not None:
+            task.cancel()
+        self._unload(index)
+        if epoch is None:
+            return
+        self.num_partitions = self.broker.topics.topics[TRANSACTION_STATE_TOPIC].partitions
+        self.owned[index] = epoch
+        self._loads[index] = asyncio.get_running_loop().create_task(self._load_partition(index))
+
+    def _unload(self, index: int) -> None:
+        """Forgets a partition's ids: their requests get NOT_COORDINATOR, their markers are
+        left to the next coordinator (it resumes what was prepared)."""
+        self.owned.pop(index, None)
+        self.loaded_partitions.discard(index)
+        gone = [t for t in self.txns if partition_for(t, self.num_partitions) == index]
+        for transactional_id in gone:
+            del self.txns[transactional_id]
+            task = self._completions.pop(transactional_id, None)
+            if task is not None:
+                task.cancel()
+        if gone:
+            log.info("no longer coordinating %s-%d: %d ids unloaded", TRANSACTION_STATE_TOPIC,
+                     index, len(gone))  # fmt: skip
+
+    async def _load_partition(self, index: int) -> tuple[bool, int, int]:
+        """Replays one partition (the latest record per id wins; null = expired), marks it
+        loaded and resumes the transactions it left preparing. Returns whether a snapshot was
+        used, the batches replayed after it and the transactions resumed."""
+        started = time.monotonic()
+        replayed: set[str] = set()
+        partition = self._log_partition_at(index)
+        image = PartitionImage()
+        visit = functools.partial(self._replay_batch, replayed)
+        restored = await restore(partition, visit, image, now_ms())
+        if self.broker.cluster is None:  # (snapshots are a single node's, for now)
+            self.broker.snapshots.follow(partition, image, restored.snapshot_offset)
+        self.loaded_partitions.add(index)
+        resumed = 0
+        for transactional_id in replayed:
+            meta = self.txns.get(transactional_id)
+            if meta is not None and meta.state in PREPARING:
+                self._spawn_completion(transactional_id)
+                resumed += 1
+        log.log(logging.INFO if self.broker.cluster else logging.DEBUG,
+                 "%s-%d loaded in epoch %d: %d ids from %s and %d batches in %.2fs; "
+                 "resuming %d", TRANSACTION_STATE_TOPIC, index, self.owned.get(index, -1),
+                 len(replayed), "a snapshot" if restored.snapshot_offset >= 0 else "no snapshot",
+                 restored.replayed, time.monotonic() - started, resumed)  # fmt: skip
+        return restored.snapshot_offset >= 0, restored.replayed, resumed
+
+    def _replay_batch(self, replayed: set[str], header: BatchHeader, data: bytes) -> None:
         if header.is_control:
             return
         for _offset, _ts, key, value in iter_records(data):
@@ -121,7 +165,7 @@ class TransactionCoordinator:
                 continue
             try:
                 transactional_id = decode_key(key)
-                self._replayed_ids.add(transactional_id)
+                replayed.add(transactional_id)
                 if value is None:
                     self.txns.pop(transactional_id, None)
                 else:
@@ -138,31 +182,36 @@ class TransactionCoordinator:
         return partition
 
     def coordinator_epoch(self, transactional_id: str) -> int:
-        return self._log_partition_at(
-            partition_for(transactional_id, self.num_partitions)
-        ).leader_epoch
+        return self.owned.get(partition_for(transactional_id, self.num_partitions), -1)
 
     # -- applying transitions ------------------------------------------------------------------
 
-    def is_loading(self, transactional_id: str) -> bool:
-        return partition_for(transactional_id, self.num_partitions) not in self.loaded_partitions
+    def serving(self, transactional_id: str) -> ErrorCode:
+        """NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS for the id's partition, if so."""
+        index = partition_for(transactional_id, self.num_partitions)
+        if index not in self.owned:
+            return ErrorCode.not_coordinator
+        if index not in self.loaded_partitions:
+            return ErrorCode.coordinator_load_in_progress
+        return ErrorCode.none
 
     def gate(self, transactional_id: str) -> ErrorCode:
         """The error to answer before the rules are even consulted, if any."""
-        if self.is_loading(transactional_id):
-            return ErrorCode.coordinator_load_in_progress
+        if serving := self.serving(transactional_id):
+            return serving
         if transactional_id in self.pending:
             return ErrorCode.concurrent_transactions
         return ErrorCode.none
 
     def _append(self, meta: TxnMetadata | None, transactional_id: str) -> asyncio.Future[None]:
         """Appends the record (synchronously: callers must not await before this) and returns
-        the future of its durability."""
+        the future of its commit (coordinator/writes.py)."""
+        index = partition_for(transactional_id, self.num_partitions)
+        if index not in self.owned:  # lost while the caller awaited something
+            raise KafkaProtocolError(ErrorCode.not_coordinator)
         value = None if meta is None else encode_value(meta)
         batch = build_batch([(encode_key(transactional_id), value)], timestamp_ms=now_ms())
-        partition = self._log_partition_at(partition_for(transactional_id, self.num_partitions))
-        partition.append(bytearray(batch), validate_produced_batch(batch), now_ms())
-        return self.broker.group_commit.appended(partition)
+        return writes.append(self.broker, self._log_partition_at(index), batch)
 
     async def apply(self, transactional_id: str, outcome: rules.Outcome) -> ErrorCode:
         """Logs the outcome's transition durably, installs it and starts its markers. Returns
@@ -170,14 +219,18 @@ class TransactionCoordinator:
         new = outcome.transition
         if new is None:
             return outcome.error
+        epoch = self.coordinator_epoch(transactional_id)
         self.pending.add(transactional_id)
         try:
             await self._append(new, transactional_id)
-        except OSError as exc:
+        except writes.WriteFailure as exc:
             log.error("could not log %s for %r: %s", new.state.display_name, transactional_id, exc)
-            return ErrorCode.not_coordinator
+            return writes.write_error(exc)
         finally:
             self.pending.discard(transactional_id)
+        if self.coordinator_epoch(transactional_id) != epoch:
+            # moved meanwhile: the new coordinator read this record; the client asks it again
+            return ErrorCode.not_coordinator
         self.txns[transactional_id] = new
         if new.state in PREPARING:
             self._spawn_completion(transactional_id)
@@ -201,7 +254,10 @@ class TransactionCoordinator:
         )
         if outcome.error or outcome.transition is None:
             return outcome.error, None
-        future = self._append(outcome.transition, transactional_id)
+        try:
+            future = self._append(outcome.transition, transactional_id)
+        except KafkaProtocolError as exc:
+            return writes.write_error(exc), None
         self.txns[transactional_id] = outcome.transition
         return ErrorCode.none, future
 
@@ -219,33 +275,16 @@ class TransactionCoordinator:
             await asyncio.wait({task}, timeout=timeout_s)
 
     async def _complete(self, transactional_id: str) -> None:
-        """Writes the markers of a prepared decision, waits until they are durable, then logs
-        the Complete state. Retried on storage errors; the Prepare state stays until then."""
+        """Writes the markers of a prepared decision, waits until they are committed, then
+        logs the Complete state. Retried on failures; the Prepare state stays until then (and
+        a coordinator elected meanwhile resumes it)."""
         meta = self.txns[transactional_id]
         commit = meta.state == TxnState.PREPARE_COMMIT
         epoch = self.coordinator_epoch(transactional_id)
         self._crash_if_at("after-prepare")
         for attempt in range(1, 1000):
-            written = []
-            for topic, index in sorted(meta.partitions):
-                partition = self.broker.topics.get(topic, index)
-                if partition is None:
-                    continue  # the topic was deleted: nothing left to mark
-                try:
-                    partition.write_marker(
-                        meta.producer_id, meta.producer_epoch, commit, epoch, now_ms(), meta.tv2
-                    )
-                except KafkaProtocolError as exc:
-                    log.warning(
-                        "marker for %r on %s-%d refused: %s", transactional_id, topic, index, exc
-                    )
-                    continue
-                written.append(self.broker.group_commit.appended(partition))
-                if self._crash_point == "between-markers" and len(meta.partitions) > 1:
-                    await written[0]  # test hook: the first marker is durable, the others unwritten
-                    self._crash_if_at("between-markers")
             try:
-                await asyncio.gather(*written)
+                await self._write_markers(transactional_id, meta, commit, epoch)
                 self._crash_if_at("after-markers")
                 done = rules.complete(meta, now_ms())
                 self.pending.add(transactional_id)
@@ -253,12 +292,41 @@ class TransactionCoordinator:
                     await self._append(done, transactional_id)
                 finally:
                     self.pending.discard(transactional_id)
-            except OSError as exc:
+            except writes.WriteFailure as exc:
                 log.error("completing %r failed (attempt %d): %s", transactional_id, attempt, exc)
                 await asyncio.sleep(min(attempt, 10))
                 continue
             self.txns[transactional_id] = done
             return
+
+    async def _write_markers(
+        self, transactional_id: str, meta: TxnMetadata, commit: bool, epoch: int
+    ) -> None:
+        if self.markers is not None:  # a cluster: each partition's leader writes its marker
+            refused = await self.markers.write(meta.producer_id, meta.producer_epoch, commit,
+                                               epoch, meta.tv2, meta.partitions)  # fmt: skip
+            if refused:  # as Kafka: nothing more to do for them (the sender logged why)
+                log.warning("markers for %r refused on %s", transactional_id, sorted(refused))
+            return
+        written = []
+        for topic, index in sorted(meta.partitions):
+            partition = self.broker.topics.get(topic, index)
+            if partition is None:
+                continue  # the topic was deleted: nothing left to mark
+            try:
+                partition.write_marker(
+                    meta.producer_id, meta.producer_epoch, commit, epoch, now_ms(), meta.tv2
+                )
+            except KafkaProtocolError as exc:
+                log.warning(
+                    "marker for %r on %s-%d refused: %s", transactional_id, topic, index, exc
+                )
+                continue
+            written.append(self.broker.group_commit.appended(partition))
+            if self._crash_point == "between-markers" and len(meta.partitions) > 1:
+                await written[0]  # test hook: the first marker is durable, the others unwritten
+                self._crash_if_at("between-markers")
+        await asyncio.gather(*written)
 
     def _crash_if_at(self, point: str) -> None:
         """Test hook (see CRASH_POINT_VARIABLE): dies here, without any cleanup, if asked to."""
@@ -271,6 +339,8 @@ class TransactionCoordinator:
         """Shutdown: lets in-flight completions finish."""
         if self._completions:
             await asyncio.wait(list(self._completions.values()), timeout=10)
+        if self.markers is not None:
+            await self.markers.close()
 
     # -- periodic work -------------------------------------------------------------------------
 
@@ -310,7 +380,7 @@ class TransactionCoordinator:
             try:
                 await self._append(None, transactional_id)
                 self.txns.pop(transactional_id, None)
-            except OSError as exc:
+            except writes.WriteFailure as exc:
                 log.error("could not expire %r: %s", transactional_id, exc)
             finally:
                 self.pending.discard(transactional_id)
