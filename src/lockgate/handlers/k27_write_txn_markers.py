@@ -99,15 +99,13 @@ async def _acknowledged(broker: Broker, written: list[_Written]) -> None:
     if replicas is None:
         return
     pending = [w for w in written if w.answer["error_code"] == ErrorCode.none]
-    waiters = [replicas.acknowledged(w.partition, w.end) for w in pending]
-    if not waiters:
-        return
-    _done, late = await asyncio.wait(waiters, timeout=REPLICATION_TIMEOUT_MS / 1000)
-    for w, waiter in zip(pending, waiters, strict=True):
-        if waiter in late:
-            waiter.cancel()
-            w.answer["error_code"] = ErrorCode.request_timed_out
-        elif isinstance(exc := waiter.exception(), KafkaProtocolError):
-            w.answer["error_code"] = exc.code
-        else:
-            w.answer["error_code"] = waiter.result()
+    timeout_s = REPLICATION_TIMEOUT_MS / 1000
+    outcomes = await asyncio.gather(
+        *(replicas.replicated(w.partition, w.end, timeout_s) for w in pending),
+        return_exceptions=True,
+    )
+    for w, outcome in zip(pending, outcomes, strict=True):
+        if isinstance(outcome, KafkaProtocolError):
+            w.answer["error_code"] = outcome.code
+        elif isinstance(outcome, BaseException):
+            raise outcome
