@@ -94,6 +94,13 @@ class MemoryClusterBroker:
         self.broker.port = self._server.sockets[0].getsockname()[1]
         self.register(self.broker.port)
 
+    def run_coordinators(self) -> None:
+        """From now on the broker's group and transaction coordinators follow the partitions of
+        __consumer_offsets / __transaction_state it leads, as a cluster broker's do once it
+        has joined (off by default: only the listener runs)."""
+        assert self.broker.replicas is not None
+        self.broker.replicas.leadership_listeners.append(self.broker._on_leadership)
+
     @property
     def connection_count(self) -> int:
         """Connections open to this broker now."""

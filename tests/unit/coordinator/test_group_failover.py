@@ -1,0 +1,118 @@
+"""Group coordination moving with the leadership of a __consumer_offsets partition, on two
+cluster brokers in this process (real sockets, replicated logs, a shared in-memory metadata
+store): offsets committed on the first leader (acks=all: broker 1 has them when the commit
+is answered) are served by broker 1's coordinator once it leads the partition, and broker 0
+stops coordinating the partition's groups."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from lockgate.cluster.metadata import PartitionState
+from lockgate.coordinator.group.records import CommittedOffset
+from lockgate.coordinator.group.service import CONSUMER_OFFSETS_TOPIC, GroupCoordinator
+from lockgate.coordinator.txn.log import partition_for
+from lockgate.protocol.errors import ErrorCode
+from tests.support.memory_cluster import MemoryClusterBroker, MemoryStore, memory_cluster
+
+PARTITIONS = 3
+GROUP = "payments-consumers"
+INDEX = partition_for(GROUP, PARTITIONS)
+TOPIC = "orders"
+SETTINGS = {"offsets.topic.num.partitions": str(PARTITIONS)}
+
+Cluster = tuple[MemoryStore, list[MemoryClusterBroker]]
+
+
+async def until(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not condition():
+        assert loop.time() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.01)
+
+
+def led_by(leader: int, epoch: int) -> PartitionState:
+    """A partition on both brokers, both in sync."""
+    return PartitionState((0, 1), leader, epoch, (0, 1))
+
+
+@pytest.fixture
+async def cluster() -> AsyncIterator[Cluster]:
+    """Brokers 0 and 1 running their coordinators; the group's __consumer_offsets partition
+    and orders-0 on both, led by broker 0 in epoch 1; broker 0 coordinates the group."""
+    async with memory_cluster(2, SETTINGS) as (store, brokers):
+        for member in brokers:
+            member.run_coordinators()
+        store.put_topic(CONSUMER_OFFSETS_TOPIC, PARTITIONS)
+        store.put_topic(TOPIC, 1)
+        store.put(CONSUMER_OFFSETS_TOPIC, INDEX, led_by(0, 1))
+        store.put(TOPIC, 0, led_by(0, 1))
+        groups = brokers[0].broker.groups
+        await until(lambda: groups.gate(GROUP) == ErrorCode.none)
+        yield store, brokers
+
+
+async def commit(groups: GroupCoordinator, offset: int, topic: str = TOPIC) -> ErrorCode:
+    committed = CommittedOffset(offset, -1, "", 1_000)
+    answers = await asyncio.wait_for(
+        groups.commit(GROUP, -1, "", None, {(topic, 0): committed}), 10
+    )
+    return answers[(topic, 0)]
+
+
+def committed(groups: GroupCoordinator) -> int | None:
+    error, answers = groups.fetch(GROUP, None, False)
+    assert error == ErrorCode.none
+    found = answers.get((TOPIC, 0))
+    return None if found is None or found[0] is None else found[0].offset
+
+
+async def test_a_commit_is_answered_once_the_follower_has_it(cluster: Cluster) -> None:
+    _store, brokers = cluster
+    assert await commit(brokers[0].broker.groups, 42) == ErrorCode.none
+    leader = brokers[0].broker.topics.get(CONSUMER_OFFSETS_TOPIC, INDEX)
+    follower = brokers[1].broker.topics.get(CONSUMER_OFFSETS_TOPIC, INDEX)
+    assert leader is not None and follower is not None
+    assert follower.log_end_offset == leader.log_end_offset == leader.high_watermark == 1
+
+
+async def test_the_next_leader_serves_the_offsets_committed_on_the_first(
+    cluster: Cluster,
+) -> None:
+    store, brokers = cluster
+    assert await commit(brokers[0].broker.groups, 42) == ErrorCode.none
+    successor = brokers[1].broker.groups
+    assert successor.gate(GROUP) == ErrorCode.not_coordinator
+    store.put(CONSUMER_OFFSETS_TOPIC, INDEX, led_by(1, 2))
+    await until(lambda: successor.gate(GROUP) == ErrorCode.none)
+    assert successor.owned == {INDEX: 2}
+    assert committed(successor) == 42
+
+
+async def test_the_previous_leader_stops_coordinating_the_group(cluster: Cluster) -> None:
+    store, brokers = cluster
+    groups = brokers[0].broker.groups
+    assert await commit(groups, 42) == ErrorCode.none
+    store.put(CONSUMER_OFFSETS_TOPIC, INDEX, led_by(1, 2))
+    await until(lambda: groups.gate(GROUP) == ErrorCode.not_coordinator)
+    assert GROUP not in groups.groups and groups.owned == {}
+    assert await commit(groups, 43) == ErrorCode.not_coordinator
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="GroupCoordinator._check_offsets (commit, txn_commit) looks the committed partition "
+    "up in broker.topics, which holds only the replicas this broker hosts: a cluster "
+    "coordinator answers UNKNOWN_TOPIC_OR_PARTITION for a partition hosted elsewhere",
+)
+async def test_offsets_of_a_partition_hosted_elsewhere_are_committed(cluster: Cluster) -> None:
+    store, brokers = cluster
+    store.put_topic("elsewhere", 1)
+    store.put("elsewhere", 0, PartitionState((1,), 1, 1, (1,)))  # broker 1 only
+    await until(lambda: brokers[1].broker.topics.get("elsewhere", 0) is not None)
+    assert "elsewhere" in brokers[0].broker.topics.topics  # a topic broker 0 knows of
+    assert await commit(brokers[0].broker.groups, 5, topic="elsewhere") == ErrorCode.none

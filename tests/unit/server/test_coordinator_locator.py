@@ -1,0 +1,191 @@
+"""FindCoordinator's answer (server/coordinator_locator.py): a single node coordinates every key
+itself; a cluster broker names the leader of the group's __consumer_offsets partition
+(COORDINATOR_NOT_AVAILABLE while the topic does not exist, which the first lookup creates,
+or while the partition has no reachable leader) and answers COORDINATOR_NOT_AVAILABLE to
+transactional ids for now. Against a stand-in broker: the locator reads only its cluster
+view, membership, admin, config, advertised address and node id."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Mapping
+from typing import Any, cast
+
+import pytest
+
+from lockgate.cluster.metadata import (
+    NO_LEADER,
+    BrokerRegistration,
+    MetadataView,
+    PartitionState,
+    TopicRecord,
+    Versioned,
+)
+from lockgate.coordinator.group.service import CONSUMER_OFFSETS_TOPIC
+from lockgate.coordinator.txn.log import partition_for
+from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
+from lockgate.server.broker import Broker
+from lockgate.server.config import BrokerConfig
+from lockgate.server.coordinator_locator import GROUP, TRANSACTION, CoordinatorLocator
+from lockgate.server.membership import ClusterMembership
+
+NODE = 7
+GROUP_ID = "payments-consumers"
+TXN_ID = "payments-1"
+
+
+class Store:
+    def __init__(self) -> None:
+        self.view = MetadataView()
+        self.live = True
+
+
+class Admin:
+    """Records the topics asked for; each creation waits for `release` (or fails with `error`)."""
+
+    def __init__(self) -> None:
+        self.created: list[tuple[str, int, int, dict[str, Any], bool]] = []
+        self.release = asyncio.Event()
+        self.error: KafkaProtocolError | None = None
+
+    async def create(
+        self,
+        name: str,
+        partitions: int,
+        replication_factor: int,
+        configs: Mapping[str, str | None],
+        validate_only: bool = False,
+        assignments: object = None,
+        internal: bool = False,
+    ) -> TopicRecord:
+        self.created.append((name, partitions, replication_factor, dict(configs), internal))
+        if self.error is not None:
+            raise self.error
+        await self.release.wait()
+        return TopicRecord(name, uuid.uuid4(), partitions, {}, internal)
+
+
+class StandIn:
+    """What of a Broker the locator uses; `cluster` None makes it a single node."""
+
+    def __init__(self, cluster: bool) -> None:
+        self.node_id = NODE
+        self.advertised = ("broker-7.example", 9097)
+        self.config = BrokerConfig({
+            "node.id": str(NODE),
+            "offsets.topic.num.partitions": "12",
+            "offsets.topic.replication.factor": "2",
+        })  # fmt: skip
+        self.store = Store()
+        self.cluster = self.store if cluster else None
+        self.membership = ClusterMembership(self.store, NODE)  # type: ignore[arg-type]
+        self.admin = Admin()
+
+
+def locator(broker: StandIn) -> CoordinatorLocator:
+    return CoordinatorLocator(cast(Broker, broker))
+
+
+def with_offsets_topic(broker: StandIn, partitions: int = 5) -> int:
+    """__consumer_offsets exists with `partitions`; returns the group's partition."""
+    record = TopicRecord(CONSUMER_OFFSETS_TOPIC, uuid.uuid4(), partitions, {}, True)
+    broker.store.view.topics[CONSUMER_OFFSETS_TOPIC] = Versioned(record, 1)
+    return partition_for(GROUP_ID, partitions)
+
+
+def led_by(broker: StandIn, index: int, leader: int) -> None:
+    state = PartitionState((leader,), leader, 3, (leader,))
+    broker.store.view.partitions[(CONSUMER_OFFSETS_TOPIC, index)] = Versioned(state, 2)
+
+
+def register(broker: StandIn, node_id: int) -> BrokerRegistration:
+    registration = BrokerRegistration(node_id, f"broker-{node_id}.example", 9090 + node_id)
+    broker.store.view.brokers[node_id] = registration
+    return registration
+
+
+@pytest.mark.parametrize("key_type", [GROUP, TRANSACTION])
+async def test_a_single_node_coordinates_every_key_itself(key_type: int) -> None:
+    found = locator(StandIn(cluster=False)).locate(key_type, "any-key")
+    assert isinstance(found, BrokerRegistration)
+    assert (found.node_id, found.host, found.port) == (NODE, "broker-7.example", 9097)
+
+
+@pytest.mark.parametrize("cluster", [False, True])
+async def test_an_unknown_key_type_is_an_invalid_request(cluster: bool) -> None:
+    assert locator(StandIn(cluster)).locate(2, GROUP_ID) == ErrorCode.invalid_request
+
+
+async def test_the_first_lookup_creates_the_offsets_topic_once() -> None:
+    broker = StandIn(cluster=True)
+    locate = locator(broker)
+    assert locate.locate(GROUP, GROUP_ID) == ErrorCode.coordinator_not_available
+    await asyncio.sleep(0)
+    assert locate.locate(GROUP, "another-group") == ErrorCode.coordinator_not_available
+    await asyncio.sleep(0)
+    assert broker.admin.created == [(CONSUMER_OFFSETS_TOPIC, 12, 2, {}, True)]
+    broker.admin.release.set()
+    await asyncio.sleep(0)  # (the creation ends)
+
+
+async def test_a_failed_creation_is_asked_again_by_the_next_lookup() -> None:
+    broker = StandIn(cluster=True)
+    broker.admin.error = KafkaProtocolError(ErrorCode.invalid_replication_factor, "1 broker")
+    locate = locator(broker)
+    assert locate.locate(GROUP, GROUP_ID) == ErrorCode.coordinator_not_available
+    await asyncio.sleep(0)
+    assert locate.locate(GROUP, GROUP_ID) == ErrorCode.coordinator_not_available
+    await asyncio.sleep(0)
+    assert len(broker.admin.created) == 2
+
+
+async def test_the_group_partitions_leader_is_the_coordinator() -> None:
+    broker = StandIn(cluster=True)
+    index = with_offsets_topic(broker)  # (5 partitions, not the configured 12)
+    leader = register(broker, 2)
+    register(broker, 3)
+    led_by(broker, index, 2)
+    assert locator(broker).locate(GROUP, GROUP_ID) == leader
+    assert broker.admin.created == []
+
+
+async def test_a_partition_without_a_leader_is_coordinator_not_available() -> None:
+    broker = StandIn(cluster=True)
+    index = with_offsets_topic(broker)
+    register(broker, 2)
+    led_by(broker, index, NO_LEADER)
+    assert locator(broker).locate(GROUP, GROUP_ID) == ErrorCode.coordinator_not_available
+
+
+async def test_a_partition_not_yet_placed_is_coordinator_not_available() -> None:
+    broker = StandIn(cluster=True)
+    with_offsets_topic(broker)  # (the topic exists, its partition states not yet)
+    assert locator(broker).locate(GROUP, GROUP_ID) == ErrorCode.coordinator_not_available
+
+
+async def test_a_leader_not_registered_is_coordinator_not_available() -> None:
+    broker = StandIn(cluster=True)
+    index = with_offsets_topic(broker)
+    led_by(broker, index, 4)  # broker 4's registration is gone
+    assert locator(broker).locate(GROUP, GROUP_ID) == ErrorCode.coordinator_not_available
+
+
+async def test_this_broker_without_its_lease_does_not_name_itself() -> None:
+    broker = StandIn(cluster=True)
+    index = with_offsets_topic(broker)
+    register(broker, NODE)
+    led_by(broker, index, NODE)
+    assert isinstance(locator(broker).locate(GROUP, GROUP_ID), BrokerRegistration)
+    broker.store.live = False
+    assert locator(broker).locate(GROUP, GROUP_ID) == ErrorCode.coordinator_not_available
+
+
+async def test_a_transactional_id_is_coordinator_not_available_in_a_cluster() -> None:
+    broker = StandIn(cluster=True)
+    index = with_offsets_topic(broker)
+    register(broker, 2)
+    led_by(broker, index, 2)
+    assert locator(broker).locate(TRANSACTION, TXN_ID) == ErrorCode.coordinator_not_available
+    await asyncio.sleep(0)
+    assert broker.admin.created == []  # (nor is __transaction_state created)
