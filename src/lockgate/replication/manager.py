@@ -138,6 +138,8 @@ class ReplicaManager:
             term.replication.set_isr(state.isr)
             self._update_high_watermark(partition, term)
             return
+        if term is not None:  # led again in a later epoch: the earlier term's waits end
+            self._resign(key, ErrorCode.not_leader_or_follower)
         self._unfollow(key)
         if state.leader_epoch > partition.epochs.latest_epoch:
             partition.epochs.begin_epoch(state.leader_epoch, partition.log_end_offset)

@@ -103,12 +103,6 @@ async def test_the_previous_leader_stops_coordinating_the_group(cluster: Cluster
     assert await commit(groups, 43) == ErrorCode.not_coordinator
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="GroupCoordinator._check_offsets (commit, txn_commit) looks the committed partition "
-    "up in broker.topics, which holds only the replicas this broker hosts: a cluster "
-    "coordinator answers UNKNOWN_TOPIC_OR_PARTITION for a partition hosted elsewhere",
-)
 async def test_offsets_of_a_partition_hosted_elsewhere_are_committed(cluster: Cluster) -> None:
     store, brokers = cluster
     store.put_topic("elsewhere", 1)

@@ -219,12 +219,6 @@ async def test_a_new_epoch_while_loading_restarts_the_load(broker: Broker) -> No
     assert committed(groups, GROUP) == 1_999
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="GroupCoordinator._unload answers a waiting join {'error_code': NOT_COORDINATOR} "
-    "without 'member_id', which JoinGroupResponse requires: the JoinGroup handler's answer "
-    "cannot be built and the connection is closed instead of answering NOT_COORDINATOR",
-)
 async def test_a_waiting_join_group_request_is_answered_not_coordinator(broker: Broker) -> None:
     groups = broker.groups
     await lead(groups, 0)

@@ -291,12 +291,6 @@ async def test_a_log_write_refused_by_replication_is_coordinator_not_available(
     assert TXN_ID not in transactions.txns and TXN_ID not in transactions.pending
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="TransactionCoordinator._spawn_completion's done callback pops _completions[id] "
-    "unconditionally: the cancelled completion of the previous term finishes after the new "
-    "term's load spawned its own, and removes that one; the next _unload cannot cancel it",
-)
 async def test_a_completion_resumed_by_a_new_term_is_cancelled_when_the_partition_moves(
     broker: Broker, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -130,7 +130,8 @@ class GroupCoordinator:
                     member.expiry.cancel()
                 for waiter in (member.join_waiter, member.sync_waiter):
                     if waiter is not None and not waiter.done():
-                        waiter.set_result({"error_code": ErrorCode.not_coordinator})
+                        waiter.set_result({"error_code": ErrorCode.not_coordinator,
+                                           "member_id": member.member_id})  # fmt: skip
         for by_group in self.pending_txn_offsets.values():
             for group_id in [g for g in by_group if self.offsets_partition(g) == index]:
                 del by_group[group_id]
@@ -815,7 +816,8 @@ class GroupCoordinator:
     ) -> dict[TopicPartition, ErrorCode]:
         results = {}
         for tp, committed in offsets.items():
-            if self.broker.topics.get(*tp) is None:
+            record = self.broker.topics.topics.get(tp[0])  # (a cluster's: not only local ones)
+            if record is None or not 0 <= tp[1] < record.partitions:
                 results[tp] = ErrorCode.unknown_topic_or_partition
             elif len(committed.metadata.encode()) > self.max_metadata_bytes:
                 results[tp] = ErrorCode.offset_metadata_too_large

@@ -264,7 +264,11 @@ class TransactionCoordinator:
     def _spawn_completion(self, transactional_id: str) -> None:
         task = asyncio.get_running_loop().create_task(self._complete(transactional_id))
         self._completions[transactional_id] = task
-        task.add_done_callback(lambda _: self._completions.pop(transactional_id, None))
+        task.add_done_callback(functools.partial(self._completed, transactional_id))
+
+    def _completed(self, transactional_id: str, task: asyncio.Task[None]) -> None:
+        if self._completions.get(transactional_id) is task:  # (not a later term's completion)
+            del self._completions[transactional_id]
 
     async def settle(self, transactional_id: str, timeout_s: float = 1.0) -> None:
         """Waits (bounded) for the id's markers to be written and its Complete state logged.
