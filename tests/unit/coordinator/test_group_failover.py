@@ -7,7 +7,7 @@ stops coordinating the partition's groups."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -17,6 +17,7 @@ from lockgate.coordinator.group.service import CONSUMER_OFFSETS_TOPIC, GroupCoor
 from lockgate.coordinator.txn.log import partition_for
 from lockgate.protocol.errors import ErrorCode
 from tests.support.memory_cluster import MemoryClusterBroker, MemoryStore, memory_cluster
+from tests.unit.coordinator.group.support import wait_until
 
 PARTITIONS = 3
 GROUP = "payments-consumers"
@@ -25,14 +26,6 @@ TOPIC = "orders"
 SETTINGS = {"offsets.topic.num.partitions": str(PARTITIONS)}
 
 Cluster = tuple[MemoryStore, list[MemoryClusterBroker]]
-
-
-async def until(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not condition():
-        assert loop.time() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.01)
 
 
 def led_by(leader: int, epoch: int) -> PartitionState:
@@ -52,7 +45,7 @@ async def cluster() -> AsyncIterator[Cluster]:
         store.put(CONSUMER_OFFSETS_TOPIC, INDEX, led_by(0, 1))
         store.put(TOPIC, 0, led_by(0, 1))
         groups = brokers[0].broker.groups
-        await until(lambda: groups.gate(GROUP) == ErrorCode.none)
+        await wait_until(lambda: groups.gate(GROUP) == ErrorCode.none)
         yield store, brokers
 
 
@@ -88,7 +81,7 @@ async def test_the_next_leader_serves_the_offsets_committed_on_the_first(
     successor = brokers[1].broker.groups
     assert successor.gate(GROUP) == ErrorCode.not_coordinator
     store.put(CONSUMER_OFFSETS_TOPIC, INDEX, led_by(1, 2))
-    await until(lambda: successor.gate(GROUP) == ErrorCode.none)
+    await wait_until(lambda: successor.gate(GROUP) == ErrorCode.none)
     assert successor.owned == {INDEX: 2}
     assert committed(successor) == 42
 
@@ -98,7 +91,7 @@ async def test_the_previous_leader_stops_coordinating_the_group(cluster: Cluster
     groups = brokers[0].broker.groups
     assert await commit(groups, 42) == ErrorCode.none
     store.put(CONSUMER_OFFSETS_TOPIC, INDEX, led_by(1, 2))
-    await until(lambda: groups.gate(GROUP) == ErrorCode.not_coordinator)
+    await wait_until(lambda: groups.gate(GROUP) == ErrorCode.not_coordinator)
     assert GROUP not in groups.groups and groups.owned == {}
     assert await commit(groups, 43) == ErrorCode.not_coordinator
 
@@ -107,6 +100,6 @@ async def test_offsets_of_a_partition_hosted_elsewhere_are_committed(cluster: Cl
     store, brokers = cluster
     store.put_topic("elsewhere", 1)
     store.put("elsewhere", 0, PartitionState((1,), 1, 1, (1,)))  # broker 1 only
-    await until(lambda: brokers[1].broker.topics.get("elsewhere", 0) is not None)
+    await wait_until(lambda: brokers[1].broker.topics.get("elsewhere", 0) is not None)
     assert "elsewhere" in brokers[0].broker.topics.topics  # a topic broker 0 knows of
     assert await commit(brokers[0].broker.groups, 5, topic="elsewhere") == ErrorCode.none

@@ -8,7 +8,7 @@ calling on_leadership directly, as the ReplicaManager does, on a broker that is 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -24,6 +24,7 @@ from lockgate.protocol.records import build_batch, validate_produced_batch
 from lockgate.server.broker import Broker
 from lockgate.server.config import BrokerConfig
 from lockgate.storage.memory import MemoryEngine
+from tests.unit.coordinator.group.support import wait_until
 
 PARTITIONS = 3
 TOPIC = "orders"
@@ -52,14 +53,6 @@ GROUP = groups_in(0)[0]
 OTHER_GROUP = groups_in(1)[0]  # another partition
 
 
-async def until(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not condition():
-        assert loop.time() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.01)
-
-
 @pytest.fixture
 async def broker() -> AsyncIterator[Broker]:
     """A broker with __consumer_offsets (3 partitions, none led yet) and a topic `orders`."""
@@ -76,7 +69,7 @@ async def broker() -> AsyncIterator[Broker]:
 
 async def lead(groups: GroupCoordinator, index: int, epoch: int = 1) -> None:
     groups.on_leadership(index, epoch)
-    await until(lambda: index in groups.loaded_partitions)
+    await wait_until(lambda: index in groups.loaded_partitions)
 
 
 async def commit(groups: GroupCoordinator, group_id: str, offset: int) -> ErrorCode:
@@ -115,7 +108,7 @@ async def test_a_led_partition_is_loading_until_its_replay_ends(broker: Broker) 
     assert groups.owned == {0: 4}
     assert groups.gate(GROUP) == ErrorCode.coordinator_load_in_progress
     assert not groups.loaded
-    await until(lambda: groups.loaded)
+    await wait_until(lambda: groups.loaded)
     assert groups.gate(GROUP) == ErrorCode.none
     assert groups.gate(OTHER_GROUP) == ErrorCode.not_coordinator  # (partition 1: not led)
 
@@ -160,7 +153,7 @@ async def test_a_member_waiting_in_a_join_is_answered_not_coordinator(broker: Br
     groups = broker.groups
     await lead(groups, 0)
     joining = join(groups, GROUP)
-    await until(lambda: GROUP in groups.groups and bool(groups.groups[GROUP].members))
+    await wait_until(lambda: GROUP in groups.groups and bool(groups.groups[GROUP].members))
     (member,) = groups.groups[GROUP].members.values()
     assert not joining.done() and member.expiry is not None
     session = member.expiry
@@ -174,7 +167,9 @@ async def test_the_rebalance_timer_of_a_forgotten_group_is_cancelled(broker: Bro
     groups = broker.groups
     await lead(groups, 0)
     joining = join(groups, GROUP)
-    await until(lambda: GROUP in groups.groups and groups.groups[GROUP].rebalance_task is not None)
+    await wait_until(
+        lambda: GROUP in groups.groups and groups.groups[GROUP].rebalance_task is not None
+    )
     timer = groups.groups[GROUP].rebalance_task
     assert timer is not None
     groups.on_leadership(0, None)
@@ -214,7 +209,7 @@ async def test_a_new_epoch_while_loading_restarts_the_load(broker: Broker) -> No
     assert groups.gate(GROUP) == ErrorCode.coordinator_load_in_progress
     groups.on_leadership(0, 2)
     assert groups.gate(GROUP) == ErrorCode.coordinator_load_in_progress
-    await until(lambda: groups.loaded)
+    await wait_until(lambda: groups.loaded)
     assert groups.owned == {0: 2}
     assert committed(groups, GROUP) == 1_999
 
@@ -237,7 +232,7 @@ async def test_a_waiting_join_group_request_is_answered_not_coordinator(broker: 
         return await k11_join_group.handle(context, request)
 
     handled = asyncio.create_task(handle())
-    await until(lambda: GROUP in groups.groups and bool(groups.groups[GROUP].members))
+    await wait_until(lambda: GROUP in groups.groups and bool(groups.groups[GROUP].members))
     groups.on_leadership(0, None)
     result = await asyncio.wait_for(handled, 5)
     assert result is not None and not isinstance(result, RawBody)

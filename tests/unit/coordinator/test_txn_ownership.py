@@ -10,7 +10,7 @@ markers go to the broker's own partitions (a single node's path)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -31,6 +31,7 @@ from lockgate.protocol.records import (
 from lockgate.server.broker import Broker
 from lockgate.server.config import BrokerConfig
 from lockgate.storage.memory import MemoryEngine
+from tests.unit.coordinator.group.support import wait_until
 
 PARTITIONS = 3
 TOPIC = "orders"
@@ -57,14 +58,6 @@ def ids_in(index: int, count: int = 1) -> list[str]:
 
 TXN_ID = ids_in(0)[0]
 OTHER_ID = ids_in(1)[0]  # another partition
-
-
-async def until(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not condition():
-        assert loop.time() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.01)
 
 
 class HeldWrites:
@@ -140,7 +133,7 @@ def markers(partition: Partition) -> list[tuple[int, int, int]]:
 
 async def lead(transactions: TransactionCoordinator, index: int, epoch: int = 1) -> None:
     transactions.on_leadership(index, epoch)
-    await until(lambda: index in transactions.loaded_partitions)
+    await wait_until(lambda: index in transactions.loaded_partitions)
 
 
 def completions_running() -> list[asyncio.Task[object]]:
@@ -165,7 +158,7 @@ async def test_a_led_partition_is_loading_until_its_replay_ends(broker: Broker) 
     assert transactions.owned == {0: 6} and not transactions.loaded
     assert transactions.gate(TXN_ID) == ErrorCode.coordinator_load_in_progress
     assert transactions.serving(TXN_ID) == ErrorCode.coordinator_load_in_progress
-    await until(lambda: transactions.loaded)
+    await wait_until(lambda: transactions.loaded)
     assert transactions.gate(TXN_ID) == ErrorCode.none
     assert transactions.coordinator_epoch(TXN_ID) == 6
     assert transactions.gate(OTHER_ID) == ErrorCode.not_coordinator
@@ -201,7 +194,7 @@ async def test_a_prepared_commit_is_resumed_once_its_partition_is_loaded(broker:
     write_state(broker, prepared_commit())
     transactions = broker.transactions
     await lead(transactions, 0, epoch=7)
-    await until(lambda: transactions.txns[TXN_ID].state == TxnState.COMPLETE_COMMIT)
+    await wait_until(lambda: transactions.txns[TXN_ID].state == TxnState.COMPLETE_COMMIT)
     assert markers(log_of(broker, TOPIC, 0)) == [(PID, CONTROL_COMMIT, 7)]
 
 
@@ -214,7 +207,7 @@ async def test_losing_the_leadership_cancels_a_completion(
     await lead(transactions, 0)
     assert len(completions_running()) == 1  # waiting for its marker to be durable
     transactions.on_leadership(0, None)
-    await until(lambda: not completions_running(), timeout_s=1.0)
+    await wait_until(lambda: not completions_running(), timeout=1.0)
     held.release()
 
 
@@ -227,7 +220,7 @@ async def test_a_new_epoch_while_loading_restarts_the_load(broker: Broker) -> No
         await asyncio.sleep(0)
     assert transactions.gate(TXN_ID) == ErrorCode.coordinator_load_in_progress
     transactions.on_leadership(0, 2)
-    await until(lambda: transactions.loaded)
+    await wait_until(lambda: transactions.loaded)
     assert transactions.coordinator_epoch(TXN_ID) == 2
     assert transactions.txns[TXN_ID] == empty(epoch=1_999)
 
@@ -249,7 +242,7 @@ async def test_a_transition_logged_after_the_leadership_moved_is_not_installed(
     applying = asyncio.create_task(
         transactions.apply(TXN_ID, rules.Outcome(ErrorCode.none, empty()))
     )
-    await until(lambda: bool(held.futures))
+    await wait_until(lambda: bool(held.futures))
     transactions.on_leadership(0, None)
     held.release()
     assert await asyncio.wait_for(applying, 5) == ErrorCode.not_coordinator
@@ -268,9 +261,9 @@ async def test_a_transition_logged_across_a_new_epoch_is_answered_not_coordinato
     applying = asyncio.create_task(
         transactions.apply(TXN_ID, rules.Outcome(ErrorCode.none, empty()))
     )
-    await until(lambda: bool(held.futures))
+    await wait_until(lambda: bool(held.futures))
     transactions.on_leadership(0, 2)
-    await until(lambda: transactions.loaded)
+    await wait_until(lambda: transactions.loaded)
     held.release()
     assert await asyncio.wait_for(applying, 5) == ErrorCode.not_coordinator
     assert transactions.txns[TXN_ID] == empty()  # (replayed by the new term's load)
@@ -299,13 +292,13 @@ async def test_a_completion_resumed_by_a_new_term_is_cancelled_when_the_partitio
     transactions = broker.transactions
     await lead(transactions, 0, epoch=1)
     transactions.on_leadership(0, 2)  # cancels the first completion, resumes it again
-    await until(lambda: transactions.loaded)
+    await wait_until(lambda: transactions.loaded)
     for _ in range(3):
         await asyncio.sleep(0)
     assert len(completions_running()) == 1
     transactions.on_leadership(0, None)
     try:
-        await until(lambda: not completions_running(), timeout_s=1.0)
+        await wait_until(lambda: not completions_running(), timeout=1.0)
     finally:
         for task in completions_running():  # (do not leave it retrying for ever)
             task.cancel()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -26,6 +26,7 @@ from lockgate.protocol.records import (
 )
 from lockgate.server.broker import Broker
 from tests.support.memory_cluster import MemoryClusterBroker, MemoryStore, memory_cluster
+from tests.unit.coordinator.group.support import wait_until
 
 PID = 4242
 LOGGER = "lockgate.coordinator.txn.markers"
@@ -41,20 +42,14 @@ async def cluster() -> AsyncIterator[Cluster]:
         store.put_topic("a", 2)
         store.put("a", 0, PartitionState((0,), 0, 1, (0,)))
         store.put("a", 1, PartitionState((1,), 1, 1, (1,)))
-        await until(lambda: leads(brokers[0].broker, "a", 0) and leads(brokers[1].broker, "a", 1))
+        await wait_until(
+            lambda: leads(brokers[0].broker, "a", 0) and leads(brokers[1].broker, "a", 1)
+        )
         sender = MarkerSender(brokers[0].broker)
         try:
             yield store, brokers, sender
         finally:
             await sender.close()
-
-
-async def until(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not condition():
-        assert loop.time() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.01)
 
 
 def leads(broker: Broker, topic: str, index: int) -> bool:
@@ -147,7 +142,7 @@ async def test_a_leader_that_moved_between_rounds_gets_the_marker(
     store, brokers, sender = cluster
     store.put_topic("m", 1)
     store.put("m", 0, PartitionState((0, 1), 1, 2, (1,)))  # broker 0 follows broker 1
-    await until(
+    await wait_until(
         lambda: (
             leads(brokers[1].broker, "m", 0) and brokers[0].broker.topics.get("m", 0) is not None
         )
@@ -179,7 +174,7 @@ async def test_a_broker_unreachable_at_first_gets_the_marker_at_its_new_address(
     brokers[1].register(dead_port)
     with caplog.at_level(logging.INFO, logger=LOGGER):
         writing = asyncio.create_task(sender.write(PID, 0, True, 3, False, [("a", 1)]))
-        await until(lambda: lines(caplog, "cannot reach broker 1") == 1)
+        await wait_until(lambda: lines(caplog, "cannot reach broker 1") == 1)
         await asyncio.sleep(0.3)  # a few rounds: still one line
         assert not writing.done() and lines(caplog, "cannot reach broker 1") == 1
         brokers[1].register(brokers[1].broker.port)
@@ -193,10 +188,10 @@ async def test_a_deleted_topic_is_dropped(
     store, brokers, sender = cluster
     store.put_topic("gone", 1)
     store.put("gone", 0, PartitionState((1,), NO_LEADER, 3, (1,)))  # offline
-    await until(lambda: "gone" in brokers[0].broker.topics.topics)
+    await wait_until(lambda: "gone" in brokers[0].broker.topics.topics)
     with caplog.at_level(logging.INFO, logger=LOGGER):
         writing = asyncio.create_task(sender.write(PID, 0, True, 3, False, [("gone", 0), ("a", 0)]))
-        await until(lambda: bool(markers(log_of(brokers[0], "a", 0))))
+        await wait_until(lambda: bool(markers(log_of(brokers[0], "a", 0))))
         await asyncio.sleep(0.3)
         assert not writing.done()  # waiting for a leader of gone-0
         store.delete_topic("gone")
