@@ -6,12 +6,11 @@ to a lapsed lease, and a deleted topic."""
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 
-from lockgate.cluster.metadata import MetadataView, PartitionState, TopicRecord, Versioned
+from lockgate.cluster.metadata import PartitionState
 from lockgate.handlers.common import check_leader
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.protocol.records import build_batch, parse_header
@@ -19,51 +18,19 @@ from lockgate.replication.manager import ReplicaManager
 from lockgate.server.broker import Broker
 from lockgate.server.config import BrokerConfig
 from lockgate.storage.memory import MemoryEngine
+from tests.support.memory_cluster import MemoryStore
 
 TOPIC = "t"
 
 
-class FakeStore:
-    """The parts of the metadata store the manager uses; writes are compare-and-swap."""
-
-    def __init__(self) -> None:
-        self.view = MetadataView()
-        self.lease_listeners: list[Callable[[bool], None]] = []
-        self.is_live = True
-        self.revision = 0
-
-    @property
-    def live(self) -> bool:
-        return self.is_live
-
-    def put_topic(self, partitions: int, configs: dict[str, str] | None = None) -> None:
-        record = TopicRecord(TOPIC, uuid.uuid4(), partitions, configs or {})
-        self.revision += 1
-        self.view.topics[TOPIC] = Versioned(record, self.revision)
-
-    def put(self, index: int, state: PartitionState) -> None:
-        self.revision += 1
-        self.view.partitions[(TOPIC, index)] = Versioned(state, self.revision)
-        self.view.notify(("partition", f"{TOPIC}/{index}"))
-
-    async def compare_and_set(
-        self, topic: str, index: int, state: PartitionState, revision: int,
-        controller_epoch: int | None = None,
-    ) -> Versioned[PartitionState] | None:  # fmt: skip
-        if self.view.partitions[(topic, index)].revision != revision:
-            return None
-        self.put(index, state)
-        return self.view.partitions[(topic, index)]
-
-
 @pytest.fixture
-async def parts() -> AsyncIterator[tuple[Broker, FakeStore, ReplicaManager]]:
+async def parts() -> AsyncIterator[tuple[Broker, MemoryStore, ReplicaManager]]:
     config = BrokerConfig({"listeners": "127.0.0.1:0", "lockgate.durability": "page-cache",
                            "min.insync.replicas": "2"})  # fmt: skip
     broker = Broker(config, MemoryEngine())
-    store = FakeStore()
-    store.put_topic(1)
-    store.put(0, PartitionState((0, 1, 2), 0, 3, (0, 1, 2)))
+    store = MemoryStore()
+    store.put_topic(TOPIC, 1)
+    store.put(TOPIC, 0, PartitionState((0, 1, 2), 0, 3, (0, 1, 2)))
     manager = ReplicaManager(broker, store)  # type: ignore[arg-type]
     manager.start()
     try:
@@ -84,7 +51,7 @@ def append(broker: Broker, count: int = 1) -> int:
 
 
 async def test_the_leader_takes_its_epoch_and_moves_the_high_watermark_with_its_isr(
-    parts: tuple[Broker, FakeStore, ReplicaManager],
+    parts: tuple[Broker, MemoryStore, ReplicaManager],
 ) -> None:
     broker, _store, manager = parts
     partition = broker.topics.get(TOPIC, 0)
@@ -103,13 +70,13 @@ async def test_the_leader_takes_its_epoch_and_moves_the_high_watermark_with_its_
 
 
 async def test_min_insync_replicas_refuses_acks_all_before_the_append(
-    parts: tuple[Broker, FakeStore, ReplicaManager],
+    parts: tuple[Broker, MemoryStore, ReplicaManager],
 ) -> None:
     broker, store, manager = parts
     partition = broker.topics.get(TOPIC, 0)
     assert partition is not None
     manager.check_append(partition, -1)
-    store.put(0, PartitionState((0, 1, 2), 0, 3, (0,), 1))  # the followers were dropped
+    store.put(TOPIC, 0, PartitionState((0, 1, 2), 0, 3, (0,), 1))  # the followers were dropped
     await asyncio.sleep(0)
     with pytest.raises(KafkaProtocolError) as refused:
         manager.check_append(partition, -1)
@@ -122,10 +89,10 @@ async def test_min_insync_replicas_refuses_acks_all_before_the_append(
 
 
 async def test_a_caught_up_follower_rejoins_the_isr_by_compare_and_swap(
-    parts: tuple[Broker, FakeStore, ReplicaManager],
+    parts: tuple[Broker, MemoryStore, ReplicaManager],
 ) -> None:
     broker, store, manager = parts
-    store.put(0, PartitionState((0, 1, 2), 0, 3, (0, 1), 1))
+    store.put(TOPIC, 0, PartitionState((0, 1, 2), 0, 3, (0, 1), 1))
     await asyncio.sleep(0)
     partition = broker.topics.get(TOPIC, 0)
     assert partition is not None
@@ -140,13 +107,13 @@ async def test_a_caught_up_follower_rejoins_the_isr_by_compare_and_swap(
 
 
 async def test_losing_the_leadership_fails_the_waiting_writes_and_fetches_from_the_new_leader(
-    parts: tuple[Broker, FakeStore, ReplicaManager],
+    parts: tuple[Broker, MemoryStore, ReplicaManager],
 ) -> None:
     broker, store, manager = parts
     partition = broker.topics.get(TOPIC, 0)
     assert partition is not None
     waiter = manager.acknowledged(partition, append(broker))
-    store.put(0, PartitionState((0, 1, 2), 1, 4, (1, 2), 1))
+    store.put(TOPIC, 0, PartitionState((0, 1, 2), 1, 4, (1, 2), 1))
     await asyncio.sleep(0)
     assert not partition.is_leader and partition.leader_epoch == 4
     with pytest.raises(KafkaProtocolError) as moved:
@@ -162,7 +129,7 @@ async def test_losing_the_leadership_fails_the_waiting_writes_and_fetches_from_t
 
 
 async def test_a_lapsed_lease_fences_the_leader_until_it_is_live_again(
-    parts: tuple[Broker, FakeStore, ReplicaManager],
+    parts: tuple[Broker, MemoryStore, ReplicaManager],
 ) -> None:
     broker, store, manager = parts
     partition = broker.topics.get(TOPIC, 0)
@@ -181,7 +148,7 @@ async def test_a_lapsed_lease_fences_the_leader_until_it_is_live_again(
 
 
 async def test_a_deleted_topic_is_removed_here(
-    parts: tuple[Broker, FakeStore, ReplicaManager],
+    parts: tuple[Broker, MemoryStore, ReplicaManager],
 ) -> None:
     broker, store, manager = parts
     del store.view.partitions[(TOPIC, 0)]
