@@ -1,9 +1,10 @@
 # FindCoordinator's answer: which broker coordinates a group or a transactional id. A single
-# node coordinates everything. In a cluster it is the leader of the key's partition of
-# __consumer_offsets / __transaction_state (Kafka's placement: the key's Java hash modulo the
-# partition count). The first lookup creates the internal topic, as Kafka does, once as many
-# brokers are registered as its replication factor asks for; until then, and while a
-# partition has no leader, the answer is COORDINATOR_NOT_AVAILABLE, which clients retry.
+# node coordinates everything. In a cluster a group's coordinator is the leader of its
+# partition of __consumer_offsets (Kafka's placement: the key's Java hash modulo the partition
+# count). The first lookup creates the topic, as Kafka does, once as many brokers are
+# registered as its replication factor asks for; until then, and while a partition has no
+# leader, the answer is COORDINATOR_NOT_AVAILABLE, which clients retry. Transactions are not
+# coordinated across brokers yet (below).
 from __future__ import annotations
 
 import asyncio
@@ -13,7 +14,6 @@ from typing import TYPE_CHECKING
 from lockgate.cluster.metadata import BrokerRegistration
 from lockgate.coordinator.group.service import CONSUMER_OFFSETS_TOPIC
 from lockgate.coordinator.txn.log import partition_for
-from lockgate.coordinator.txn.service import TRANSACTION_STATE_TOPIC
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ TRANSACTION = 1
 class CoordinatorLocator:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
-        self._creating: dict[str, asyncio.Task[None]] = {}
+        self._creating: asyncio.Task[None] | None = None
 
     def locate(self, key_type: int, key: str) -> BrokerRegistration | ErrorCode:
         if key_type not in (GROUP, TRANSACTION):
@@ -43,33 +43,26 @@ class CoordinatorLocator:
             # another broker that check must cross the network without reordering pipelined
             # produces (docs/cluster-mode.md). Clients are told to come back until then.
             return ErrorCode.coordinator_not_available
-        topic = CONSUMER_OFFSETS_TOPIC
         view = broker.cluster.view
-        record = view.topics.get(topic)
+        record = view.topics.get(CONSUMER_OFFSETS_TOPIC)
         if record is None:
-            self._create(topic)
+            if self._creating is None or self._creating.done():
+                self._creating = asyncio.get_running_loop().create_task(self._create())
             return ErrorCode.coordinator_not_available
-        state = broker.membership.partition(topic, partition_for(key, record.value.partitions))
+        index = partition_for(key, record.value.partitions)
+        state = broker.membership.partition(CONSUMER_OFFSETS_TOPIC, index)
         registration = None if state is None else view.brokers.get(state.leader)
         return ErrorCode.coordinator_not_available if registration is None else registration
 
-    def _create(self, topic: str) -> None:
-        task = self._creating.get(topic)
-        if task is None or task.done():
-            self._creating[topic] = asyncio.get_running_loop().create_task(self._create_now(topic))
-
-    async def _create_now(self, topic: str) -> None:
+    async def _create(self) -> None:
         config = self.broker.config
-        if topic == TRANSACTION_STATE_TOPIC:
-            partitions = config.integer("transaction.state.log.num.partitions")
-            factor = config.integer("transaction.state.log.replication.factor")
-            configs = {"min.insync.replicas": config.get("transaction.state.log.min.isr")}
-        else:
-            partitions = config.integer("offsets.topic.num.partitions")
-            factor = config.integer("offsets.topic.replication.factor")
-            configs = {}
+        partitions = config.integer("offsets.topic.num.partitions")
+        factor = config.integer("offsets.topic.replication.factor")
         try:
-            await self.broker.admin.create(topic, partitions, factor, configs, internal=True)
+            await self.broker.admin.create(
+                CONSUMER_OFFSETS_TOPIC, partitions, factor, {}, internal=True
+            )
         except KafkaProtocolError as exc:
             if exc.code != ErrorCode.topic_already_exists:
-                log.warning("cannot create %s yet (coordinators not available): %s", topic, exc)
+                log.warning("cannot create %s yet (groups get COORDINATOR_NOT_AVAILABLE): %s",
+                            CONSUMER_OFFSETS_TOPIC, exc)  # fmt: skip
