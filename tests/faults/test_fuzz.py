@@ -5,6 +5,7 @@ run over the decoder (the long one is `make fuzz-decoder`)."""
 from __future__ import annotations
 
 import contextlib
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -52,4 +53,6 @@ def test_coverage_guided_fuzzing_of_the_decoder_finds_nothing() -> None:
     tail = (done.stdout + done.stderr)[-3000:]
     assert done.returncode == 0, tail
     assert "captured requests as seeds" in done.stdout, tail
-    assert "Done 20000 runs" in done.stderr, tail
+    # libFuzzer stops at the end of a mutation round, so it may pass -runs by a few
+    finished = re.search(r"Done (\d+) runs", done.stderr)
+    assert finished is not None and int(finished.group(1)) >= 20_000, tail
