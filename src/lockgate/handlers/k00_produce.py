@@ -18,7 +18,11 @@ Behaviour:
   the producer's open transaction on a partition added to it: INVALID_TXN_STATE (v≤10) or
   TRANSACTION_ABORTABLE (v11+) otherwise, INVALID_PRODUCER_EPOCH for a stale epoch,
   NOT_ENOUGH_REPLICAS (retriable) while the transaction is changing state; v12+ adds the
-  partition implicitly (TV2).
+  partition implicitly (TV2). In a cluster whose coordinator for the transactional id is
+  another broker, the first batch of a transaction on a partition waits while the leader asks
+  that broker (AddPartitionsToTxn v4+, VerifyOnly, or adding the partition for v12+); an
+  unreachable, loading or moving coordinator gives NOT_ENOUGH_REPLICAS. The producer's later
+  batches to the partition wait behind it, so its batches keep their order.
 - acks=-1 is answered after the data is durable (fsync, group commit) in the default
   durability mode; acks=1 after it is written.
 - Cluster mode: only the partition's leader appends (NOT_LEADER_OR_FOLLOWER elsewhere, also
@@ -47,7 +51,7 @@ from typing import TYPE_CHECKING
 from lockgate.coordinator.txn import coordinator as rules
 from lockgate.handlers.common import check_leader
 from lockgate.handlers.registry import HandlerResult, RawBody, RequestContext, handles
-from lockgate.handlers.txn_common import map_abortable
+from lockgate.handlers.txn_common import RETRIABLE_VERIFICATION, map_abortable
 from lockgate.log.partition import Partition
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
@@ -101,28 +105,32 @@ _storage_errors = _StorageErrorLog()
 
 @dataclass(slots=True)
 class Waits:
-    """What a produce's answer waits for: flushes (and durable transaction changes), and in a
-    cluster each acks=all partition's high watermark (its answer, per partition)."""
+    """What a produce's answer waits for: flushes (and durable transaction changes), in a
+    cluster each acks=all partition's high watermark (its answer, per partition), and the
+    batches waiting for a transaction coordinator on another broker (their answer's slot)."""
 
     durable: list[asyncio.Future[None]] = field(default_factory=list)
     replicated: list[tuple[PartitionResult, asyncio.Future[ErrorCode]]] = field(
         default_factory=list
     )
+    deferred: list[tuple[list[PartitionResult], int, asyncio.Task[PartitionResult]]] = field(
+        default_factory=list
+    )
 
 
-def _verify_transaction(
+Outcome = PartitionResult | asyncio.Task[PartitionResult]
+
+
+def _verify_locally(
     ctx: RequestContext,
-    transactional_id: str | None,
+    transactional_id: str,
     partition: tuple[str, int],
     header: BatchHeader,
     pending: list[asyncio.Future[None]],
-) -> None:
-    """KIP-890: a transactional batch must belong to the producer's open transaction and to a
-    partition added to it; Produce v12+ (TV2) adds the partition implicitly."""
-    if transactional_id is None:
-        raise KafkaProtocolError(
-            ErrorCode.invalid_txn_state, "transactional batch without a transactional id"
-        )
+) -> ErrorCode:
+    """KIP-890 against this broker's coordinator: a transactional batch must belong to the
+    producer's open transaction and to a partition added to it; Produce v12+ (TV2) adds the
+    partition implicitly."""
     coordinator = ctx.broker.transactions
     meta = coordinator.txns.get(transactional_id)
     error = rules.verify_partition(meta, header.producer_id, header.producer_epoch, partition)
@@ -132,14 +140,83 @@ def _verify_transaction(
         )
         if durable is not None:
             pending.append(durable)
-    if error in (ErrorCode.concurrent_transactions, ErrorCode.coordinator_load_in_progress):
-        error = ErrorCode.not_enough_replicas  # retriable for every client version
-    elif error == ErrorCode.producer_fenced:
-        error = ErrorCode.invalid_producer_epoch
-    if error:
-        raise KafkaProtocolError(
-            map_abortable(error, ctx.api_version, 11), f"transaction {transactional_id!r}"
+    return error
+
+
+def _verification(
+    ctx: RequestContext,
+    request: ProduceRequestData,
+    topic_name: str,
+    data: ProducePartition,
+    partition: Partition,
+    header: BatchHeader,
+    waits: Waits,
+) -> ErrorCode | asyncio.Task[PartitionResult]:
+    """The transaction check's answer, or in a cluster whose coordinator for the id is another
+    broker the task appending the batch once that broker has answered. Batches already in the
+    producer's open transaction on this partition need no question (Kafka's rule)."""
+    transactional_id = request.transactional_id
+    if transactional_id is None:
+        return ErrorCode.invalid_txn_state
+    verifier = ctx.broker.verifier
+    if verifier is not None:
+        key = (topic_name, data.index, header.producer_id)
+        remote = ctx.broker.transactions.gate(transactional_id) == ErrorCode.not_coordinator
+        if verifier.waiting(key) or (remote and not _in_open_transaction(partition, header)):
+            return verifier.in_order(
+                key, lambda: _append_when_verified(ctx, request, topic_name, data, header, waits)
+            )
+        if remote:
+            return ErrorCode.none
+    return _verify_locally(ctx, transactional_id, (topic_name, data.index), header, waits.durable)
+
+
+def _in_open_transaction(partition: Partition, header: BatchHeader) -> bool:
+    entry = partition.producers.get(header.producer_id)
+    return (
+        header.producer_id in partition.open_txns
+        and entry is not None
+        and entry.epoch == header.producer_epoch
+    )
+
+
+async def _append_when_verified(
+    ctx: RequestContext,
+    request: ProduceRequestData,
+    topic_name: str,
+    data: ProducePartition,
+    header: BatchHeader,
+    waits: Waits,
+) -> PartitionResult:
+    """Asks the remote coordinator (unless an earlier batch of the producer opened the
+    transaction here meanwhile), then appends with every check made again."""
+    verifier = ctx.broker.verifier
+    assert verifier is not None and request.transactional_id is not None
+    partition = ctx.broker.topics.get(topic_name, data.index)
+    if partition is not None and _in_open_transaction(partition, header):
+        verified = ErrorCode.none
+    else:
+        verified = await verifier.ask(
+            request.transactional_id,
+            header.producer_id,
+            header.producer_epoch,
+            (topic_name, data.index),
+            add=ctx.api_version >= FIRST_IMPLICIT_ADD_VERSION,
+            timeout_s=max(request.timeout_ms, 1000) / 1000,
         )
+    outcome = _attempt(ctx, request, topic_name, data, waits, verified)
+    assert isinstance(outcome, PartitionResult)  # a verified batch is never deferred again
+    return outcome
+
+
+def _transaction_error(error: ErrorCode, version: int) -> ErrorCode:
+    """Produce's answer for a failed transaction check: what clients retry becomes the
+    retriable NOT_ENOUGH_REPLICAS, as in Kafka."""
+    if error in RETRIABLE_VERIFICATION:
+        return ErrorCode.not_enough_replicas
+    if error == ErrorCode.producer_fenced:
+        return ErrorCode.invalid_producer_epoch
+    return map_abortable(error, version, 11)
 
 
 def _append(
@@ -148,7 +225,8 @@ def _append(
     topic_name: str,
     data: ProducePartition,
     waits: Waits,
-) -> PartitionResult:
+    verified: ErrorCode | None = None,
+) -> Outcome:
     broker = ctx.broker
     result = PartitionResult(data.index)
     partition = broker.topics.get(topic_name, data.index)
@@ -171,9 +249,16 @@ def _append(
     if config.compact:
         _require_keys(records)
     if header.is_transactional:
-        _verify_transaction(
-            ctx, request.transactional_id, (topic_name, data.index), header, waits.durable
-        )
+        if verified is None:
+            checked = _verification(ctx, request, topic_name, data, partition, header, waits)
+            if isinstance(checked, asyncio.Task):
+                return checked
+            verified = checked
+        if verified:
+            raise KafkaProtocolError(
+                _transaction_error(verified, ctx.api_version),
+                f"transaction {request.transactional_id!r}",
+            )
     base_offset, append_time = partition.append(bytearray(records), header, ctx.received_ms)
     _wait_for(broker, partition, request.acks, result, waits)
     result.base_offset = base_offset
@@ -228,7 +313,9 @@ def produce(
     ctx: RequestContext, request: ProduceRequestData, waits: Waits
 ) -> list[tuple[ProduceTopic, list[PartitionResult]]]:
     """Appends every partition's batch (synchronously, before any await, so pipelined requests
-    are applied in order) and returns the per-partition results."""
+    are applied in order) and returns the per-partition results. A batch waiting for another
+    broker's transaction coordinator is appended later (`waits.deferred`), and so are its
+    producer's later batches to the partition."""
     version = request.version
     request_error = ErrorCode.none
     if version < 3:
@@ -253,41 +340,53 @@ def produce(
                     PartitionResult(data.index, topic_error or ErrorCode.unknown_topic_or_partition)
                 )
                 continue
-            try:
-                results.append(_append(ctx, request, name, data, waits))
-            except KafkaProtocolError as exc:
-                if exc.code == ErrorCode.duplicate_sequence_number:
-                    # clients count this as delivered: answer only once the original is durable
-                    partition = ctx.broker.topics.get(name, data.index)
-                    if partition is not None:
-                        duplicate = PartitionResult(data.index)  # its wait delays, no more
-                        _wait_for(ctx.broker, partition, request.acks, duplicate, waits)
-                log.info(
-                    "produce to %s-%d from %s (client id %r) rejected: %s",
-                    name,
-                    data.index,
-                    ctx.peer,
-                    ctx.client_id,
-                    exc,
-                )
-                results.append(
-                    PartitionResult(data.index, exc.code, error_message=exc.message or None)
-                )
-            except OSError as exc:  # storage's contract: nothing of this batch was appended
-                _storage_errors.report(name, data.index, exc)
-                results.append(
-                    PartitionResult(
-                        data.index, ErrorCode.kafka_storage_error, error_message=str(exc)
-                    )
-                )
+            outcome = _attempt(ctx, request, name, data, waits)
+            if isinstance(outcome, asyncio.Task):
+                waits.deferred.append((results, len(results), outcome))
+                outcome = PartitionResult(data.index)  # its slot, filled once it is appended
+            results.append(outcome)
         answer.append((topic, results))
     return answer
+
+
+def _attempt(
+    ctx: RequestContext,
+    request: ProduceRequestData,
+    name: str,
+    data: ProducePartition,
+    waits: Waits,
+    verified: ErrorCode | None = None,
+) -> Outcome:
+    """One partition's append, or its refusal as the partition's answer."""
+    try:
+        return _append(ctx, request, name, data, waits, verified)
+    except KafkaProtocolError as exc:
+        if exc.code == ErrorCode.duplicate_sequence_number:
+            # clients count this as delivered: answer only once the original is durable
+            partition = ctx.broker.topics.get(name, data.index)
+            if partition is not None:
+                duplicate = PartitionResult(data.index)  # its wait delays, no more
+                _wait_for(ctx.broker, partition, request.acks, duplicate, waits)
+        log.info(
+            "produce to %s-%d from %s (client id %r) rejected: %s",
+            name,
+            data.index,
+            ctx.peer,
+            ctx.client_id,
+            exc,
+        )
+        return PartitionResult(data.index, exc.code, error_message=exc.message or None)
+    except OSError as exc:  # storage's contract: nothing of this batch was appended
+        _storage_errors.report(name, data.index, exc)
+        return PartitionResult(data.index, ErrorCode.kafka_storage_error, error_message=str(exc))
 
 
 @handles(ApiKey.PRODUCE, 3, 13, advertised_min=0, decoder=lambda d, o, v: decode_produce(d, o, v))
 async def handle(ctx: RequestContext, request: ProduceRequestData) -> HandlerResult:
     waits = Waits()
     answer = produce(ctx, request, waits)
+    for results, position, task in waits.deferred:
+        results[position] = await task
     if request.acks == 0:
         for _result, waiter in waits.replicated:
             waiter.cancel()

@@ -7,8 +7,10 @@ Behaviour:
   transaction's markers, which usually spares the client a retry); unknown partitions:
   UNKNOWN_TOPIC_OR_PARTITION and the others OPERATION_NOT_ATTEMPTED. Already included
   partitions: success, nothing logged.
-- v4–5 (brokers, KIP-890 part 1): batched by transaction; VerifyOnly checks that each
-  partition is in the open transaction (TRANSACTION_ABORTABLE when not) without adding it.
+- v4–5 (brokers, KIP-890): batched by transaction; VerifyOnly checks that each partition is
+  in the open transaction (TRANSACTION_ABORTABLE when not) without adding it; otherwise the
+  partitions are added as a TV2 produce (or TxnOffsetCommit v5) adds them implicitly, once
+  the addition is logged. Partitions are known by the cluster's topics, wherever they live.
 Version notes: v2 PRODUCER_FENCED (older: INVALID_PRODUCER_EPOCH); v3 flexible; v4 batched.
 """
 
@@ -17,10 +19,13 @@ from __future__ import annotations
 from typing import Any
 
 from lockgate.coordinator.txn import coordinator as rules
+from lockgate.coordinator.txn.metadata import TV2
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.handlers.txn_common import map_fenced
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
+
+FIRST_BROKER_VERSION = 4
 
 
 def _results(topics: Any, error_of: dict[tuple[str, int], ErrorCode]) -> list[dict[str, Any]]:
@@ -45,7 +50,7 @@ async def _add(
     verify_only: bool,
 ) -> dict[tuple[str, int], ErrorCode]:
     wanted = [(topic.name, p) for topic in topics for p in topic.partitions]
-    unknown = {tp for tp in wanted if ctx.broker.topics.get(*tp) is None}
+    unknown = {tp for tp in wanted if not ctx.broker.topics.exists(*tp)}
     if unknown:
         return {
             tp: ErrorCode.unknown_topic_or_partition
@@ -61,14 +66,16 @@ async def _add(
     meta = coordinator.txns.get(transactional_id)
     if verify_only:
         return {tp: rules.verify_partition(meta, producer_id, epoch, tp) for tp in wanted}
-    outcome = rules.add_partitions(meta, producer_id, epoch, wanted, ctx.received_ms)
+    # from a broker (v4+), adding is a TV2 produce's implicit add
+    version = TV2 if ctx.api_version >= FIRST_BROKER_VERSION else 0
+    outcome = rules.add_partitions(meta, producer_id, epoch, wanted, ctx.received_ms, version)
     error = await coordinator.apply(transactional_id, outcome)
     return dict.fromkeys(wanted, map_fenced(error, ctx.api_version, 2))
 
 
 @handles(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 5)
 async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
-    if ctx.api_version <= 3:
+    if ctx.api_version < FIRST_BROKER_VERSION:
         topics = request.v3_and_below_topics
         errors = await _add(
             ctx,

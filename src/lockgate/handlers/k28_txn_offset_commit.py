@@ -7,6 +7,9 @@ Behaviour:
   it as fenced), and the group's offsets partition must be in the open transaction
   (AddOffsetsToTxn; v5 with TV2 adds it implicitly): TRANSACTION_ABORTABLE, or
   INVALID_TXN_STATE before v4, otherwise.
+- In a cluster whose transaction coordinator for the id is another broker, the check is that
+  broker's answer to AddPartitionsToTxn v4+ (VerifyOnly, or adding the partition for v5);
+  an unreachable, loading or moving coordinator gives COORDINATOR_NOT_AVAILABLE, as Kafka.
 - KIP-447 (v3+): when the request names a generation ≥ 0, a member id or an instance id, the
   member must be current: UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, FENCED_INSTANCE_ID. This is
   what fences a zombie that fell out of the group.
@@ -23,25 +26,43 @@ from lockgate.coordinator.group.records import CommittedOffset
 from lockgate.coordinator.txn import coordinator as rules
 from lockgate.handlers.common import field
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
-from lockgate.handlers.txn_common import map_abortable
+from lockgate.handlers.txn_common import RETRIABLE_VERIFICATION, map_abortable
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
 
 CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
+FIRST_IMPLICIT_ADD_VERSION = 5
+VERIFY_TIMEOUT_S = 30.0
 
 
-def _check_transaction(ctx: RequestContext, request: Any) -> ErrorCode:
+async def _check_transaction(ctx: RequestContext, request: Any) -> ErrorCode:
     transactions = ctx.broker.transactions
-    gate = transactions.gate(request.transactional_id)
-    if gate:
-        return gate
     partition = (CONSUMER_OFFSETS_TOPIC, ctx.broker.groups.offsets_partition(request.group_id))
-    meta = transactions.txns.get(request.transactional_id)
-    error = rules.verify_partition(meta, request.producer_id, request.producer_epoch, partition)
-    if error == ErrorCode.transaction_abortable and ctx.api_version >= 5:
-        error, _durable = transactions.add_implicitly(
-            request.transactional_id, request.producer_id, request.producer_epoch, partition
+    gate = transactions.gate(request.transactional_id)
+    verifier = ctx.broker.verifier
+    if gate == ErrorCode.not_coordinator and verifier is not None:
+        error = await verifier.ask(
+            request.transactional_id,
+            request.producer_id,
+            request.producer_epoch,
+            partition,
+            add=ctx.api_version >= FIRST_IMPLICIT_ADD_VERSION,
+            timeout_s=VERIFY_TIMEOUT_S,
         )
+        if error in RETRIABLE_VERIFICATION:
+            error = ErrorCode.coordinator_not_available  # Kafka's answer: clients retry it
+    elif gate:
+        return gate
+    else:
+        meta = transactions.txns.get(request.transactional_id)
+        error = rules.verify_partition(meta, request.producer_id, request.producer_epoch, partition)
+        if (
+            error == ErrorCode.transaction_abortable
+            and ctx.api_version >= FIRST_IMPLICIT_ADD_VERSION
+        ):
+            error, _durable = transactions.add_implicitly(
+                request.transactional_id, request.producer_id, request.producer_epoch, partition
+            )
     if error == ErrorCode.producer_fenced:
         error = ErrorCode.invalid_producer_epoch
     return map_abortable(error, ctx.api_version, 4)
@@ -59,7 +80,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
         for topic in request.topics
         for p in topic.partitions
     }
-    error = _check_transaction(ctx, request)
+    error = await _check_transaction(ctx, request)
     if error:
         results = dict.fromkeys(offsets, error)
     else:

@@ -18,3 +18,17 @@ def map_abortable(error: ErrorCode, version: int, first_abortable_version: int) 
     if error == ErrorCode.transaction_abortable and version < first_abortable_version:
         return ErrorCode.invalid_txn_state
     return error
+
+
+# A transaction check that may pass on another try (the coordinator is busy, loading, moving
+# or away): Produce answers NOT_ENOUGH_REPLICAS, TxnOffsetCommit COORDINATOR_NOT_AVAILABLE,
+# both retried by every client version.
+RETRIABLE_VERIFICATION = frozenset(
+    {
+        ErrorCode.concurrent_transactions,
+        ErrorCode.coordinator_load_in_progress,
+        ErrorCode.not_coordinator,
+        ErrorCode.coordinator_not_available,
+        ErrorCode.request_timed_out,
+    }
+)

@@ -16,6 +16,7 @@ from lockgate.cluster.metadata import BrokerRegistration
 from lockgate.coordinator.group.service import CONSUMER_OFFSETS_TOPIC, GroupCoordinator
 from lockgate.coordinator.snapshots import Snapshotter
 from lockgate.coordinator.txn.service import TRANSACTION_STATE_TOPIC, TransactionCoordinator
+from lockgate.coordinator.txn.verifier import TxnVerifier
 from lockgate.handlers import load_all
 from lockgate.log.cleaner import MAP_ENTRY_BYTES, LogCleaner
 from lockgate.log.partition import Partition
@@ -60,6 +61,7 @@ class Broker:
         self.membership: Membership
         self.admin: TopicAdmin
         self.producer_ids: ProducerIdManager | ClusterProducerIds
+        self.verifier: TxnVerifier | None = None  # asks other brokers' txn coordinators
         cluster_url = config.get("lockgate.cluster")
         if cluster_url:
             self.cluster = EtcdMetadataStore.from_url(
@@ -72,6 +74,7 @@ class Broker:
             self.membership = ClusterMembership(self.cluster, self.node_id)
             self.admin = ClusterTopicAdmin(self.topics, self.cluster)
             self.producer_ids = ClusterProducerIds(self.cluster)
+            self.verifier = TxnVerifier(self)
         else:
             self.membership = SingleNode(self)
             self.admin = LocalTopicAdmin(self.topics, self.node_id)
@@ -268,6 +271,8 @@ class Broker:
         while self.connections and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
         await self.transactions.drain()
+        if self.verifier is not None:
+            await self.verifier.close()
         await self.group_commit.drain()
         synced = self.group_commit.failure is None
         try:

@@ -50,8 +50,11 @@ BROKER_DEFAULTS: dict[str, str] = {
     "max.incremental.fetch.session.cache.slots": "1000",
     "transaction.state.log.num.partitions": "50",
     "offsets.topic.num.partitions": "50",
-    # cluster mode: __consumer_offsets' replicas (a single node keeps one)
+    # cluster mode: replicas of __consumer_offsets and __transaction_state (a single node keeps
+    # one), and the transaction log's min.insync.replicas
     "offsets.topic.replication.factor": "3",
+    "transaction.state.log.replication.factor": "3",
+    "transaction.state.log.min.isr": "2",
     "offsets.topic.segment.bytes": str(100 * 1024 * 1024),
     "transaction.state.log.segment.bytes": str(100 * 1024 * 1024),
     "transaction.max.timeout.ms": "900000",

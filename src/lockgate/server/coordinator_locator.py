@@ -3,8 +3,8 @@
 # partition of __consumer_offsets (Kafka's placement: the key's Java hash modulo the partition
 # count). The first lookup creates the topic, as Kafka does, once as many brokers are
 # registered as its replication factor asks for; until then, and while a partition has no
-# leader, the answer is COORDINATOR_NOT_AVAILABLE, which clients retry. Transactions are not
-# coordinated across brokers yet (below).
+# leader, the answer is COORDINATOR_NOT_AVAILABLE, which clients retry. A transactional id's
+# coordinator is found the same way in __transaction_state.
 from __future__ import annotations
 
 import asyncio
@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from lockgate.cluster.metadata import BrokerRegistration
 from lockgate.coordinator.group.service import CONSUMER_OFFSETS_TOPIC
 from lockgate.coordinator.txn.log import partition_for
+from lockgate.coordinator.txn.service import TRANSACTION_STATE_TOPIC
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 
 if TYPE_CHECKING:
@@ -25,44 +26,62 @@ GROUP = 0
 TRANSACTION = 1
 
 
+# key type → (internal topic, its partition-count, replication-factor and min-ISR keys)
+_TOPICS = {
+    GROUP: (
+        CONSUMER_OFFSETS_TOPIC,
+        "offsets.topic.num.partitions",
+        "offsets.topic.replication.factor",
+        None,  # Kafka's offsets topic takes the broker's min.insync.replicas
+    ),
+    TRANSACTION: (
+        TRANSACTION_STATE_TOPIC,
+        "transaction.state.log.num.partitions",
+        "transaction.state.log.replication.factor",
+        "transaction.state.log.min.isr",
+    ),
+}
+
+
 class CoordinatorLocator:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
-        self._creating: asyncio.Task[None] | None = None
+        self._creating: dict[str, asyncio.Task[None]] = {}
 
     def locate(self, key_type: int, key: str) -> BrokerRegistration | ErrorCode:
-        if key_type not in (GROUP, TRANSACTION):
+        if key_type not in _TOPICS:
             return ErrorCode.invalid_request
         broker = self.broker
-        if broker.cluster is None:
+        if broker.replicas is None:
             host, port = broker.advertised
             return BrokerRegistration(broker.node_id, host, port, incarnation="")
-        if key_type == TRANSACTION:
-            # Not yet: a transactional batch (and TxnOffsetCommit) is checked against the
-            # coordinator's state synchronously, in the produce path; with the coordinator on
-            # another broker that check must cross the network without reordering pipelined
-            # produces (docs/cluster-mode.md). Clients are told to come back until then.
-            return ErrorCode.coordinator_not_available
-        view = broker.cluster.view
-        record = view.topics.get(CONSUMER_OFFSETS_TOPIC)
+        topic = _TOPICS[key_type][0]
+        record = broker.topics.topics.get(topic)
         if record is None:
-            if self._creating is None or self._creating.done():
-                self._creating = asyncio.get_running_loop().create_task(self._create())
+            creating = self._creating.get(topic)
+            if creating is None or creating.done():
+                self._creating[topic] = asyncio.get_running_loop().create_task(
+                    self._create(key_type)
+                )
             return ErrorCode.coordinator_not_available
-        index = partition_for(key, record.value.partitions)
-        state = broker.membership.partition(CONSUMER_OFFSETS_TOPIC, index)
-        registration = None if state is None else view.brokers.get(state.leader)
+        state = broker.membership.partition(topic, partition_for(key, record.partitions))
+        leader = None if state is None else state.leader
+        registration = next((b for b in broker.membership.brokers() if b.node_id == leader), None)
         return ErrorCode.coordinator_not_available if registration is None else registration
 
-    async def _create(self) -> None:
+    async def _create(self, key_type: int) -> None:
+        topic, partitions_key, factor_key, min_isr_key = _TOPICS[key_type]
         config = self.broker.config
-        partitions = config.integer("offsets.topic.num.partitions")
-        factor = config.integer("offsets.topic.replication.factor")
+        configs = {} if min_isr_key is None else {"min.insync.replicas": config.get(min_isr_key)}
         try:
             await self.broker.admin.create(
-                CONSUMER_OFFSETS_TOPIC, partitions, factor, {}, internal=True
+                topic,
+                config.integer(partitions_key),
+                config.integer(factor_key),
+                configs,
+                internal=True,
             )
         except KafkaProtocolError as exc:
             if exc.code != ErrorCode.topic_already_exists:
-                log.warning("cannot create %s yet (groups get COORDINATOR_NOT_AVAILABLE): %s",
-                            CONSUMER_OFFSETS_TOPIC, exc)  # fmt: skip
+                log.warning("cannot create %s yet (its coordinators are not available): %s",
+                            topic, exc)  # fmt: skip

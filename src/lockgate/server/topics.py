@@ -173,7 +173,13 @@ class TopicManager:
         return self._log_configs[topic]
 
     def get(self, topic: str, index: int) -> Partition | None:
+        """The partition's log, if this broker has a replica of it."""
         return self.partitions.get((topic, index))
+
+    def exists(self, topic: str, index: int) -> bool:
+        """Whether the partition exists (in a cluster: anywhere, not only here)."""
+        record = self.topics.get(topic)
+        return record is not None and 0 <= index < record.partitions
 
     def resolved_configs(self, topic: str) -> dict[str, str]:
         return self.config.resolve_topic(self.topics[topic].configs)

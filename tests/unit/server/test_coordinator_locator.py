@@ -1,9 +1,9 @@
 """FindCoordinator's answer (server/coordinator_locator.py): a single node coordinates every key
-itself; a cluster broker names the leader of the group's __consumer_offsets partition
-(COORDINATOR_NOT_AVAILABLE while the topic does not exist, which the first lookup creates,
-or while the partition has no reachable leader) and answers COORDINATOR_NOT_AVAILABLE to
-transactional ids for now. Against a stand-in broker: the locator reads only its cluster
-view, membership, admin, config, advertised address and node id."""
+itself; a cluster broker names the leader of the group's __consumer_offsets partition, or of
+the transactional id's __transaction_state partition (COORDINATOR_NOT_AVAILABLE while the
+topic does not exist, which the first lookup creates, or while the partition has no
+reachable leader). Against a stand-in broker: the locator reads only its topics, membership,
+admin, config, advertised address and node id, and whether it has replicas (a cluster)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from lockgate.cluster.metadata import (
 )
 from lockgate.coordinator.group.service import CONSUMER_OFFSETS_TOPIC
 from lockgate.coordinator.txn.log import partition_for
+from lockgate.coordinator.txn.service import TRANSACTION_STATE_TOPIC
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.server.broker import Broker
 from lockgate.server.config import BrokerConfig
@@ -66,8 +67,19 @@ class Admin:
         return TopicRecord(name, uuid.uuid4(), partitions, {}, internal)
 
 
+class Topics:
+    """The broker's topic records, which in a cluster mirror the view's."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    @property
+    def topics(self) -> dict[str, TopicRecord]:
+        return {name: versioned.value for name, versioned in self.store.view.topics.items()}
+
+
 class StandIn:
-    """What of a Broker the locator uses; `cluster` None makes it a single node."""
+    """What of a Broker the locator uses; `replicas` None makes it a single node."""
 
     def __init__(self, cluster: bool) -> None:
         self.node_id = NODE
@@ -76,9 +88,13 @@ class StandIn:
             "node.id": str(NODE),
             "offsets.topic.num.partitions": "12",
             "offsets.topic.replication.factor": "2",
+            "transaction.state.log.num.partitions": "8",
+            "transaction.state.log.replication.factor": "3",
+            "transaction.state.log.min.isr": "2",
         })  # fmt: skip
         self.store = Store()
-        self.cluster = self.store if cluster else None
+        self.replicas = object() if cluster else None
+        self.topics = Topics(self.store)
         self.membership = ClusterMembership(self.store, NODE)  # type: ignore[arg-type]
         self.admin = Admin()
 
@@ -181,11 +197,26 @@ async def test_this_broker_without_its_lease_does_not_name_itself() -> None:
     assert locator(broker).locate(GROUP, GROUP_ID) == ErrorCode.coordinator_not_available
 
 
-async def test_a_transactional_id_is_coordinator_not_available_in_a_cluster() -> None:
+async def test_the_first_transactional_lookup_creates_the_transaction_log() -> None:
     broker = StandIn(cluster=True)
-    index = with_offsets_topic(broker)
-    register(broker, 2)
-    led_by(broker, index, 2)
+    with_offsets_topic(broker)  # (another topic: no help to transactional ids)
     assert locator(broker).locate(TRANSACTION, TXN_ID) == ErrorCode.coordinator_not_available
     await asyncio.sleep(0)
-    assert broker.admin.created == []  # (nor is __transaction_state created)
+    assert broker.admin.created == [
+        (TRANSACTION_STATE_TOPIC, 8, 3, {"min.insync.replicas": "2"}, True)
+    ]
+    broker.admin.release.set()
+    await asyncio.sleep(0)
+
+
+async def test_the_transactional_ids_partition_leader_is_the_coordinator() -> None:
+    broker = StandIn(cluster=True)
+    record = TopicRecord(TRANSACTION_STATE_TOPIC, uuid.uuid4(), 6, {}, True)
+    broker.store.view.topics[TRANSACTION_STATE_TOPIC] = Versioned(record, 1)
+    index = partition_for(TXN_ID, 6)
+    leader = register(broker, 3)
+    state = PartitionState((3,), 3, 1, (3,))
+    broker.store.view.partitions[(TRANSACTION_STATE_TOPIC, index)] = Versioned(state, 2)
+    assert locator(broker).locate(TRANSACTION, TXN_ID) == leader
+    # groups are placed by another topic (not created yet), not by this one
+    assert locator(broker).locate(GROUP, TXN_ID) == ErrorCode.coordinator_not_available

@@ -816,8 +816,7 @@ class GroupCoordinator:
     ) -> dict[TopicPartition, ErrorCode]:
         results = {}
         for tp, committed in offsets.items():
-            record = self.broker.topics.topics.get(tp[0])  # (a cluster's: not only local ones)
-            if record is None or not 0 <= tp[1] < record.partitions:
+            if not self.broker.topics.exists(*tp):
                 results[tp] = ErrorCode.unknown_topic_or_partition
             elif len(committed.metadata.encode()) > self.max_metadata_bytes:
                 results[tp] = ErrorCode.offset_metadata_too_large

@@ -13,12 +13,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from lockgate.client.connection import BrokerConnection
 from lockgate.client.errors import KafkaError
 from lockgate.cluster.metadata import NO_LEADER
 from lockgate.coordinator.txn.metadata import TopicPartition
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
+from lockgate.server.peers import PeerConnections
 
 if TYPE_CHECKING:
     from lockgate.server.broker import Broker
@@ -75,9 +75,9 @@ class _Delivery:
 class MarkerSender:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
-        self.client_id = f"lockgate-markers-{broker.node_id}"
-        self._connections: dict[int, BrokerConnection] = {}
-        self._connecting: dict[int, asyncio.Lock] = {}
+        self.peers = PeerConnections(
+            broker, f"lockgate-markers-{broker.node_id}", REQUEST_TIMEOUT_MS
+        )
 
     async def write(
         self,
@@ -103,9 +103,7 @@ class MarkerSender:
             backoff = min(backoff * 2, BACKOFF_MAX_S)
 
     async def close(self) -> None:
-        connections, self._connections = list(self._connections.values()), {}
-        for connection in connections:
-            await connection.close()
+        await self.peers.close()
 
     # -- one round ------------------------------------------------------------------------------
 
@@ -192,7 +190,7 @@ class MarkerSender:
     ) -> dict[TopicPartition, ErrorCode] | str:
         """The leader's answer per partition, or why it could not be asked."""
         try:
-            connection = await self._connection(leader)
+            connection = await self.peers.get(leader)
             version = connection.version_for(
                 ApiKey.WRITE_TXN_MARKERS,
                 min_version=TV1_VERSION,
@@ -211,33 +209,6 @@ class MarkerSender:
         }
         # a partition left out of the answer is a broken peer, not a reason to loop forever
         return {key: answers.get(key, ErrorCode.unknown_server_error) for key in partitions}
-
-    async def _connection(self, leader: int) -> BrokerConnection:
-        """The connection to the leader's registered address: kept while it works and the
-        broker keeps its address (a restarted broker may come back elsewhere)."""
-        registration = next(
-            (b for b in self.broker.membership.brokers() if b.node_id == leader), None
-        )
-        if registration is None:
-            raise KafkaError(f"broker {leader} is not registered")
-        async with self._connecting.setdefault(leader, asyncio.Lock()):
-            current = self._connections.get(leader)
-            address = (registration.host, registration.port)
-            if current is not None:
-                if current.connected and (current.host, current.port) == address:
-                    return current
-                del self._connections[leader]
-                await current.close()
-            connection = BrokerConnection(
-                registration.host,
-                registration.port,
-                node_id=leader,
-                client_id=self.client_id,
-                request_timeout_ms=REQUEST_TIMEOUT_MS,
-            )
-            await connection.connect()
-            self._connections[leader] = connection
-            return connection
 
 
 def _request(delivery: _Delivery, partitions: list[TopicPartition], version: int) -> dict[str, Any]:
