@@ -2,7 +2,8 @@
 # over real sockets but not etcd: each is a Broker on 127.0.0.1 (port 0) storing in memory,
 # with a ReplicaManager and the membership of a cluster over one MemoryStore they share. The
 # test writes topics and partition states into the store, as the controller would. Only the
-# listener runs: none of the broker's background loops (coordinators, retention) do.
+# listener and the ReplicaManager run (and, once asked, the coordinators with their marker
+# sender): none of the broker's background loops (timeouts, retention) do.
 from __future__ import annotations
 
 import asyncio
@@ -17,6 +18,8 @@ from lockgate.cluster.metadata import (
     TopicRecord,
     Versioned,
 )
+from lockgate.coordinator.txn.markers import MarkerSender
+from lockgate.coordinator.txn.verifier import TxnVerifier
 from lockgate.replication.manager import ReplicaManager
 from lockgate.server.broker import Broker
 from lockgate.server.config import BrokerConfig
@@ -85,6 +88,7 @@ class MemoryClusterBroker:
         self.broker = broker = Broker(config, MemoryEngine())
         broker.replicas = ReplicaManager(broker, store)  # type: ignore[arg-type]
         broker.membership = ClusterMembership(store, node_id)  # type: ignore[arg-type]
+        broker.verifier = TxnVerifier(broker)
         self.store = store
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
@@ -100,6 +104,7 @@ class MemoryClusterBroker:
         has joined (off by default: only the listener runs)."""
         assert self.broker.replicas is not None
         self.broker.replicas.leadership_listeners.append(self.broker._on_leadership)
+        self.broker.transactions.markers = MarkerSender(self.broker)
 
     @property
     def connection_count(self) -> int:
@@ -120,8 +125,13 @@ class MemoryClusterBroker:
             self._connections.discard(task)
 
     async def stop(self) -> None:
-        assert self.broker.replicas is not None
+        assert self.broker.replicas is not None and self.broker.verifier is not None
         await self.broker.replicas.stop()
+        await self.broker.verifier.close()
+        for index in list(self.broker.transactions.owned):  # cancels loads and completions
+            self.broker.transactions.on_leadership(index, None)
+        if self.broker.transactions.markers is not None:
+            await self.broker.transactions.markers.close()
         if self._server is not None:
             self._server.close()
         for task in list(self._connections):
