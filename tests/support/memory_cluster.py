@@ -11,6 +11,7 @@ import contextlib
 import uuid
 from collections.abc import AsyncIterator, Callable
 
+from lockgate.client.connection import BrokerConnection
 from lockgate.cluster.metadata import (
     BrokerRegistration,
     MetadataView,
@@ -139,6 +140,17 @@ class MemoryClusterBroker:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self.broker.topics.close()
+
+
+@contextlib.asynccontextmanager
+async def connected(member: MemoryClusterBroker) -> AsyncIterator[BrokerConnection]:
+    """A client connection to the broker, for raw requests."""
+    connection = BrokerConnection("127.0.0.1", member.broker.port, node_id=member.node_id)
+    await connection.connect()
+    try:
+        yield connection
+    finally:
+        await connection.close()
 
 
 @contextlib.asynccontextmanager

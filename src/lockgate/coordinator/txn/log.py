@@ -22,6 +22,7 @@ _TAG_NEXT_PRODUCER_ID = 1
 _TAG_CLIENT_TXN_VERSION = 2
 _TAG_NEXT_PRODUCER_EPOCH = 3
 _TAG_TWO_PHASE_COMMIT = 4
+_TAG_LAST_PRODUCER_EPOCH = 5
 
 _FIXED = struct.Struct(">qhib")
 _TIMES = struct.Struct(">qq")
@@ -75,6 +76,8 @@ def encode_value(meta: TxnMetadata) -> bytes:
         tags.append((_TAG_NEXT_PRODUCER_EPOCH, struct.pack(">h", meta.next_producer_epoch)))
     if meta.two_phase_commit:
         tags.append((_TAG_TWO_PHASE_COMMIT, b"\x01"))
+    if meta.last_producer_epoch != NO_EPOCH:
+        tags.append((_TAG_LAST_PRODUCER_EPOCH, struct.pack(">h", meta.last_producer_epoch)))
     out += _uvarint(len(tags))
     for tag, payload in tags:
         out += _uvarint(tag) + _uvarint(len(payload)) + payload
@@ -166,6 +169,7 @@ def decode_value(transactional_id: str, data: bytes) -> TxnMetadata:
         client_transaction_version=tag(_TAG_CLIENT_TXN_VERSION, ">h", 0),
         next_producer_epoch=tag(_TAG_NEXT_PRODUCER_EPOCH, ">h", NO_EPOCH),
         two_phase_commit=bool(tag(_TAG_TWO_PHASE_COMMIT, ">b", 0)),
+        last_producer_epoch=tag(_TAG_LAST_PRODUCER_EPOCH, ">h", NO_EPOCH),
     )
 
 

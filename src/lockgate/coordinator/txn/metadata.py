@@ -29,7 +29,8 @@ class TxnMetadata:
     client_transaction_version: int = 0  # tag 2
     next_producer_epoch: int = NO_EPOCH  # tag 3 (lockgate; KIP-939's NextProducerEpoch)
     two_phase_commit: bool = False  # tag 4 (lockgate): KIP-939, exempt from the timeout aborter
-    last_producer_epoch: int = NO_EPOCH  # memory only: recognises a retried InitProducerId
+    # tag 5 (lockgate): recognises a retried InitProducerId, also at the next coordinator
+    last_producer_epoch: int = NO_EPOCH
 
     @property
     def tv2(self) -> bool:

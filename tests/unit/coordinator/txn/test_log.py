@@ -19,15 +19,16 @@ from lockgate.coordinator.txn.metadata import NO_EPOCH, TxnMetadata
 from lockgate.coordinator.txn.state import TxnState
 from tests.unit.coordinator.txn.support import TXN_ID
 
-MEMORY_ONLY = {"last_producer_epoch", "transactional_id"}  # not part of the value
+MEMORY_ONLY = {"transactional_id"}  # not part of the value
 
-# TransactionLogValue tagged fields: Kafka's 0-2, lockgate's KIP-939 tags 3-4.
+# TransactionLogValue tagged fields: Kafka's 0-2, lockgate's KIP-939 tags 3-4 and KIP-360's 5.
 TAGS: dict[str, tuple[int, object, bytes]] = {
     "prev_producer_id": (0, 41, struct.pack(">q", 41)),
     "next_producer_id": (1, 43, struct.pack(">q", 43)),
     "client_transaction_version": (2, 2, struct.pack(">h", 2)),
     "next_producer_epoch": (3, 7, struct.pack(">h", 7)),
     "two_phase_commit": (4, True, b"\x01"),
+    "last_producer_epoch": (5, 4, struct.pack(">h", 4)),
 }
 
 
@@ -164,12 +165,6 @@ def test_every_state_and_partition_set_round_trips(
 ) -> None:
     meta = sample(state=state, partitions=partitions, producer_epoch=32767, producer_id=2**62)
     assert decode_value(TXN_ID, encode_value(meta)) == meta
-
-
-def test_memory_only_last_epoch_is_not_written() -> None:
-    meta = sample(last_producer_epoch=4)
-    assert encode_value(meta) == encode_value(sample())
-    assert decode_value(TXN_ID, encode_value(meta)).last_producer_epoch == NO_EPOCH
 
 
 def test_tags_at_their_defaults_are_not_written() -> None:

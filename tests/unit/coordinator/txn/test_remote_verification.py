@@ -9,7 +9,6 @@ broker 0. Driven by lockgate's client and by raw requests."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 
 import pytest
@@ -25,7 +24,12 @@ from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
 from lockgate.protocol.records import TRANSACTIONAL_BIT, build_batch
 from lockgate.server.broker import Broker
-from tests.support.memory_cluster import MemoryClusterBroker, MemoryStore, memory_cluster
+from tests.support.memory_cluster import (
+    MemoryClusterBroker,
+    MemoryStore,
+    connected,
+    memory_cluster,
+)
 from tests.unit.coordinator.group.support import wait_until
 
 TOPIC = "orders"
@@ -121,7 +125,7 @@ async def test_pipelined_first_batches_keep_their_order(cluster: Cluster) -> Non
     _store, brokers = cluster
     pid, epoch = await init_producer(brokers[1])
     await add_partitions(brokers[1], pid, epoch, [(TOPIC, 0)])
-    async with raw(brokers[0]) as leader:
+    async with connected(brokers[0]) as leader:
         answers = await asyncio.gather(
             *(produce(leader, pid, epoch, sequence, version=9) for sequence in range(5))
         )
@@ -133,7 +137,7 @@ async def test_pipelined_first_batches_keep_their_order(cluster: Cluster) -> Non
 async def test_a_partition_never_added_is_refused(cluster: Cluster) -> None:
     _store, brokers = cluster
     pid, epoch = await init_producer(brokers[1])
-    async with raw(brokers[0]) as leader:
+    async with connected(brokers[0]) as leader:
         assert (await produce(leader, pid, epoch, 0, version=9))[0] == ErrorCode.invalid_txn_state
         assert (await produce(leader, pid, epoch, 0, version=11))[0] == (
             ErrorCode.transaction_abortable
@@ -151,7 +155,7 @@ async def test_transaction_version_2_adds_the_partition_at_the_coordinator(
 ) -> None:
     _store, brokers = cluster
     pid, epoch = await init_producer(brokers[1])
-    async with raw(brokers[0]) as leader:
+    async with connected(brokers[0]) as leader:
         assert await produce(leader, pid, epoch, 0, version=12) == (ErrorCode.none, 0)
     meta = brokers[1].broker.transactions.txns[TXN_ID]
     assert (TOPIC, 0) in meta.partitions
@@ -163,7 +167,7 @@ async def test_an_unreachable_coordinator_is_retriable(cluster: Cluster) -> None
     pid, epoch = await init_producer(brokers[1])
     await add_partitions(brokers[1], pid, epoch, [(TOPIC, 0)])
     brokers[1].register(1)  # its registered address now refuses connections
-    async with raw(brokers[0]) as leader:
+    async with connected(brokers[0]) as leader:
         assert (await produce(leader, pid, epoch, 0, version=9))[0] == (
             ErrorCode.not_enough_replicas
         )
@@ -179,7 +183,7 @@ async def test_a_coordinator_led_by_the_asking_broker_but_not_loaded_is_retriabl
     await add_partitions(brokers[1], pid, epoch, [(TOPIC, 0)])
     # broker 0 leads __transaction_state by the view before it has loaded it
     store.put(TRANSACTION_STATE_TOPIC, 0, PartitionState((1,), 0, 2, (1,)))
-    async with raw(brokers[0]) as leader:
+    async with connected(brokers[0]) as leader:
         error, _offset = await produce(leader, pid, epoch, 0, version=9)
     assert error == ErrorCode.not_enough_replicas
 
@@ -190,7 +194,7 @@ async def test_txn_offset_commit_asks_the_remote_coordinator(cluster: Cluster) -
     store.put("__consumer_offsets", 0, alone(0))
     await wait_until(lambda: brokers[0].broker.groups.gate("g") == ErrorCode.none)
     pid, epoch = await init_producer(brokers[1])
-    async with raw(brokers[0]) as groups:
+    async with connected(brokers[0]) as groups:
         assert await txn_offset_commit(groups, pid, epoch, version=3) == ErrorCode.invalid_txn_state
         assert await txn_offset_commit(groups, pid, epoch, version=4) == (
             ErrorCode.transaction_abortable
@@ -202,18 +206,8 @@ async def test_txn_offset_commit_asks_the_remote_coordinator(cluster: Cluster) -
 # -- raw requests ---------------------------------------------------------------------------
 
 
-@contextlib.asynccontextmanager
-async def raw(member: MemoryClusterBroker) -> AsyncIterator[BrokerConnection]:
-    connection = BrokerConnection("127.0.0.1", member.broker.port, node_id=member.node_id)
-    await connection.connect()
-    try:
-        yield connection
-    finally:
-        await connection.close()
-
-
 async def init_producer(coordinator: MemoryClusterBroker) -> tuple[int, int]:
-    async with raw(coordinator) as connection:
+    async with connected(coordinator) as connection:
         response = await connection.request(
             ApiKey.INIT_PRODUCER_ID,
             {"transactional_id": TXN_ID, "transaction_timeout": 60_000,
@@ -227,7 +221,7 @@ async def init_producer(coordinator: MemoryClusterBroker) -> tuple[int, int]:
 async def add_partitions(
     coordinator: MemoryClusterBroker, pid: int, epoch: int, partitions: list[tuple[str, int]]
 ) -> None:
-    async with raw(coordinator) as connection:
+    async with connected(coordinator) as connection:
         response = await connection.request(
             ApiKey.ADD_PARTITIONS_TO_TXN,
             {
