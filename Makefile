@@ -78,11 +78,12 @@ test: setup-dev system-deps reference-deps lint typecheck
 	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # The long fault-injection run (tests/faults): `make soak SEEDS=200 [DURATION=20] [LIFECYCLE=1]`;
-# LIFECYCLE=1 adds small segments, retention and more broker kills.
+# LIFECYCLE=1 adds small segments, retention and more broker kills; CLUSTER=1 runs the seeds on
+# a 3-broker cluster with its own nemesis (tests/faults/cluster_run.py).
 SEEDS ?= 200
 DURATION ?= 20
-soak: setup-dev
-	$(BIN)/python -m tests.faults.run --seeds 1-$(SEEDS) --duration $(DURATION) $(if $(LIFECYCLE),--lifecycle)
+soak: setup-dev system-deps
+	$(BIN)/python -m tests.faults.$(if $(CLUSTER),cluster_run,run) --seeds 1-$(SEEDS) --duration $(DURATION) $(if $(LIFECYCLE),--lifecycle)
 
 # Protocol fuzzing against a live broker: `make fuzz [FRAMES=100000]`.
 FRAMES ?= 100000
