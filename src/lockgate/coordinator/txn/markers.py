@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from lockgate.client.errors import KafkaError
+from lockgate.client.errors import KafkaError, UnsupportedVersionError
 from lockgate.cluster.metadata import NO_LEADER
 from lockgate.coordinator.txn.metadata import TopicPartition
 from lockgate.protocol.api import ApiKey
@@ -199,6 +199,10 @@ class MarkerSender:
             response = await connection.request(
                 ApiKey.WRITE_TXN_MARKERS, _request(delivery, partitions, version), version=version
             )
+        except UnsupportedVersionError:
+            # a leader without this version will not gain it while it runs; as in Kafka, its
+            # partitions could not have had the transaction's data either
+            return dict.fromkeys(partitions, ErrorCode.unsupported_version)
         except (KafkaError, OSError, TimeoutError) as exc:
             return str(exc) or type(exc).__name__
         answers = {

@@ -1,7 +1,8 @@
 """The coordinator's marker sender against two cluster brokers in this process (real sockets,
 a shared in-memory metadata store): one WriteTxnMarkers per leader over one kept connection,
 transaction version 2 passed on, a leader that moved between rounds, a broker unreachable at
-first, a deleted topic, and the answers that end the retries (fenced, stale epoch)."""
+first, a deleted topic, and the answers that end the retries (fenced, stale epoch, a version
+the leader lacks)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from lockgate.client.connection import BrokerConnection
+from lockgate.client.errors import UnsupportedVersionError
 from lockgate.cluster.metadata import NO_LEADER, PartitionState
 from lockgate.coordinator.txn.markers import MarkerSender
 from lockgate.log.partition import Partition
@@ -208,3 +211,16 @@ async def test_the_retries_end_when_the_caller_cancels(cluster: Cluster) -> None
     writing.cancel()
     with pytest.raises(asyncio.CancelledError):
         await writing
+
+
+async def test_a_leader_without_the_marker_version_refuses_for_good(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _store, _brokers, sender = cluster
+
+    def unsupported(_connection: BrokerConnection, _api_key: int, **_limits: int) -> int:
+        raise UnsupportedVersionError("WriteTxnMarkers v1-1 is not supported by the broker")
+
+    monkeypatch.setattr(BrokerConnection, "version_for", unsupported)
+    refused = await asyncio.wait_for(sender.write(PID, 0, True, 3, False, [("a", 1)]), 10)
+    assert refused == {("a", 1): ErrorCode.unsupported_version}
