@@ -9,6 +9,27 @@
 #   non_monotonic     a reader saw a partition's offsets go backwards or repeat
 #   group_mismatch    a consume-transform-produce stage whose outputs differ from the
 #                     committed inputs below its group's committed offsets
+#   inconsistent_offsets  an offset of a partition named with two values (acknowledged
+#                     sends, the stage's reads, the final scan); counted per offset
+#   poll_skip         a reader's consecutive reads of a partition jumped over an offset whose
+#                     value the final scan shows
+#   unseen            a committed value of the stage's input topic that no read ever saw,
+#                     neither the stage's nor the final scan (a lost value nobody ever read)
+#   precommitted_read a value read before its writer invoked the commit of its transaction
+#   G0                a cycle of write-write dependencies between transactions of one
+#                     transactional id (counted per strongly connected component)
+#   G1c               a cycle of write-write and write-read dependencies with a write-read
+#                     one (counted per strongly connected component)
+#
+# The dependency graph is Jepsen's but for its write-write edges, drawn within one
+# transactional id only: T1 -> T2 when, on a partition of the final scan, T2's value is the
+# next of that id's values after T1's. Kafka does not isolate concurrent transactions of
+# different ids: they interleave on partitions and form write cycles that Kafka allows
+# (Jepsen's Kafka checker makes those edges optional for that reason). One id's transactions
+# are serial, so a cycle among them means a zombie interleaved with its successor. A
+# write-read edge T1 -> T2: T2 (the stage's) committed after reading a value of T1.
+# The stage's transactions count in the graph and the offsets only: an input it reads again
+# after a failed transaction is written again, so its values are not unique like a writer's.
 #
 # Lifecycle runs delete and compact on purpose (a "lifecycle" event names the topics): a
 # committed value missing from the final read is not lost when its offset is below its
@@ -16,31 +37,44 @@
 # same key is visible on a compacted topic. Anywhere else it is lost.
 from __future__ import annotations
 
+import bisect
 import itertools
+import math
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from tests.faults.history import Event
 
-ANOMALIES = (
-    "lost",
-    "duplicated",
-    "aborted_read",
-    "torn",
-    "reordered",
-    "non_monotonic",
-    "group_mismatch",
-)
+# anomaly: its column in the table (abbreviated so that a seed's row fits a terminal)
+COLUMNS = {
+    "lost": "lost",
+    "duplicated": "dup",
+    "aborted_read": "aborted",
+    "torn": "torn",
+    "reordered": "reorder",
+    "non_monotonic": "nonmono",
+    "group_mismatch": "group",
+    "inconsistent_offsets": "offsets",
+    "poll_skip": "skip",
+    "unseen": "unseen",
+    "precommitted_read": "precommit",
+    "G0": "G0",
+    "G1c": "G1c",
+}
+ANOMALIES = tuple(COLUMNS)
+Edge = tuple[int, int]
 
 
 def check(events: Iterable[Event]) -> Counter[str]:
     events = list(events)
     anomalies: Counter[str] = Counter({name: 0 for name in ANOMALIES})
     finals = [e for e in events if e["type"] == "final"]
+    reads = [e for e in events if e["type"] == "read"]
     seen = Counter(e["value"] for e in finals)
     position = {e["value"]: (e["topic"], e["partition"], e["offset"]) for e in finals}
-    read_values = {e["value"] for e in events if e["type"] == "read"}
+    read_values = {e["value"] for e in reads}
+    inputs = {e["input_topic"] for e in events if e["type"] == "pipe"}
     anomalies["duplicated"] = sum(count - 1 for count in seen.values() if count > 1)
     gone = _deleted_on_purpose(events, finals)
 
@@ -48,21 +82,24 @@ def check(events: Iterable[Event]) -> Counter[str]:
     # outcome; the last record counts, and a pending one whose writer died is unknown.
     latest = {(e["producer"], e["txn"]): e for e in events if e["type"] == "txn"}
     order: dict[tuple[str, str, int], list[tuple[int, int, int]]] = defaultdict(list)
-    for txn in latest.values():
+    for txn in (t for t in latest.values() if "reads" not in t):
         values = [v[0] for v in txn["values"]]
         visible = [v for v in values if v in seen]
         offsets = txn.get("offsets") or [-1] * len(values)
-        accounted = len(visible) + sum(
-            1
+        missing = [
+            entry
             for entry, offset in zip(txn["values"], offsets, strict=True)
-            if entry[0] not in seen and gone(entry, offset)
-        )
+            if entry[0] not in seen and not gone(entry, offset)
+        ]
         if txn["outcome"] == "committed":
-            anomalies["lost"] += len(values) - accounted
+            anomalies["lost"] += len(missing)
+            anomalies["unseen"] += sum(
+                1 for entry in missing if entry[1] in inputs and entry[0] not in read_values
+            )
         elif txn["outcome"] == "aborted":
             anomalies["aborted_read"] += len(visible)
             anomalies["aborted_read"] += sum(1 for v in values if v in read_values)
-        if visible and accounted != len(values):
+        if visible and missing:
             anomalies["torn"] += 1
         for index, value in enumerate(values):
             if value in position:
@@ -72,15 +109,167 @@ def check(events: Iterable[Event]) -> Counter[str]:
         by_offset = [(txn, index) for _offset, txn, index in sorted(placed)]
         anomalies["reordered"] += sum(1 for a, b in itertools.pairwise(by_offset) if b < a)
 
-    last: dict[tuple[str, str, int], int] = {}
-    for read in (e for e in events if e["type"] == "read"):
-        key = (read["reader"], read["topic"], read["partition"])
-        if key in last and read["offset"] <= last[key]:
-            anomalies["non_monotonic"] += 1
-        last[key] = read["offset"]
-
+    anomalies["non_monotonic"], anomalies["poll_skip"] = _reader_order(reads, finals)
     anomalies["group_mismatch"] += _pipelines(events, finals)
+    anomalies["inconsistent_offsets"] = _inconsistent_offsets(latest.values(), reads, finals)
+    anomalies["precommitted_read"] = _precommitted_reads(events, reads)
+    anomalies["G0"], anomalies["G1c"] = _cycles(list(latest.values()), finals)
     return anomalies
+
+
+def _reader_order(reads: list[Event], finals: list[Event]) -> tuple[int, int]:
+    """Non-monotonic reads and poll skips: per reader and partition, consecutive reads at
+    offsets a then c must have a < c, and nothing visible in the final scan between them
+    (aborted records and transaction markers take offsets nobody reads)."""
+    visible: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for final in finals:
+        visible[(final["topic"], final["partition"])].append(final["offset"])
+    for offsets in visible.values():
+        offsets.sort()
+    backwards = skips = 0
+    last: dict[tuple[str, str, int], int] = {}
+    for read in reads:
+        key = (read["reader"], read["topic"], read["partition"])
+        offset, previous = read["offset"], last.get(key)
+        if previous is not None and offset <= previous:
+            backwards += 1
+        elif previous is not None:
+            between = visible.get((read["topic"], read["partition"]), [])
+            first_after = bisect.bisect_right(between, previous)
+            if first_after < len(between) and between[first_after] < offset:
+                skips += 1
+        last[key] = offset
+    return backwards, skips
+
+
+def _inconsistent_offsets(txns: Iterable[Event], reads: list[Event], finals: list[Event]) -> int:
+    """Offsets named with more than one value by acknowledged sends, reads and the final
+    scan (-1: an offset the broker did not give)."""
+    values_at: dict[tuple[str, int, int], set[str]] = defaultdict(set)
+    for txn in txns:
+        if txn["outcome"] == "committed":
+            for entry, offset in zip(txn["values"], txn.get("offsets", []), strict=False):
+                if offset >= 0:
+                    values_at[(entry[1], entry[2], offset)].add(entry[0])
+    for event in (*reads, *finals):
+        if event["offset"] >= 0:
+            values_at[(event["topic"], event["partition"], event["offset"])].add(event["value"])
+    return sum(1 for values in values_at.values() if len(values) > 1)
+
+
+def _precommitted_reads(events: list[Event], reads: list[Event]) -> int:
+    """Reads that returned before the commit of the value's transaction was even invoked
+    (all clients run on one machine: one clock). Histories without the times are skipped."""
+    started: dict[str, float] = {}
+    for txn in events:
+        if txn["type"] == "txn" and txn.get("commit_started") is not None:
+            for entry in txn["values"]:
+                started[entry[0]] = min(started.get(entry[0], math.inf), txn["commit_started"])
+    return sum(
+        1
+        for read in reads
+        if read.get("at") is not None and read["at"] < started.get(read["value"], -math.inf)
+    )
+
+
+def _cycles(txns: list[Event], finals: list[Event]) -> tuple[int, int]:
+    """G0 and G1c: the strongly connected components of the dependency graph with a cycle of
+    write-write edges alone, and with a write-read edge on a cycle."""
+    # Aborted transactions are no nodes (reading them is aborted_read). Committed records
+    # come last: an input the stage read again after a failed transaction is written again,
+    # and the visible copy belongs to the acknowledged transaction.
+    live = sorted(
+        (t for t in txns if t["outcome"] != "aborted"), key=lambda t: t["outcome"] == "committed"
+    )
+    writer_of = {entry[0]: node for node, txn in enumerate(live) for entry in txn["values"]}
+    write_write = _write_edges(finals, writer_of, [txn["producer"] for txn in live])
+    visible = {writer_of[f["value"]] for f in finals if f["value"] in writer_of}
+    write_read: set[Edge] = set()
+    for node, txn in enumerate(live):
+        if txn["outcome"] == "committed" or node in visible:
+            for value in txn.get("reads", ()):
+                writer = writer_of.get(value)
+                if writer is not None and writer != node:
+                    write_read.add((writer, node))
+    return (
+        _cyclic_components(len(live), write_write, write_write),
+        _cyclic_components(len(live), write_write | write_read, write_read),
+    )
+
+
+def _write_edges(
+    finals: list[Event], writer_of: dict[str, int], transactional_ids: Sequence[str]
+) -> set[Edge]:
+    """T1 -> T2 when, on a partition in offset order, T2's value is the next one after T1's
+    among the values of their transactional id."""
+    placed: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)
+    for final in finals:
+        node = writer_of.get(final["value"])
+        if node is not None:
+            placed[(final["topic"], final["partition"])].append((final["offset"], node))
+    edges: set[Edge] = set()
+    for partition in placed.values():
+        previous: dict[str, int] = {}  # transactional id: its last transaction so far here
+        for _offset, node in sorted(partition):
+            before = previous.get(transactional_ids[node])
+            if before is not None and before != node:
+                edges.add((before, node))
+            previous[transactional_ids[node]] = node
+    return edges
+
+
+def _cyclic_components(count: int, edges: set[Edge], marked: set[Edge]) -> int:
+    """How many strongly connected components of the graph (nodes 0..count-1) hold an edge
+    of `marked` between two of their members: such an edge lies on a cycle."""
+    successors: list[list[int]] = [[] for _ in range(count)]
+    for source, target in edges:
+        successors[source].append(target)
+    component = _strongly_connected(successors)
+    return len({component[a] for a, b in marked if component[a] == component[b]})
+
+
+def _strongly_connected(successors: list[list[int]]) -> list[int]:
+    """Tarjan's algorithm without recursion (histories hold ~10^4 transactions, and chains
+    as long): each node's component number."""
+    count = len(successors)
+    index, low = [-1] * count, [0] * count
+    component, on_stack = [-1] * count, [False] * count
+    stack: list[int] = []
+    visited = components = 0
+    for root in range(count):
+        if index[root] >= 0:
+            continue
+        index[root] = low[root] = visited
+        visited += 1
+        stack.append(root)
+        on_stack[root] = True
+        work = [(root, iter(successors[root]))]
+        while work:
+            node, children = work[-1]
+            for child in children:
+                if index[child] < 0:
+                    index[child] = low[child] = visited
+                    visited += 1
+                    stack.append(child)
+                    on_stack[child] = True
+                    work.append((child, iter(successors[child])))
+                    break
+                if on_stack[child]:
+                    low[node] = min(low[node], index[child])
+            else:
+                work.pop()
+                if work:
+                    parent = work[-1][0]
+                    low[parent] = min(low[parent], low[node])
+                if low[node] == index[node]:
+                    while True:
+                        member = stack.pop()
+                        on_stack[member] = False
+                        component[member] = components
+                        if member == node:
+                            break
+                    components += 1
+    return component
 
 
 def _deleted_on_purpose(
@@ -136,8 +325,8 @@ def _pipelines(events: list[Event], finals: list[Event]) -> int:
 
 
 def table(results: dict[int, Counter[str]]) -> str:
-    """Anomaly counts per seed, plus a total row."""
-    header = ["seed", *ANOMALIES]
+    """Anomaly counts per seed, plus a total row (columns abbreviated: see COLUMNS)."""
+    header = ["seed", *COLUMNS.values()]
     rows = [[str(seed), *(str(counts[a]) for a in ANOMALIES)] for seed, counts in results.items()]
     total = Counter[str]()
     for counts in results.values():

@@ -14,9 +14,10 @@ from __future__ import annotations
 import argparse
 import random
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from tests.faults.history import History
 from tests.faults.workload import TOPICS, TXN_TIMEOUT_MS
@@ -39,6 +40,18 @@ def new_producer(options: argparse.Namespace) -> Producer:
     return producer
 
 
+def offset_recorder(offsets: list[int], index: int) -> Callable[[KafkaError | None, Message], None]:
+    """A delivery callback writing one value's offset (librdkafka serves them during the
+    commit's flush); -1 stays where delivery failed or answered none."""
+
+    def delivered(error: KafkaError | None, message: Message) -> None:
+        offset = message.offset()
+        if error is None and offset is not None and offset >= 0:
+            offsets[index] = offset
+
+    return delivered
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--bootstrap", required=True)
@@ -59,6 +72,8 @@ def main() -> None:
         ]
         commit = rng.random() < 0.8
         outcome = "unknown"
+        offsets = [-1] * len(values)
+        times: dict[str, float] = {}  # commit_started, once the commit is invoked
         try:
             if producer is None:
                 producer = new_producer(options)
@@ -66,9 +81,19 @@ def main() -> None:
             history.record(
                 "txn", producer=options.name, txn=number, values=values, outcome="pending"
             )
-            for value, topic, partition in values:
-                producer.produce(str(topic), str(value).encode(), partition=int(str(partition)))
+            for index, (value, topic, partition) in enumerate(values):
+                producer.produce(
+                    str(topic),
+                    str(value).encode(),
+                    partition=int(str(partition)),
+                    on_delivery=offset_recorder(offsets, index),
+                )
             if commit:
+                times["commit_started"] = time.time()
+                history.record(
+                    "txn", producer=options.name, txn=number, values=values, outcome="pending",
+                    **times,
+                )  # fmt: skip
                 producer.commit_transaction(TIMEOUT_S)
                 outcome = "committed"
             else:
@@ -85,7 +110,10 @@ def main() -> None:
             else:
                 producer = None  # fatal, or an unknown commit outcome: a new instance
             time.sleep(0.2)
-        history.record("txn", producer=options.name, txn=number, values=values, outcome=outcome)
+        history.record(
+            "txn", producer=options.name, txn=number, values=values, outcome=outcome, **times,
+            **({"offsets": offsets} if outcome == "committed" else {}),
+        )  # fmt: skip
         number += 1
     history.close()
 

@@ -5,10 +5,16 @@
 #   txn    {producer, txn, values: [[value, topic, partition]...], outcome}  outcome is
 #          "committed" (commit acknowledged), "aborted" (abort acknowledged), "unknown"
 #          (the writer lost contact mid-way: all or nothing may be visible) or "pending"
-#          (recorded before the commit; superseded by the outcome unless the writer died);
-#          a value may carry a fourth item, its key; a committed one carries "offsets", each
-#          value's offset (-1 where the broker answered a retry as a duplicate)
-#   read   {reader, topic, partition, offset, value}  a read_committed read during the run
+#          (recorded by a writer when the transaction begins and again just before its
+#          commit is invoked; superseded by the outcome unless the writer died); producer is
+#          the transactional id; a value may carry a fourth item, its key; a committed one
+#          carries "offsets", each value's offset (-1 where the broker answered a retry as a
+#          duplicate). Once the commit was invoked, every record carries "commit_started"
+#          (time.time() just before the call). The stage's transactions also carry "reads",
+#          the input values they consumed; their values may repeat across its transactions
+#          (an input read again after a failed one is written again)
+#   read   {reader, topic, partition, offset, value, at}  a read_committed read by the stage;
+#          reader names one consumer instance, at is time.time() when its poll returned
 #   final  {topic, partition, offset, value, key}  the read_committed scan after the faults
 #          healed
 #   start  {topic, partition, offset}  a partition's log start offset after that scan

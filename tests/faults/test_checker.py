@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
 
-from tests.faults.checker import check, table
+from tests.faults.checker import ANOMALIES, check, table
 from tests.faults.history import Event
 
 
@@ -25,6 +26,11 @@ def final(values: list[str], topic: str = "t", partition: int = 0) -> list[Event
         {"type": "final", "topic": topic, "partition": partition, "offset": i, "value": v}
         for i, v in enumerate(values)
     ]
+
+
+def read(offset: int, value: str, reader: str = "r", partition: int = 0, **also: Any) -> Event:
+    return {"type": "read", "reader": reader, "topic": "t", "partition": partition,
+            "offset": offset, "value": value, **also}  # fmt: skip
 
 
 def clean() -> list[Event]:
@@ -62,10 +68,7 @@ def test_duplicated() -> None:
 
 
 def test_aborted_read_by_the_final_scan_and_during_the_run() -> None:
-    events: list[Event] = [txn("p", 0, ["a"], "aborted"), *final(["a"])]
-    read: dict[str, Any] = {"type": "read", "reader": "r", "topic": "t", "partition": 0}
-    events.append({**read, "offset": 0, "value": "a"})
-    only("aborted_read", 2, events)
+    only("aborted_read", 2, [txn("p", 0, ["a"], "aborted"), *final(["a"]), read(0, "a")])
 
 
 def test_reordered() -> None:
@@ -74,12 +77,8 @@ def test_reordered() -> None:
 
 
 def test_non_monotonic() -> None:
-    read: dict[str, Any] = {"type": "read", "reader": "r", "topic": "t", "partition": 0}
-    only(
-        "non_monotonic",
-        1,
-        [{**read, "offset": 5, "value": "x"}, {**read, "offset": 5, "value": "y"}],
-    )
+    only("non_monotonic", 1, [read(5, "x"), read(5, "x")])  # the same record twice
+    only("non_monotonic", 1, [read(5, "x"), read(4, "w")])
 
 
 @pytest.mark.parametrize(
@@ -102,6 +101,12 @@ def test_group_offsets_against_outputs(outputs: list[str], expected: int) -> Non
 def test_table_totals() -> None:
     text = table({1: check(clean()), 2: check([txn("p", 0, ["a"], "committed")])})
     assert text.splitlines()[-1].split()[:2] == ["total", "1"]
+
+
+def test_every_anomaly_is_counted_and_has_a_column() -> None:
+    counts = check(clean())
+    assert set(counts) == set(ANOMALIES)
+    assert len(table({1: counts}).splitlines()[0].split()) == len(ANOMALIES) + 1
 
 
 # -- lifecycle runs: data deleted on purpose is not lost -------------------------------------
@@ -165,3 +170,244 @@ def test_compaction_that_drops_the_newest_value_of_a_key_loses_it() -> None:
         final_keyed(0, "a", "k1"),
     ]
     only("lost", 1, events)
+
+
+# -- Jepsen's Kafka anomalies ------------------------------------------------------------------
+
+PIPE: Event = {"type": "pipe", "input_topic": "t", "output_topic": "out", "group": "g"}
+
+
+def scan(values: dict[int, str], partition: int = 0) -> list[Event]:
+    """The final scan of one partition: offsets missing from `values` hold nothing visible."""
+    return [
+        {"type": "final", "topic": "t", "partition": partition, "offset": offset, "value": value}
+        for offset, value in values.items()
+    ]
+
+
+def spread(producer: str, number: int, values: list[tuple[str, int]], **also: Any) -> Event:
+    """A committed transaction over partitions of "t"; `reads` in `also` makes it the stage's."""
+    return {"type": "txn", "producer": producer, "txn": number, "outcome": "committed",
+            "values": [[v, "t", p] for v, p in values], **also}  # fmt: skip
+
+
+def test_inconsistent_offsets_between_an_acknowledged_send_and_the_final_scan() -> None:
+    events = [committed_at(0, ["a"], [0]), {**txn("q", 0, ["b"], "committed"), "offsets": [-1]}]
+    only("inconsistent_offsets", 1, [*events, *scan({0: "b", 1: "a"})])
+
+
+def test_inconsistent_offsets_between_a_read_and_the_final_scan() -> None:
+    only("inconsistent_offsets", 1, [*scan({0: "a"}), read(0, "x")])
+
+
+def test_offsets_that_agree_or_are_unknown_are_consistent() -> None:
+    events = [committed_at(0, ["a"], [0]), {**txn("q", 0, ["b"], "committed"), "offsets": [-1]}]
+    assert sum(check([*events, *scan({0: "a", 1: "b"}), read(0, "a")]).values()) == 0
+
+
+def test_poll_skip_over_a_visible_record() -> None:
+    only("poll_skip", 1, [*scan({0: "a", 1: "b", 2: "c", 3: "d"}), read(0, "a"), read(3, "d")])
+
+
+@pytest.mark.parametrize(
+    ("visible", "reads"),
+    [
+        ({0: "a", 2: "c"}, [read(0, "a"), read(2, "c")]),  # 1: an aborted record or a marker
+        ({0: "a", 1: "b", 2: "c"}, [read(0, "a", reader="r1"), read(2, "c", reader="r2")]),
+        ({0: "a", 1: "b"}, [read(0, "a"), read(9, "z", partition=1), read(1, "b")]),
+    ],
+    ids=["invisible-offset", "new-consumer-instance", "another-partition-between"],
+)
+def test_reads_that_skip_nothing_visible(visible: dict[int, str], reads: list[Event]) -> None:
+    events = [*scan(visible), *scan({9: "z"}, partition=1), *reads]
+    assert sum(check(events).values()) == 0
+
+
+def test_unseen_is_a_lost_input_that_no_read_ever_saw() -> None:
+    # both lost; a was read by the stage before it vanished, b never by anyone
+    only("lost", 2, [PIPE, committed_at(0, ["a", "b"], [0, 1]), read(0, "a")], unseen=1)
+
+
+def test_a_lost_value_outside_the_stage_input_is_lost_not_unseen() -> None:
+    event = committed_at(0, ["a"], [0])
+    event["values"] = [["a", "other", 0]]
+    only("lost", 1, [PIPE, event])
+
+
+def test_an_input_the_stage_never_read_but_the_final_scan_shows_is_seen() -> None:
+    assert sum(check([PIPE, committed_at(0, ["a"], [0]), *scan({0: "a"})]).values()) == 0
+
+
+def test_precommitted_read() -> None:
+    committed = {**committed_at(0, ["a"], [0]), "commit_started": 10.0}
+    only("precommitted_read", 1, [committed, *scan({0: "a"}), read(0, "a", at=9.5)])
+    # a writer that died during its commit leaves the pending record, with the time
+    pending = {**txn("p", 0, ["a"], "pending"), "commit_started": 10.0}
+    only("precommitted_read", 1, [pending, *scan({0: "a"}), read(0, "a", at=9.5)])
+
+
+@pytest.mark.parametrize(
+    ("started", "at"), [(10.0, 10.5), (None, 9.5), (10.0, None)], ids=["after", "old", "untimed"]
+)
+def test_reads_after_the_commit_or_without_times(started: float | None, at: float | None) -> None:
+    committed = committed_at(0, ["a"], [0])
+    if started is not None:
+        committed["commit_started"] = started
+    polled = read(0, "a")
+    if at is not None:
+        polled["at"] = at
+    assert sum(check([committed, *scan({0: "a"}), polled]).values()) == 0
+
+
+def zombie_pair(**stage: Any) -> list[Event]:
+    """One transactional id's transactions 0 and 1 on partitions 0 and 1, in opposite orders
+    on each: 0 -> 1 on partition 0, 1 -> 0 on partition 1."""
+    return [
+        spread("p", 0, [("a", 0), ("b", 1)], **stage),
+        spread("p", 1, [("c", 0), ("d", 1)], **stage),
+        *scan({0: "a", 1: "c"}),
+        *scan({0: "d", 1: "b"}, partition=1),
+    ]
+
+
+def test_g0_write_cycle_of_one_transactional_id() -> None:
+    only("G0", 1, zombie_pair(reads=[]))  # the stage's transactions
+    only("G0", 1, zombie_pair(), reordered=1)  # a writer's: its send order is broken too
+
+
+def test_g0_over_thousands_of_transactions() -> None:
+    """A single cycle through 10,000 transactions: T(i) -> T(i+1) on partition i."""
+    count = 10_000
+    events = [
+        spread("p", i, [(f"v{i}-{i}", i), (f"v{i}-{(i - 1) % count}", (i - 1) % count)], reads=[])
+        for i in range(count)
+    ]
+    for i in range(count):
+        events += scan({0: f"v{i}-{i}", 1: f"v{(i + 1) % count}-{i}"}, partition=i)
+    only("G0", 1, events)
+
+
+def test_transactions_of_different_ids_may_interleave() -> None:
+    """Kafka does not isolate concurrent producers: their write cycles are not anomalies."""
+    events = [
+        spread("p", 0, [("a", 0), ("b", 1)]),
+        spread("q", 0, [("c", 0), ("d", 1)]),
+        *scan({0: "a", 1: "c", 2: "b"}),  # interleaved on one partition too
+        *scan({0: "d", 1: "b"}, partition=1),
+    ]
+    events[-1]["value"] = "e"
+    events[0]["values"].append(["e", "t", 1])
+    assert sum(check(events).values()) == 0
+
+
+def test_g1c_cycle_through_a_read() -> None:
+    # the stage's transaction 0 read what its transaction 1 wrote, yet comes before it
+    events = [
+        spread("pipe", 0, [("x", 0)], reads=["y"]),
+        spread("pipe", 1, [("y", 0)], reads=[]),
+        *scan({0: "x", 1: "y"}),
+    ]
+    only("G1c", 1, events)
+
+
+def test_g1c_of_read_edges_alone() -> None:
+    # each of two transactions read the other's value
+    events = [
+        spread("p", 0, [("x", 0)], reads=["y"]),
+        spread("q", 0, [("y", 1)], reads=["x"]),
+        *scan({0: "x"}),
+        *scan({0: "y"}, partition=1),
+    ]
+    only("G1c", 1, events)
+
+
+def test_an_aborted_transaction_is_no_node_of_the_graph() -> None:
+    # as above, but the second one aborted: what it read and wrote draws no edge
+    events = [
+        spread("p", 0, [("x", 0)], reads=["y"]),
+        {**spread("q", 0, [("y", 1)], reads=["x"]), "outcome": "aborted"},
+        *scan({0: "x"}),
+    ]
+    assert sum(check(events).values()) == 0
+
+
+def test_the_stage_reading_a_writer_is_no_cycle() -> None:
+    events = [
+        spread("w", 0, [("a", 0)]),
+        spread("w", 1, [("b", 0)]),
+        spread("pipe", 0, [("out:a", 1)], reads=["a"]),
+        spread("pipe", 1, [("out:b", 1)], reads=["b"]),
+        *scan({0: "a", 1: "b"}),
+        *scan({0: "out:a", 1: "out:b"}, partition=1),
+    ]
+    assert sum(check(events).values()) == 0
+
+
+def simulated_run(seed: int, writers: int = 4, transactions: int = 2_500) -> list[Event]:
+    """A clean run: writers' transactions interleaved record by record on 6 partitions, 10%
+    aborted (records and markers take offsets nobody reads), then the stage reading every
+    partition in order and committing batches, and the final scan."""
+    rng = random.Random(seed)
+    logs: dict[int, list[str | None]] = {p: [] for p in range(6)}  # None: invisible
+    events: list[Event] = []
+    open_ones = {f"w{w}": iter(range(transactions)) for w in range(writers)}
+    current: dict[str, tuple[Event, list[tuple[str, int]]]] = {}
+    clock = 0.0
+    while open_ones:
+        writer = rng.choice(sorted(open_ones))
+        if writer not in current:
+            number = next(open_ones[writer], None)
+            if number is None:
+                del open_ones[writer]
+                continue
+            plan = [(f"{writer}-{number}-{i}", rng.randrange(6)) for i in range(rng.randint(1, 4))]
+            current[writer] = (spread(writer, number, plan, offsets=[]), plan)
+        event, plan = current[writer]
+        if len(event["offsets"]) < len(plan):
+            value, partition = plan[len(event["offsets"])]
+            event["offsets"].append(len(logs[partition]))
+            logs[partition].append(value)
+            continue
+        del current[writer]
+        clock += 1
+        aborted = rng.random() < 0.1
+        for partition in {p for _, p in plan}:
+            if aborted:
+                logs[partition] = [
+                    v if (v, partition) not in plan else None for v in logs[partition]
+                ]
+            logs[partition].append(None)  # the marker
+        if aborted:
+            events.append({**event, "outcome": "aborted", "offsets": None})
+        else:
+            events.append({**event, "commit_started": clock})
+    pipe = {**PIPE, "output_topic": "out"}
+    events.append(pipe)
+    for partition, log in logs.items():
+        visible = [(offset, v) for offset, v in enumerate(log) if v is not None]
+        events += scan(dict(visible), partition)
+        for start in range(0, len(visible), 7):
+            batch = visible[start : start + 7]
+            number = partition * 10_000 + start
+            events += [
+                read(o, v, reader="pipe-1", partition=partition, at=clock + 1) for o, v in batch
+            ]
+            outputs = [[f"out:{v}", "out", partition] for _, v in batch]
+            events.append({"type": "txn", "producer": "pipe-writer", "txn": number,
+                           "values": outputs, "reads": [v for _, v in batch],
+                           "outcome": "committed",
+                           "offsets": list(range(start, start + len(batch)))})  # fmt: skip
+        events += [
+            {"type": "final", "topic": "out", "partition": partition, "offset": i,
+             "value": f"out:{v}"}
+            for i, (_, v) in enumerate(visible)
+        ]  # fmt: skip
+        events.append({"type": "group", "group": "g", "topic": "t", "partition": partition,
+                       "offset": len(log)})  # fmt: skip
+    return events
+
+
+def test_a_clean_run_of_thousands_of_interleaved_transactions() -> None:
+    events = simulated_run(1)
+    assert sum(1 for e in events if e["type"] == "txn") > 10_000
+    assert sum(check(events).values()) == 0, check(events)

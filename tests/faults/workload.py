@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import time
 from typing import Any
 
 from lockgate.client.cluster import TopicPartition
@@ -28,6 +29,7 @@ PARTITIONS = 3
 KEYED_TOPIC = "kv"
 KEYS = 40
 PIPE_INPUT, PIPE_OUTPUT, PIPE_GROUP = "events-a", "pipe-out", "pipe"
+PIPE_WRITER = "pipe-writer"  # the stage's transactional id
 TXN_TIMEOUT_MS = 5_000  # a crashed writer's transaction is aborted after this
 STEP_TIMEOUT_S = 20.0  # one transaction, start to end, whatever the faults
 REQUEST_TIMEOUT_MS = 5_000
@@ -48,6 +50,12 @@ def _outcome_seen(future: asyncio.Future[Any]) -> None:
     at anyway, so that asyncio does not report failures nobody retrieved."""
     if not future.cancelled():
         future.exception()
+
+
+def _commit_time(commit_started: float | None) -> dict[str, float]:
+    """The field a transaction's records carry once its commit was invoked (checked against
+    the times its values were read: nothing may be read before)."""
+    return {} if commit_started is None else {"commit_started": commit_started}
 
 
 def _offset_of(future: asyncio.Future[RecordMetadata]) -> int:
@@ -76,6 +84,7 @@ class Writer:
         self.topics = topics
         self.keys = keys
         self.transactions = 0
+        self.commit_started: float | None = None  # of the current transaction, once invoked
 
     async def run(self, stop: asyncio.Event) -> None:
         producer: Producer | None = None
@@ -95,6 +104,7 @@ class Writer:
                     value.append(f"k{self.rng.randrange(self.keys)}")
             commit = self.rng.random() < 0.8
             offsets: list[int] = []
+            self.commit_started = None
             try:
                 async with asyncio.timeout(STEP_TIMEOUT_S):
                     if producer is None:
@@ -122,6 +132,7 @@ class Writer:
                 values=values,
                 outcome=outcome,
                 **({"offsets": offsets} if outcome == "committed" else {}),
+                **_commit_time(self.commit_started),
             )
         await _discard(producer)
 
@@ -148,6 +159,15 @@ class Writer:
             sent.add_done_callback(_outcome_seen)
             sent_all.append(sent)
         if commit:
+            self.commit_started = time.time()
+            self.history.record(
+                "txn",
+                producer=self.name,
+                txn=number,
+                values=values,
+                outcome="pending",
+                commit_started=self.commit_started,
+            )
             await producer.commit_transaction(timeout_ms=10_000)
             offsets.extend(_offset_of(sent) for sent in sent_all)
             return "committed"
@@ -172,7 +192,8 @@ class Pipeline:
     def __init__(self, bootstrap: str, history: History) -> None:
         self.bootstrap = bootstrap
         self.history = history
-        self.session = 0
+        self.session = 0  # one per consumer instance: a read's reader names it
+        self.transactions = 0  # numbers the stage's transactions across its producers
         self.committed: dict[TopicPartition, int] = {}  # this session's last committed positions
 
     def _consumer(self) -> Consumer:
@@ -200,7 +221,7 @@ class Pipeline:
                         consumer.subscribe([PIPE_INPUT])
                         producer = Producer(
                             self.bootstrap,
-                            transactional_id="pipe-writer",
+                            transactional_id=PIPE_WRITER,
                             transaction_timeout_ms=TXN_TIMEOUT_MS,
                             linger_ms=1,
                             request_timeout_ms=REQUEST_TIMEOUT_MS,
@@ -224,6 +245,7 @@ class Pipeline:
 
     async def _step(self, consumer: Consumer, producer: Producer) -> None:
         batch: list[Message] = await consumer.poll(200)
+        polled_at = time.time()
         positions = {tp: await consumer.position(tp) for tp in consumer.assignment()}
         # Positions also move past aborted records and markers, which poll() never returns:
         # those moves are committed alone (an offsets-only transaction) so the group's lag ends.
@@ -238,16 +260,54 @@ class Pipeline:
                 partition=message.partition,
                 offset=message.offset,
                 value=(message.value or b"").decode(),
+                at=polled_at,
             )
         producer.begin_transaction()
+        sent_all = []
         for message in batch:
             sent = await producer.send(
                 PIPE_OUTPUT, b"out:" + (message.value or b""), partition=message.partition
             )
             sent.add_done_callback(_outcome_seen)
+            sent_all.append(sent)
         await producer.send_offsets_to_transaction(positions, consumer.group_metadata())
-        await producer.commit_transaction(timeout_ms=10_000)
+        await self._commit(producer, batch, sent_all)
         self.committed = positions
+
+    async def _commit(
+        self,
+        producer: Producer,
+        batch: list[Message],
+        sent_all: list[asyncio.Future[RecordMetadata]],
+    ) -> None:
+        """Commits the step's transaction and records one with outputs as a writer's is, plus
+        the inputs it consumed as "reads" (the dependency graph's read edges). An offsets-only
+        one holds nothing to read; a failure before the commit leaves no record either: that
+        transaction can only end aborted (the next producer instance fences it)."""
+        if not batch:
+            await producer.commit_transaction(timeout_ms=10_000)
+            return
+        number = self.transactions
+        self.transactions += 1
+        transaction: dict[str, Any] = {
+            "producer": PIPE_WRITER,
+            "txn": number,
+            "values": [
+                ["out:" + (message.value or b"").decode(), PIPE_OUTPUT, message.partition]
+                for message in batch
+            ],
+            "reads": [(message.value or b"").decode() for message in batch],
+            "commit_started": time.time(),
+        }
+        outcome = "unknown"
+        try:
+            await producer.commit_transaction(timeout_ms=10_000)
+            outcome = "committed"
+        finally:
+            offsets = (
+                {"offsets": [_offset_of(s) for s in sent_all]} if outcome == "committed" else {}
+            )
+            self.history.record("txn", **transaction, outcome=outcome, **offsets)
 
 
 def all_partitions(lifecycle: bool = False) -> list[TopicPartition]:
