@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import random
 import uuid
@@ -33,6 +34,10 @@ log = logging.getLogger(__name__)
 NO_LEADER = -1
 NO_LEADER_EPOCH = -1
 DEFAULT_PORT = 9092
+# FindCoordinator answers that a wait cures
+COORDINATOR_PENDING = frozenset(
+    {ErrorCode.coordinator_not_available, ErrorCode.coordinator_load_in_progress}
+)
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -228,8 +233,24 @@ class Cluster:
         return await self.any_connection()
 
     async def find_coordinator(self, key_type: int, key: str) -> int:
-        """The broker id coordinating a group (key type 0) or transactional id (1); raises
-        the answer's error (COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS...)."""
+        """The broker id coordinating a group (key type 0) or transactional id (1). A
+        coordinator not available yet (its internal topic being created, its partition
+        without a leader or loading) is asked again with backoff for up to request_timeout_ms,
+        as Kafka's clients do; then, or for any other error, the answer's error is raised."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.request_timeout_ms / 1000
+        for attempt in itertools.count():
+            try:
+                return await self._find_coordinator_once(key_type, key)
+            except KafkaError as exc:
+                pause = self.backoff_s(attempt)
+                if exc.code not in COORDINATOR_PENDING or loop.time() + pause > deadline:
+                    raise
+                log.debug("coordinator for %r: %s; asking again", key, exc)
+                await asyncio.sleep(pause)
+        raise AssertionError("itertools.count() does not end")
+
+    async def _find_coordinator_once(self, key_type: int, key: str) -> int:
         connection = await self.any_connection()
         response = await connection.request(
             ApiKey.FIND_COORDINATOR, {"key": key, "key_type": key_type, "coordinator_keys": [key]}

@@ -1,13 +1,16 @@
-"""Cluster's retry backoff (exponential, capped, jittered) and its periodic metadata refresh,
-which notices partitions added behind the client's back."""
+"""Cluster's retry backoff (exponential, capped, jittered), its periodic metadata refresh,
+which notices partitions added behind the client's back, and FindCoordinator's waits."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 
+import pytest
+
 from lockgate.client.admin import Admin
 from lockgate.client.cluster import Cluster
+from lockgate.client.errors import CoordinatorNotAvailableError, ErrorCode, KafkaError, error_for
 from lockgate.server.broker import Broker
 
 
@@ -30,3 +33,29 @@ async def test_metadata_is_refreshed_periodically(memory_broker: Broker) -> None
         while len(cluster.metadata.topics["grows"].partitions) != 3:
             assert time.monotonic() < deadline, "metadata never refreshed"
             await asyncio.sleep(0.05)
+
+
+async def test_find_coordinator_asks_again_while_the_coordinator_is_pending(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """COORDINATOR_NOT_AVAILABLE and LOAD_IN_PROGRESS (an internal topic being created, a
+    partition loading after a failover) are waited out, up to request_timeout_ms."""
+    answers = [ErrorCode.coordinator_not_available, ErrorCode.coordinator_load_in_progress]
+
+    async def once(_cluster: Cluster, _key_type: int, key: str) -> int:
+        if answers:
+            raise error_for(answers.pop(0), None, f"coordinator for {key!r}")
+        return 2
+
+    monkeypatch.setattr(Cluster, "_find_coordinator_once", once)
+    cluster = Cluster("127.0.0.1:1", retry_backoff_ms=1, request_timeout_ms=5_000)
+    assert await cluster.find_coordinator(0, "g") == 2
+
+    answers[:] = [ErrorCode.coordinator_not_available] * 1_000
+    cluster = Cluster("127.0.0.1:1", retry_backoff_ms=20, request_timeout_ms=200)
+    with pytest.raises(CoordinatorNotAvailableError):
+        await cluster.find_coordinator(0, "g")
+    answers[:] = [ErrorCode.group_authorization_failed]
+    with pytest.raises(KafkaError, match="GROUP_AUTHORIZATION_FAILED"):  # not retried
+        await cluster.find_coordinator(0, "g")
+    assert not answers
