@@ -52,6 +52,7 @@ from lockgate.spark.options import SinkOptions
 
 COMMIT_LOG_TOPIC = "lockgate-spark-commits"
 COMMIT_LOG = TopicPartition(COMMIT_LOG_TOPIC, 0)
+COMMIT_LOG_REPLICAS = 3  # at most; as offsets.topic.replication.factor
 NOTHING = PreparedTxnState(-1, -1)  # completing with this aborts whatever was kept
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 COMPLETING_AT_ONCE = 16  # the driver's concurrent complete_transaction rounds
@@ -117,7 +118,7 @@ async def _record_decision(bootstrap: str, prefix: str, decision: Decision) -> N
     ).encode()
     async with Admin(bootstrap, client_id="lockgate-spark") as admin:
         with contextlib.suppress(TopicAlreadyExistsError):
-            await admin.create_topic(COMMIT_LOG_TOPIC, 1, configs={"retention.ms": "-1"})
+            await _create_commit_log(admin)
         # Not idempotent: a retried append may land twice, which is harmless (only the record
         # the pointer names counts), and its offset is always known.
         async with Producer(
@@ -127,6 +128,18 @@ async def _record_decision(bootstrap: str, prefix: str, decision: Decision) -> N
                 COMMIT_LOG_TOPIC, value, prefix.encode(), partition=0
             )
         await admin.alter_group_offsets(prefix, {COMMIT_LOG: written.offset})  # commit point
+
+
+async def _create_commit_log(admin: Admin) -> None:
+    """The decisions are the sink's commit points: on a cluster they get the replication of
+    Kafka's own internal topics (3 replicas, 2 in sync, fewer replicas on fewer brokers), so
+    that losing a broker loses no decision and does not stop the pipeline."""
+    brokers = len((await admin.cluster.refresh_metadata(())).brokers)
+    replicas = min(COMMIT_LOG_REPLICAS, max(brokers, 1))
+    configs = {"retention.ms": "-1"}
+    if replicas >= COMMIT_LOG_REPLICAS:
+        configs["min.insync.replicas"] = str(COMMIT_LOG_REPLICAS - 1)
+    await admin.create_topic(COMMIT_LOG_TOPIC, 1, replicas, configs)
 
 
 # ---------------------------------------------------------------------------------------------

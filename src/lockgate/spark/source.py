@@ -95,10 +95,10 @@ class LockgateDataSource(DataSource):
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from lockgate.spark.sink import StreamWriter
 
-        return StreamWriter(sink_options(self.options, _stream_prefix(self.options)))
+        return StreamWriter(sink_options(self.options, stream_prefix(self.options)))
 
 
-def _stream_prefix(options: Mapping[str, str]) -> str:
+def stream_prefix(options: Mapping[str, str]) -> str:
     """The default transactional id prefix of a streaming query: stable across restarts from
     one checkpoint (the sink finds its decisions and kept transactions again), different for a
     new checkpoint, even at the same path (Spark's query id, kept in the checkpoint's metadata

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import signal
@@ -11,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from lockgate.tools.common import EXIT_FAILURE, EXIT_OK
@@ -157,6 +159,94 @@ class EtcdCluster:
                 self.kill(member)
 
 
+# -- brokers beside the etcd cluster ------------------------------------------------------------
+
+
+class DevCluster:
+    """An etcd cluster and `brokers` brokers on 127.0.0.1, each broker a child process with its
+    data in base/broker<N> and its output in base/broker<N>.log. Ports come from `first_port`
+    on (the next ones must be free) or, when it is 0, are free ones picked now. A base that
+    holds an earlier run's etcd data is started again as that cluster."""
+
+    def __init__(
+        self,
+        base: Path,
+        brokers: int = 3,
+        etcd_members: int = 3,
+        *,
+        first_port: int = 0,
+        etcd_port: int = 0,
+        settings: Sequence[str] = (),
+    ) -> None:
+        self.base = base
+        self.etcd = EtcdCluster(base, etcd_members, etcd_port)
+        self.ports = [first_port + n if first_port else free_port() for n in range(brokers)]
+        self.settings = list(settings)  # NAME=VALUE broker properties, for every broker
+        self.brokers: dict[int, subprocess.Popen[bytes] | None] = dict.fromkeys(range(brokers))
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{port}" for port in self.ports)
+
+    def log_path(self, node: int) -> Path:
+        return self.base / f"broker{node}.log"
+
+    def start(self) -> DevCluster:
+        """etcd, then every broker; returns once each broker's port is bound. A broker answers
+        clients only after it has joined the cluster, so a client's first request may wait."""
+        self.base.mkdir(parents=True, exist_ok=True)
+        if any((m.data_dir / "member").exists() for m in self.etcd.members):
+            for member in self.etcd.members:  # a cluster started before: its members rejoin
+                self.etcd.restart(member)
+            self.etcd.wait_healthy()
+        else:
+            self.etcd.start()
+        for node in self.brokers:
+            self.start_broker(node, wait=False)
+        for node in self.brokers:
+            wait_for_port(self.ports[node])
+        return self
+
+    def start_broker(self, node: int, *, wait: bool = True) -> None:
+        """Starts broker `node` (again, after a kill) on its data directory."""
+        command = [sys.executable, "-m", "lockgate.cli", "serve",
+                   "--cluster", self.etcd.url, "--node-id", str(node),
+                   "--data-dir", str(self.base / f"broker{node}"),
+                   "--listen", f"127.0.0.1:{self.ports[node]}"]  # fmt: skip
+        for setting in self.settings:
+            command += ["--set", setting]
+        with open(self.log_path(node), "ab") as log:
+            self.brokers[node] = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        if wait:
+            wait_for_port(self.ports[node])
+
+    def kill_broker(self, node: int) -> None:
+        """kill -9: the broker gets no chance to give its lease back or flush anything."""
+        broker = self.brokers[node]
+        if broker is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(broker.pid, signal.SIGKILL)
+            broker.wait(30)
+            self.brokers[node] = None
+
+    def all_running(self) -> bool:
+        return all(b is not None and b.poll() is None for b in self.brokers.values())
+
+    def stop(self) -> None:
+        """SIGTERM to every broker (a controlled shutdown), kill -9 after 30 s; then etcd."""
+        running = [b for b in self.brokers.values() if b is not None and b.poll() is None]
+        for broker in running:
+            broker.send_signal(signal.SIGTERM)
+        for broker in running:
+            try:
+                broker.wait(30)
+            except subprocess.TimeoutExpired:
+                broker.kill()
+                broker.wait(10)
+        self.brokers = dict.fromkeys(self.brokers)
+        self.etcd.stop()
+
+
 # -- lockgate cluster up --------------------------------------------------------------------------
 
 
@@ -183,10 +273,14 @@ def _up(args: argparse.Namespace) -> int:
         print("lockgate: etcd and etcdctl are needed (Debian: etcd-server etcd-client)",
               file=sys.stderr)  # fmt: skip
         return EXIT_FAILURE
-    base = Path(args.data_dir).resolve()
-    base.mkdir(parents=True, exist_ok=True)
-    etcd = EtcdCluster(base, args.etcd_members, args.etcd_port)
-    brokers: list[subprocess.Popen[bytes]] = []
+    cluster = DevCluster(
+        Path(args.data_dir).resolve(),
+        args.brokers,
+        args.etcd_members,
+        first_port=args.port,
+        etcd_port=args.etcd_port,
+        settings=args.set,
+    )
     stop = False
 
     def interrupted(_signum: int, _frame: object) -> None:
@@ -196,37 +290,12 @@ def _up(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, interrupted)
     signal.signal(signal.SIGINT, interrupted)
     try:
-        if any((m.data_dir / "member").exists() for m in etcd.members):
-            for member in etcd.members:  # a cluster started before: its members rejoin
-                etcd.restart(member)
-            etcd.wait_healthy()
-        else:
-            etcd.start()
-        for node in range(args.brokers):
-            command = [sys.executable, "-m", "lockgate.cli", "serve",
-                       "--cluster", etcd.url, "--node-id", str(node),
-                       "--data-dir", str(base / f"broker{node}"),
-                       "--listen", f"127.0.0.1:{args.port + node}"]  # fmt: skip
-            for setting in args.set:
-                command += ["--set", setting]
-            with open(base / f"broker{node}.log", "ab") as log:
-                brokers.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT))
-        for node in range(args.brokers):
-            wait_for_port(args.port + node)
-        bootstrap = ",".join(f"127.0.0.1:{args.port + n}" for n in range(args.brokers))
-        print(f"cluster up: {args.brokers} brokers, etcd {etcd.url}")
-        print(f"bootstrap servers: {bootstrap}")
-        print(f"logs and data: {base} (Ctrl-C stops everything)", flush=True)
-        while not stop and all(b.poll() is None for b in brokers):
+        cluster.start()
+        print(f"cluster up: {args.brokers} brokers, etcd {cluster.etcd.url}")
+        print(f"bootstrap servers: {cluster.bootstrap}")
+        print(f"logs and data: {cluster.base} (Ctrl-C stops everything)", flush=True)
+        while not stop and cluster.all_running():
             time.sleep(0.2)
         return EXIT_OK if stop else EXIT_FAILURE
     finally:
-        for broker in brokers:
-            if broker.poll() is None:
-                broker.send_signal(signal.SIGTERM)
-        for broker in brokers:
-            try:
-                broker.wait(30)
-            except subprocess.TimeoutExpired:
-                broker.kill()
-        etcd.stop()
+        cluster.stop()
