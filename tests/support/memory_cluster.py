@@ -93,6 +93,7 @@ class MemoryClusterBroker:
         self.store = store
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        self._stopped = False
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
@@ -126,6 +127,11 @@ class MemoryClusterBroker:
             self._connections.discard(task)
 
     async def stop(self) -> None:
+        """Everything stopped (again: a no-op), the broker deregistered."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self.store.view.brokers.pop(self.node_id, None)
         assert self.broker.replicas is not None and self.broker.verifier is not None
         await self.broker.replicas.stop()
         await self.broker.verifier.close()

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from lockgate.client.admin import Admin
 from lockgate.client.cluster import TopicPartition
 from lockgate.client.consumer import Consumer
 from lockgate.client.producer import Producer
@@ -67,6 +68,10 @@ async def move_coordinator(store: MemoryStore, brokers: list[MemoryClusterBroker
     await wait_until(lambda: coordinates(brokers[1]) and not coordinates(brokers[0]))
 
 
+def state(member: MemoryClusterBroker) -> TxnState:
+    return member.broker.transactions.txns[TXN_ID].state
+
+
 def bootstrap(brokers: list[MemoryClusterBroker]) -> str:
     return ",".join(f"127.0.0.1:{member.broker.port}" for member in brokers)
 
@@ -117,6 +122,38 @@ async def test_a_prepared_transaction_is_completed_through_the_next_coordinator(
     assert await read_committed(brokers) == [b"prepared"]
 
 
+@pytest.mark.parametrize("ending", ["complete", "force-terminate"])
+async def test_a_prepared_transaction_outlives_its_coordinator_and_leader(
+    cluster: Cluster, ending: str
+) -> None:
+    """Broker 0, the id's coordinator and the partition's leader, is lost while the
+    transaction is prepared; broker 1 takes both over alone. The decision, stored elsewhere
+    (here: kept by the test), commits it, or an operator's force-terminate aborts it."""
+    store, brokers = cluster
+    async with Producer(bootstrap(brokers), transactional_id=TXN_ID) as first:
+        await first.init_transactions(enable_2pc=True)
+        first.begin_transaction()
+        await first.send(TOPIC, b"prepared", partition=0)
+        prepared = await first.prepare_transaction()
+    await brokers[0].stop()
+    for topic in (TRANSACTION_STATE_TOPIC, TOPIC):
+        store.put(topic, 0, PartitionState((0, 1), 1, 2, (1,)))
+    await wait_until(lambda: coordinates(brokers[1]))
+    assert state(brokers[1]) == TxnState.ONGOING
+    if ending == "complete":
+        async with Producer(bootstrap(brokers[1:]), transactional_id=TXN_ID) as second:
+            await second.init_transactions(keep_prepared_txn=True, enable_2pc=True)
+            await second.complete_transaction(prepared)
+        assert await read_committed(brokers[1:]) == [b"prepared"]
+    else:
+        async with Admin(bootstrap(brokers[1:])) as admin:
+            await admin.force_terminate_transaction(TXN_ID)
+        assert await read_committed(brokers[1:]) == []
+    # (force-terminate is an InitProducerId: after the abort, the id is Empty at a new epoch)
+    settled = TxnState.COMPLETE_COMMIT if ending == "complete" else TxnState.EMPTY
+    await wait_until(lambda: state(brokers[1]) == settled)
+
+
 async def test_a_delayed_end_txn_cannot_end_the_next_transaction(cluster: Cluster) -> None:
     store, brokers = cluster
     async with Producer(
@@ -130,6 +167,9 @@ async def test_a_delayed_end_txn_cannot_end_the_next_transaction(cluster: Cluste
         await producer.commit_transaction()  # (its epoch is bumped for the next transaction)
         producer.begin_transaction()
         await producer.send(TOPIC, b"second", partition=0)
+        # (the first commit's markers are written after its answer; the second transaction
+        # begins at the coordinator once they are)
+        await wait_until(lambda: state(brokers[0]) == TxnState.ONGOING)
         await move_coordinator(store, brokers)
         # the first commit's request, held back in the network, reaches the next coordinator
         async with connected(brokers[1]) as connection:
