@@ -26,7 +26,6 @@ import json
 import os
 import platform
 import shutil
-import signal
 import socket
 import statistics
 import subprocess
@@ -42,6 +41,7 @@ from lockgate.client.cluster import TopicPartition
 from lockgate.client.consumer import Consumer
 from lockgate.client.producer import Producer
 from lockgate.spark.pipeline import build_query, session
+from lockgate.tools.devcluster import stop_process
 from tests.support.reference_kafka import spark_kafka_jars
 
 
@@ -240,12 +240,7 @@ def main() -> None:
     finally:
         if spark is not None:
             spark.stop()
-        broker.send_signal(signal.SIGTERM)
-        try:
-            broker.wait(30)
-        except subprocess.TimeoutExpired:
-            broker.kill()
-            broker.wait(10)
+        stop_process(broker)
         shutil.rmtree(work, ignore_errors=True)
 
 

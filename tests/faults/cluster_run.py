@@ -50,6 +50,7 @@ from tests.faults.run import (
     PRODUCE,
     TXN_OFFSET_COMMIT,
     ConfluentWriterProcess,
+    FaultLoop,
     SeedResult,
     _final_reads,
     _settle,
@@ -156,7 +157,7 @@ def cluster_under_test(base: Path) -> Iterator[ClusterUnderTest]:
         under_test.stop()
 
 
-class ClusterNemesis:
+class ClusterNemesis(FaultLoop):
     def __init__(
         self,
         under_test: ClusterUnderTest,
@@ -164,22 +165,10 @@ class ClusterNemesis:
         client: ConfluentWriterProcess,
         transactional_ids: list[str],
     ) -> None:
+        super().__init__(rng, client, FAULTS)
         self.under_test = under_test
         self.cluster = under_test.cluster
-        self.rng = rng
-        self.client = client
         self.transactional_ids = transactional_ids
-        self.applied: Counter[str] = Counter()
-
-    async def run(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self.rng.uniform(1.0, 3.0))
-            if stop.is_set():
-                return
-            fault = self.rng.choice(FAULTS)
-            self.applied[fault] += 1
-            await getattr(self, "_" + fault.replace("-", "_"))()
 
     # -- whom to hit ----------------------------------------------------------------------------
 
@@ -269,11 +258,6 @@ class ClusterNemesis:
 
     async def _cut(self) -> None:
         self.rng.choice(list(self.under_test.proxies.values())).cut_connections()
-
-    async def _crash_client(self) -> None:
-        await asyncio.to_thread(self.client.crash)
-        await asyncio.sleep(self.rng.uniform(0.1, 1.0))
-        self.client.start()
 
 
 async def run_cluster_seed(seed: int, duration: float, scratch: Path) -> SeedResult:

@@ -109,17 +109,13 @@ class ConfluentWriterProcess:
             self.process = None
 
 
-class Nemesis:
+class FaultLoop:
+    """A seeded fault every 1-3 s until stopped, each applied (and healed) by the subclass's
+    method named after it: "kill-leader" by `_kill_leader`."""
+
     def __init__(
-        self,
-        broker: BrokerProcess,
-        proxy: FaultProxy,
-        rng: random.Random,
-        client: ConfluentWriterProcess,
-        faults: tuple[str, ...] = FAULTS,
+        self, rng: random.Random, client: ConfluentWriterProcess, faults: tuple[str, ...]
     ) -> None:
-        self.broker = broker
-        self.proxy = proxy
         self.rng = rng
         self.client = client
         self.faults = faults
@@ -135,6 +131,25 @@ class Nemesis:
             self.applied[fault] += 1
             log.info("nemesis: %s", fault)
             await getattr(self, "_" + fault.replace("-", "_"))()
+
+    async def _crash_client(self) -> None:
+        await asyncio.to_thread(self.client.crash)
+        await asyncio.sleep(self.rng.uniform(0.1, 1.0))
+        self.client.start()
+
+
+class Nemesis(FaultLoop):
+    def __init__(
+        self,
+        broker: BrokerProcess,
+        proxy: FaultProxy,
+        rng: random.Random,
+        client: ConfluentWriterProcess,
+        faults: tuple[str, ...] = FAULTS,
+    ) -> None:
+        super().__init__(rng, client, faults)
+        self.broker = broker
+        self.proxy = proxy
 
     async def _kill(self) -> None:
         await asyncio.to_thread(self.broker.kill)
@@ -168,11 +183,6 @@ class Nemesis:
 
     async def _cut(self) -> None:
         self.proxy.cut_connections()
-
-    async def _crash_client(self) -> None:
-        await asyncio.to_thread(self.client.crash)
-        await asyncio.sleep(self.rng.uniform(0.1, 1.0))
-        self.client.start()
 
 
 async def run_seed(

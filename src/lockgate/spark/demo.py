@@ -29,7 +29,7 @@ from lockgate.client.admin import Admin
 from lockgate.client.cluster import TopicPartition
 from lockgate.client.consumer import Consumer, Message
 from lockgate.client.producer import Producer
-from lockgate.tools.devcluster import DevCluster, etcd_available, free_port
+from lockgate.tools.devcluster import DevCluster, etcd_available, free_port, stop_process
 
 INPUT, OUTPUT = "orders", "orders-enriched"
 DRIVER_TIMEOUT_S = 600.0
@@ -477,12 +477,7 @@ async def _demo(args: argparse.Namespace, work: Path, progress: Progress) -> int
         if cluster is not None:
             cluster.stop()
         if broker is not None:
-            broker.send_signal(signal.SIGTERM)
-            try:
-                broker.wait(30)
-            except subprocess.TimeoutExpired:
-                broker.kill()
-                broker.wait(10)
+            stop_process(broker)
 
 
 def _report(

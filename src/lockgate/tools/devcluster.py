@@ -159,6 +159,17 @@ class EtcdCluster:
                 self.kill(member)
 
 
+def stop_process(process: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+    """SIGTERM (a broker's controlled shutdown), kill -9 if it has not exited in `timeout` s."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(10)
+
+
 # -- brokers beside the etcd cluster ------------------------------------------------------------
 
 
@@ -238,11 +249,7 @@ class DevCluster:
         for broker in running:
             broker.send_signal(signal.SIGTERM)
         for broker in running:
-            try:
-                broker.wait(30)
-            except subprocess.TimeoutExpired:
-                broker.kill()
-                broker.wait(10)
+            stop_process(broker)
         self.brokers = dict.fromkeys(self.brokers)
         self.etcd.stop()
 

@@ -17,6 +17,7 @@ from lockgate.client.admin import Admin
 from lockgate.client.cluster import TopicPartition
 from lockgate.client.consumer import Consumer
 from lockgate.client.producer import Producer
+from lockgate.client.transactions import PreparedTxnState
 from lockgate.cluster.metadata import PartitionState
 from lockgate.coordinator.txn.service import TRANSACTION_STATE_TOPIC
 from lockgate.coordinator.txn.state import TxnState
@@ -104,16 +105,21 @@ async def test_a_retried_init_producer_id_gets_the_bump_of_its_first_attempt(
     assert (await init_producer_id(brokers[1], pid, epoch))[0] == ErrorCode.producer_fenced
 
 
-async def test_a_prepared_transaction_is_completed_through_the_next_coordinator(
-    cluster: Cluster,
-) -> None:
-    store, brokers = cluster
+async def prepare(brokers: list[MemoryClusterBroker]) -> PreparedTxnState:
+    """A 2PC transaction holding b"prepared", prepared by a producer that is then gone."""
     async with Producer(bootstrap(brokers), transactional_id=TXN_ID) as first:
         await first.init_transactions(enable_2pc=True)
         first.begin_transaction()
         await first.send(TOPIC, b"prepared", partition=0)
-        prepared = await first.prepare_transaction()
-    await move_coordinator(store, brokers)  # (and the first producer is gone)
+        return await first.prepare_transaction()
+
+
+async def test_a_prepared_transaction_is_completed_through_the_next_coordinator(
+    cluster: Cluster,
+) -> None:
+    store, brokers = cluster
+    prepared = await prepare(brokers)
+    await move_coordinator(store, brokers)
     meta = brokers[1].broker.transactions.txns[TXN_ID]
     assert meta.state == TxnState.ONGOING and (TOPIC, 0) in meta.partitions
     async with Producer(bootstrap(brokers), transactional_id=TXN_ID) as second:
@@ -130,11 +136,7 @@ async def test_a_prepared_transaction_outlives_its_coordinator_and_leader(
     transaction is prepared; broker 1 takes both over alone. The decision, stored elsewhere
     (here: kept by the test), commits it, or an operator's force-terminate aborts it."""
     store, brokers = cluster
-    async with Producer(bootstrap(brokers), transactional_id=TXN_ID) as first:
-        await first.init_transactions(enable_2pc=True)
-        first.begin_transaction()
-        await first.send(TOPIC, b"prepared", partition=0)
-        prepared = await first.prepare_transaction()
+    prepared = await prepare(brokers)
     await brokers[0].stop()
     for topic in (TRANSACTION_STATE_TOPIC, TOPIC):
         store.put(topic, 0, PartitionState((0, 1), 1, 2, (1,)))
