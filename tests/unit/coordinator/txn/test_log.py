@@ -15,7 +15,7 @@ from lockgate.coordinator.txn.log import (
     encode_value,
     partition_for,
 )
-from lockgate.coordinator.txn.metadata import NO_EPOCH, TxnMetadata
+from lockgate.coordinator.txn.metadata import TxnMetadata
 from lockgate.coordinator.txn.state import TxnState
 from tests.unit.coordinator.txn.support import TXN_ID
 
