@@ -113,6 +113,11 @@ class MemoryClusterBroker:
         """Connections open to this broker now."""
         return len(self._connections)
 
+    def drop_connections(self) -> None:
+        """Closes every connection open to this broker (clients and other brokers)."""
+        for task in self._connections:
+            task.cancel()
+
     def register(self, port: int) -> None:
         """Registers the broker at `port` (another port than its own: unreachable)."""
         self.store.view.brokers[self.node_id] = BrokerRegistration(self.node_id, "127.0.0.1", port)

@@ -66,6 +66,12 @@ class LeaderEpochCache:
         if changed:
             self._save()
 
+    def clear(self) -> None:
+        """Forgets every epoch (a log emptied to start at a later offset)."""
+        self.epochs.clear()
+        self.start_offsets.clear()
+        self._save()
+
     def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
         """OffsetForLeaderEpoch: (largest epoch <= `epoch`, the offset where it ended)."""
         if not self.epochs or epoch < self.epochs[0]:

@@ -522,6 +522,41 @@ class Partition:
         log.info("%s-%d: truncated to offset %d", self.topic, self.index, end)
         return end
 
+    def truncate_fully_and_start_at(self, offset: int, now_ms: int) -> None:
+        """A follower whose log ends before its leader's log start (it was away while the
+        leader's retention or DeleteRecords passed it) can share nothing with the leader:
+        everything goes and the log starts empty at `offset`, as Kafka's
+        truncateFullyAndStartAt. Epochs, producers and aborted transactions start afresh
+        from what is fetched next. Not while the cleaner reads the segments (the caller
+        retries)."""
+        if self.cleaning or offset <= self.log_end_offset:
+            return
+        # every segment's base is at most the log end, below `offset`: the new one is apart
+        fresh = Segment(self.storage, self.directory, offset, now_ms)
+        try:  # (a restart with this file but the old segments caps it at their end)
+            self.storage.write_atomic(f"{self.directory}/{LOG_START_FILE}", b"%d\n" % offset)
+        except OSError:
+            fresh.delete()
+            raise
+        old, self.segments = self.segments, [fresh]
+        self._log_start = offset
+        for segment in old:
+            segment.delete()
+        for snapshot in self._snapshot_offsets():
+            self.storage.remove(self._snapshot_path(snapshot))
+        self.epochs.clear()
+        self.aborted = AbortedTxnIndex()
+        self.producers = ProducerStateTable()
+        self.open_txns = {}
+        self.high_watermark = self.flushed_offset = offset
+        self.unsynced = [fresh.log]
+        log.warning(
+            "%s-%d: log behind the leader's log start: emptied, starting at offset %d",
+            self.topic,
+            self.index,
+            offset,
+        )
+
     # -- reads ---------------------------------------------------------------------------------
 
     def segment_for(self, offset: int) -> int:

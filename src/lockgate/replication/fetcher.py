@@ -218,12 +218,16 @@ class ReplicaFetcher:
 
     def _apply(self, replica: _Replica, data: Any, now_ms: int) -> None:
         code = ErrorCode(data.error_code)
+        partition = replica.partition
+        leader_start = int(data.log_start_offset)
+        if code == ErrorCode.offset_out_of_range and partition.log_end_offset < leader_start:
+            self._start_at(replica, leader_start, now_ms)
+            return
         if code:
             # an epoch mismatch or a moved leader: the metadata will tell; a range error
             # means the logs parted ways: settle again
             self._back_off(replica, code, settle_again=code == ErrorCode.offset_out_of_range)
             return
-        partition = replica.partition
         try:
             if data.records:
                 partition.append_replicated(bytes(data.records), now_ms)
@@ -238,6 +242,24 @@ class ReplicaFetcher:
             self._back_off(replica, ErrorCode.kafka_storage_error, settle_again=False)
             return
         partition.advance_high_watermark(int(data.high_watermark))
+        if leader_start > partition.log_start_offset:
+            # the leader's retention and DeleteRecords reach its followers, as in Kafka
+            try:
+                partition.delete_records(min(leader_start, partition.high_watermark), now_ms)
+            except OSError as exc:
+                log.warning("%s-%d: log start not moved to the leader's %d: %s",
+                            partition.topic, partition.index, leader_start, exc)  # fmt: skip
+
+    def _start_at(self, replica: _Replica, leader_start: int, now_ms: int) -> None:
+        """This log ends before the leader's log start (it was away while the leader's
+        retention or DeleteRecords passed it): it starts anew there and fetches at once."""
+        partition = replica.partition
+        try:
+            partition.truncate_fully_and_start_at(leader_start, now_ms)
+        except OSError as exc:
+            log.error("%s-%d: could not start anew: %s", partition.topic, partition.index, exc)
+        if partition.log_end_offset < leader_start:  # failed, or the cleaner is reading it
+            self._back_off(replica, ErrorCode.offset_out_of_range, settle_again=False)
 
 
 def _observed(future: asyncio.Future[None]) -> None:

@@ -1,8 +1,9 @@
 """A follower's log: the leader's batches appended as they are (offsets, leader epochs,
 producer state, transactions and the aborted index the same as the leader's), a fetch
-answered twice skipped, a gap refused, and the cut after a leader change (KIP-101) that takes
-the epochs, producer state, aborted index and high watermark back with it, on both storage
-engines and across a restart."""
+answered twice skipped, a gap refused, the cut after a leader change (KIP-101) that takes
+the epochs, producer state, aborted index and high watermark back with it, and a new start at
+the leader's log start for a follower left behind it, on both storage engines and across a
+restart."""
 
 from __future__ import annotations
 
@@ -168,3 +169,40 @@ def test_a_cut_at_or_past_the_end_changes_nothing() -> None:
     assert follower.truncate_to(10, 5_000) == 3
     assert follower.truncate_to(0, 5_000) == 0
     assert follower.producers.get(IDEMPOTENT) is None
+
+
+def test_a_follower_behind_the_leaders_log_start_starts_anew_there(
+    storage: StorageEngine,
+) -> None:
+    config = LogConfig(segment_bytes=200)
+    leader = open_log(storage, "leader", config)
+    follower = open_log(storage, "follower", config, new_epoch=False)
+    produce(leader, IDEMPOTENT, 0, transactional=False)  # 0-2
+    replicate(leader, follower)
+    for sequence in (3, 6, 9):  # 3-11, while the follower is away
+        produce(leader, IDEMPOTENT, sequence, transactional=False)
+    leader.advance_high_watermark(leader.log_end_offset)
+    assert leader.delete_records(6, 5_000) == 6
+
+    follower.truncate_fully_and_start_at(3, 6_000)  # not behind: nothing happens
+    assert (follower.log_start_offset, follower.log_end_offset) == (0, 3)
+    follower.truncate_fully_and_start_at(6, 6_000)
+    assert (follower.log_start_offset, follower.log_end_offset, follower.high_watermark) == (
+        6, 6, 6
+    )  # fmt: skip
+    assert follower.epochs.epochs == [] and follower.producers.get(IDEMPOTENT) is None
+    assert [s.base_offset for s in follower.segments] == [6]
+
+    replicate(leader, follower)
+    assert follower.log_end_offset == 12
+    assert everything(follower) == leader.read(6, 1 << 20, 12)
+    assert follower.epochs.epochs == leader.epochs.epochs[-1:]
+    entry = follower.producers.get(IDEMPOTENT)
+    assert entry is not None and entry.last_offset == 11
+    # a restart finds the new start and nothing of the old log
+    kept = everything(follower)
+    for segment in follower.segments:
+        segment.close()
+    again = open_log(storage, "follower", config, new_epoch=False)
+    assert (again.log_start_offset, again.log_end_offset) == (6, 12)
+    assert everything(again) == kept
