@@ -64,6 +64,8 @@ async def _add(
     if gate:
         return dict.fromkeys(wanted, gate)
     meta = coordinator.txns.get(transactional_id)
+    if ctx.api_version < FIRST_BROKER_VERSION:  # a client's
+        coordinator.spoke(transactional_id, producer_id, epoch, ctx.connection)
     if verify_only:
         return {tp: rules.verify_partition(meta, producer_id, epoch, tp) for tp in wanted}
     # from a broker (v4+), adding is a TV2 produce's implicit add

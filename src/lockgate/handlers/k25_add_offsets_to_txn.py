@@ -27,6 +27,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     gate = coordinator.gate(transactional_id)
     if gate:
         return {"throttle_time": 0, "error_code": gate}
+    coordinator.spoke(transactional_id, request.producer_id, request.producer_epoch, ctx.connection)
     offsets = ctx.broker.topics.topics[CONSUMER_OFFSETS_TOPIC]
     partition = (CONSUMER_OFFSETS_TOPIC, partition_for(request.group_id, offsets.partitions))
     outcome = rules.add_partitions(

@@ -11,20 +11,25 @@ Behaviour:
   a retry after a lost answer (previous epoch, or the previous producer id after a rotation)
   gets success. Markers carry the bumped epoch, so a late EndTxn or marker from an older
   transaction is refused.
+- Before TV2, an EndTxn on a connection older than one the id's client has since used is a
+  delayed copy of a request the client retried: INVALID_TXN_STATE, nothing changes (see
+  TransactionCoordinator.superseded).
 Version notes: v2 PRODUCER_FENCED (older: INVALID_PRODUCER_EPOCH); v3 flexible; v5 TV2.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from lockgate.coordinator.txn import coordinator as rules
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.handlers.txn_common import map_fenced
 from lockgate.protocol.api import ApiKey
-from lockgate.protocol.errors import KafkaProtocolError
+from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 
 FIRST_TV2_VERSION = 5
+log = logging.getLogger(__name__)
 
 
 @handles(ApiKey.END_TXN, 0, 5)
@@ -36,6 +41,13 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     gate = coordinator.gate(transactional_id)
     if gate:
         return {**answer, "error_code": gate}
+    # TV2's epoch bump fences a delayed EndTxn; before it, only its connection tells
+    producer = (request.producer_id, request.producer_epoch, ctx.connection)
+    if ctx.api_version < FIRST_TV2_VERSION and coordinator.superseded(transactional_id, *producer):
+        log.warning("EndTxn for %r from %s refused: its client has moved to a newer connection "
+                    "(a request delayed in the network)", transactional_id, ctx.peer)  # fmt: skip
+        return {**answer, "error_code": ErrorCode.invalid_txn_state}
+    coordinator.spoke(transactional_id, *producer)
     try:
         outcome = rules.end_txn(
             coordinator.txns.get(transactional_id),

@@ -33,6 +33,8 @@ class RequestContext:
     correlation_id: int
     client_id: str | None
     peer: str
+    # the connection's serial: this process numbers connections from 1 as they open
+    connection: int = 0
     received_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     started: float = field(default_factory=time.monotonic)
 

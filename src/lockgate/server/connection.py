@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import itertools
 import logging
 import struct
 import time
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
+_SERIALS = itertools.count(1)  # a newer connection has a larger serial
 _WRITE_HIGH_WATER = 4 << 20
 
 
@@ -51,6 +53,7 @@ class Connection:
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.client_id: str | None = None
+        self.serial = next(_SERIALS)
         self._queue: asyncio.Queue[asyncio.Task[bytes | None] | bytes | None] = asyncio.Queue(
             maxsize=broker.config.integer("queued.max.requests")
         )
@@ -171,7 +174,7 @@ class Connection:
             raise CloseConnection(f"malformed {ApiKey(api_key).name} v{version}: {exc}") from None
         self.client_id = header.client_id
         context = RequestContext(
-            self.broker, api_key, version, correlation_id, header.client_id, self.peer
+            self.broker, api_key, version, correlation_id, header.client_id, self.peer, self.serial
         )
         response_flexible = is_flexible(api_key, version) and api_key != ApiKey.API_VERSIONS
         return asyncio.create_task(self._handle(spec, context, request, response_flexible))

@@ -60,6 +60,9 @@ class TransactionCoordinator:
         self.expiration_ms = config.integer("transactional.id.expiration.ms")
         self.txns: dict[str, TxnMetadata] = {}
         self.pending: set[str] = set()
+        # transactional id → (producer id, epoch, the newest connection that producer's
+        # requests came on): see superseded
+        self.connections: dict[str, tuple[int, int, int]] = {}
         # __transaction_state partitions coordinated here → coordinator epoch (the partition's
         # leader epoch): every partition on a single node, those led here in a cluster
         self.owned: dict[int, int] = {}
@@ -124,6 +127,7 @@ class TransactionCoordinator:
         gone = [t for t in self.txns if partition_for(t, self.num_partitions) == index]
         for transactional_id in gone:
             del self.txns[transactional_id]
+            self.connections.pop(transactional_id, None)
             task = self._completions.pop(transactional_id, None)
             if task is not None:
                 task.cancel()
@@ -194,6 +198,29 @@ class TransactionCoordinator:
         if index not in self.loaded_partitions:
             return ErrorCode.coordinator_load_in_progress
         return ErrorCode.none
+
+    def spoke(self, transactional_id: str, producer_id: int, epoch: int, connection: int) -> None:
+        """Records the connection of a client request for a known id (see superseded)."""
+        if transactional_id not in self.txns:
+            return
+        session = self.connections.get(transactional_id)
+        if session is None or session[:2] != (producer_id, epoch) or connection > session[2]:
+            self.connections[transactional_id] = (producer_id, epoch, connection)
+
+    def superseded(
+        self, transactional_id: str, producer_id: int, epoch: int, connection: int
+    ) -> bool:
+        """Whether a request of the id's producer (this id and epoch) comes on a connection
+        older than one that producer has already used. A client sends an id's coordinator
+        requests on one connection at a time, so such a request is one it gave up on, held
+        back in the network. Before TV2, an EndTxn of transaction N retried on a new
+        connection lets the client start N+1 with the same epoch; the first copy, arriving
+        late on the old connection, would end N+1 early, torn (KIP-890's delayed EndTxn).
+        Another producer of the id (a zombie, or its successor) is told apart by its epoch."""
+        session = self.connections.get(transactional_id)
+        return (
+            session is not None and session[:2] == (producer_id, epoch) and connection < session[2]
+        )
 
     def gate(self, transactional_id: str) -> ErrorCode:
         """The error to answer before the rules are even consulted, if any."""
@@ -384,6 +411,7 @@ class TransactionCoordinator:
             try:
                 await self._append(None, transactional_id)
                 self.txns.pop(transactional_id, None)
+                self.connections.pop(transactional_id, None)
             except writes.WriteFailure as exc:
                 log.error("could not expire %r: %s", transactional_id, exc)
             finally:
