@@ -1,4 +1,4 @@
-"""Cluster mode: what replication costs and how long failover takes.
+"""Cluster mode: what replication costs, how long failover takes, and transactions.
 
 `python -m bench.cluster` starts a 3-member etcd and 3 brokers on 127.0.0.1 (the test
 support's cluster, failover in about 3 s: broker.session.timeout.ms=3000), then:
@@ -13,11 +13,18 @@ support's cluster, failover in about 3 s: broker.session.timeout.ms=3000), then:
    to the first acknowledged write after it (necessarily on the new leader); election time is
    from the kill to the first Metadata (asked every 20 ms) naming another leader. The broker
    is restarted and the ISR full again before the next kill. Reported: p50, p99, max of both.
+3. **transactions**: one confluent-kafka transactional producer commits transactions of 10
+   records to a partition its coordinator leads and to one another broker leads, in
+   alternating `--txn-seconds` runs: committed transactions per second and the remote/local
+   ratio. Then `--coordinator-kills` times the id's coordinator is killed -9 while the
+   producer commits one transaction after another: seconds from the kill to the next commit.
+`--only PART` runs one of them.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -26,8 +33,9 @@ import threading
 import time
 from pathlib import Path
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer
 
+from lockgate.coordinator.txn.log import partition_for
 from tests.support.cluster import BrokerCluster
 from tests.support.etcd import EtcdCluster
 
@@ -139,6 +147,114 @@ def failover(cluster: BrokerCluster, kills: int) -> dict[str, dict[str, float]]:
     return {"elected": _percentiles(elected), "first_ack": _percentiles(acknowledged)}
 
 
+# -- transactions ---------------------------------------------------------------------------------
+
+TXN_STATE = "__transaction_state"
+TXN_RECORDS = 10  # 100-byte values per transaction
+
+
+def _transactional(bootstrap: str, transactional_id: str) -> Producer:
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id,
+                         "linger.ms": 0, "retry.backoff.ms": 20, "retry.backoff.max.ms": 100,
+                         "topic.metadata.refresh.interval.ms": 1000, "log_level": 2})  # fmt: skip
+    producer.init_transactions(60)
+    return producer
+
+
+def _commit_one(producer: Producer, topic: str, partition: int) -> None:
+    producer.begin_transaction()
+    for _ in range(TXN_RECORDS):
+        producer.produce(topic, b"t" * 100, partition=partition)
+    producer.commit_transaction(60)
+
+
+def _coordinator(cluster: BrokerCluster, transactional_id: str) -> int:
+    states = cluster.partitions(TXN_STATE)
+    return states[partition_for(transactional_id, len(states))].leader
+
+
+def transactions(cluster: BrokerCluster, seconds: float, rounds: int) -> dict[str, float]:
+    """Committed transactions per second of one confluent-kafka producer (librdkafka: before
+    TV2, so every first batch to a partition is verified with the coordinator) writing to a
+    partition its coordinator leads ("local") and to one another broker leads ("remote": the
+    leader asks the coordinator over the network and the markers travel too)."""
+    topic = "txn"
+    cluster.create_topic(topic, partitions=3, replication=3)
+    _transactional(cluster.bootstrap, "bench-txn-0").flush(10)  # creates __transaction_state
+    leaders = {p: info.leader for p, info in cluster.partitions(topic).items()}
+    transactional_id = next(
+        f"bench-txn-{i}"
+        for i in range(1000)
+        if _coordinator(cluster, f"bench-txn-{i}") in leaders.values()
+        and len(set(leaders.values())) > 1
+    )
+    home = _coordinator(cluster, transactional_id)
+    targets = {
+        "local": next(p for p, leader in leaders.items() if leader == home),
+        "remote": next(p for p, leader in leaders.items() if leader != home),
+    }
+    producer = _transactional(cluster.bootstrap, transactional_id)
+    rates: dict[str, list[float]] = {name: [] for name in targets}
+    for _ in range(rounds):
+        for name, partition in targets.items():
+            count, started = 0, time.monotonic()
+            while time.monotonic() - started < seconds:
+                _commit_one(producer, topic, partition)
+                count += 1
+            rates[name].append(count / (time.monotonic() - started))
+    producer.flush(10)
+    summary = {f"{name}_txn_per_s": statistics.median(r) for name, r in rates.items()}
+    summary["remote/local"] = summary["remote_txn_per_s"] / summary["local_txn_per_s"]
+    return summary
+
+
+def coordinator_failover(cluster: BrokerCluster, kills: int) -> dict[str, float]:
+    """The transactional id's coordinator killed -9 while its producer commits transactions
+    one after another: seconds from the kill to the next commit acknowledged (necessarily by
+    the next coordinator, which has loaded the id's state)."""
+    topic, transactional_id = "txn-failover", "bench-txn-failover"
+    cluster.create_topic(topic, partitions=1, replication=3)
+    commits: list[float] = []
+    stop = threading.Event()
+
+    def write() -> None:
+        producer = _transactional(cluster.bootstrap, transactional_id)
+        while not stop.is_set():
+            try:
+                _commit_one(producer, topic, 0)
+                commits.append(time.monotonic())
+            except KafkaException as exc:
+                error = exc.args[0]
+                if error.txn_requires_abort():
+                    producer.abort_transaction(60)
+                elif not error.retriable():
+                    producer = _transactional(cluster.bootstrap, transactional_id)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    recovered: list[float] = []
+    try:
+        cluster.wait_for(lambda: len(commits) > 0, "a first commit")
+        for _ in range(kills):
+            coordinator = _coordinator(cluster, transactional_id)
+            killed_at = time.monotonic()
+            cluster.brokers[coordinator].kill()
+            cluster.wait_for(functools.partial(_committed_since, commits, killed_at),
+                             "a commit after the kill")  # fmt: skip
+            recovered.append(next(t for t in commits if t > killed_at) - killed_at)
+            cluster.brokers[coordinator].start()
+            cluster.wait_full_isr(TXN_STATE)
+            cluster.wait_full_isr(topic)
+    finally:
+        stop.set()
+        writer.join(120)
+    return _percentiles(recovered)
+
+
+def _committed_since(commits: list[float], since: float) -> bool:
+    return any(t > since for t in commits[-5:])
+
+
 def _percentiles(times: list[float]) -> dict[str, float]:
     times = sorted(times)
     return {
@@ -154,6 +270,10 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=300_000, help="1 KiB values per run")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--kills", type=int, default=20)
+    parser.add_argument("--txn-seconds", type=float, default=10.0, help="per mode and round")
+    parser.add_argument("--coordinator-kills", type=int, default=10)
+    parser.add_argument("--only", choices=("replication", "failover", "transactions"),
+                        help="one part only")  # fmt: skip
     parser.add_argument("--json", help="write every figure here")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="lockgate-bench-cluster-") as tmp:
@@ -162,10 +282,16 @@ def main() -> int:
         cluster = BrokerCluster(base, etcd)
         try:
             cluster.start()
-            figures = {
-                "replication": replication(cluster, args.messages, args.rounds),
-                "failover": failover(cluster, args.kills),
-            }
+            figures: dict[str, object] = {}
+            if args.only in (None, "replication"):
+                figures["replication"] = replication(cluster, args.messages, args.rounds)
+            if args.only in (None, "failover"):
+                figures["failover"] = failover(cluster, args.kills)
+            if args.only in (None, "transactions"):
+                figures["transactions"] = {
+                    **transactions(cluster, args.txn_seconds, args.rounds),
+                    "coordinator_failover": coordinator_failover(cluster, args.coordinator_kills),
+                }
         finally:
             cluster.stop()
             etcd.stop()
