@@ -79,11 +79,11 @@ test: setup-dev system-deps reference-deps lint typecheck
 
 # The long fault-injection run (tests/faults): `make soak SEEDS=200 [DURATION=20] [LIFECYCLE=1]`;
 # LIFECYCLE=1 adds small segments, retention and more broker kills; CLUSTER=1 runs the seeds on
-# a 3-broker cluster with its own nemesis (tests/faults/cluster_run.py).
+# a 3-broker cluster with its own nemesis (tests/faults/cluster_run.py; LIFECYCLE is single-node).
 SEEDS ?= 200
 DURATION ?= 20
 soak: setup-dev system-deps
-	$(BIN)/python -m tests.faults.$(if $(CLUSTER),cluster_run,run) --seeds 1-$(SEEDS) --duration $(DURATION) $(if $(LIFECYCLE),--lifecycle)
+	$(BIN)/python -m tests.faults.$(if $(CLUSTER),cluster_run,run) --seeds 1-$(SEEDS) --duration $(DURATION) $(if $(CLUSTER),,$(if $(LIFECYCLE),--lifecycle))
 
 # Protocol fuzzing against a live broker: `make fuzz [FRAMES=100000]`.
 FRAMES ?= 100000
