@@ -55,6 +55,7 @@ from tests.faults.run import (
     _final_reads,
     _settle,
     _wait_for_pipeline,
+    discard_clean,
     parse_seeds,
 )
 from tests.support.cluster import BrokerCluster
@@ -323,7 +324,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="1-3", help="e.g. 1-200 or 4,9,12")
     parser.add_argument("--duration", type=float, default=20.0, help="seconds of faults per seed")
-    parser.add_argument("--keep", type=Path, help="keep histories, logs and data here")
+    parser.add_argument(
+        "--keep", type=Path, help="keep histories here (and data and logs of seeds with anomalies)"
+    )
     options = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     if not etcd_available():
@@ -337,6 +340,7 @@ def main() -> int:
             started = time.monotonic()
             result = asyncio.run(run_cluster_seed(seed, options.duration, scratch))
             results[seed] = result.anomalies
+            discard_clean(scratch / f"cluster-{seed}", result)
             print(
                 f"seed {seed}: {sum(result.anomalies.values())} anomalies in "
                 f"{time.monotonic() - started:.0f}s; faults {dict(result.faults)}",

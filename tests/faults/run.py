@@ -17,6 +17,7 @@ import contextlib
 import logging
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -375,6 +376,13 @@ async def _final_reads(bootstrap: str, history: History, lifecycle: bool = False
             )  # fmt: skip
 
 
+def discard_clean(data: Path, result: SeedResult) -> None:
+    """A seed's broker data goes once it checked clean (a long run would fill the disk with
+    it); a seed with anomalies keeps its data beside its history."""
+    if not sum(result.anomalies.values()):
+        shutil.rmtree(data, ignore_errors=True)
+
+
 def parse_seeds(text: str) -> list[int]:
     seeds: list[int] = []
     for part in text.split(","):
@@ -387,7 +395,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="1-3", help="e.g. 1-200 or 4,9,12")
     parser.add_argument("--duration", type=float, default=20.0, help="seconds of faults per seed")
-    parser.add_argument("--keep", type=Path, help="keep histories and data here")
+    parser.add_argument(
+        "--keep", type=Path, help="keep histories here (and data of seeds with anomalies)"
+    )
     parser.add_argument(
         "--lifecycle",
         action="store_true",
@@ -403,6 +413,7 @@ def main() -> int:
             started = time.monotonic()
             result = asyncio.run(run_seed(seed, options.duration, scratch, options.lifecycle))
             results[seed] = result.anomalies
+            discard_clean(scratch / f"data-{seed}", result)
             disk = ""
             if options.lifecycle:
                 ends = ", ".join(
