@@ -267,9 +267,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     up.add_argument("--etcd-members", type=int, default=3, help="etcd members (default 3)")
     up.add_argument("--data-dir", default="lockgate-cluster", help="where everything lives")
     up.add_argument(
-        "--port", type=int, default=9092, help="the first broker's port; the others follow"
+        "--port",
+        type=int,
+        default=9092,
+        help="the first broker's port; the others follow (0: free ports)",
     )
-    up.add_argument("--etcd-port", type=int, default=2379, help="the first etcd client port")
+    up.add_argument("--etcd-port", type=int, default=2379,
+                    help="the first etcd client port (0: free ports)")  # fmt: skip
     up.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                     help="a broker property for every broker")  # fmt: skip
     up.set_defaults(func=_up)
