@@ -74,8 +74,11 @@ $(SPARK_KAFKA_CLASSPATH): tests/reference/spark-kafka/pom.xml | system-deps
 		-Dmdep.outputFile=$(CURDIR)/$@.tmp
 	mv $@.tmp $@
 
+# --tb=native: formatting a failure pytest's way parses the test's source, and CPython 3.11.7
+# once crashed a worker there (SystemError: AST constructor recursion depth mismatch), hiding
+# which test had failed
 test: setup-dev system-deps reference-deps lint typecheck
-	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile --tb=native $(PYTEST_ARGS)
 
 # The long fault-injection run (tests/faults): `make soak SEEDS=200 [DURATION=20] [LIFECYCLE=1]`;
 # LIFECYCLE=1 adds small segments, retention and more broker kills; CLUSTER=1 runs the seeds on
