@@ -127,7 +127,7 @@ class MemoryClusterBroker:
         assert task is not None
         self._connections.add(task)
         try:
-            await Connection(self.broker, reader, writer).run()
+            await Connection(self.broker, reader, writer, self.broker.listeners[0]).run()
         finally:
             self._connections.discard(task)
 

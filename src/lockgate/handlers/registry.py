@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from lockgate.protocol.api import ApiKey, decode_body, is_flexible, request_class
 from lockgate.protocol.frame import RequestHeader, parse_request_header
+from lockgate.security.session import Session
 
 if TYPE_CHECKING:
     from lockgate.server.broker import Broker
@@ -35,6 +36,8 @@ class RequestContext:
     peer: str
     # the connection's serial: this process numbers connections from 1 as they open
     connection: int = 0
+    # who sent it: listener, security protocol, authenticated principal and client host
+    session: Session = field(default_factory=Session.plaintext)
     received_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     started: float = field(default_factory=time.monotonic)
 

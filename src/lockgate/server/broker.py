@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Iterable
@@ -21,7 +22,9 @@ from lockgate.handlers import load_all
 from lockgate.log.cleaner import MAP_ENTRY_BYTES, LogCleaner
 from lockgate.log.partition import Partition
 from lockgate.replication.manager import ReplicaManager
-from lockgate.server.config import BrokerConfig, parse_listener
+from lockgate.security.listeners import Listener, check_properties, inter_broker_listener
+from lockgate.security.tls import server_context
+from lockgate.server.config import BrokerConfig
 from lockgate.server.connection import Connection
 from lockgate.server.connection_limits import ConnectionLimits, RequestMemory
 from lockgate.server.coordinator_locator import CoordinatorLocator
@@ -50,7 +53,13 @@ class Broker:
         self.config = config
         self.storage = storage if storage is not None else open_disk_engine(config)
         self.node_id = config.integer("node.id")
-        self.host, self.port = parse_listener(config.get("listeners"))
+        # every listener is checked (and its TLS context built) before anything starts
+        self.listeners = check_properties(config)
+        self._tls = {item.name: server_context(config, item) for item in self.listeners}
+        self.inter_broker = inter_broker_listener(config, self.listeners).name
+        self.listener_ports = {item.name: item.port for item in self.listeners}  # 0 → bound
+        # the first listener's address, as tests and tools know the broker by
+        self.host, self.port = self.listeners[0].host, self.listeners[0].port
         self.store = LocalMetadataStore(self.storage)  # the single node's topics
         self.topics = TopicManager(self.storage, self.store, config, now_ms)
         # Cluster mode (lockgate.cluster set): the metadata store is etcd, partitions are
@@ -94,7 +103,7 @@ class Broker:
         self.fetch_sessions = FetchSessionCache(
             config.integer("max.incremental.fetch.session.cache.slots")
         )
-        self._server: asyncio.Server | None = None
+        self._servers: list[asyncio.Server] = []
         self._tasks: list[asyncio.Task[None]] = []
         self.cleaner = LogCleaner(
             lambda: list(self.topics.partitions.values()),
@@ -112,10 +121,20 @@ class Broker:
     def _unclean_election(self, topic: str) -> bool:
         return topic in self.topics.topics and self.topics.log_config(topic).unclean_leader_election
 
+    def advertised_for(self, listener: str) -> tuple[str, int] | None:
+        """Where clients of a listener reach this broker (None: no such listener)."""
+        for item in self.listeners:
+            if item.name == listener:
+                port = item.advertised_port or self.listener_ports[item.name]
+                return item.advertised_host or item.host or "127.0.0.1", port
+        return None
+
     @property
     def advertised(self) -> tuple[str, int]:
-        advertised = self.config.get("advertised.listeners")
-        return parse_listener(advertised) if advertised else (self.host, self.port)
+        """The inter-broker listener's advertised address (registered in the cluster)."""
+        address = self.advertised_for(self.inter_broker)
+        assert address is not None
+        return address
 
     async def start(self) -> None:
         started = time.monotonic()
@@ -127,20 +146,25 @@ class Broker:
             self.topics.clean_start = clean  # replicas open as the cluster metadata names them
         # bound first (port 0 resolves to the port to register) but serving only once joined:
         # a broker that had not yet read the cluster metadata would tell clients no topic exists
-        self._server = await asyncio.start_server(
-            self._accept,
-            self.host,
-            self.port,
-            limit=1 << 20,
-            reuse_address=True,
-            start_serving=self.cluster is None,
-        )
-        sockets = self._server.sockets
-        if sockets and self.port == 0:
-            self.port = sockets[0].getsockname()[1]
+        for listener in self.listeners:
+            server = await asyncio.start_server(
+                functools.partial(self._accept, listener),
+                listener.host or None,
+                listener.port,
+                limit=1 << 20,
+                reuse_address=True,
+                start_serving=self.cluster is None,
+                ssl=self._tls[listener.name],
+                ssl_handshake_timeout=10 if self._tls[listener.name] else None,
+            )
+            self._servers.append(server)
+            if server.sockets and listener.port == 0:
+                self.listener_ports[listener.name] = server.sockets[0].getsockname()[1]
+        self.port = self.listener_ports[self.listeners[0].name]
         if self.cluster is not None:
             await self._join_cluster()
-            await self._server.start_serving()
+            for server in self._servers:
+                await server.start_serving()
         metrics_port = self.config.integer("lockgate.metrics.port")
         if metrics_port >= 0:
             self.metrics_port = await self.metrics.serve(
@@ -153,11 +177,13 @@ class Broker:
         if self.cluster is None:
             self._tasks.append(asyncio.create_task(self.snapshots.run()))
         log.info(
-            "lockgate broker %d listening on %s:%d (cluster %s, %d partitions loaded in %.2fs, "
+            "lockgate broker %d listening on %s (cluster %s, %d partitions loaded in %.2fs, "
             "durability %s)",
             self.node_id,
-            self.host,
-            self.port,
+            ", ".join(
+                f"{item.name}://{item.host}:{self.listener_ports[item.name]}"
+                for item in self.listeners
+            ),
             self.cluster_id,
             len(self.topics.partitions),
             time.monotonic() - started,
@@ -237,13 +263,15 @@ class Broker:
                 last_expiry = time.monotonic()
                 await self.transactions.expire_idle()
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _accept(
+        self, listener: Listener, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
         peer = writer.get_extra_info("peername")
         address = str(peer[0]) if isinstance(peer, tuple) else str(peer)
         if not self.connection_limits.admit(address):
             writer.close()  # as Kafka: refused at once, before any request is read
             return
-        connection = Connection(self, reader, writer)
+        connection = Connection(self, reader, writer, listener)
         self.connections.add(connection)
         try:
             await connection.run()
@@ -254,8 +282,8 @@ class Broker:
     async def stop(self) -> None:
         """Graceful: stop accepting, answer in-flight requests, flush, close the logs."""
         log.info("shutting down")
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         if self.cluster is not None:
             await self._leave_cluster()
         await self.metrics.close()
@@ -288,9 +316,9 @@ class Broker:
                 self.storage.write_atomic(CLEAN_SHUTDOWN_MARK, b"1")
             except OSError as exc:
                 log.warning("no clean-shutdown mark (%s): the next start checks every log", exc)
-        if self._server is not None:
+        for server in self._servers:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), 5)
+                await asyncio.wait_for(server.wait_closed(), 5)
         log.info("stopped")
 
     def _sync_everything(self) -> None:

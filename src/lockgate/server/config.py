@@ -96,6 +96,44 @@ BROKER_DEFAULTS: dict[str, str] = {
     "replica.fetch.wait.max.ms": "500",
     "replica.fetch.max.bytes": "1048576",
     "replica.fetch.backoff.ms": "1000",
+    # Security (docs/security.md). Listeners are NAME://HOST:PORT; a name that is not a
+    # security protocol needs listener.security.protocol.map. Every ssl.* and sasl.* property
+    # may also be given per listener as listener.name.<name>.<property>.
+    "listener.security.protocol.map": (
+        "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"
+    ),
+    "inter.broker.listener.name": "",
+    "security.inter.broker.protocol": "PLAINTEXT",
+    "ssl.keystore.type": "PEM",
+    "ssl.keystore.location": "",
+    "ssl.keystore.password": "",
+    "ssl.key.password": "",
+    "ssl.keystore.certificate.chain": "",
+    "ssl.keystore.key": "",
+    "ssl.truststore.type": "PEM",
+    "ssl.truststore.location": "",
+    "ssl.truststore.password": "",
+    "ssl.truststore.certificates": "",
+    "ssl.client.auth": "none",
+    "ssl.protocol": "TLSv1.3",
+    "ssl.enabled.protocols": "TLSv1.2,TLSv1.3",
+    "ssl.cipher.suites": "",
+    "ssl.endpoint.identification.algorithm": "https",
+    # Kafka's default is GSSAPI, which lockgate does not serve.
+    "sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512,PLAIN",
+    "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+    "sasl.jaas.config": "",
+    "connections.max.reauth.ms": "0",
+    "connection.failed.authentication.delay.ms": "100",
+    # The authorizer: empty (no authorization, Kafka's default) or Kafka's StandardAuthorizer
+    # (or the older AclAuthorizer) class name, which both select lockgate's ACL authorizer.
+    "authorizer.class.name": "",
+    "super.users": "",
+    "allow.everyone.if.no.acl.found": "false",
+    # Client quotas (KIP-13, KIP-124): rates are measured over quota.window.num windows of
+    # quota.window.size.seconds.
+    "quota.window.num": "11",
+    "quota.window.size.seconds": "1",
 }
 
 # Kafka's aliases with coarser units, finest first: the finest one set wins, whatever the order

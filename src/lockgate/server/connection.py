@@ -27,8 +27,11 @@ from lockgate.protocol.api import (
 )
 from lockgate.protocol.errors import ErrorCode
 from lockgate.protocol.frame import MalformedFrame, parse_request_header, peek_api, response_frame
+from lockgate.security.session import Session
+from lockgate.security.tls import peer_principal
 
 if TYPE_CHECKING:
+    from lockgate.security.listeners import Listener
     from lockgate.server.broker import Broker
     from lockgate.server.connection_limits import RequestMemory
 
@@ -45,13 +48,26 @@ class CloseConnection(Exception):
 
 class Connection:
     def __init__(
-        self, broker: Broker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self,
+        broker: Broker,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        listener: Listener,
     ) -> None:
         self.broker = broker
         self.reader = reader
         self.writer = writer
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        host = str(peer[0]) if isinstance(peer, tuple) else str(peer)
+        self.session = Session(
+            listener.name, listener.protocol, host, authenticated=not listener.protocol.uses_sasl
+        )
+        if listener.protocol.uses_tls and not listener.protocol.uses_sasl:
+            # SSL: the client certificate's DN when it sent one (SASL_SSL: the SASL user)
+            principal = peer_principal(writer.get_extra_info("peercert"))
+            if principal is not None:
+                self.session.principal = principal
         self.client_id: str | None = None
         self.serial = next(_SERIALS)
         self._queue: asyncio.Queue[asyncio.Task[bytes | None] | bytes | None] = asyncio.Queue(
@@ -174,7 +190,14 @@ class Connection:
             raise CloseConnection(f"malformed {ApiKey(api_key).name} v{version}: {exc}") from None
         self.client_id = header.client_id
         context = RequestContext(
-            self.broker, api_key, version, correlation_id, header.client_id, self.peer, self.serial
+            self.broker,
+            api_key,
+            version,
+            correlation_id,
+            header.client_id,
+            self.peer,
+            self.serial,
+            self.session,
         )
         response_flexible = is_flexible(api_key, version) and api_key != ApiKey.API_VERSIONS
         return asyncio.create_task(self._handle(spec, context, request, response_flexible))
