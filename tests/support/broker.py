@@ -22,9 +22,13 @@ class BrokerProcess:
         settings: dict[str, str] | None = None,
         env: dict[str, str] | None = None,
         preexec: Callable[[], None] | None = None,
+        listeners: tuple[str, ...] = ("PLAINTEXT",),
     ) -> None:
         self.data_dir = data_dir
-        self.port = free_port()
+        # one free port per listener name (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL or a name
+        # mapped in listener.security.protocol.map); `port` is the first listener's
+        self.ports = {name: free_port() for name in listeners}
+        self.port = self.ports[listeners[0]]
         self.settings = dict(settings or {})
         # Extra environment variables for the child (on top of ours); change before a restart.
         self.env = dict(env or {})
@@ -37,6 +41,13 @@ class BrokerProcess:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    def bootstrap_for(self, listener: str) -> str:
+        return f"127.0.0.1:{self.ports[listener]}"
+
+    @property
+    def listeners(self) -> str:
+        return ",".join(f"{name}://127.0.0.1:{port}" for name, port in self.ports.items())
+
     def start(self) -> BrokerProcess:
         command = [
             sys.executable,
@@ -46,7 +57,7 @@ class BrokerProcess:
             "--data-dir",
             str(self.data_dir),
             "--listen",
-            self.bootstrap,
+            self.listeners,
         ]
         for key, value in self.settings.items():
             command += ["--set", f"{key}={value}"]
@@ -57,7 +68,8 @@ class BrokerProcess:
         )
         log.close()
         try:
-            wait_for_port(self.port)
+            for port in self.ports.values():
+                wait_for_port(port)
         except TimeoutError:
             self.kill()
             raise RuntimeError(f"broker did not start:\n{self.log()}") from None
