@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lockgate.client import admin_groups as groups
+from lockgate.client import admin_quotas as quotas
 from lockgate.client import admin_transactions as transactions
 from lockgate.client.cluster import Cluster, PartitionInfo, TopicInfo, TopicPartition
 from lockgate.client.connection import DEFAULT_CLIENT_ID
@@ -408,6 +409,19 @@ class Admin:
         self, group_id: str, partitions: Iterable[TopicPartition]
     ) -> None:
         await groups.delete_group_offsets(self.cluster, group_id, partitions)
+
+    # ------------------------------------------------------------------------------------------
+    # Client quotas (bodies in admin_quotas.py)
+
+    async def describe_client_quotas(
+        self, components: Sequence[quotas.QuotaFilterComponent] = (), *, strict: bool = False
+    ) -> list[quotas.ClientQuotaEntry]:
+        return await quotas.describe_client_quotas(self.cluster, components, strict=strict)
+
+    async def alter_client_quotas(
+        self, alterations: Sequence[quotas.ClientQuotaAlteration], *, validate_only: bool = False
+    ) -> None:
+        await quotas.alter_client_quotas(self.cluster, alterations, validate_only=validate_only)
 
 
 def _result_for(results: Mapping[str | None, Any], name: str, api: str) -> Any:

@@ -32,6 +32,9 @@ Behaviour:
   NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below the minimum meanwhile,
   REQUEST_TIMED_OUT after the request's timeout. Unknown topics are not auto-created here
   (Kafka creates them on Metadata only).
+- Client quotas: the request's record bytes count against producer_byte_rate and its handling
+  time against request_percentage; past either, the answer carries throttle_time_ms and the
+  connection is not read for that long (KIP-219), acks=0 included.
 - A write that storage refuses (disk full, I/O error, out of file handles) gets
   KAFKA_STORAGE_ERROR for that partition with nothing appended; other partitions and the
   connection are unaffected. A failed fsync answers KAFKA_STORAGE_ERROR to every acks=-1
@@ -65,6 +68,7 @@ from lockgate.protocol.produce import (
 )
 from lockgate.protocol.records import BatchHeader, validate_produced_batch
 from lockgate.protocol.rewrite import split_records
+from lockgate.security.quotas import QuotaType, charge
 
 if TYPE_CHECKING:
     from lockgate.server.broker import Broker
@@ -383,8 +387,14 @@ def _attempt(
 
 @handles(ApiKey.PRODUCE, 3, 13, advertised_min=0, decoder=lambda d, o, v: decode_produce(d, o, v))
 async def handle(ctx: RequestContext, request: ProduceRequestData) -> HandlerResult:
+    started = time.perf_counter()
     waits = Waits()
     answer = produce(ctx, request, waits)
+    throttle_ms = 0
+    if ctx.broker.quotas.kinds:  # client quotas: the request's bytes and handler time
+        size = sum(len(p.records or b"") for topic in request.topics for p in topic.partitions)
+        busy = time.perf_counter() - started
+        throttle_ms = charge(ctx.broker.quotas, ctx, QuotaType.PRODUCE, size, busy)
     for results, position, task in waits.deferred:
         results[position] = await task
     if request.acks == 0:
@@ -405,7 +415,7 @@ async def handle(ctx: RequestContext, request: ProduceRequestData) -> HandlerRes
                     if result.error_code == 0:
                         result.error_code = ErrorCode.kafka_storage_error
                         result.base_offset = -1
-    return RawBody(encode_produce_response(request.version, answer))
+    return RawBody(encode_produce_response(request.version, answer, throttle_ms))
 
 
 async def _replicated(

@@ -18,6 +18,10 @@ Behaviour:
 Version notes: v4 adds isolation level and aborted transactions; v5 log start offset;
 v7 sessions; v9 current leader epoch; v11 rack id; v12 flexible, diverging epoch; v13 topic ids;
 v15 replica id in ReplicaState.
+- Client quotas: the answer's encoded size counts against consumer_byte_rate and the reading
+  time against request_percentage; past either, the answer carries no data and
+  throttle_time_ms, and the connection is not read for that long (KIP-219). A follower's
+  fetch (replica id >= 0) is never throttled.
 - Cluster mode: a follower's fetch (replica id >= 0) is served by the leader only, up to the
   log end rather than the high watermark; its fetch offset is what the follower has, which
   moves the high watermark and the ISR. Long polling waits for new data at the log end.
@@ -31,10 +35,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from lockgate.handlers.common import check_leader, field, millis
-from lockgate.handlers.registry import HandlerResult, RequestContext, handles
+from lockgate.handlers.registry import HandlerResult, RawBody, RequestContext, handles
 from lockgate.log.partition import Partition
-from lockgate.protocol.api import ApiKey
+from lockgate.protocol.api import ApiKey, build, encode, response_class
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
+from lockgate.security.quotas import QuotaType, charge
 from lockgate.server.fetch_sessions import (
     FINAL_EPOCH,
     INITIAL_EPOCH,
@@ -268,13 +273,16 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     # the broker's cap: a client asking for gigabytes must not make the broker hold them
     budget = min(request.max_bytes, ctx.broker.config.integer("fetch.max.bytes"))
     replica = _replica_id(ctx, request)
+    busy = 0.0  # the time spent reading, what request_percentage charges
     while True:
         results = []
         total = 0
+        started = time.perf_counter()
         for w in wanted:
             entry, size = _read(ctx, w, budget - total, isolation, total == 0, replica)
             total += size
             results.append((w, entry))
+        busy += time.perf_counter() - started
         errors = any(entry["error_code"] for _, entry in results)
         remaining = deadline - time.monotonic()
         if total >= min_bytes or errors or remaining <= 0 or not wanted:
@@ -285,8 +293,38 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
         await ctx.broker.wait_for_data(partitions, remaining, log_end=replica != CONSUMER)
     if incremental:
         results = [(w, e) for w, e in results if _changed(e, w.state)]
+    answer: HandlerResult = _response(ctx, 0, session.session_id if session else 0, results)
+    if ctx.broker.quotas.kinds and replica == CONSUMER:  # a follower is never throttled
+        answer = _charge_quotas(ctx, answer, session, incremental, busy)
+        if not isinstance(answer, RawBody):
+            return answer  # throttled: nothing was sent, the session's partitions unchanged
     for w, entry in results:
         w.state.sent_high_watermark = entry["high_watermark"]
         w.state.sent_last_stable_offset = entry["last_stable_offset"]
         w.state.sent_log_start_offset = entry["log_start_offset"]
-    return _response(ctx, 0, session.session_id if session else 0, results)
+    return answer
+
+
+def _charge_quotas(
+    ctx: RequestContext,
+    answer: HandlerResult,
+    session: FetchSession | None,
+    incremental: bool,
+    busy: float,
+) -> HandlerResult:
+    """The encoded answer's size counts against consumer_byte_rate (and the reading time
+    against request_percentage). Within quota: the answer, encoded once. Past it: as Kafka, an
+    answer without data carrying throttle_time_ms, after which the connection is not read for
+    that long; a session this request opened is dropped (Kafka does not open it either)."""
+    started = time.perf_counter()
+    body = encode(build(response_class(ApiKey.FETCH, ctx.api_version), answer))
+    busy += time.perf_counter() - started
+    throttle = charge(ctx.broker.quotas, ctx, QuotaType.FETCH, len(body), busy)
+    if not throttle:
+        return RawBody(body)
+    session_id = 0
+    if session is not None and incremental:
+        session_id = session.session_id
+    elif session is not None:
+        ctx.broker.fetch_sessions.remove(session.session_id)
+    return {**_response(ctx, 0, session_id, []), "throttle_time": throttle}

@@ -23,6 +23,8 @@ from lockgate.log.cleaner import MAP_ENTRY_BYTES, LogCleaner
 from lockgate.log.partition import Partition
 from lockgate.replication.manager import ReplicaManager
 from lockgate.security.listeners import Listener, check_properties, inter_broker_listener
+from lockgate.security.quota_store import open_quota_store
+from lockgate.security.quotas import ClientQuotas
 from lockgate.security.tls import server_context
 from lockgate.server.config import BrokerConfig
 from lockgate.server.connection import Connection
@@ -95,6 +97,13 @@ class Broker:
         self.groups = GroupCoordinator(self)
         self.coordinators = CoordinatorLocator(self)
         self.metrics = BrokerMetrics(self)
+        # client quotas: the store is the truth, `quotas` enforces its latest table
+        self.quotas = ClientQuotas(
+            config.integer("quota.window.num"), config.integer("quota.window.size.seconds")
+        )
+        self.quota_store = open_quota_store(self.storage, cluster_url)
+        self.quota_store.listeners.append(self.quotas.replace)
+        self.quotas.replace(self.quota_store.table)
         self.metrics_port = -1
         self.group_commit = GroupCommit(config.durable and self.storage.durable)
         self.connections: set[Connection] = set()
@@ -161,6 +170,7 @@ class Broker:
             if server.sockets and listener.port == 0:
                 self.listener_ports[listener.name] = server.sockets[0].getsockname()[1]
         self.port = self.listener_ports[self.listeners[0].name]
+        await self.quota_store.start()
         if self.cluster is not None:
             await self._join_cluster()
             for server in self._servers:
@@ -287,6 +297,7 @@ class Broker:
         if self.cluster is not None:
             await self._leave_cluster()
         await self.metrics.close()
+        await self.quota_store.close()
         self.cleaner.stop()
         if self._cleaner_task is not None:  # a pass gives up at its next batch
             await asyncio.wait({self._cleaner_task}, timeout=10)

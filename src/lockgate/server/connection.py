@@ -27,6 +27,7 @@ from lockgate.protocol.api import (
 )
 from lockgate.protocol.errors import ErrorCode
 from lockgate.protocol.frame import MalformedFrame, parse_request_header, peek_api, response_frame
+from lockgate.security.quotas import SELF_CHARGED_API_KEYS, QuotaType, measured
 from lockgate.security.session import Session
 from lockgate.security.tls import peer_principal
 
@@ -90,6 +91,7 @@ class Connection:
             if watch is not None:
                 watch.cancel()
             await self._queue.put(None)
+            self.broker.quotas.mutes.pop(self.serial, None)
             try:
                 await writer_task
             finally:
@@ -131,6 +133,8 @@ class Connection:
                 await memory.acquire(size)
                 try:
                     payload = await self.reader.readexactly(size)
+                    if self.broker.quotas.mutes:  # KIP-219: a throttled client is not read
+                        await self._throttled()
                     item = self._dispatch(payload)
                 except BaseException as exc:
                     memory.release(size)
@@ -159,6 +163,10 @@ class Connection:
             log.warning(
                 "closing connection from %s (client id %r): %s", self.peer, self.client_id, exc
             )
+
+    async def _throttled(self) -> None:
+        while (remaining := self.broker.quotas.mute_remaining(self.serial)) > 0:
+            await asyncio.sleep(remaining)
 
     def _dispatch(self, payload: bytes) -> asyncio.Task[bytes | None] | bytes:
         try:
@@ -212,7 +220,11 @@ class Connection:
         self, spec: HandlerSpec, context: RequestContext, request: object, flexible: bool
     ) -> bytes | None:
         try:
-            result = await spec.handler(context, request)
+            quotas = self.broker.quotas
+            if QuotaType.REQUEST in quotas.kinds and spec.api_key not in SELF_CHARGED_API_KEYS:
+                result = await measured(quotas, spec.handler, context, request)
+            else:
+                result = await spec.handler(context, request)
             if result is None:
                 body = None
             elif isinstance(result, RawBody):
