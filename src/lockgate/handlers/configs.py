@@ -5,6 +5,8 @@ from typing import Any
 
 from lockgate.handlers.registry import RequestContext
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
+from lockgate.security.acls import Operation, ResourceType
+from lockgate.security.authorizer import authorize
 from lockgate.server.config import BROKER_DEFAULTS, TOPIC_CONFIGS
 
 TOPIC = 2
@@ -15,6 +17,19 @@ SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
 
 _TYPES = {"long": 5, "int": 3, "bool": 1, "string": 2, "ratio": 6, "policy": 7}  # Kafka ConfigType
+
+
+def config_denied(
+    ctx: RequestContext, resource_type: int, name: str, operation: Operation
+) -> KafkaProtocolError | None:
+    """DESCRIBE_CONFIGS / ALTER_CONFIGS on the topic, or on the cluster for a broker (and its
+    loggers): the error to answer when the session may not, else None."""
+    if resource_type == TOPIC:
+        if not authorize(ctx, operation, ResourceType.TOPIC, name):
+            return KafkaProtocolError(ErrorCode.topic_authorization_failed)
+    elif not authorize(ctx, operation, ResourceType.CLUSTER):
+        return KafkaProtocolError(ErrorCode.cluster_authorization_failed)
+    return None
 
 
 def config_type(kind: str) -> int:

@@ -39,6 +39,10 @@ Behaviour:
   KAFKA_STORAGE_ERROR for that partition with nothing appended; other partitions and the
   connection are unaffected. A failed fsync answers KAFKA_STORAGE_ERROR to every acks=-1
   waiter of that flush, and the log directory is offline until a restart.
+- Authorization: a transactional produce needs WRITE on the transactional id
+  (TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition); every topic needs WRITE
+  (TOPIC_AUTHORIZATION_FAILED for its partitions, the others are appended); idempotence needs
+  nothing more (KIP-679); auto-creation needs CREATE on the cluster or the topic.
 Version notes: v2+ log append time; v5+ log start offset; v8+ error message; v9+ flexible and
 lockgate's KIP-359 tag; v13 topic ids.
 """
@@ -68,6 +72,8 @@ from lockgate.protocol.produce import (
 )
 from lockgate.protocol.records import BatchHeader, validate_produced_batch
 from lockgate.protocol.rewrite import split_records
+from lockgate.security.acls import Operation, ResourceType
+from lockgate.security.authorizer import authorize
 from lockgate.security.quotas import QuotaType, charge
 
 if TYPE_CHECKING:
@@ -306,11 +312,30 @@ def _topic_name(ctx: RequestContext, topic: ProduceTopic) -> tuple[str | None, E
         auto_create = ctx.broker.config.flag("auto.create.topics.enable")
         if not auto_create or ctx.broker.cluster is not None:
             return None, ErrorCode.unknown_topic_or_partition
+        if not may_create_topic(ctx, topic.name):
+            return None, ErrorCode.topic_authorization_failed
         try:
             topics.create(topic.name, -1, -1, {})
         except KafkaProtocolError as exc:
             return None, exc.code
     return topic.name, ErrorCode.none
+
+
+def may_create_topic(ctx: RequestContext, name: str) -> bool:
+    """Auto-creation needs CREATE on the cluster or on the topic."""
+    return authorize(ctx, Operation.CREATE, ResourceType.CLUSTER, log_denied=False) or authorize(
+        ctx, Operation.CREATE, ResourceType.TOPIC, name
+    )
+
+
+def _may_write(ctx: RequestContext, topic: ProduceTopic) -> bool:
+    name = topic.name
+    if topic.topic_id is not None:
+        record = ctx.broker.topics.by_id.get(topic.topic_id)
+        if record is None:  # answered UNKNOWN_TOPIC_ID
+            return True
+        name = record.name
+    return name is None or authorize(ctx, Operation.WRITE, ResourceType.TOPIC, name)
 
 
 def produce(
@@ -334,10 +359,25 @@ def produce(
             ctx.client_id,
             request_error.name,
         )
+    authorizer = ctx.broker.authorizer  # None: no ACLs to check on this hot path
+    if (
+        authorizer is not None
+        and not request_error
+        and request.transactional_id is not None
+        and not authorize(
+            ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id
+        )
+    ):
+        request_error = ErrorCode.transactional_id_authorization_failed
     answer = []
     for topic in request.topics:
         results = []
-        name, topic_error = (None, request_error) if request_error else _topic_name(ctx, topic)
+        if request_error:
+            name, topic_error = None, request_error
+        elif authorizer is not None and not _may_write(ctx, topic):
+            name, topic_error = None, ErrorCode.topic_authorization_failed
+        else:
+            name, topic_error = _topic_name(ctx, topic)
         for data in topic.partitions:
             if topic_error or name is None:
                 results.append(

@@ -15,6 +15,8 @@ Behaviour:
 - Fetch sessions (KIP-227, v7+): epoch 0 opens a session, a matching epoch fetches
   incrementally (only changed partitions are answered), -1 closes it; an unknown session gets
   FETCH_SESSION_ID_NOT_FOUND and a wrong epoch INVALID_FETCH_SESSION_EPOCH.
+- Authorization: a consumer needs READ on each topic, a follower (replica id >= 0) CLUSTER_ACTION
+  on the cluster; TOPIC_AUTHORIZATION_FAILED for the partitions it may not read.
 Version notes: v4 adds isolation level and aborted transactions; v5 log start offset;
 v7 sessions; v9 current leader epoch; v11 rack id; v12 flexible, diverging epoch; v13 topic ids;
 v15 replica id in ReplicaState.
@@ -39,6 +41,8 @@ from lockgate.handlers.registry import HandlerResult, RawBody, RequestContext, h
 from lockgate.log.partition import Partition
 from lockgate.protocol.api import ApiKey, build, encode, response_class
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
+from lockgate.security.acls import Operation, ResourceType
+from lockgate.security.authorizer import authorize
 from lockgate.security.quotas import QuotaType, charge
 from lockgate.server.fetch_sessions import (
     FINAL_EPOCH,
@@ -261,6 +265,30 @@ def _response(
     }
 
 
+def _denied_topics(ctx: RequestContext, request: Any, wanted: list[Wanted]) -> set[str]:
+    """The topics this fetch may not read: a follower (replica id >= 0) needs CLUSTER_ACTION
+    on the cluster for all of them, a consumer READ on each."""
+    names = {w.topic for w in wanted if w.topic is not None}
+    state = field(request, "replica_state", None)
+    follower = (state.replica_id if state is not None else field(request, "replica_id", -1)) >= 0
+    if follower:
+        return set() if authorize(ctx, Operation.CLUSTER_ACTION, ResourceType.CLUSTER) else names
+    return {name for name in names if not authorize(ctx, Operation.READ, ResourceType.TOPIC, name)}
+
+
+def _refused(index: int, code: ErrorCode) -> dict[str, Any]:
+    return {
+        "partition_index": index,
+        "error_code": code,
+        "high_watermark": -1,
+        "last_stable_offset": -1,
+        "log_start_offset": -1,
+        "aborted_transactions": None,
+        "preferred_read_replica": -1,
+        "records": b"",
+    }
+
+
 @handles(ApiKey.FETCH, 4, 18)
 async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     wanted, session, error = _open_session(ctx, request)
@@ -273,12 +301,16 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     # the broker's cap: a client asking for gigabytes must not make the broker hold them
     budget = min(request.max_bytes, ctx.broker.config.integer("fetch.max.bytes"))
     replica = _replica_id(ctx, request)
+    denied = _denied_topics(ctx, request, wanted) if ctx.broker.authorizer is not None else None
     busy = 0.0  # the time spent reading, what request_percentage charges
     while True:
         results = []
         total = 0
         started = time.perf_counter()
         for w in wanted:
+            if denied and w.topic in denied:
+                results.append((w, _refused(w.index, ErrorCode.topic_authorization_failed)))
+                continue
             entry, size = _read(ctx, w, budget - total, isolation, total == 0, replica)
             total += size
             results.append((w, entry))

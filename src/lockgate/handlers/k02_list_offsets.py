@@ -8,6 +8,7 @@ Behaviour:
 - CurrentLeaderEpoch (v4+) older than the leader's → FENCED_LEADER_EPOCH, newer →
   UNKNOWN_LEADER_EPOCH. Unknown partition: UNKNOWN_TOPIC_OR_PARTITION. Other negative
   timestamps: INVALID_REQUEST... answered per partition.
+- Authorization: DESCRIBE on the topic, else TOPIC_AUTHORIZATION_FAILED for its partitions.
 Version notes: v2 isolation level; v4 leader epochs; v7 max timestamp; v6+ flexible.
 """
 
@@ -20,6 +21,8 @@ from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.log.partition import Partition
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
+from lockgate.security.acls import Operation, ResourceType
+from lockgate.security.authorizer import authorize
 
 READ_COMMITTED = 1
 LATEST = -1
@@ -53,6 +56,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     isolation = field(request, "isolation_level", 0)
     topics = []
     for topic in request.topics:
+        described = authorize(ctx, Operation.DESCRIBE, ResourceType.TOPIC, topic.name)
         partitions = []
         for p in topic.partitions:
             entry: dict[str, Any] = {
@@ -63,6 +67,8 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
                 "leader_epoch": -1,
             }
             try:
+                if not described:
+                    raise KafkaProtocolError(ErrorCode.topic_authorization_failed)
                 partition = ctx.broker.topics.get(topic.name, p.partition_index)
                 if partition is None:
                     raise KafkaProtocolError(ErrorCode.unknown_topic_or_partition)

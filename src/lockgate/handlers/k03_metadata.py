@@ -9,6 +9,10 @@ Behaviour:
 - v10+ may name topics by id; an unknown id gets UNKNOWN_TOPIC_ID.
 - A partition without a leader (its log not open; offline in a cluster) gets
   LEADER_NOT_AVAILABLE with leader -1 (never a crash).
+- Authorization: DESCRIBE on each topic: an all-topics request leaves out the others, a
+  named one gets TOPIC_AUTHORIZATION_FAILED; auto-creating a topic also needs CREATE on the
+  cluster or the topic (TOPIC_AUTHORIZATION_FAILED). KIP-430: asked with
+  Include{Topic,Cluster}AuthorizedOperations, the bitfields of the operations allowed.
 """
 
 from __future__ import annotations
@@ -18,9 +22,12 @@ from typing import Any
 
 from lockgate.cluster.metadata import NO_LEADER, PartitionState, TopicRecord
 from lockgate.handlers.common import field
+from lockgate.handlers.k00_produce import may_create_topic
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
+from lockgate.security.acls import CLUSTER_NAME, Operation, ResourceType
+from lockgate.security.authorizer import authorize, authorized_operations, filter_authorized
 
 NO_AUTHORIZED_OPERATIONS = -(2**31)
 
@@ -73,7 +80,10 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     topics = broker.topics
     requested = request.topics
     if requested is None or (ctx.api_version == 0 and not requested):
-        entries = [topic_entry(ctx, record) for record in topics.topics.values()]
+        described = filter_authorized(
+            ctx, Operation.DESCRIBE, ResourceType.TOPIC, topics.topics.values(), lambda r: r.name
+        )
+        entries = [topic_entry(ctx, record) for record in described]
     else:
         allow_create = field(request, "allow_auto_topic_creation", True) and broker.config.flag(
             "auto.create.topics.enable"
@@ -84,6 +94,10 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
             topic_id = field(wanted, "topic_id", None)
             if name is None:
                 by_id = topics.by_id.get(topic_id) if topic_id else None
+                if by_id and not authorize(ctx, Operation.DESCRIBE, ResourceType.TOPIC, by_id.name):
+                    denied = ErrorCode.topic_authorization_failed
+                    entries.append(error_entry(None, topic_id, denied))
+                    continue
                 entries.append(
                     topic_entry(ctx, by_id)
                     if by_id
@@ -91,6 +105,11 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
                 )
                 continue
             record = topics.topics.get(name)
+            if not authorize(ctx, Operation.DESCRIBE, ResourceType.TOPIC, name) or (
+                record is None and allow_create and not may_create_topic(ctx, name)
+            ):
+                entries.append(error_entry(name, None, ErrorCode.topic_authorization_failed))
+                continue
             if record is None and allow_create:
                 try:
                     record = await broker.admin.create(name, -1, -1, {})
@@ -101,6 +120,15 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
                 entries.append(error_entry(name, None, ErrorCode.unknown_topic_or_partition))
             else:
                 entries.append(topic_entry(ctx, record))
+    if field(request, "include_topic_authorized_operations", False):  # KIP-430
+        for entry in entries:
+            if entry["error_code"] == 0 or entry["partitions"]:
+                entry["topic_authorized_operations"] = authorized_operations(
+                    ctx, ResourceType.TOPIC, entry["name"]
+                )
+    cluster_operations = NO_AUTHORIZED_OPERATIONS
+    if field(request, "include_cluster_authorized_operations", False):
+        cluster_operations = authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME)
     return {
         "throttle_time": 0,
         "brokers": [
@@ -110,6 +138,6 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
         "cluster_id": broker.cluster_id,
         "controller_id": broker.membership.controller_id(),
         "topics": entries,
-        "cluster_authorized_operations": NO_AUTHORIZED_OPERATIONS,
+        "cluster_authorized_operations": cluster_operations,
         "error_code": 0,
     }

@@ -8,6 +8,8 @@ Behaviour:
   PreparingRebalance are allowed, as consumers commit while revoking).
 - Per partition: UNKNOWN_TOPIC_OR_PARTITION (UNKNOWN_TOPIC_ID at v10), metadata longer than
   offset.metadata.max.bytes: OFFSET_METADATA_TOO_LARGE.
+- Authorization: READ on the group (GROUP_AUTHORIZATION_FAILED for every partition) and on
+  each topic (TOPIC_AUTHORIZATION_FAILED for its partitions; the others are committed).
 Version notes: v2–4 retention time (ignored: offsets live as long as the group); v6 leader
 epoch; v7 group instance id; v8 flexible; v10 topic ids.
 """
@@ -22,6 +24,8 @@ from lockgate.handlers.common import field
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
+from lockgate.security.acls import Operation, ResourceType
+from lockgate.security.authorizer import authorize
 
 
 def topic_name(ctx: RequestContext, topic: Any) -> str | None:
@@ -35,10 +39,20 @@ def topic_name(ctx: RequestContext, topic: Any) -> str | None:
 async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     offsets: dict[tuple[str, int], CommittedOffset] = {}
     unknown_ids = set()
+    refused: dict[tuple[str, int], ErrorCode] = {}
+    group_ok = authorize(ctx, Operation.READ, ResourceType.GROUP, request.group_id)
     for topic in request.topics:
         name = topic_name(ctx, topic)
         if name is None:
             unknown_ids.add(topic.topic_id)
+            continue
+        if not group_ok or not authorize(ctx, Operation.READ, ResourceType.TOPIC, name):
+            code = (
+                ErrorCode.topic_authorization_failed
+                if group_ok
+                else ErrorCode.group_authorization_failed
+            )
+            refused.update({(name, p.partition_index): code for p in topic.partitions})
             continue
         for p in topic.partitions:
             offsets[(name, p.partition_index)] = CommittedOffset(
@@ -47,13 +61,18 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
                 p.committed_metadata or "",
                 ctx.received_ms,
             )
-    results = await ctx.broker.groups.commit(
-        request.group_id,
-        request.generation_id_or_member_epoch,
-        request.member_id,
-        field(request, "group_instance_id", None),
-        offsets,
+    results = (
+        {}
+        if not group_ok
+        else await ctx.broker.groups.commit(
+            request.group_id,
+            request.generation_id_or_member_epoch,
+            request.member_id,
+            field(request, "group_instance_id", None),
+            offsets,
+        )
     )
+    results = {**results, **refused}
     topics = []
     for topic in request.topics:
         name = topic_name(ctx, topic)

@@ -7,6 +7,8 @@ Behaviour:
   gets UNSTABLE_OFFSET_COMMIT (the client retries); without it, pending offsets are simply
   invisible until the commit marker.
 - v8+ batches groups; v10 names topics by id (unknown id: UNKNOWN_TOPIC_ID).
+- Authorization: DESCRIBE on the group (GROUP_AUTHORIZATION_FAILED for it) and on each topic:
+  a named topic gets TOPIC_AUTHORIZATION_FAILED, an all-topics fetch leaves it out.
 Version notes: v2 top-level error; v3 throttle time; v5 leader epoch; v6 flexible.
 """
 
@@ -19,6 +21,8 @@ from lockgate.handlers.common import field
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
+from lockgate.security.acls import Operation, ResourceType
+from lockgate.security.authorizer import authorize
 
 
 def _partitions_of(topic: Any) -> list[int]:
@@ -26,7 +30,30 @@ def _partitions_of(topic: Any) -> list[int]:
     return list(indexes) if indexes is not None else []
 
 
+def _described(ctx: RequestContext, answers: Any, *, named: bool) -> Any:
+    """Topics the session may not DESCRIBE: left out of an all-topics fetch, answered
+    TOPIC_AUTHORIZATION_FAILED when named."""
+    allowed: dict[str, bool] = {}
+    kept = {}
+    for (name, index), answer in answers.items():
+        if name not in allowed:
+            allowed[name] = authorize(
+                ctx, Operation.DESCRIBE, ResourceType.TOPIC, name, log_denied=named
+            )
+        if allowed[name]:
+            kept[(name, index)] = answer
+        elif named:
+            kept[(name, index)] = (None, ErrorCode.topic_authorization_failed)
+    return kept
+
+
 def _group(ctx: RequestContext, group_id: str, topics: Any, require_stable: bool) -> dict[str, Any]:
+    if not authorize(ctx, Operation.DESCRIBE, ResourceType.GROUP, group_id):
+        return {
+            "group_id": group_id,
+            "topics": [],
+            "error_code": ErrorCode.group_authorization_failed,
+        }
     by_id = ctx.api_version >= 10
     names: dict[str, str | None] = {}
     wanted: list[tuple[str, int]] | None = None
@@ -40,6 +67,8 @@ def _group(ctx: RequestContext, group_id: str, topics: Any, require_stable: bool
             if name is not None:
                 wanted.extend((name, p) for p in _partitions_of(topic))
     error, answers = ctx.broker.groups.fetch(group_id, wanted, require_stable)
+    if ctx.broker.authorizer is not None:
+        answers = _described(ctx, answers, named=topics is not None)
     grouped: dict[str, list[dict[str, Any]]] = {}
     for (name, index), (committed, partition_error) in sorted(answers.items()):
         grouped.setdefault(name, []).append(

@@ -10,6 +10,8 @@ Behaviour:
   COORDINATOR_NOT_AVAILABLE until it exists and while the partition has no leader.
   Transactions: COORDINATOR_NOT_AVAILABLE (not across brokers yet: docs/cluster-mode.md).
 - Other key types: INVALID_REQUEST.
+- Authorization: DESCRIBE on the group (GROUP_AUTHORIZATION_FAILED) or on the transactional
+  id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED) the key names.
 Version notes: v1 key type and error message; v3 flexible; v4+ batched keys.
 """
 
@@ -21,16 +23,28 @@ from lockgate.handlers.common import field
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
-from lockgate.server.coordinator_locator import GROUP
+from lockgate.security.acls import Operation, ResourceType
+from lockgate.security.authorizer import authorize
+from lockgate.server.coordinator_locator import GROUP, TRANSACTION
 
 
 def _locate(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
-    found = ctx.broker.coordinators.locate(key_type, key)
+    found = _denied(ctx, key, key_type) or ctx.broker.coordinators.locate(key_type, key)
     if isinstance(found, ErrorCode):
         return {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": found,
                 "error_message": found.name}  # fmt: skip
     return {"key": key, "node_id": found.node_id, "host": found.host, "port": found.port,
             "error_code": ErrorCode.none, "error_message": None}  # fmt: skip
+
+
+def _denied(ctx: RequestContext, key: str, key_type: int) -> ErrorCode | None:
+    """DESCRIBE on the group or transactional id the key names."""
+    if key_type == GROUP and not authorize(ctx, Operation.DESCRIBE, ResourceType.GROUP, key):
+        return ErrorCode.group_authorization_failed
+    transactional = ResourceType.TRANSACTIONAL_ID
+    if key_type == TRANSACTION and not authorize(ctx, Operation.DESCRIBE, transactional, key):
+        return ErrorCode.transactional_id_authorization_failed
+    return None
 
 
 @handles(ApiKey.FIND_COORDINATOR, 0, 6)

@@ -15,6 +15,7 @@ Behaviour:
 - Errors: INVALID_GROUP_ID (empty id), INVALID_SESSION_TIMEOUT (outside
   group.min/max.session.timeout.ms), INCONSISTENT_GROUP_PROTOCOL, UNKNOWN_MEMBER_ID,
   FENCED_INSTANCE_ID, COORDINATOR_LOAD_IN_PROGRESS.
+- Authorization: READ on the group, else GROUP_AUTHORIZATION_FAILED.
 Version notes: v1 rebalance timeout; v4 member id required; v5 group instance id; v6
 flexible; v7 protocol type/name in the answer; v8 reason; v9 skip assignment (always false).
 """
@@ -26,10 +27,25 @@ from typing import Any
 from lockgate.handlers.common import field, millis
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.protocol.api import ApiKey
+from lockgate.protocol.errors import ErrorCode
+from lockgate.security.acls import Operation, ResourceType
+from lockgate.security.authorizer import authorize
 
 
 @handles(ApiKey.JOIN_GROUP, 0, 9)
 async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
+    if not authorize(ctx, Operation.READ, ResourceType.GROUP, request.group_id):
+        return {
+            "throttle_time": 0,
+            "error_code": ErrorCode.group_authorization_failed,
+            "generation_id": -1,
+            "protocol_type": None,
+            "protocol_name": None if ctx.api_version >= 7 else "",
+            "leader": "",
+            "skip_assignment": False,
+            "member_id": request.member_id,
+            "members": [],
+        }
     session_ms = millis(request.session_timeout)
     answer = await ctx.broker.groups.join(
         request.group_id,

@@ -3,6 +3,7 @@
 Behaviour: keeps the member's session alive. UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID,
 ILLEGAL_GENERATION, and REBALANCE_IN_PROGRESS while the group is rebalancing (the member
 must rejoin).
+- Authorization: READ on the group, else GROUP_AUTHORIZATION_FAILED.
 Version notes: v3 group instance id; v4 flexible.
 """
 
@@ -13,10 +14,15 @@ from typing import Any
 from lockgate.handlers.common import field
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.protocol.api import ApiKey
+from lockgate.protocol.errors import ErrorCode
+from lockgate.security.acls import Operation, ResourceType
+from lockgate.security.authorizer import authorize
 
 
 @handles(ApiKey.HEARTBEAT, 0, 4)
 async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
+    if not authorize(ctx, Operation.READ, ResourceType.GROUP, request.group_id):
+        return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed}
     error = ctx.broker.groups.heartbeat(
         request.group_id,
         request.generation_id,

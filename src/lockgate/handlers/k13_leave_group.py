@@ -3,6 +3,7 @@
 Behaviour: removes the members and rebalances the rest. v0–2 name one member id; v3+ a batch
 of members by id or group instance id, each answered on its own (UNKNOWN_MEMBER_ID,
 FENCED_INSTANCE_ID when the instance belongs to another member id).
+- Authorization: READ on the group, else GROUP_AUTHORIZATION_FAILED.
 Version notes: v3 batched; v4 flexible; v5 reason.
 """
 
@@ -12,11 +13,17 @@ from typing import Any
 
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.protocol.api import ApiKey
+from lockgate.protocol.errors import ErrorCode
+from lockgate.security.acls import Operation, ResourceType
+from lockgate.security.authorizer import authorize
 
 
 @handles(ApiKey.LEAVE_GROUP, 0, 5)
 async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     groups = ctx.broker.groups
+    if not authorize(ctx, Operation.READ, ResourceType.GROUP, request.group_id):
+        denied = ErrorCode.group_authorization_failed
+        return {"throttle_time": 0, "error_code": denied, "members": []}
     if ctx.api_version < 3:
         error, answers = groups.leave(request.group_id, [(request.member_id, None)])
         if not error and answers:

@@ -4,6 +4,7 @@ Behaviour: the leader's assignments are stored and every member waiting in the g
 gets its own; followers wait for the leader. UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID,
 ILLEGAL_GENERATION (another generation), REBALANCE_IN_PROGRESS (a new rebalance began),
 INCONSISTENT_GROUP_PROTOCOL (v5 protocol type/name differ from the group's).
+- Authorization: READ on the group, else GROUP_AUTHORIZATION_FAILED.
 Version notes: v3 group instance id; v4 flexible; v5 protocol type/name.
 """
 
@@ -14,10 +15,21 @@ from typing import Any
 from lockgate.handlers.common import field
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.protocol.api import ApiKey
+from lockgate.protocol.errors import ErrorCode
+from lockgate.security.acls import Operation, ResourceType
+from lockgate.security.authorizer import authorize
 
 
 @handles(ApiKey.SYNC_GROUP, 0, 5)
 async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
+    if not authorize(ctx, Operation.READ, ResourceType.GROUP, request.group_id):
+        return {
+            "throttle_time": 0,
+            "error_code": ErrorCode.group_authorization_failed,
+            "protocol_type": None,
+            "protocol_name": None,
+            "assignment": b"",
+        }
     answer = await ctx.broker.groups.sync(
         request.group_id,
         request.generation_id,

@@ -4,6 +4,8 @@ Behaviour: state, protocol type and name, and members (id, instance id, client i
 metadata and assignment) of each group; an unknown group is reported as Dead with no members
 (v0–5) or GROUP_ID_NOT_FOUND (v6, like Kafka 4). Before its offsets partition is loaded:
 COORDINATOR_LOAD_IN_PROGRESS; coordinated by another broker (cluster mode): NOT_COORDINATOR.
+- Authorization: DESCRIBE on each group, else GROUP_AUTHORIZATION_FAILED for it; KIP-430:
+  asked with IncludeAuthorizedOperations, the bitfield of the group operations allowed.
 Version notes: v3 authorized operations (not computed: -2147483648); v4 instance ids; v5
 flexible; v6 error message and GROUP_ID_NOT_FOUND.
 """
@@ -13,9 +15,12 @@ from __future__ import annotations
 from typing import Any
 
 from lockgate.coordinator.group.state import GroupState
+from lockgate.handlers.common import field
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
+from lockgate.security.acls import Operation, ResourceType
+from lockgate.security.authorizer import authorize, authorized_operations
 
 NO_AUTHORIZED_OPERATIONS = -(2**31)
 
@@ -24,6 +29,7 @@ NO_AUTHORIZED_OPERATIONS = -(2**31)
 async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     coordinator = ctx.broker.groups
     described = []
+    include_operations = field(request, "include_authorized_operations", False)
     for group_id in request.groups:
         group = coordinator.groups.get(group_id)
         entry: dict[str, Any] = {
@@ -36,6 +42,14 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
             "members": [],
             "authorized_operations": NO_AUTHORIZED_OPERATIONS,
         }
+        if not authorize(ctx, Operation.DESCRIBE, ResourceType.GROUP, group_id):
+            entry["error_code"] = ErrorCode.group_authorization_failed
+            described.append(entry)
+            continue
+        if include_operations:
+            entry["authorized_operations"] = authorized_operations(
+                ctx, ResourceType.GROUP, group_id
+            )
         if gate := coordinator.gate(group_id):
             entry["error_code"] = gate
         elif group is None:

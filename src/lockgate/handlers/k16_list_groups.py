@@ -2,6 +2,8 @@
 
 Behaviour: every group with its protocol type; v4 filters by state names, v5 by group type
 (only "classic" groups exist here).
+- Authorization: DESCRIBE on the cluster lists every group; without it, only the groups the
+  principal may DESCRIBE.
 Version notes: v3 flexible; v4 states filter; v5 types filter and group type.
 """
 
@@ -13,6 +15,8 @@ from lockgate.handlers.common import field
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
+from lockgate.security.acls import Operation, ResourceType
+from lockgate.security.authorizer import authorize, filter_authorized
 
 
 @handles(ApiKey.LIST_GROUPS, 0, 5)
@@ -36,4 +40,11 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
         for g in sorted(coordinator.groups.values(), key=lambda g: g.group_id)
         if (not states or g.state.value.lower() in states) and (not types or "classic" in types)
     ]
+    # DESCRIBE on the cluster lists every group; else only those the principal may DESCRIBE
+    if ctx.broker.authorizer is not None and not authorize(
+        ctx, Operation.DESCRIBE, ResourceType.CLUSTER, log_denied=False
+    ):
+        listed = filter_authorized(
+            ctx, Operation.DESCRIBE, ResourceType.GROUP, listed, lambda g: str(g["group_id"])
+        )
     return {"throttle_time": 0, "error_code": 0, "groups": listed}

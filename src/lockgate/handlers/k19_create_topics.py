@@ -11,6 +11,7 @@ Behaviour:
 - Existing topic: TOPIC_ALREADY_EXISTS; illegal name: INVALID_TOPIC_EXCEPTION; unknown or
   invalid config: INVALID_CONFIG; a name repeated in one request: INVALID_REQUEST.
 - validate_only checks everything and creates nothing.
+- Authorization: CREATE on the cluster or on the topic, else TOPIC_AUTHORIZATION_FAILED.
 Version notes: v5+ returns partitions, replication factor and configs; v7 the topic id.
 """
 
@@ -22,6 +23,8 @@ from typing import Any
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
+from lockgate.security.acls import Operation, ResourceType
+from lockgate.security.authorizer import authorize
 
 CONFIG_SOURCE_DEFAULT = 5
 CONFIG_SOURCE_TOPIC = 1
@@ -79,6 +82,8 @@ async def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> dict[
 @handles(ApiKey.CREATE_TOPICS, 2, 7)
 async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     counts = Counter(t.name for t in request.topics)
+    # CREATE on the cluster covers every topic; else each needs CREATE on its name
+    cluster_create = authorize(ctx, Operation.CREATE, ResourceType.CLUSTER, log_denied=False)
     results = []
     for topic in request.topics:
         entry: dict[str, Any] = {
@@ -93,6 +98,10 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
         try:
             if counts[topic.name] > 1:
                 raise KafkaProtocolError(ErrorCode.invalid_request, "topic named twice")
+            if not cluster_create and not authorize(
+                ctx, Operation.CREATE, ResourceType.TOPIC, topic.name
+            ):
+                raise KafkaProtocolError(ErrorCode.topic_authorization_failed)
             entry.update(await _create(ctx, topic, request.validate_only))
         except KafkaProtocolError as exc:
             entry["error_code"] = exc.code

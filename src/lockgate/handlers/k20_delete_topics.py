@@ -4,6 +4,7 @@ Behaviour:
 - Deletes each topic and its data; unknown name: UNKNOWN_TOPIC_OR_PARTITION; unknown id
   (v6): UNKNOWN_TOPIC_ID; internal topics: INVALID_TOPIC_EXCEPTION; delete.topic.enable=false:
   TOPIC_DELETION_DISABLED.
+- Authorization: DELETE on the topic, else TOPIC_AUTHORIZATION_FAILED (nothing deleted).
 Version notes: v5 error messages; v6 topics by name or id.
 """
 
@@ -16,6 +17,8 @@ from lockgate.handlers.common import field
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
+from lockgate.security.acls import Operation, ResourceType
+from lockgate.security.authorizer import authorize
 
 
 @handles(ApiKey.DELETE_TOPICS, 1, 6)
@@ -42,6 +45,8 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
                     raise KafkaProtocolError(ErrorCode.unknown_topic_id)
                 name = record.name
                 entry["name"] = name
+            if not authorize(ctx, Operation.DELETE, ResourceType.TOPIC, name):
+                raise KafkaProtocolError(ErrorCode.topic_authorization_failed)
             record = await ctx.broker.admin.delete(name)
             entry["topic_id"] = record.topic_id
         except KafkaProtocolError as exc:

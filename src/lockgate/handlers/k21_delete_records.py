@@ -9,6 +9,7 @@ Behaviour:
   (its records are the coordinators' state). The new start cannot be persisted:
   KAFKA_STORAGE_ERROR, nothing changed. Not the partition's leader (cluster mode):
   NOT_LEADER_OR_FOLLOWER.
+- Authorization: DELETE on the topic, else TOPIC_AUTHORIZATION_FAILED for its partitions.
 Version notes: v2 flexible.
 """
 
@@ -21,6 +22,8 @@ from lockgate.handlers.common import NO_EPOCH, check_leader
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
+from lockgate.security.acls import Operation, ResourceType
+from lockgate.security.authorizer import authorize
 
 
 def _delete(ctx: RequestContext, topic: str, index: int, offset: int) -> int:
@@ -41,6 +44,7 @@ def _delete(ctx: RequestContext, topic: str, index: int, offset: int) -> int:
 async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     topics = []
     for topic in request.topics:
+        allowed = authorize(ctx, Operation.DELETE, ResourceType.TOPIC, topic.name)
         results = []
         for partition in topic.partitions:
             entry: dict[str, Any] = {
@@ -49,6 +53,8 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
                 "error_code": 0,
             }
             try:
+                if not allowed:
+                    raise KafkaProtocolError(ErrorCode.topic_authorization_failed)
                 entry["low_watermark"] = _delete(
                     ctx, topic.name, partition.partition_index, partition.offset
                 )

@@ -20,6 +20,11 @@ Behaviour:
   every call, a new id when the epoch would overflow) plus OngoingTxnProducerId/Epoch of the
   kept transaction, which EndTxn v5 with the fresh pair then commits or aborts. With no open
   transaction the ongoing pair is -1/-1.
+- Authorization: with a transactional id, WRITE on it (TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
+  KIP-939: Enable2Pc, KeepPreparedTxn, or aborting the id's open two-phase transaction
+  (force-terminate) also needs TWO_PHASE_COMMIT on it (TRANSACTIONAL_ID_AUTHORIZATION_FAILED).
+  Without one (idempotence): IDEMPOTENT_WRITE on the cluster or, as KIP-679, WRITE on any
+  topic, else CLUSTER_AUTHORIZATION_FAILED.
 Version notes: v2 flexible; v3 ProducerId/ProducerEpoch (KIP-360); v4 PRODUCER_FENCED (older
 versions get INVALID_PRODUCER_EPOCH); v5 may answer TRANSACTION_ABORTABLE (never needed here);
 v6 Enable2Pc, KeepPreparedTxn, OngoingTxnProducerId/Epoch.
@@ -30,11 +35,14 @@ from __future__ import annotations
 from typing import Any
 
 from lockgate.coordinator.txn import coordinator as rules
+from lockgate.coordinator.txn.state import TxnState
 from lockgate.handlers.common import field, millis
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.handlers.txn_common import map_fenced
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
+from lockgate.security.acls import Operation, ResourceType
+from lockgate.security.authorizer import authorize, authorize_any
 
 
 def _answer(
@@ -59,10 +67,18 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     transactional_id = request.transactional_id
     broker = ctx.broker
     if transactional_id is None:
+        # KIP-679: IDEMPOTENT_WRITE on the cluster, or WRITE on any topic, allows idempotence
+        if not authorize(
+            ctx, Operation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, log_denied=False
+        ) and not authorize_any(ctx, Operation.WRITE, ResourceType.TOPIC):
+            authorize(ctx, Operation.IDEMPOTENT_WRITE, ResourceType.CLUSTER)  # logs the denial
+            return _answer(ErrorCode.cluster_authorization_failed)
         try:
             return _answer(ErrorCode.none, broker.producer_ids.allocate(), 0)
         except KafkaProtocolError as exc:
             return _answer(exc.code)
+    if not authorize(ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+        return _answer(ErrorCode.transactional_id_authorization_failed)
     enable_2pc = field(request, "enable2_pc", False)
     if enable_2pc and not broker.config.flag("transaction.two.phase.commit.enable"):
         return _answer(ErrorCode.transactional_id_authorization_failed)
@@ -71,6 +87,10 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     gate = coordinator.gate(transactional_id)
     if gate:
         return _answer(gate)
+    if _two_phase(ctx, request, transactional_id) and not authorize(
+        ctx, Operation.TWO_PHASE_COMMIT, ResourceType.TRANSACTIONAL_ID, transactional_id
+    ):
+        return _answer(ErrorCode.transactional_id_authorization_failed)
     try:
         outcome = _decide(ctx, request, transactional_id, producer_id, epoch, enable_2pc)
     except KafkaProtocolError as exc:  # no producer id could be allocated
@@ -80,6 +100,16 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
         return _answer(map_fenced(error, ctx.api_version, 4))
     ongoing = (outcome.ongoing_producer_id, outcome.ongoing_producer_epoch)
     return _answer(ErrorCode.none, outcome.producer_id, outcome.producer_epoch, ongoing)
+
+
+def _two_phase(ctx: RequestContext, request: Any, transactional_id: str) -> bool:
+    """KIP-939: whether this request takes part in two-phase commit, which needs
+    TWO_PHASE_COMMIT on the id besides WRITE: Enable2Pc, KeepPreparedTxn, or any request that
+    would abort the id's open two-phase transaction (force-terminating a prepared one)."""
+    if field(request, "enable2_pc", False) or field(request, "keep_prepared_txn", False):
+        return True
+    meta = ctx.broker.transactions.txns.get(transactional_id)
+    return meta is not None and meta.two_phase_commit and meta.state == TxnState.ONGOING
 
 
 def _decide(

@@ -11,6 +11,10 @@ Behaviour:
   in the open transaction (TRANSACTION_ABORTABLE when not) without adding it; otherwise the
   partitions are added as a TV2 produce (or TxnOffsetCommit v5) adds them implicitly, once
   the addition is logged. Partitions are known by the cluster's topics, wherever they live.
+- Authorization: v0–3 (clients) WRITE on the transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+  for every partition), then WRITE on each topic (TOPIC_AUTHORIZATION_FAILED for its
+  partitions, OPERATION_NOT_ATTEMPTED for the others); v4+ (brokers) CLUSTER_ACTION on the
+  cluster (CLUSTER_AUTHORIZATION_FAILED for the request).
 Version notes: v2 PRODUCER_FENCED (older: INVALID_PRODUCER_EPOCH); v3 flexible; v4 batched.
 """
 
@@ -24,6 +28,8 @@ from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.handlers.txn_common import map_fenced
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
+from lockgate.security.acls import Operation, ResourceType
+from lockgate.security.authorizer import authorize
 
 FIRST_BROKER_VERSION = 4
 
@@ -75,19 +81,47 @@ async def _add(
     return dict.fromkeys(wanted, map_fenced(error, ctx.api_version, 2))
 
 
+def _denied(
+    ctx: RequestContext, transactional_id: str, topics: Any
+) -> dict[tuple[str, int], ErrorCode] | None:
+    """A client's request (v0-3) needs WRITE on the transactional id, then on every topic:
+    the answer for each partition when it may not, else None."""
+    wanted = [(topic.name, p) for topic in topics for p in topic.partitions]
+    if not authorize(ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+        return dict.fromkeys(wanted, ErrorCode.transactional_id_authorization_failed)
+    refused = {
+        topic.name
+        for topic in topics
+        if not authorize(ctx, Operation.WRITE, ResourceType.TOPIC, topic.name)
+    }
+    if not refused:
+        return None
+    return {
+        tp: ErrorCode.topic_authorization_failed
+        if tp[0] in refused
+        else ErrorCode.operation_not_attempted
+        for tp in wanted
+    }
+
+
 @handles(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 5)
 async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     if ctx.api_version < FIRST_BROKER_VERSION:
         topics = request.v3_and_below_topics
-        errors = await _add(
-            ctx,
-            request.v3_and_below_transactional_id,
-            request.v3_and_below_producer_id,
-            request.v3_and_below_producer_epoch,
-            topics,
-            False,
-        )
+        errors = _denied(ctx, request.v3_and_below_transactional_id, topics)
+        if errors is None:
+            errors = await _add(
+                ctx,
+                request.v3_and_below_transactional_id,
+                request.v3_and_below_producer_id,
+                request.v3_and_below_producer_epoch,
+                topics,
+                False,
+            )
         return {"throttle_time": 0, "results_by_topic_v3_and_below": _results(topics, errors)}
+    if not authorize(ctx, Operation.CLUSTER_ACTION, ResourceType.CLUSTER):
+        denied = ErrorCode.cluster_authorization_failed
+        return {"throttle_time": 0, "error_code": denied, "results_by_transaction": []}
     results = []
     for txn in request.transactions:
         errors = await _add(

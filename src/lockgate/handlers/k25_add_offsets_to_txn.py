@@ -3,6 +3,8 @@
 Behaviour: adds the group's __consumer_offsets partition to the open transaction so that its
 TxnOffsetCommit is committed or aborted with it; errors as AddPartitionsToTxn
 (INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED, CONCURRENT_TRANSACTIONS).
+- Authorization: WRITE on the transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), then
+  READ on the group (GROUP_AUTHORIZATION_FAILED).
 Version notes: v2 PRODUCER_FENCED (older: INVALID_PRODUCER_EPOCH); v3 flexible.
 """
 
@@ -15,6 +17,9 @@ from lockgate.coordinator.txn.log import partition_for
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.handlers.txn_common import map_fenced
 from lockgate.protocol.api import ApiKey
+from lockgate.protocol.errors import ErrorCode
+from lockgate.security.acls import Operation, ResourceType
+from lockgate.security.authorizer import authorize
 
 CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
 
@@ -23,6 +28,10 @@ CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
 async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     coordinator = ctx.broker.transactions
     transactional_id = request.transactional_id
+    if not authorize(ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+        return {"throttle_time": 0, "error_code": ErrorCode.transactional_id_authorization_failed}
+    if not authorize(ctx, Operation.READ, ResourceType.GROUP, request.group_id):
+        return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed}
     await coordinator.settle(transactional_id)
     gate = coordinator.gate(transactional_id)
     if gate:

@@ -14,6 +14,7 @@ Behaviour:
 - Before TV2, an EndTxn on a connection older than one the id's client has since used is a
   delayed copy of a request the client retried: INVALID_TXN_STATE, nothing changes (see
   TransactionCoordinator.superseded).
+- Authorization: WRITE on the transactional id, else TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
 Version notes: v2 PRODUCER_FENCED (older: INVALID_PRODUCER_EPOCH); v3 flexible; v5 TV2.
 """
 
@@ -27,6 +28,8 @@ from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.handlers.txn_common import map_fenced
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
+from lockgate.security.acls import Operation, ResourceType
+from lockgate.security.authorizer import authorize
 
 FIRST_TV2_VERSION = 5
 log = logging.getLogger(__name__)
@@ -37,6 +40,8 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     coordinator = ctx.broker.transactions
     transactional_id = request.transactional_id
     answer: dict[str, Any] = {"throttle_time": 0, "producer_id": -1, "producer_epoch": -1}
+    if not authorize(ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+        return {**answer, "error_code": ErrorCode.transactional_id_authorization_failed}
     await coordinator.settle(transactional_id)
     gate = coordinator.gate(transactional_id)
     if gate:

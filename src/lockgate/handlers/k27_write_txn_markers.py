@@ -14,6 +14,8 @@ NOT_ENOUGH_REPLICAS with nothing written, and each marker is answered once the h
 passes it: NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below the minimum meanwhile,
 NOT_LEADER_OR_FOLLOWER if leadership moved, REQUEST_TIMED_OUT after 30 s (Kafka's
 request.timeout.ms; the marker stays on the leader's log).
+- Authorization: CLUSTER_ACTION on the cluster (brokers send markers; their principal must
+  be a super user or be granted it), else CLUSTER_AUTHORIZATION_FAILED for every partition.
 Version notes: v1 flexible; v2 TransactionVersion.
 """
 
@@ -28,6 +30,8 @@ from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.log.partition import Partition
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
+from lockgate.security.acls import Operation, ResourceType
+from lockgate.security.authorizer import authorize
 
 if TYPE_CHECKING:
     from lockgate.server.broker import Broker
@@ -51,6 +55,8 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     broker = ctx.broker
     written: list[_Written] = []
     answers = []
+    if not authorize(ctx, Operation.CLUSTER_ACTION, ResourceType.CLUSTER):
+        return {"markers": _denied(request)}
     for marker in request.markers:
         strict = field(marker, "transaction_version", 0) >= 2
         topics = []
@@ -84,6 +90,26 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
         answers.append({"producer_id": marker.producer_id, "topics": topics})
     await _acknowledged(broker, written)
     return {"markers": answers}
+
+
+def _denied(request: Any) -> list[dict[str, Any]]:
+    denied = ErrorCode.cluster_authorization_failed
+    return [
+        {
+            "producer_id": marker.producer_id,
+            "topics": [
+                {
+                    "name": topic.name,
+                    "partitions": [
+                        {"partition_index": index, "error_code": denied}
+                        for index in topic.partition_indexes
+                    ],
+                }
+                for topic in marker.topics
+            ],
+        }
+        for marker in request.markers
+    ]
 
 
 async def _acknowledged(broker: Broker, written: list[_Written]) -> None:

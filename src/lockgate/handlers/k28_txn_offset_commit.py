@@ -15,6 +15,9 @@ Behaviour:
   what fences a zombie that fell out of the group.
 - The offsets are invisible to OffsetFetch until the transaction's commit marker reaches the
   offsets partition, dropped on abort; RequireStable fetches get UNSTABLE_OFFSET_COMMIT.
+- Authorization: WRITE on the transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), READ
+  on the group (GROUP_AUTHORIZATION_FAILED), both for every partition; READ on each topic
+  (TOPIC_AUTHORIZATION_FAILED for its partitions; the others are committed).
 Version notes: v2 leader epoch; v3 generation/member/instance (KIP-447), flexible; v5 TV2.
 """
 
@@ -29,6 +32,8 @@ from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.handlers.txn_common import RETRIABLE_VERIFICATION, map_abortable
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
+from lockgate.security.acls import Operation, ResourceType
+from lockgate.security.authorizer import authorize
 
 CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
 FIRST_IMPLICIT_ADD_VERSION = 5
@@ -68,6 +73,16 @@ async def _check_transaction(ctx: RequestContext, request: Any) -> ErrorCode:
     return map_abortable(error, ctx.api_version, 4)
 
 
+def _denied(ctx: RequestContext, request: Any) -> ErrorCode:
+    """WRITE on the transactional id, then READ on the group."""
+    transactional_id = request.transactional_id
+    if not authorize(ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+        return ErrorCode.transactional_id_authorization_failed
+    if not authorize(ctx, Operation.READ, ResourceType.GROUP, request.group_id):
+        return ErrorCode.group_authorization_failed
+    return ErrorCode.none
+
+
 @handles(ApiKey.TXN_OFFSET_COMMIT, 0, 5)
 async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     offsets = {
@@ -80,7 +95,17 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
         for topic in request.topics
         for p in topic.partitions
     }
-    error = await _check_transaction(ctx, request)
+    error = _denied(ctx, request)
+    refused = set()
+    if not error:
+        refused = {
+            name
+            for name, _ in offsets
+            if not authorize(ctx, Operation.READ, ResourceType.TOPIC, name)
+        }
+        offsets = {tp: offset for tp, offset in offsets.items() if tp[0] not in refused}
+    if not error:
+        error = await _check_transaction(ctx, request)
     if error:
         results = dict.fromkeys(offsets, error)
     else:
@@ -93,6 +118,13 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
             field(request, "group_instance_id", None),
             offsets,
         )
+    for topic in request.topics:
+        for p in topic.partitions:
+            key = (topic.name, p.partition_index)
+            if topic.name in refused:
+                results[key] = ErrorCode.topic_authorization_failed
+            elif key not in results:
+                results[key] = error
     topics = [
         {
             "name": topic.name,

@@ -5,6 +5,8 @@ Behaviour:
   override, broker property, or default); unknown topic: UNKNOWN_TOPIC_OR_PARTITION.
 - Broker resources (type 4): the broker's properties, read-only; another broker id:
   INVALID_REQUEST. Other resource types: INVALID_REQUEST.
+- Authorization: DESCRIBE_CONFIGS on the topic (TOPIC_AUTHORIZATION_FAILED) or, for a broker,
+  on the cluster (CLUSTER_AUTHORIZATION_FAILED).
 Version notes: v1 config source and synonyms; v3 config type and documentation; v4 flexible.
 """
 
@@ -12,10 +14,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from lockgate.handlers.configs import BROKER, TOPIC, describe_broker, describe_topic
+from lockgate.handlers.configs import BROKER, TOPIC, config_denied, describe_broker, describe_topic
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
+from lockgate.security.acls import Operation
 
 
 @handles(ApiKey.DESCRIBE_CONFIGS, 1, 4)
@@ -31,6 +34,11 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
         }
         keys = resource.configuration_keys
         try:
+            denied = config_denied(
+                ctx, resource.resource_type, resource.resource_name, Operation.DESCRIBE_CONFIGS
+            )
+            if denied is not None:
+                raise denied
             if resource.resource_type == TOPIC:
                 entry["configs"] = describe_topic(ctx, resource.resource_name, keys)
             elif resource.resource_type == BROKER:

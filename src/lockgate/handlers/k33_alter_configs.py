@@ -3,6 +3,8 @@
 Behaviour: a topic resource's overrides become exactly the given set (validated like
 CreateTopics: INVALID_CONFIG); unknown topic: UNKNOWN_TOPIC_OR_PARTITION; broker resources:
 INVALID_REQUEST (static properties). validate_only changes nothing.
+- Authorization: ALTER_CONFIGS on the topic (TOPIC_AUTHORIZATION_FAILED) or, for a broker, on
+  the cluster (CLUSTER_AUTHORIZATION_FAILED); nothing changes.
 Version notes: v2 flexible.
 """
 
@@ -10,10 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from lockgate.handlers.configs import TOPIC
+from lockgate.handlers.configs import TOPIC, config_denied
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
+from lockgate.security.acls import Operation
 
 
 @handles(ApiKey.ALTER_CONFIGS, 0, 2)
@@ -28,6 +31,11 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
             "resource_name": resource.resource_name,
         }
         try:
+            denied = config_denied(
+                ctx, resource.resource_type, resource.resource_name, Operation.ALTER_CONFIGS
+            )
+            if denied is not None:
+                raise denied
             if resource.resource_type != TOPIC:
                 raise KafkaProtocolError(ErrorCode.invalid_request, "broker properties are static")
             name = resource.resource_name

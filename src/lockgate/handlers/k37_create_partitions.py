@@ -5,6 +5,7 @@ Behaviour:
   unknown topic: UNKNOWN_TOPIC_OR_PARTITION; assignments must name distinct registered
   brokers for each new partition, as many for each (a single node: itself alone;
   INVALID_REPLICA_ASSIGNMENT otherwise); validate_only changes nothing.
+- Authorization: ALTER on the topic, else TOPIC_AUTHORIZATION_FAILED (nothing changes).
 Version notes: v2 flexible.
 """
 
@@ -14,7 +15,9 @@ from typing import Any
 
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.protocol.api import ApiKey
-from lockgate.protocol.errors import KafkaProtocolError
+from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
+from lockgate.security.acls import Operation, ResourceType
+from lockgate.security.authorizer import authorize
 
 
 @handles(ApiKey.CREATE_PARTITIONS, 0, 3)
@@ -23,6 +26,8 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     for topic in request.topics:
         entry: dict[str, Any] = {"name": topic.name, "error_code": 0, "error_message": None}
         try:
+            if not authorize(ctx, Operation.ALTER, ResourceType.TOPIC, topic.name):
+                raise KafkaProtocolError(ErrorCode.topic_authorization_failed)
             assignments = None
             if topic.assignments is not None:
                 assignments = {i: tuple(a.broker_ids) for i, a in enumerate(topic.assignments)}

@@ -6,6 +6,8 @@ Behaviour:
   config lockgate supports is a list, so they get INVALID_CONFIG. Unknown topic:
   UNKNOWN_TOPIC_OR_PARTITION. validate_only changes nothing.
 - Broker resources: INVALID_REQUEST (broker properties are static in lockgate).
+- Authorization: ALTER_CONFIGS on the topic (TOPIC_AUTHORIZATION_FAILED) or, for a broker, on
+  the cluster (CLUSTER_AUTHORIZATION_FAILED); nothing changes.
 Version notes: v1 flexible.
 """
 
@@ -13,15 +15,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from lockgate.handlers.configs import TOPIC
+from lockgate.handlers.configs import TOPIC, config_denied
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
+from lockgate.security.acls import Operation
 
 SET, DELETE = 0, 1
 
 
 async def _alter(ctx: RequestContext, resource: Any, validate_only: bool) -> None:
+    denied = config_denied(
+        ctx, resource.resource_type, resource.resource_name, Operation.ALTER_CONFIGS
+    )
+    if denied is not None:
+        raise denied
     if resource.resource_type != TOPIC:
         raise KafkaProtocolError(
             ErrorCode.invalid_request,

@@ -3,6 +3,8 @@
 Behaviour: the cluster id, the controller and the registered brokers (a single node: itself
 for both). Asking for controller endpoints (endpoint type 2) is answered the same way: the
 controller is one of the brokers. An unknown endpoint type gets UNSUPPORTED_ENDPOINT_TYPE.
+- Authorization: none needed, as Kafka; KIP-430: asked with IncludeClusterAuthorizedOperations,
+  the bitfield of the cluster operations the principal may perform.
 Version notes: v1 endpoint type; v2 fenced brokers.
 """
 
@@ -14,6 +16,8 @@ from lockgate.handlers.common import field
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
+from lockgate.security.acls import CLUSTER_NAME, ResourceType
+from lockgate.security.authorizer import authorized_operations
 
 NO_AUTHORIZED_OPERATIONS = -(2**31)
 
@@ -42,5 +46,9 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
         ]
         if not error
         else [],
-        "cluster_authorized_operations": NO_AUTHORIZED_OPERATIONS,
+        "cluster_authorized_operations": authorized_operations(
+            ctx, ResourceType.CLUSTER, CLUSTER_NAME
+        )
+        if field(request, "include_cluster_authorized_operations", False)
+        else NO_AUTHORIZED_OPERATIONS,
     }

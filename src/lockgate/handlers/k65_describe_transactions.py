@@ -4,6 +4,8 @@ Behaviour: for each transactional id, its state name, timeout, start time (-1 wh
 transaction is open), producer id/epoch and partitions. Unknown id:
 TRANSACTIONAL_ID_NOT_FOUND; before its log partition is loaded: COORDINATOR_LOAD_IN_PROGRESS;
 coordinated by another broker (cluster mode): NOT_COORDINATOR.
+- Authorization: DESCRIBE on each transactional id, else TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+  for it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from typing import Any
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
+from lockgate.security.acls import Operation, ResourceType
+from lockgate.security.authorizer import authorize
 
 _EPOCH = datetime.datetime.fromtimestamp(0, datetime.UTC)
 
@@ -30,6 +34,8 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     for transactional_id in request.transactional_ids:
         meta = coordinator.txns.get(transactional_id)
         error = coordinator.serving(transactional_id)
+        if not authorize(ctx, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+            error, meta = ErrorCode.transactional_id_authorization_failed, None
         if not error and meta is None:
             error = ErrorCode.transactional_id_not_found
         if meta is None or error:

@@ -4,6 +4,7 @@ Behaviour: every transactional id known to the coordinator, filtered by state na
 (unknown names are echoed in UnknownStateFilters), producer ids, (v1) running longer than
 DurationFilter ms, and (v2) a regular-expression TransactionalIdPattern (an invalid pattern
 gets INVALID_REQUEST). Before the log is loaded: COORDINATOR_LOAD_IN_PROGRESS.
+- Authorization: lists only the transactional ids the principal may DESCRIBE.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from lockgate.handlers.common import field
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
+from lockgate.security.acls import Operation, ResourceType
+from lockgate.security.authorizer import authorize
 
 
 def _empty(error: ErrorCode, unknown: list[str] | None = None) -> dict[str, Any]:
@@ -51,6 +54,14 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
         if duration >= 0 and (meta.start_ms < 0 or now - meta.start_ms <= duration):
             continue
         if pattern is not None and not pattern.fullmatch(transactional_id):
+            continue
+        if not authorize(
+            ctx,
+            Operation.DESCRIBE,
+            ResourceType.TRANSACTIONAL_ID,
+            transactional_id,
+            log_denied=False,
+        ):
             continue
         listed.append(
             {

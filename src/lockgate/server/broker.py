@@ -22,6 +22,7 @@ from lockgate.handlers import load_all
 from lockgate.log.cleaner import MAP_ENTRY_BYTES, LogCleaner
 from lockgate.log.partition import Partition
 from lockgate.replication.manager import ReplicaManager
+from lockgate.security.authorizer import Authorizer
 from lockgate.security.listeners import Listener, check_properties, inter_broker_listener
 from lockgate.security.quota_store import open_quota_store
 from lockgate.security.quotas import ClientQuotas
@@ -96,6 +97,8 @@ class Broker:
         self.transactions = TransactionCoordinator(self)
         self.groups = GroupCoordinator(self)
         self.coordinators = CoordinatorLocator(self)
+        # None unless authorizer.class.name is set: then every handler checks ACLs
+        self.authorizer = Authorizer.from_config(config, self.storage)
         self.metrics = BrokerMetrics(self)
         # client quotas: the store is the truth, `quotas` enforces its latest table
         self.quotas = ClientQuotas(
@@ -148,6 +151,8 @@ class Broker:
     async def start(self) -> None:
         started = time.monotonic()
         clean = self._take_clean_shutdown_mark()
+        if self.authorizer is not None:  # ACLs before the first request
+            await self.authorizer.start()
         if self.cluster is None:
             self.topics.load(clean)
             self._ensure_internal_topics()
@@ -297,6 +302,8 @@ class Broker:
         if self.cluster is not None:
             await self._leave_cluster()
         await self.metrics.close()
+        if self.authorizer is not None:
+            await self.authorizer.close()
         await self.quota_store.close()
         self.cleaner.stop()
         if self._cleaner_task is not None:  # a pass gives up at its next batch
