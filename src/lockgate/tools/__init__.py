@@ -16,6 +16,7 @@ from lockgate.tools import (
     groups,
     produce,
     producers,
+    quotas,
     topics,
     transactions,
 )
@@ -23,6 +24,6 @@ from lockgate.tools import (
 
 def register_tools(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Adds the tool subcommands (each module registers its own)."""
-    for module in (topics, produce, consume, producers, groups, transactions, devcluster):
+    for module in (topics, produce, consume, producers, groups, transactions, quotas, devcluster):
         module.register(commands)
     spark_demo.register(commands)

@@ -24,6 +24,7 @@ from kio.schema.describe_client_quotas.v1.request import (
     ComponentData,
     DescribeClientQuotasRequest,
 )
+from kio.static.primitive import f64, i8
 
 from lockgate.handlers import k48_describe_client_quotas, k49_alter_client_quotas
 from lockgate.handlers.registry import RequestContext
@@ -201,7 +202,7 @@ async def test_measured_counts_the_handlers_steps_not_its_waits() -> None:
         return "done"
 
     run = Measured(handler(), clock)
-    task = asyncio.ensure_future(run)  # type: ignore[arg-type]
+    task = asyncio.ensure_future(run)
     await asyncio.sleep(0)
     clock.now += 5.0  # someone else's time
     woken.set()
@@ -331,7 +332,7 @@ def context(broker: Broker, api_key: int) -> RequestContext:
 def alter_entry(parts: list[tuple[str, str | None]], ops: list[tuple[str, float, bool]]) -> Any:
     return AlterEntry(
         entity=tuple(AlterEntity(entity_type=t, entity_name=n) for t, n in parts),
-        ops=tuple(OpData(key=k, value=v, remove=r) for k, v, r in ops),
+        ops=tuple(OpData(key=k, value=f64(v), remove=r) for k, v, r in ops),
     )
 
 
@@ -384,7 +385,7 @@ async def test_describe_handler_answers_matches_or_the_filters_error(
     async def run(components: list[tuple[str, int, str | None]], strict: bool) -> Any:
         request = DescribeClientQuotasRequest(
             components=tuple(
-                ComponentData(entity_type=t, match_type=m, match=n) for t, m, n in components
+                ComponentData(entity_type=t, match_type=i8(m), match=n) for t, m, n in components
             ),
             strict=strict,
         )
