@@ -6,6 +6,7 @@ the disk engine, and the two handlers against an in-process broker."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ from kio.static.primitive import f64, i8
 from lockgate.handlers import k48_describe_client_quotas, k49_alter_client_quotas
 from lockgate.handlers.registry import RequestContext
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
-from lockgate.security.quota_store import LocalQuotaStore
+from lockgate.security.quota_store import EtcdQuotaStore, LocalQuotaStore
 from lockgate.security.quotas import (
     CLIENT_ID,
     MATCH_ANY,
@@ -52,6 +53,7 @@ from lockgate.security.quotas import (
 )
 from lockgate.server.broker import Broker
 from lockgate.storage.disk import DiskEngine
+from tests.support.etcd import EtcdCluster, etcd_available
 
 RATE = "producer_byte_rate"
 
@@ -405,3 +407,47 @@ async def test_describe_handler_answers_matches_or_the_filters_error(
     assert len((await run([(USER, MATCH_ANY, None)], True))["entries"]) == 1
     failed = await run([("group", MATCH_ANY, None)], False)
     assert failed["error_code"] == ErrorCode.unsupported_version and failed["entries"] is None
+
+
+@pytest.fixture(scope="module")
+def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdCluster]:
+    if not etcd_available():
+        pytest.skip("etcd is not installed")
+    cluster = EtcdCluster(tmp_path_factory.mktemp("etcd"), size=1).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+async def test_etcd_store_changes_reach_every_broker(etcd: EtcdCluster) -> None:
+    first = EtcdQuotaStore.from_url(etcd.url + "/quotatest")
+    second = EtcdQuotaStore.from_url(etcd.url + "/quotatest")
+    enforced = ClientQuotas()
+    second.listeners.append(enforced.replace)
+    await first.start()
+    await second.start()
+    try:
+        await first.alter([Alteration(entity(client_id="app"), {RATE: 100.0})])
+        assert first.table == {entity(client_id="app"): {RATE: 100.0}}  # read its own write
+        for _ in range(200):  # the other broker's watch delivers it
+            if enforced.kinds:
+                break
+            await asyncio.sleep(0.05)
+        assert enforced.record(QuotaType.PRODUCE, "u", "app", 5000, 0) > 0
+        await second.alter([Alteration(entity(client_id="app"), {RATE: None})])
+        for _ in range(200):
+            if not first.table:
+                break
+            await asyncio.sleep(0.05)
+        assert first.table == {}
+        await second.alter([Alteration(entity(user=None), {"consumer_byte_rate": 50.0})])
+    finally:
+        await first.close()
+        await second.close()
+    restarted = EtcdQuotaStore.from_url(etcd.url + "/quotatest")
+    await restarted.start()
+    try:
+        assert restarted.table == {entity(user=None): {"consumer_byte_rate": 50.0}}
+    finally:
+        await restarted.close()
