@@ -13,6 +13,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from lockgate.client import admin_acls as acls
 from lockgate.client import admin_groups as groups
 from lockgate.client import admin_quotas as quotas
 from lockgate.client import admin_transactions as transactions
@@ -20,6 +21,7 @@ from lockgate.client.cluster import Cluster, PartitionInfo, TopicInfo, TopicPart
 from lockgate.client.connection import DEFAULT_CLIENT_ID
 from lockgate.client.errors import ErrorCode, UnknownTopicOrPartitionError, error_for, raise_for
 from lockgate.protocol.api import ApiKey
+from lockgate.security.acls import AclBinding, AclBindingFilter
 
 # The broker may use the whole operation timeout before it answers; the client waits that
 # long plus this margin for the network.
@@ -422,6 +424,18 @@ class Admin:
         self, alterations: Sequence[quotas.ClientQuotaAlteration], *, validate_only: bool = False
     ) -> None:
         await quotas.alter_client_quotas(self.cluster, alterations, validate_only=validate_only)
+
+    # ------------------------------------------------------------------------------------------
+    # ACLs (bodies in admin_acls.py)
+
+    async def create_acls(self, bindings: Sequence[AclBinding]) -> None:
+        await acls.create_acls(self.cluster, bindings)
+
+    async def describe_acls(self, wanted: AclBindingFilter | None = None) -> list[AclBinding]:
+        return await acls.describe_acls(self.cluster, wanted or AclBindingFilter())
+
+    async def delete_acls(self, filters: Sequence[AclBindingFilter]) -> list[list[AclBinding]]:
+        return await acls.delete_acls(self.cluster, filters)
 
 
 def _result_for(results: Mapping[str | None, Any], name: str, api: str) -> Any:

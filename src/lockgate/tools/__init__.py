@@ -11,6 +11,7 @@ import argparse
 
 from lockgate.spark import demo as spark_demo
 from lockgate.tools import (
+    acls,
     consume,
     devcluster,
     groups,
@@ -24,6 +25,16 @@ from lockgate.tools import (
 
 def register_tools(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Adds the tool subcommands (each module registers its own)."""
-    for module in (topics, produce, consume, producers, groups, transactions, quotas, devcluster):
+    for module in (
+        topics,
+        produce,
+        consume,
+        producers,
+        groups,
+        transactions,
+        quotas,
+        acls,
+        devcluster,
+    ):
         module.register(commands)
     spark_demo.register(commands)
