@@ -8,6 +8,7 @@ Behaviour:
 - An empty or repeated entity type, an ip component combined with user or client-id, an
   exact match without a name or an unknown match type: INVALID_REQUEST for the whole request
   (entries null); an unknown entity type: UNSUPPORTED_VERSION, as Kafka.
+- Authorization: DESCRIBE_CONFIGS on the cluster, else CLUSTER_AUTHORIZATION_FAILED.
 Version notes: v1 flexible.
 """
 
@@ -17,12 +18,21 @@ from typing import Any
 
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.protocol.api import ApiKey
-from lockgate.protocol.errors import KafkaProtocolError
+from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
+from lockgate.security.acls import Operation, ResourceType
+from lockgate.security.authorizer import authorize
 from lockgate.security.quotas import ENTITY_TYPES, FilterComponent, describe
 
 
 @handles(ApiKey.DESCRIBE_CLIENT_QUOTAS, 0, 1)
 async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
+    if not authorize(ctx, Operation.DESCRIBE_CONFIGS, ResourceType.CLUSTER):
+        return {
+            "throttle_time": 0,
+            "error_code": ErrorCode.cluster_authorization_failed,
+            "error_message": None,
+            "entries": None,
+        }
     components = [
         FilterComponent(c.entity_type, int(c.match_type), c.match) for c in request.components
     ]

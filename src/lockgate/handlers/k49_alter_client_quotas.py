@@ -12,6 +12,8 @@ Behaviour:
   (KIP-599) and ip entities (connection_creation_rate).
 - validate_only: every check, nothing stored. A store that cannot write answers the entries
   it would have applied with UNKNOWN_SERVER_ERROR and changes nothing.
+- Authorization: ALTER_CONFIGS on the cluster, else CLUSTER_AUTHORIZATION_FAILED for every
+  entry (nothing changes).
 Version notes: v1 flexible.
 """
 
@@ -23,6 +25,8 @@ from typing import Any
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
+from lockgate.security.acls import Operation, ResourceType
+from lockgate.security.authorizer import authorize
 from lockgate.security.quotas import Alteration, QuotaEntity, validate_entity, validate_value
 
 log = logging.getLogger(__name__)
@@ -55,6 +59,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     answers: list[dict[str, Any]] = []
     accepted: list[tuple[dict[str, Any], Alteration]] = []
     seen: set[QuotaEntity] = set()
+    allowed = authorize(ctx, Operation.ALTER_CONFIGS, ResourceType.CLUSTER)
     for entry in request.entries:
         answer: dict[str, Any] = {
             "error_code": 0,
@@ -64,6 +69,8 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
             ],
         }
         try:
+            if not allowed:
+                raise KafkaProtocolError(ErrorCode.cluster_authorization_failed)
             accepted.append((answer, _alteration(entry, seen)))
         except KafkaProtocolError as exc:
             answer["error_code"] = exc.code

@@ -396,3 +396,25 @@ async def test_acl_apis_without_an_authorizer_answer_security_disabled() -> None
         assert listed["topics"][0]["error_code"] == 0
     finally:
         await broker.stop()
+
+
+async def test_client_quota_apis_need_cluster_config_operations(broker: Broker) -> None:
+    described = await call(
+        broker, ALICE, ApiKey.DESCRIBE_CLIENT_QUOTAS, 1, {"components": [], "strict": False}
+    )
+    # DESCRIBE on the cluster does not imply DESCRIBE_CONFIGS
+    assert described["error_code"] == ErrorCode.cluster_authorization_failed
+    entry = {
+        "entity": [{"entity_type": "user", "entity_name": "bob"}],
+        "ops": [{"key": "producer_byte_rate", "value": 1024.0, "remove": False}],
+    }
+    altered = await call(
+        broker, BOB, ApiKey.ALTER_CLIENT_QUOTAS, 1, {"entries": [entry], "validate_only": False}
+    )
+    assert altered["entries"][0]["error_code"] == ErrorCode.cluster_authorization_failed
+    assert not broker.quota_store.table
+    admin = Session("PLAINTEXT", SecurityProtocol.PLAINTEXT, "127.0.0.1", "User:admin")
+    altered = await call(
+        broker, admin, ApiKey.ALTER_CLIENT_QUOTAS, 1, {"entries": [entry], "validate_only": False}
+    )
+    assert altered["entries"][0]["error_code"] == 0
