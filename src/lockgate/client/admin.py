@@ -16,6 +16,7 @@ from typing import Any
 from lockgate.client import admin_acls as acls
 from lockgate.client import admin_groups as groups
 from lockgate.client import admin_quotas as quotas
+from lockgate.client import admin_scram as scram
 from lockgate.client import admin_transactions as transactions
 from lockgate.client.cluster import Cluster, PartitionInfo, TopicInfo, TopicPartition
 from lockgate.client.connection import DEFAULT_CLIENT_ID
@@ -436,6 +437,19 @@ class Admin:
 
     async def delete_acls(self, filters: Sequence[AclBindingFilter]) -> list[list[AclBinding]]:
         return await acls.delete_acls(self.cluster, filters)
+
+    # ------------------------------------------------------------------------------------------
+    # SCRAM credentials (bodies in admin_scram.py)
+
+    async def describe_user_scram_credentials(
+        self, users: Iterable[str] | None = None
+    ) -> dict[str, list[scram.ScramCredentialInfo]]:
+        return await scram.describe_user_scram_credentials(self.cluster, users)
+
+    async def alter_user_scram_credentials(
+        self, alterations: Sequence[scram.ScramUpsertion | scram.ScramDeletion]
+    ) -> None:
+        await scram.alter_user_scram_credentials(self.cluster, alterations)
 
 
 def _result_for(results: Mapping[str | None, Any], name: str, api: str) -> Any:

@@ -259,6 +259,24 @@ class TransactionalIdNotFoundError(KafkaError):
     code = ErrorCode.transactional_id_not_found
 
 
+class UnsupportedSaslMechanismError(KafkaError):
+    code = ErrorCode.unsupported_sasl_mechanism
+
+
+class IllegalSaslStateError(KafkaError):
+    code = ErrorCode.illegal_sasl_state
+
+
+class SaslAuthenticationFailedError(KafkaError):
+    """Wrong user name or password, or a server that could not prove it knows them: not
+    retriable (the same credentials fail the same way)."""
+
+    code = ErrorCode.sasl_authentication_failed
+
+
+SaslAuthenticationError = SaslAuthenticationFailedError  # the name Kafka's Java client uses
+
+
 # ---------------------------------------------------------------------------------------------
 # The table: every error code → its class. Explicit classes above win; the rest are generated.
 

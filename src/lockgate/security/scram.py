@@ -22,6 +22,9 @@ MAX_ITERATIONS = 16384  # Kafka's maximum in AlterUserScramCredentials
 # Kafka's only SCRAM extension; delegation tokens are not served, so a client asking for
 # token authentication fails.
 TOKEN_AUTH_EXTENSION = "tokenauth"
+# Keys the stand-in credentials of unknown users. Per process: a restarted broker invents
+# other salts for them (real users' salts stay), which a patient prober could notice.
+STAND_IN_SECRET = secrets.token_bytes(32)
 
 
 class ScramMechanism(enum.Enum):
@@ -304,7 +307,9 @@ class ScramServer:
         match = _CLIENT_FINAL.fullmatch(_text(token))
         if match is None:
             raise AuthenticationFailed("malformed SCRAM client-final message")
-        if match["nonce"] != self._nonce:
+        # Kafka checks only that the nonce ends with the exchange's, and librdkafka relies on
+        # it: it sends its own nonce again in front of the combined one
+        if not match["nonce"].endswith(self._nonce):
             raise AuthenticationFailed("client-final nonce is not the exchange's")
         if _b64(match["channel"]) != self._first.gs2_header.encode():
             raise AuthenticationFailed("channel binding differs from the GS2 header")

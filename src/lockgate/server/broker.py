@@ -23,6 +23,7 @@ from lockgate.log.cleaner import MAP_ENTRY_BYTES, LogCleaner
 from lockgate.log.partition import Partition
 from lockgate.replication.manager import ReplicaManager
 from lockgate.security.authorizer import Authorizer
+from lockgate.security.credentials import open_credential_store
 from lockgate.security.listeners import Listener, check_properties, inter_broker_listener
 from lockgate.security.quota_store import open_quota_store
 from lockgate.security.quotas import ClientQuotas
@@ -107,6 +108,8 @@ class Broker:
         self.quota_store = open_quota_store(self.storage, cluster_url)
         self.quota_store.listeners.append(self.quotas.replace)
         self.quotas.replace(self.quota_store.table)
+        # SCRAM credentials for SASL (PLAIN is checked against them too)
+        self.credentials = open_credential_store(self.storage, cluster_url)
         self.metrics_port = -1
         self.group_commit = GroupCommit(config.durable and self.storage.durable)
         self.connections: set[Connection] = set()
@@ -176,6 +179,7 @@ class Broker:
                 self.listener_ports[listener.name] = server.sockets[0].getsockname()[1]
         self.port = self.listener_ports[self.listeners[0].name]
         await self.quota_store.start()
+        await self.credentials.start()
         if self.cluster is not None:
             await self._join_cluster()
             for server in self._servers:
@@ -305,6 +309,7 @@ class Broker:
         if self.authorizer is not None:
             await self.authorizer.close()
         await self.quota_store.close()
+        await self.credentials.close()
         self.cleaner.stop()
         if self._cleaner_task is not None:  # a pass gives up at its next batch
             await asyncio.wait({self._cleaner_task}, timeout=10)
