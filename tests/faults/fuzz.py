@@ -5,9 +5,11 @@ transactional produce, fetch, group membership and commits, transaction admin) i
 frame by frame. Each fuzzed frame is a corpus frame mutated (bit flips, byte overwrites, extreme
 integers, truncation, appended garbage, a wrong size prefix, another API key or version) and
 sent on raw connections while a well-behaved idempotent producer and consumer run against the
-same broker. The broker must never exit, must answer or close each fuzzed connection, must still
-answer ApiVersions on a fresh connection throughout, and the well-behaved client must read back
-exactly what it wrote.
+same broker. A share of the connections go to a SASL_PLAINTEXT listener and run the SASL
+exchange with random and mutated tokens (SaslHandshake v0/v1, SaslAuthenticate v0-2, raw
+tokens after v0, requests out of order). The broker must never exit, must answer or close each
+fuzzed connection, must still answer ApiVersions on a fresh connection throughout, and the
+well-behaved client must read back exactly what it wrote.
 """
 
 from __future__ import annotations
@@ -28,13 +30,22 @@ from unittest import mock
 
 from lockgate.client import connection as client_connection
 from lockgate.client.admin import Admin, NewTopic
+from lockgate.client.admin_scram import ScramUpsertion
 from lockgate.client.cluster import TopicPartition
 from lockgate.client.consumer import Consumer
 from lockgate.client.producer import Producer
-from lockgate.protocol.api import is_flexible
+from lockgate.protocol.api import ApiKey, build, encode, is_flexible, request_class
+from lockgate.security.scram import ScramClient, ScramMechanism, plain_token
 from tests.support.broker import BrokerProcess
 
-SETTINGS = {"group.initial.rebalance.delay.ms": "0"}
+SETTINGS = {
+    "group.initial.rebalance.delay.ms": "0",
+    "connection.failed.authentication.delay.ms": "0",
+}
+LISTENERS = ("PLAINTEXT", "SASL_PLAINTEXT")
+SASL_SHARE = 0.2  # of the connections
+SASL_USER, SASL_PASSWORD = "fuzz", "fuzz-password"
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 FRAMES_PER_CONNECTION = 20
 _SIZE = struct.Struct(">i")
 EXTREMES = (0, -1, 1, 0x7F, 0x80, 0xFF, 0x7FFF, -0x8000, 0x7FFFFFFF, -0x80000000)
@@ -132,6 +143,67 @@ def mutate(frame: bytes, rng: random.Random, corpus: list[bytes]) -> bytes:
     return _SIZE.pack(size) + bytes(data)
 
 
+def _request(api_key: int, version: int, body: dict[str, object], correlation_id: int) -> bytes:
+    header = client_connection.encode_request_header(
+        api_key, version, correlation_id, "fuzz", is_flexible(api_key, version)
+    )
+    cls = request_class(api_key, version)
+    assert cls is not None
+    payload = header + encode(build(cls, body))
+    return _SIZE.pack(len(payload)) + payload
+
+
+def sasl_token(rng: random.Random, mechanism: str) -> bytes:
+    """A token that is right, nearly right, or nonsense for the mechanism."""
+    scram = ScramMechanism.by_name(mechanism) or ScramMechanism.SCRAM_SHA_256
+    user = rng.choice((SASL_USER, "nobody", "", "a=2Cb", "x" * 300))
+    password = rng.choice((SASL_PASSWORD, "wrong", ""))
+    choice = rng.randrange(6)
+    if choice == 0:
+        return rng.randbytes(rng.randint(0, 200))
+    if choice == 1:
+        return plain_token(user, password) if rng.random() < 0.8 else b"a\x00b\x00c\x00d"
+    client = ScramClient(scram, user, password, nonce=rng.choice(("n", "abc", "x" * 64)))
+    if choice == 2:
+        return client.first()
+    if choice == 3:  # a client-final against a made-up server nonce and salt
+        return f"c=biws,r={client.nonce}srv,p=".encode() + rng.randbytes(8).hex().encode()
+    if choice == 4:
+        return client.first() + b",tokenauth=true" if rng.random() < 0.5 else b"n,a=x,n=y,r=z"
+    token = bytearray(client.first())
+    for _ in range(rng.randint(1, 4)):
+        if token:
+            token[rng.randrange(len(token))] = rng.randrange(256)
+    return bytes(token)
+
+
+def sasl_session(rng: random.Random, corpus: list[bytes]) -> list[bytes]:
+    """One SASL connection's frames: ApiVersions, SaslHandshake, then tokens (framed as
+    SaslAuthenticate, or raw after a v0 handshake), sometimes mutated or out of order."""
+    frames = [_request(ApiKey.API_VERSIONS, 3, {"client_software_name": "fuzz",
+                                                "client_software_version": "1"}, 1)]  # fmt: skip
+    mechanism = rng.choice((*MECHANISMS, "GSSAPI", "", "scram-sha-256"))
+    handshake_version = rng.choice((0, 1, 1, 1))
+    frames.append(_request(ApiKey.SASL_HANDSHAKE, handshake_version, {"mechanism": mechanism}, 2))
+    for correlation_id in range(3, 3 + rng.randint(1, 4)):
+        token = sasl_token(rng, mechanism)
+        if handshake_version == 0 and rng.random() < 0.8:
+            frames.append(_SIZE.pack(len(token)) + token)
+        else:
+            version = rng.randrange(3)
+            frames.append(
+                _request(ApiKey.SASL_AUTHENTICATE, version, {"auth_bytes": token}, correlation_id)
+            )
+    if rng.random() < 0.3:  # something else in the middle of the exchange
+        frames.insert(
+            rng.randrange(1, len(frames) + 1), _SIZE.pack(len(c := rng.choice(corpus))) + c
+        )
+    if rng.random() < 0.3:
+        index = rng.randrange(len(frames))
+        frames[index] = mutate(frames[index][4:], rng, corpus)
+    return frames
+
+
 def send_batch(port: int, frames: list[bytes], timeout: float) -> str:
     """Sends the frames on one connection and drains answers until the broker closes it or
     goes quiet; returns "closed" or "open" (a quiet connection: e.g. acks=0 needs no answer)."""
@@ -191,17 +263,30 @@ async def fuzz(frames: int, seed: int, scratch: Path, timeout: float = 0.3) -> C
     """Runs the whole fuzz session; returns counts (connections closed/open, failures)."""
     rng = random.Random(seed)
     results: Counter[str] = Counter()
-    broker = BrokerProcess(scratch / "data", SETTINGS).start()
+    broker = BrokerProcess(scratch / "data", SETTINGS, listeners=LISTENERS).start()
     try:
         corpus = await capture_corpus(broker.bootstrap)
+        async with Admin(broker.bootstrap) as admin:  # someone to authenticate as
+            for mechanism in MECHANISMS[1:]:  # (one request per mechanism: same user)
+                await admin.alter_user_scram_credentials(
+                    [ScramUpsertion(SASL_USER, SASL_PASSWORD, mechanism)]
+                )
         async with Admin(broker.bootstrap) as admin:
             await admin.create_topics([NewTopic("well-behaved", num_partitions=2)])
         stop = asyncio.Event()
         client = asyncio.create_task(well_behaved(broker.bootstrap, stop))
         sent = 0
         while sent < frames:
-            batch = [mutate(rng.choice(corpus), rng, corpus) for _ in range(FRAMES_PER_CONNECTION)]
-            results[await asyncio.to_thread(send_batch, broker.port, batch, timeout)] += 1
+            if rng.random() < SASL_SHARE:
+                batch = sasl_session(rng, corpus)
+                port = broker.ports["SASL_PLAINTEXT"]
+                results["sasl_connections"] += 1
+            else:
+                batch = [
+                    mutate(rng.choice(corpus), rng, corpus) for _ in range(FRAMES_PER_CONNECTION)
+                ]
+                port = broker.port
+            results[await asyncio.to_thread(send_batch, port, batch, timeout)] += 1
             sent += len(batch)
             if broker.process is None or broker.process.poll() is not None:
                 results["broker_exited"] += 1

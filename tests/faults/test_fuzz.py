@@ -40,6 +40,7 @@ async def test_mutated_frames_against_a_live_broker(tmp_path: Path) -> None:
     results = await fuzz(5_000, seed=7, scratch=tmp_path)
     assert results["frames"] >= 5_000
     assert results["well_behaved_written"] > 0
+    assert results["sasl_connections"] > 0  # the SASL exchange was fuzzed too
     assert not {name: results[name] for name in FAILURES if results[name]}, results
 
 

@@ -236,3 +236,22 @@ def test_exchange_state_machine() -> None:
     assert bad.step is SaslStep.FAILED and bad.user is None
     with pytest.raises(IllegalSaslState):
         bad.evaluate(b"anything", stored)
+
+
+def test_client_final_may_repeat_the_client_nonce_in_front_as_librdkafka_does() -> None:
+    """Kafka only checks that the client-final nonce ends with the exchange's; librdkafka
+    sends its own nonce again in front of the combined one, and the proof covers that."""
+    import hmac as hmac_module
+
+    stored = derive_credential(SHA256, "pw", 4096, b"salt")
+    server = ScramServer(SHA256, SECRET, server_nonce="SRV")
+    server_first = server.evaluate(b"n,,n=alice,r=cli", {"SCRAM-SHA-256": stored}).decode()
+    without_proof = "c=biws,r=cli" + "cliSRV"
+    auth_message = f"n=alice,r=cli,{server_first},{without_proof}".encode()
+    salted = SHA256.salted_password("pw", b"salt", 4096)
+    client_key = hmac_module.digest(salted, b"Client Key", "sha256")
+    signature = hmac_module.digest(SHA256.hash(client_key), auth_message, "sha256")
+    proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+    final = f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
+    assert server.evaluate(final).startswith(b"v=")
+    assert server.user == "alice"
