@@ -21,6 +21,7 @@ from lockgate.client import admin_transactions as transactions
 from lockgate.client.cluster import Cluster, PartitionInfo, TopicInfo, TopicPartition
 from lockgate.client.connection import DEFAULT_CLIENT_ID
 from lockgate.client.errors import ErrorCode, UnknownTopicOrPartitionError, error_for, raise_for
+from lockgate.client.security import ClientSecurity
 from lockgate.protocol.api import ApiKey
 from lockgate.security.acls import AclBinding, AclBindingFilter
 
@@ -98,12 +99,16 @@ class Admin:
         cluster: Cluster | None = None,
         client_id: str | None = DEFAULT_CLIENT_ID,
         request_timeout_ms: int = 30_000,
+        security: ClientSecurity | None = None,
     ) -> None:
         if cluster is None:
             if bootstrap_servers is None:
                 raise ValueError("give bootstrap_servers or a cluster")
             cluster = Cluster(
-                bootstrap_servers, client_id=client_id, request_timeout_ms=request_timeout_ms
+                bootstrap_servers,
+                client_id=client_id,
+                request_timeout_ms=request_timeout_ms,
+                security=security,
             )
             self._owns_cluster = True
         else:

@@ -27,6 +27,7 @@ from lockgate.client.errors import (
     UnknownTopicOrPartitionError,
     error_for,
 )
+from lockgate.client.security import ClientSecurity
 from lockgate.protocol.api import ApiKey
 
 log = logging.getLogger(__name__)
@@ -140,8 +141,10 @@ class Cluster:
         retry_backoff_max_ms: int = 1_000,
         metadata_retries: int = 20,
         metadata_max_age_ms: int = 300_000,
+        security: ClientSecurity | None = None,
     ) -> None:
         self.bootstrap = parse_bootstrap(bootstrap_servers)
+        self.security = security  # every connection (bootstrap and brokers) uses it
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
         self.connect_timeout_ms = connect_timeout_ms
@@ -294,6 +297,7 @@ class Cluster:
             client_id=self.client_id,
             request_timeout_ms=self.request_timeout_ms,
             connect_timeout_ms=self.connect_timeout_ms,
+            security=self.security,
         )
 
     # ------------------------------------------------------------------------------------------

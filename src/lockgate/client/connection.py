@@ -28,6 +28,8 @@ from lockgate.client.errors import (
     UnsupportedVersionError,
     error_for,
 )
+from lockgate.client.security import ClientSecurity
+from lockgate.client.tls import client_context
 from lockgate.protocol.api import (
     ApiKey,
     BodyDecodeError,
@@ -115,9 +117,11 @@ class BrokerConnection:
         client_id: str | None = DEFAULT_CLIENT_ID,
         request_timeout_ms: int = 30_000,
         connect_timeout_ms: int = 10_000,
+        security: ClientSecurity | None = None,
     ) -> None:
         self.host = host
         self.port = port
+        self.security = security  # None: PLAINTEXT
         self.node_id = node_id
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
@@ -154,9 +158,16 @@ class BrokerConnection:
     async def connect(self) -> None:
         if self._writer is not None:
             raise RuntimeError(f"{self!r} is already connected (connections are not reused)")
+        tls = self.security is not None and self.security.security_protocol.uses_tls
         try:
+            context = client_context(self.security) if tls and self.security else None
             reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port),
+                asyncio.open_connection(
+                    self.host,
+                    self.port,
+                    ssl=context,
+                    server_hostname=self.host if context is not None else None,
+                ),
                 self.connect_timeout_ms / 1000,
             )
         except TimeoutError:

@@ -39,6 +39,7 @@ from lockgate.client.errors import (
     error_for,
 )
 from lockgate.client.group_member import GroupMember
+from lockgate.client.security import ClientSecurity
 from lockgate.client.transactions import ConsumerGroupMetadata, OffsetAndMetadata
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.records import (
@@ -131,6 +132,7 @@ class Consumer:
         request_timeout_ms: int = 30_000,
         retry_backoff_ms: int = 100,
         check_crcs: bool = True,
+        security: ClientSecurity | None = None,
     ) -> None:
         if cluster is None:
             if bootstrap_servers is None:
@@ -140,6 +142,7 @@ class Consumer:
                 client_id=client_id,
                 request_timeout_ms=request_timeout_ms,
                 retry_backoff_ms=retry_backoff_ms,
+                security=security,
             )
             self._owns_cluster = True
         else:

@@ -70,6 +70,7 @@ from lockgate.client.errors import (
     raise_for,
 )
 from lockgate.client.partitioner import DefaultPartitioner
+from lockgate.client.security import ClientSecurity
 from lockgate.client.sequences import (
     DUPLICATE_WINDOW,
     MAX_IN_FLIGHT,
@@ -245,6 +246,7 @@ class Producer:
         transaction_version: int | None = None,
         max_block_ms: int = 60_000,
         sequence_overflow_threshold: int = SEQUENCE_LIMIT,
+        security: ClientSecurity | None = None,
     ) -> None:
         if acks not in (0, 1, -1):
             raise ValueError(f"acks must be 0, 1 or -1, not {acks}")
@@ -275,6 +277,7 @@ class Producer:
                 client_id=client_id,
                 request_timeout_ms=request_timeout_ms,
                 retry_backoff_ms=retry_backoff_ms,
+                security=security,
             )
             self._owns_cluster = True
         else:

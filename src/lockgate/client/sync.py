@@ -21,6 +21,7 @@ from lockgate.client.errors import KafkaError, KafkaTimeoutError
 from lockgate.client.loop_thread import GRACE_SECONDS, LoopThread
 from lockgate.client.producer import Producer as AsyncProducer
 from lockgate.client.producer import RecordMetadata
+from lockgate.client.security_options import SECURITY_PROPERTIES, security_from_properties
 from lockgate.client.transactions import (
     ConsumerGroupMetadata,
     OffsetAndMetadata,
@@ -84,7 +85,12 @@ def producer_options(config: Mapping[str, Any]) -> dict[str, Any]:
     """Keyword arguments of the asyncio Producer for a confluent-style config dict. Unknown
     properties are refused rather than silently ignored."""
     options: dict[str, Any] = {}
+    security = security_from_properties(config)
+    if security is not None:
+        options["security"] = security
     for name, value in config.items():
+        if name in SECURITY_PROPERTIES:
+            continue
         entry = _PROPERTIES.get(name)
         if entry is None:
             raise ValueError(f"unknown producer property {name!r}")

@@ -14,6 +14,7 @@ from lockgate.client.cluster import TopicPartition
 from lockgate.client.consumer import Consumer as AsyncConsumer
 from lockgate.client.consumer import Message
 from lockgate.client.loop_thread import LoopThread
+from lockgate.client.security_options import SECURITY_PROPERTIES, security_from_properties
 from lockgate.client.transactions import ConsumerGroupMetadata, OffsetAndMetadata
 
 __all__ = ["Consumer", "consumer_options"]
@@ -56,7 +57,12 @@ _PROPERTIES: dict[str, tuple[str, Callable[[Any], Any]]] = {
 def consumer_options(config: Mapping[str, Any]) -> dict[str, Any]:
     """Kafka property names → the asyncio Consumer's keywords; unknown properties raise."""
     options: dict[str, Any] = {}
+    security = security_from_properties(config)
+    if security is not None:
+        options["security"] = security
     for name, value in config.items():
+        if name in SECURITY_PROPERTIES:
+            continue
         if name not in _PROPERTIES:
             raise ValueError(f"unsupported consumer property {name!r}")
         keyword, convert = _PROPERTIES[name]

@@ -5,6 +5,7 @@
 # compare-and-swap on the revision it was read at, so two writers never both win.
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
 from collections.abc import Callable
@@ -17,25 +18,49 @@ NO_LEADER = -1
 
 
 @dataclass(frozen=True, slots=True)
+class Endpoint:
+    listener: str  # the listener's name, upper case
+    host: str
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
 class BrokerRegistration:
     node_id: int
-    host: str
+    host: str  # the inter-broker listener's advertised address: other brokers connect here
     port: int
     rack: str | None = None
     # new at every start of the process: tells a restarted broker from its previous life
     incarnation: str = field(default_factory=lambda: uuid.uuid4().hex)
+    # every listener's advertised address; empty in a registration written before listeners
+    # were named (its one address then serves every listener)
+    endpoints: tuple[Endpoint, ...] = ()
+
+    def on_listener(self, listener: str) -> BrokerRegistration | None:
+        """This broker as clients of `listener` reach it (host and port of that listener),
+        or None when it has no such listener."""
+        if not self.endpoints:
+            return self
+        for endpoint in self.endpoints:
+            if endpoint.listener == listener:
+                return dataclasses.replace(self, host=endpoint.host, port=endpoint.port)
+        return None
 
     def encode(self) -> bytes:
         return json.dumps(
             {"node_id": self.node_id, "host": self.host, "port": self.port, "rack": self.rack,
-             "incarnation": self.incarnation}
+             "incarnation": self.incarnation,
+             "endpoints": [{"listener": e.listener, "host": e.host, "port": e.port}
+                           for e in self.endpoints]}
         ).encode()  # fmt: skip
 
     @classmethod
     def decode(cls, raw: bytes) -> BrokerRegistration:
         data = json.loads(raw)
+        endpoints = tuple(Endpoint(str(e["listener"]), str(e["host"]), int(e["port"]))
+                          for e in data.get("endpoints", ()))  # fmt: skip
         return cls(int(data["node_id"]), str(data["host"]), int(data["port"]), data.get("rack"),
-                   str(data.get("incarnation", "")))  # fmt: skip
+                   str(data.get("incarnation", "")), endpoints)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,9 @@ Behaviour:
 - v10+ may name topics by id; an unknown id gets UNKNOWN_TOPIC_ID.
 - A partition without a leader (its log not open; offline in a cluster) gets
   LEADER_NOT_AVAILABLE with leader -1 (never a crash).
+- Brokers are listed with the endpoint of the listener the request came in on; brokers without
+  that listener are left out, and a partition led by one gets LISTENER_NOT_FOUND (v6+;
+  LEADER_NOT_AVAILABLE before) with leader -1, as Kafka.
 - Authorization: DESCRIBE on each topic: an all-topics request leaves out the others, a
   named one gets TOPIC_AUTHORIZATION_FAILED; auto-creating a topic also needs CREATE on the
   cluster or the topic (TOPIC_AUTHORIZATION_FAILED). KIP-430: asked with
@@ -28,23 +31,27 @@ from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.security.acls import CLUSTER_NAME, Operation, ResourceType
 from lockgate.security.authorizer import authorize, authorized_operations, filter_authorized
+from lockgate.server.membership import on_listener
 
 NO_AUTHORIZED_OPERATIONS = -(2**31)
 
 
 def topic_entry(ctx: RequestContext, record: TopicRecord) -> dict[str, Any]:
     membership = ctx.broker.membership
-    alive = {b.node_id for b in membership.brokers()}
+    registered = membership.brokers()
+    alive = {b.node_id for b in registered}
+    reachable = {b.node_id for b in on_listener(registered, ctx.session.listener)}
     partitions = []
     for index in range(record.partitions):
         state = membership.partition(record.name, index)
         if state is None:  # created a moment ago: its state is on the way
             state = PartitionState((), NO_LEADER, -1, ())
+        error, leader = _leader(ctx, state.leader, alive, reachable)
         partitions.append(
             {
-                "error_code": ErrorCode.leader_not_available if state.leader == NO_LEADER else 0,
+                "error_code": error,
                 "partition_index": index,
-                "leader_id": state.leader,
+                "leader_id": leader,
                 "leader_epoch": state.leader_epoch,
                 "replica_nodes": state.replicas,
                 "isr_nodes": state.isr,
@@ -61,6 +68,20 @@ def topic_entry(ctx: RequestContext, record: TopicRecord) -> dict[str, Any]:
         "partitions": partitions,
         "topic_authorized_operations": NO_AUTHORIZED_OPERATIONS,
     }
+
+
+def _leader(
+    ctx: RequestContext, leader: int, alive: set[int], reachable: set[int]
+) -> tuple[ErrorCode, int]:
+    """(error, leader id): a leader registered without the request's listener is no leader
+    to this client: LISTENER_NOT_FOUND from v6 (LEADER_NOT_AVAILABLE before), as Kafka."""
+    if leader == NO_LEADER:
+        return ErrorCode.leader_not_available, NO_LEADER
+    if leader in reachable:
+        return ErrorCode.none, leader
+    if leader in alive and ctx.api_version >= 6:
+        return ErrorCode.listener_not_found, NO_LEADER
+    return ErrorCode.leader_not_available, NO_LEADER
 
 
 def error_entry(name: str | None, topic_id: uuid.UUID | None, code: ErrorCode) -> dict[str, Any]:
@@ -133,7 +154,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
         "throttle_time": 0,
         "brokers": [
             {"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack}
-            for b in broker.membership.brokers()
+            for b in on_listener(broker.membership.brokers(), ctx.session.listener)
         ],
         "cluster_id": broker.cluster_id,
         "controller_id": broker.membership.controller_id(),

@@ -10,6 +10,8 @@ Behaviour:
   COORDINATOR_NOT_AVAILABLE until it exists and while the partition has no leader.
   Transactions: COORDINATOR_NOT_AVAILABLE (not across brokers yet: docs/cluster-mode.md).
 - Other key types: INVALID_REQUEST.
+- The coordinator's endpoint is that of the listener the request came in on; a coordinator
+  without that listener: COORDINATOR_NOT_AVAILABLE (as Kafka).
 - Authorization: DESCRIBE on the group (GROUP_AUTHORIZATION_FAILED) or on the transactional
   id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED) the key names.
 Version notes: v1 key type and error message; v3 flexible; v4+ batched keys.
@@ -30,6 +32,8 @@ from lockgate.server.coordinator_locator import GROUP, TRANSACTION
 
 def _locate(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
     found = _denied(ctx, key, key_type) or ctx.broker.coordinators.locate(key_type, key)
+    if not isinstance(found, ErrorCode):  # as reached on the listener the request came in on
+        found = found.on_listener(ctx.session.listener) or ErrorCode.coordinator_not_available
     if isinstance(found, ErrorCode):
         return {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": found,
                 "error_message": found.name}  # fmt: skip

@@ -3,6 +3,8 @@
 Behaviour: the cluster id, the controller and the registered brokers (a single node: itself
 for both). Asking for controller endpoints (endpoint type 2) is answered the same way: the
 controller is one of the brokers. An unknown endpoint type gets UNSUPPORTED_ENDPOINT_TYPE.
+Each broker's endpoint is that of the listener the request came in on; brokers without that
+listener are left out (as Kafka).
 - Authorization: none needed, as Kafka; KIP-430: asked with IncludeClusterAuthorizedOperations,
   the bitfield of the cluster operations the principal may perform.
 Version notes: v1 endpoint type; v2 fenced brokers.
@@ -18,6 +20,7 @@ from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
 from lockgate.security.acls import CLUSTER_NAME, ResourceType
 from lockgate.security.authorizer import authorized_operations
+from lockgate.server.membership import on_listener
 
 NO_AUTHORIZED_OPERATIONS = -(2**31)
 
@@ -42,7 +45,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
                 "rack": b.rack,
                 "is_fenced": False,
             }
-            for b in broker.membership.brokers()
+            for b in on_listener(broker.membership.brokers(), ctx.session.listener)
         ]
         if not error
         else [],

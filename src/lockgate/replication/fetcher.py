@@ -118,6 +118,7 @@ class ReplicaFetcher:
             node_id=self.leader_id,
             client_id=f"lockgate-replica-{self.broker.node_id}",
             request_timeout_ms=REQUEST_TIMEOUT_MS,
+            security=self.broker.inter_broker_security,  # the leader's inter-broker listener
         )
         await connection.connect()
         self._connection = connection

@@ -10,10 +10,11 @@ import logging
 import time
 from collections.abc import Iterable
 
+from lockgate.client.security import ClientSecurity
 from lockgate.cluster.controller_service import ControllerService
 from lockgate.cluster.etcd import EtcdMetadataStore
 from lockgate.cluster.local import LocalMetadataStore
-from lockgate.cluster.metadata import BrokerRegistration
+from lockgate.cluster.metadata import BrokerRegistration, Endpoint
 from lockgate.coordinator.group.service import CONSUMER_OFFSETS_TOPIC, GroupCoordinator
 from lockgate.coordinator.snapshots import Snapshotter
 from lockgate.coordinator.txn.service import TRANSACTION_STATE_TOPIC, TransactionCoordinator
@@ -24,10 +25,11 @@ from lockgate.log.partition import Partition
 from lockgate.replication.manager import ReplicaManager
 from lockgate.security.authorizer import Authorizer
 from lockgate.security.credentials import open_credential_store
+from lockgate.security.inter_broker import inter_broker_security
 from lockgate.security.listeners import Listener, check_properties, inter_broker_listener
 from lockgate.security.quota_store import open_quota_store
 from lockgate.security.quotas import ClientQuotas
-from lockgate.security.tls import server_context
+from lockgate.security.tls import TlsAcceptor, server_context
 from lockgate.server.config import BrokerConfig
 from lockgate.server.connection import Connection
 from lockgate.server.connection_limits import ConnectionLimits, RequestMemory
@@ -45,6 +47,8 @@ from lockgate.storage.engine import StorageEngine
 log = logging.getLogger(__name__)
 
 CLEAN_SHUTDOWN_MARK = "clean-shutdown"
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
+STREAM_LIMIT = 1 << 20
 
 
 def now_ms() -> int:
@@ -76,7 +80,10 @@ class Broker:
         self.producer_ids: ProducerIdManager | ClusterProducerIds
         self.verifier: TxnVerifier | None = None  # asks other brokers' txn coordinators
         cluster_url = config.get("lockgate.cluster")
+        # how this broker's own connections to its peers are secured (cluster mode only)
+        self.inter_broker_security: ClientSecurity | None = None
         if cluster_url:
+            self.inter_broker_security = inter_broker_security(config)
             self.cluster = EtcdMetadataStore.from_url(
                 cluster_url,
                 session_timeout_ms=config.integer("broker.session.timeout.ms"),
@@ -119,6 +126,7 @@ class Broker:
             config.integer("max.incremental.fetch.session.cache.slots")
         )
         self._servers: list[asyncio.Server] = []
+        self._handshakes: set[asyncio.Task[None]] = set()  # TLS connections being served
         self._tasks: list[asyncio.Task[None]] = []
         self.cleaner = LogCleaner(
             lambda: list(self.topics.partitions.values()),
@@ -151,6 +159,21 @@ class Broker:
         assert address is not None
         return address
 
+    def registration(self, incarnation: str | None = None) -> BrokerRegistration:
+        """This broker as the cluster knows it: the inter-broker listener's address and every
+        listener's advertised endpoint (what Metadata answers on each listener)."""
+        host, port = self.advertised
+        endpoints = []
+        for item in self.listeners:
+            address = self.advertised_for(item.name)
+            assert address is not None
+            endpoints.append(Endpoint(item.name, *address))
+        if incarnation is None:
+            return BrokerRegistration(self.node_id, host, port, endpoints=tuple(endpoints))
+        return BrokerRegistration(
+            self.node_id, host, port, incarnation=incarnation, endpoints=tuple(endpoints)
+        )
+
     async def start(self) -> None:
         started = time.monotonic()
         clean = self._take_clean_shutdown_mark()
@@ -163,17 +186,36 @@ class Broker:
             self.topics.clean_start = clean  # replicas open as the cluster metadata names them
         # bound first (port 0 resolves to the port to register) but serving only once joined:
         # a broker that had not yet read the cluster metadata would tell clients no topic exists
+        loop = asyncio.get_running_loop()
         for listener in self.listeners:
-            server = await asyncio.start_server(
-                functools.partial(self._accept, listener),
-                listener.host or None,
-                listener.port,
-                limit=1 << 20,
-                reuse_address=True,
-                start_serving=self.cluster is None,
-                ssl=self._tls[listener.name],
-                ssl_handshake_timeout=10 if self._tls[listener.name] else None,
-            )
+            accept = functools.partial(self._accept, listener)
+            context = self._tls[listener.name]
+            if context is None:
+                server = await asyncio.start_server(
+                    accept,
+                    listener.host or None,
+                    listener.port,
+                    limit=STREAM_LIMIT,
+                    reuse_address=True,
+                    start_serving=self.cluster is None,
+                )
+            else:  # the handshake run by lockgate, not asyncio: one log line per refusal
+                acceptor = functools.partial(
+                    TlsAcceptor,
+                    context,
+                    listener.name,
+                    accept,
+                    TLS_HANDSHAKE_TIMEOUT_S,
+                    STREAM_LIMIT,
+                    self._handshakes,
+                )
+                server = await loop.create_server(
+                    acceptor,
+                    listener.host or None,
+                    listener.port,
+                    reuse_address=True,
+                    start_serving=self.cluster is None,
+                )
             self._servers.append(server)
             if server.sockets and listener.port == 0:
                 self.listener_ports[listener.name] = server.sockets[0].getsockname()[1]
@@ -216,8 +258,7 @@ class Broker:
         assert self.cluster is not None and self.replicas is not None
         assert self.controller is not None and isinstance(self.producer_ids, ClusterProducerIds)
         await self.cluster.start()
-        host, port = self.advertised
-        await self.cluster.register(BrokerRegistration(self.node_id, host, port))
+        await self.cluster.register(self.registration())
         self.replicas.leadership_listeners.append(self._on_leadership)
         self.replicas.start()
         self.controller.start()
@@ -306,10 +347,10 @@ class Broker:
         if self.cluster is not None:
             await self._leave_cluster()
         await self.metrics.close()
-        if self.authorizer is not None:
-            await self.authorizer.close()
         await self.quota_store.close()
         await self.credentials.close()
+        if self.authorizer is not None:
+            await self.authorizer.close()
         self.cleaner.stop()
         if self._cleaner_task is not None:  # a pass gives up at its next batch
             await asyncio.wait({self._cleaner_task}, timeout=10)

@@ -53,8 +53,7 @@ class CoordinatorLocator:
             return ErrorCode.invalid_request
         broker = self.broker
         if broker.replicas is None:
-            host, port = broker.advertised
-            return BrokerRegistration(broker.node_id, host, port, incarnation="")
+            return broker.registration(incarnation="")
         topic = _TOPICS[key_type][0]
         record = broker.topics.topics.get(topic)
         if record is None:

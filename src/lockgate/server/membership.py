@@ -26,8 +26,7 @@ class SingleNode:
         self.broker = broker
 
     def brokers(self) -> list[BrokerRegistration]:
-        host, port = self.broker.advertised
-        return [BrokerRegistration(self.broker.node_id, host, port, incarnation="")]
+        return [self.broker.registration(incarnation="")]
 
     def controller_id(self) -> int:
         return self.broker.node_id
@@ -61,3 +60,10 @@ class ClusterMembership:
             # our view may be stale and we refuse to lead: send clients to ask elsewhere
             return dataclasses.replace(state, leader=NO_LEADER)
         return state
+
+
+def on_listener(brokers: list[BrokerRegistration], listener: str) -> list[BrokerRegistration]:
+    """The brokers as clients of `listener` reach them; a broker without that listener is left
+    out, as Kafka leaves it out of Metadata and DescribeCluster."""
+    found = (broker.on_listener(listener) for broker in brokers)
+    return [broker for broker in found if broker is not None]

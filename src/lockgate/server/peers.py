@@ -1,6 +1,8 @@
 # Connections from this broker to the other brokers of its cluster, one per broker, for one
 # purpose each (markers, transaction verification): kept between calls while they work and
-# the broker keeps its registered address (a restarted broker may come back elsewhere).
+# the broker keeps its registered address (a restarted broker may come back elsewhere). The
+# registered address is the peer's inter-broker listener, secured as this broker's own
+# inter-broker settings say.
 from __future__ import annotations
 
 import asyncio
@@ -43,6 +45,7 @@ class PeerConnections:
                 node_id=node_id,
                 client_id=self.client_id,
                 request_timeout_ms=self.request_timeout_ms,
+                security=self.broker.inter_broker_security,
             )
             await connection.connect()
             self._connections[node_id] = connection
