@@ -24,6 +24,7 @@ def _consumer(options: SourceOptions) -> Consumer:
         client_id="lockgate-spark",
         isolation_level="read_committed" if options.read_committed else "read_uncommitted",
         auto_offset_reset="earliest",
+        security=options.security,
     )
 
 

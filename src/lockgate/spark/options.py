@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from lockgate.client.cluster import TopicPartition
+from lockgate.client.security import ClientSecurity
+from lockgate.client.security_options import security_from_properties
 
 SCHEMA = (
     "key binary, value binary, topic string, partition int, offset long, "
@@ -30,6 +32,7 @@ class SourceOptions:
     ending: str = "latest"
     max_offsets_per_trigger: int | None = None
     read_committed: bool = True
+    security: ClientSecurity | None = None  # kafka.security.protocol, kafka.ssl.*, kafka.sasl.*
 
     def offsets_spec(self, text: str, default: int) -> dict[TopicPartition, int] | int:
         """ "earliest"/"latest" → -2/-1 for every partition, or explicit offsets (-2/-1 allowed
@@ -55,6 +58,7 @@ class SinkOptions:
     # "delivery.guarantee": exactly_once (the default, 2PC) or at_least_once (an idempotent
     # producer per task, what Spark's own Kafka sink gives; a retried task writes again).
     exactly_once: bool = True
+    security: ClientSecurity | None = None  # kafka.security.protocol, kafka.ssl.*, kafka.sasl.*
 
 
 def _bootstrap(options: Mapping[str, str]) -> str:
@@ -62,6 +66,17 @@ def _bootstrap(options: Mapping[str, str]) -> str:
     if not value:
         raise OptionError("option kafka.bootstrap.servers is required")
     return value
+
+
+def _security(options: Mapping[str, str]) -> ClientSecurity | None:
+    """The Java client's security options with Spark's "kafka." prefix: security.protocol,
+    ssl.truststore.location / ssl.keystore.location (PEM), ssl.key.password, sasl.mechanism,
+    sasl.jaas.config (PLAIN or SCRAM login module)."""
+    unprefixed = {k[len("kafka.") :]: v for k, v in options.items() if k.startswith("kafka.")}
+    try:
+        return security_from_properties(unprefixed)
+    except ValueError as exc:
+        raise OptionError(f"kafka.* security options: {exc}") from None
 
 
 def source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
@@ -95,6 +110,7 @@ def source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOpti
         ending=options.get("endingOffsets", "latest"),
         max_offsets_per_trigger=int(limit) if limit else None,
         read_committed=isolation == "read_committed",
+        security=_security(options),
     )
 
 
@@ -107,4 +123,5 @@ def sink_options(options: Mapping[str, str], default_prefix: str) -> SinkOptions
         topic=options.get("topic"),
         transactional_id_prefix=options.get("transactional.id.prefix", default_prefix),
         exactly_once=guarantee == "exactly_once",
+        security=_security(options),
     )

@@ -47,6 +47,7 @@ from lockgate.client.cluster import TopicPartition
 from lockgate.client.consumer import Consumer
 from lockgate.client.errors import TopicAlreadyExistsError
 from lockgate.client.producer import Producer
+from lockgate.client.security import ClientSecurity
 from lockgate.client.transactions import PreparedTxnState, TransactionState
 from lockgate.spark.options import SinkOptions
 
@@ -81,14 +82,19 @@ class CheckpointMismatchError(RuntimeError):
 # Decisions: a record in the commit log and the prefix's group offset pointing at it
 
 
-async def last_decision(bootstrap: str, prefix: str) -> Decision | None:
+async def last_decision(
+    bootstrap: str, prefix: str, security: ClientSecurity | None = None
+) -> Decision | None:
     """The last decision recorded for `prefix`, None if there is none."""
-    async with Admin(bootstrap, client_id="lockgate-spark") as admin:
+    async with Admin(bootstrap, client_id="lockgate-spark", security=security) as admin:
         pointer = (await admin.list_group_offsets(prefix)).get(COMMIT_LOG)
     if pointer is None:
         return None
     async with Consumer(
-        bootstrap, client_id="lockgate-spark", isolation_level="read_uncommitted"
+        bootstrap,
+        client_id="lockgate-spark",
+        isolation_level="read_uncommitted",
+        security=security,
     ) as consumer:
         consumer.assign([COMMIT_LOG])
         consumer.seek(COMMIT_LOG, pointer)
@@ -109,20 +115,26 @@ async def last_decision(bootstrap: str, prefix: str) -> Decision | None:
     raise TimeoutError(f"could not read the decision of {prefix} at {COMMIT_LOG} offset {pointer}")
 
 
-async def _record_decision(bootstrap: str, prefix: str, decision: Decision) -> None:
+async def _record_decision(
+    bootstrap: str, prefix: str, decision: Decision, security: ClientSecurity | None
+) -> None:
     value = json.dumps(
         {
             "batch": decision.batch,
             "states": {t: [s.producer_id, s.epoch] for t, s in decision.states.items()},
         }
     ).encode()
-    async with Admin(bootstrap, client_id="lockgate-spark") as admin:
+    async with Admin(bootstrap, client_id="lockgate-spark", security=security) as admin:
         with contextlib.suppress(TopicAlreadyExistsError):
             await _create_commit_log(admin)
         # Not idempotent: a retried append may land twice, which is harmless (only the record
         # the pointer names counts), and its offset is always known.
         async with Producer(
-            bootstrap, client_id="lockgate-spark", acks=-1, enable_idempotence=False
+            bootstrap,
+            client_id="lockgate-spark",
+            acks=-1,
+            enable_idempotence=False,
+            security=security,
         ) as producer:
             written = await producer.send_and_wait(
                 COMMIT_LOG_TOPIC, value, prefix.encode(), partition=0
@@ -152,6 +164,7 @@ def _participant(options: SinkOptions, transactional_id: str) -> Producer:
         client_id="lockgate-spark",
         transactional_id=transactional_id,
         linger_ms=5,
+        security=options.security,
     )
 
 
@@ -223,7 +236,9 @@ async def _send_rows(options: SinkOptions, producer: Producer, batches: Iterator
 
 
 async def _write_at_least_once(options: SinkOptions, rows: Iterator[Any]) -> PreparedMessage:
-    async with Producer(options.bootstrap, client_id="lockgate-spark", linger_ms=5) as producer:
+    async with Producer(
+        options.bootstrap, client_id="lockgate-spark", linger_ms=5, security=options.security
+    ) as producer:
         count = await _send_rows(options, producer, rows)
         await producer.flush()
     return PreparedMessage("", None, count)
@@ -308,7 +323,10 @@ class BatchWriter(DataSourceArrowWriter):
         async def run() -> None:
             decision = Decision(-1, _prepared(messages))
             await _record_decision(
-                self.options.bootstrap, self.options.transactional_id_prefix, decision
+                self.options.bootstrap,
+                self.options.transactional_id_prefix,
+                decision,
+                self.options.security,
             )
             await _complete_all(self.options, decision.states)
 
@@ -319,7 +337,11 @@ class BatchWriter(DataSourceArrowWriter):
             return  # at least once: what the tasks wrote stays
 
         async def run() -> None:
-            last = await last_decision(self.options.bootstrap, self.options.transactional_id_prefix)
+            last = await last_decision(
+                self.options.bootstrap,
+                self.options.transactional_id_prefix,
+                self.options.security,
+            )
             if last is not None and last.states and last.states == _prepared(messages):
                 await _complete_all(self.options, last.states)  # commit() got past its decision
             else:
@@ -346,7 +368,11 @@ class StreamWriter(DataSourceStreamArrowWriter):
 
         async def run() -> PreparedMessage:
             decision = (
-                await last_decision(self.options.bootstrap, self.options.transactional_id_prefix)
+                await last_decision(
+                    self.options.bootstrap,
+                    self.options.transactional_id_prefix,
+                    self.options.security,
+                )
                 if self.options.exactly_once
                 else None
             )
@@ -360,7 +386,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
         prefix = self.options.transactional_id_prefix
 
         async def run() -> None:
-            last = await last_decision(self.options.bootstrap, prefix)
+            last = await last_decision(self.options.bootstrap, prefix, self.options.security)
             if last is not None and last.batch > batchId:
                 raise CheckpointMismatchError(
                     f"committing micro-batch {batchId} but {prefix} already decided batch "
@@ -370,7 +396,9 @@ class StreamWriter(DataSourceStreamArrowWriter):
                 decision = last  # a replay: the earlier run's decision stands
             else:
                 decision = Decision(batchId, _prepared(messages))
-                await _record_decision(self.options.bootstrap, prefix, decision)
+                await _record_decision(
+                    self.options.bootstrap, prefix, decision, self.options.security
+                )
             await _complete_all(self.options, decision.states)
             await _abort_orphans(self.options, len(messages))
 
@@ -381,7 +409,11 @@ class StreamWriter(DataSourceStreamArrowWriter):
             return
 
         async def run() -> None:
-            last = await last_decision(self.options.bootstrap, self.options.transactional_id_prefix)
+            last = await last_decision(
+                self.options.bootstrap,
+                self.options.transactional_id_prefix,
+                self.options.security,
+            )
             if last is not None and last.batch == batchId:
                 await _complete_all(self.options, last.states)  # decided: roll forward
             else:
@@ -390,17 +422,20 @@ class StreamWriter(DataSourceStreamArrowWriter):
         asyncio.run(run())
 
 
-def recover(bootstrap: str, transactional_id_prefix: str) -> Decision | None:
+def recover(
+    bootstrap: str, transactional_id_prefix: str, security: ClientSecurity | None = None
+) -> Decision | None:
     """Completes the participants of the prefix's last decision (a driver that died between
     its decision and the last complete_transaction leaves them prepared, holding back
     read_committed readers of their partitions). Safe to run any number of times; returns the
     decision it rolled forward."""
 
     async def run() -> Decision | None:
-        decision = await last_decision(bootstrap, transactional_id_prefix)
+        decision = await last_decision(bootstrap, transactional_id_prefix, security)
         if decision is not None:
             await _complete_all(
-                SinkOptions(bootstrap, None, transactional_id_prefix), decision.states
+                SinkOptions(bootstrap, None, transactional_id_prefix, security=security),
+                decision.states,
             )
         return decision
 
