@@ -25,6 +25,8 @@ from lockgate.client.errors import (
     KafkaConnectionError,
     KafkaError,
     KafkaTimeoutError,
+    SaslAuthenticationFailedError,
+    UnsupportedSaslMechanismError,
     UnsupportedVersionError,
     error_for,
 )
@@ -41,6 +43,7 @@ from lockgate.protocol.api import (
     response_class,
 )
 from lockgate.protocol.frame import MalformedFrame, skip_tagged_fields
+from lockgate.security.scram import AuthenticationFailed, ScramClient, ScramMechanism, plain_token
 
 log = logging.getLogger(__name__)
 
@@ -181,9 +184,53 @@ class BrokerConnection:
         )
         try:
             await self._negotiate_versions()
+            if self.security is not None and self.security.security_protocol.uses_sasl:
+                await self._authenticate(self.security)
         except BaseException:
             await self.close()
             raise
+
+    async def _authenticate(self, security: ClientSecurity) -> None:
+        """SASL after ApiVersions: SaslHandshake v1, then the mechanism's tokens in
+        SaslAuthenticate (PLAIN: one; SCRAM: client-first, client-final, then the server's
+        signature is checked). Failures raise SaslAuthenticationFailedError (not retriable)
+        or UnsupportedSaslMechanismError."""
+        mechanism = security.sasl_mechanism.upper()
+        if security.sasl_username is None or security.sasl_password is None:
+            raise SaslAuthenticationFailedError(f"SASL {mechanism} needs a username and password")
+        user, password = security.sasl_username, security.sasl_password
+        response = await self.request(
+            ApiKey.SASL_HANDSHAKE,
+            {"mechanism": mechanism},
+            version=self.version_for(ApiKey.SASL_HANDSHAKE, min_version=1),
+        )
+        if response.error_code != 0:
+            enabled = ", ".join(response.mechanisms)
+            raise error_for(response.error_code, f"{self.address} enables {enabled}", mechanism)
+        version = self.version_for(ApiKey.SASL_AUTHENTICATE)
+
+        async def step(token: bytes) -> bytes:
+            answer = await self.request(
+                ApiKey.SASL_AUTHENTICATE, {"auth_bytes": token}, version=version
+            )
+            if answer.error_code != 0:
+                raise error_for(answer.error_code, answer.error_message, self.address)
+            return bytes(answer.auth_bytes)
+
+        if mechanism == "PLAIN":
+            await step(plain_token(user, password))
+            return
+        scram = ScramMechanism.by_name(mechanism)
+        if scram is None:
+            raise UnsupportedSaslMechanismError(f"lockgate's client does not speak {mechanism}")
+        client = ScramClient(scram, user, password)
+        try:
+            server_first = await step(client.first())
+            # PBKDF2 over the password: off the event loop
+            final = await asyncio.to_thread(client.final, server_first)
+            client.verify(await step(final))
+        except AuthenticationFailed as exc:
+            raise SaslAuthenticationFailedError(f"{self.address}: {exc}") from None
 
     async def _negotiate_versions(self) -> None:
         """ApiVersions at the highest version kio knows; a broker that does not know it answers

@@ -20,6 +20,7 @@ from lockgate.tools import (
     quotas,
     topics,
     transactions,
+    users,
 )
 
 
@@ -32,6 +33,7 @@ def register_tools(commands: argparse._SubParsersAction[argparse.ArgumentParser]
         producers,
         groups,
         transactions,
+        users,
         quotas,
         acls,
         devcluster,
