@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -170,3 +172,35 @@ async def test_etcd_store_shared_between_brokers(one_etcd: EtcdCluster) -> None:
     finally:
         for store in (first, second, other_cluster):
             await store.close()
+
+
+async def test_users_cli_offline_on_the_cluster(one_etcd: EtcdCluster) -> None:
+    """`lockgate users --cluster` writes where the cluster's brokers read."""
+    url = one_etcd.url + "/cli-test"
+
+    def users(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "lockgate.cli", "users", *args, "--cluster", url],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+
+    added = await asyncio.to_thread(users, "add", "gina", "--password", "pw", "--mechanism",
+                                    "SCRAM-SHA-512", "--iterations", "5000")  # fmt: skip
+    assert added.returncode == 0, added.stderr
+    store = EtcdCredentialStore.from_url(url)
+    await store.start()
+    try:
+        found = await store.credentials("gina")
+        assert found["SCRAM-SHA-512"].iterations == 5000
+        assert password_matches(SHA512, found["SCRAM-SHA-512"], "pw")
+        listed = await asyncio.to_thread(users, "list")
+        assert ["gina", "SCRAM-SHA-512", "5000"] in [
+            line.split() for line in listed.stdout.splitlines()
+        ]
+        deleted = await asyncio.to_thread(users, "delete", "gina")
+        assert deleted.returncode == 0, deleted.stderr
+        assert await store.credentials("gina") == {}
+        missing = await asyncio.to_thread(users, "delete", "gina")
+        assert missing.returncode != 0 and "no such user" in missing.stderr
+    finally:
+        await store.close()
