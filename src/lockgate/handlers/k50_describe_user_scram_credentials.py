@@ -1,6 +1,7 @@
 """DescribeUserScramCredentials (key 50), version 0.
 
 Behaviour:
+- Needs DESCRIBE on the CLUSTER: the top-level error CLUSTER_AUTHORIZATION_FAILED otherwise.
 - Users null or empty: every user with a SCRAM credential; else the users named, in order.
 - For each user, the mechanisms (1 SCRAM-SHA-256, 2 SCRAM-SHA-512) and iterations of its
   credentials; never the salt or keys.
@@ -19,6 +20,8 @@ from typing import Any
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
+from lockgate.security.acls import Operation, ResourceType
+from lockgate.security.authorizer import authorize
 from lockgate.security.credentials import describe
 
 log = logging.getLogger(__name__)
@@ -26,6 +29,13 @@ log = logging.getLogger(__name__)
 
 @handles(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0)
 async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
+    if not authorize(ctx, Operation.DESCRIBE, ResourceType.CLUSTER):
+        return {
+            "throttle_time": 0,
+            "error_code": ErrorCode.cluster_authorization_failed,
+            "error_message": None,
+            "results": (),
+        }
     try:
         users = await ctx.broker.credentials.users()
     except Exception as exc:

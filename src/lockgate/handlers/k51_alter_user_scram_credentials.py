@@ -1,6 +1,7 @@
 """AlterUserScramCredentials (key 51), version 0.
 
 Behaviour:
+- Needs ALTER on the CLUSTER: CLUSTER_AUTHORIZATION_FAILED for every user otherwise.
 - Deletions and upsertions (the client derives the salted password; the broker stores
   Kafka's credential: salt, stored key, server key, iterations) apply all at once, durably
   (single node: the storage engine; cluster: etcd by compare-and-swap), one result per user.
@@ -23,6 +24,8 @@ from typing import Any
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
+from lockgate.security.acls import Operation, ResourceType
+from lockgate.security.authorizer import authorize
 from lockgate.security.credentials import Deletion, Upsertion, UserResult, Users, alter
 
 log = logging.getLogger(__name__)
@@ -41,6 +44,16 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
         )
         for item in request.upsertions
     ]
+    if not authorize(ctx, Operation.ALTER, ResourceType.CLUSTER):
+        names = [item.user for item in deletions] + [item.user for item in upsertions]
+        denied = ErrorCode.cluster_authorization_failed
+        return {
+            "throttle_time": 0,
+            "results": [
+                {"user": name, "error_code": denied, "error_message": None}
+                for name in dict.fromkeys(names)
+            ],
+        }
     outcome: list[UserResult] = []
 
     def change(users: Users) -> Users:

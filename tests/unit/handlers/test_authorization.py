@@ -418,3 +418,29 @@ async def test_client_quota_apis_need_cluster_config_operations(broker: Broker) 
         broker, admin, ApiKey.ALTER_CLIENT_QUOTAS, 1, {"entries": [entry], "validate_only": False}
     )
     assert altered["entries"][0]["error_code"] == 0
+
+
+async def test_scram_credential_apis_need_cluster_describe_and_alter(broker: Broker) -> None:
+    upsert = {
+        "deletions": [],
+        "upsertions": [
+            {
+                "name": "carol",
+                "mechanism": 1,
+                "iterations": 4096,
+                "salt": b"s" * 16,
+                "salted_password": b"p" * 32,
+            }
+        ],
+    }
+    denied = await call(broker, ALICE, ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, upsert)
+    assert denied["results"][0]["error_code"] == ErrorCode.cluster_authorization_failed
+    assert await broker.credentials.users() == {}  # nothing stored
+    admin = Session("PLAINTEXT", SecurityProtocol.PLAINTEXT, "127.0.0.1", "User:admin")
+    stored = await call(broker, admin, ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, upsert)
+    assert stored["results"][0]["error_code"] == ErrorCode.none
+    describe = {"users": None}
+    refused = await call(broker, BOB, ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, describe)
+    assert refused["error_code"] == ErrorCode.cluster_authorization_failed
+    listed = await call(broker, ALICE, ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, describe)
+    assert [r["user"] for r in listed["results"]] == ["carol"]
