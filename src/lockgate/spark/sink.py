@@ -116,7 +116,7 @@ async def last_decision(
 
 
 async def _record_decision(
-    bootstrap: str, prefix: str, decision: Decision, security: ClientSecurity | None
+    bootstrap: str, prefix: str, decision: Decision, security: ClientSecurity | None = None
 ) -> None:
     value = json.dumps(
         {
