@@ -98,6 +98,10 @@ class StandIn:
         self.membership = ClusterMembership(self.store, NODE)  # type: ignore[arg-type]
         self.admin = Admin()
 
+    def registration(self, incarnation: str | None = None) -> BrokerRegistration:
+        host, port = self.advertised
+        return BrokerRegistration(self.node_id, host, port, incarnation=incarnation or "")
+
 
 def locator(broker: StandIn) -> CoordinatorLocator:
     return CoordinatorLocator(cast(Broker, broker))
