@@ -9,19 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import functools
 import itertools
 import logging
 import struct
 import time
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from lockgate.handlers import k17_sasl_handshake, k36_sasl_authenticate
 from lockgate.handlers.registry import (
     HANDLERS,
-    HandlerResult,
     HandlerSpec,
     RawBody,
     RequestContext,
@@ -38,15 +34,9 @@ from lockgate.protocol.errors import ErrorCode
 from lockgate.protocol.frame import MalformedFrame, parse_request_header, peek_api, response_frame
 from lockgate.security.listeners import enabled_mechanisms
 from lockgate.security.quotas import SELF_CHARGED_API_KEYS, QuotaType, measured
-from lockgate.security.scram import (
-    STAND_IN_SECRET,
-    AuthenticationFailed,
-    IllegalSaslState,
-    SaslExchange,
-    SaslStep,
-)
 from lockgate.security.session import Session
 from lockgate.security.tls import peer_principal
+from lockgate.server.sasl_gate import SaslGate
 
 if TYPE_CHECKING:
     from lockgate.security.listeners import Listener
@@ -58,7 +48,6 @@ log = logging.getLogger(__name__)
 _SIZE = struct.Struct(">i")
 _SERIALS = itertools.count(1)  # a newer connection has a larger serial
 _WRITE_HIGH_WATER = 4 << 20
-_FAILED_GRACE_S = 2.0  # how long a failed authentication's answer waits to be read
 
 
 class CloseConnection(Exception):
@@ -88,9 +77,10 @@ class Connection:
             if principal is not None:
                 self.session.principal = principal
         self.client_id: str | None = None
-        # SASL listeners: the authentication in progress (None once it is not needed)
+        # SASL listeners: the authentication (requests pass it until the session is
+        # authenticated)
         self.sasl = (
-            SaslExchange(tuple(enabled_mechanisms(broker.config, listener.name)), STAND_IN_SECRET)
+            SaslGate(tuple(enabled_mechanisms(broker.config, listener.name)), self.stop_reading)
             if listener.protocol.uses_sasl
             else None
         )
@@ -197,15 +187,17 @@ class Connection:
             await asyncio.sleep(remaining)
 
     def _dispatch(self, payload: bytes) -> asyncio.Task[bytes | None] | bytes:
-        sasl = self.sasl
-        if sasl is not None and sasl.raw_tokens and not self.session.authenticated:
-            return asyncio.create_task(self._raw_sasl_token(sasl, payload))
+        gate = None if self.session.authenticated else self.sasl
+        if gate is not None and gate.raw_tokens:
+            context = self._context(ApiKey.SASL_AUTHENTICATE, 0, 0, self.client_id)
+            return asyncio.create_task(gate.raw_token(context, payload))
         try:
             api_key, version, correlation_id = peek_api(payload)
         except MalformedFrame as exc:
             raise CloseConnection(str(exc)) from None
-        if sasl is not None and not self.session.authenticated:
-            self._check_authenticating(sasl, api_key, payload)
+        if gate is not None and (refusal := gate.refusal(api_key, self.session.listener)):
+            self._note_client_id(payload)
+            raise CloseConnection(refusal)
         spec = HANDLERS.get(api_key)
         if spec is None:
             self._note_client_id(payload)
@@ -230,91 +222,25 @@ class Connection:
             self._note_client_id(payload)
             raise CloseConnection(f"malformed {ApiKey(api_key).name} v{version}: {exc}") from None
         self.client_id = header.client_id
-        context = RequestContext(
+        context = self._context(api_key, version, correlation_id, header.client_id)
+        response_flexible = is_flexible(api_key, version) and api_key != ApiKey.API_VERSIONS
+        if gate is not None:
+            spec = gate.handler_for(spec)
+        return asyncio.create_task(self._handle(spec, context, request, response_flexible))
+
+    def _context(
+        self, api_key: int, version: int, correlation_id: int, client_id: str | None
+    ) -> RequestContext:
+        return RequestContext(
             self.broker,
             api_key,
             version,
             correlation_id,
-            header.client_id,
+            client_id,
             self.peer,
             self.serial,
             self.session,
         )
-        response_flexible = is_flexible(api_key, version) and api_key != ApiKey.API_VERSIONS
-        if sasl is not None and not self.session.authenticated:
-            spec = self._authenticating(sasl, spec)
-        return asyncio.create_task(self._handle(spec, context, request, response_flexible))
-
-    # -- SASL authentication (Kafka's SaslServerAuthenticator) ------------------------------
-
-    def _check_authenticating(self, sasl: SaslExchange, api_key: int, payload: bytes) -> None:
-        """Before authentication only ApiVersions and SaslHandshake, then SaslAuthenticate,
-        are served; anything else closes the connection, as Kafka does."""
-        allowed = {
-            SaslStep.HANDSHAKE: (ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE),
-            SaslStep.AUTHENTICATE: (ApiKey.SASL_AUTHENTICATE,),
-        }.get(sasl.step, ())
-        if api_key not in allowed:
-            self._note_client_id(payload)
-            try:
-                name = ApiKey(api_key).name
-            except ValueError:
-                name = f"API key {api_key}"
-            raise CloseConnection(
-                f"{name} on listener {self.session.listener} before SASL authentication "
-                f"completed (step {sasl.step.name})"
-            )
-
-    def _authenticating(self, sasl: SaslExchange, spec: HandlerSpec) -> HandlerSpec:
-        """The handler of a request while authenticating: the connection's exchange is
-        passed in, and a failed exchange closes the connection after its answer."""
-        step: Callable[[SaslExchange, RequestContext, Any], Awaitable[HandlerResult]]
-        if spec.api_key == ApiKey.SASL_HANDSHAKE:
-            step = k17_sasl_handshake.handshake
-        elif spec.api_key == ApiKey.SASL_AUTHENTICATE:
-            step = k36_sasl_authenticate.authenticate
-        else:
-            return spec  # ApiVersions
-
-        async def handler(context: RequestContext, request: Any) -> HandlerResult:
-            result = await step(sasl, context, request)
-            self._after_sasl_step(sasl)
-            return result
-
-        return dataclasses.replace(spec, handler=handler)
-
-    def _after_sasl_step(self, sasl: SaslExchange, answered: bool = True) -> None:
-        if sasl.step is SaslStep.FAILED:
-            # The connection closes once the client has read the failure: when it hangs up,
-            # sends anything more (refused by the gate) or after a grace period. Closing
-            # right after writing makes some clients (kafka-python) drop the answer unread
-            # and report a lost connection instead of the authentication error.
-            if answered:
-                asyncio.get_running_loop().call_later(_FAILED_GRACE_S, self.stop_reading)
-            else:
-                self.stop_reading()
-        elif sasl.step is SaslStep.COMPLETE:
-            self.sasl = None
-
-    async def _raw_sasl_token(self, sasl: SaslExchange, token: bytes) -> bytes | None:
-        """After SaslHandshake v0: a token framed only by its length, answered the same way;
-        a failure is answered by closing the connection (v0 has no way to say more)."""
-        context = RequestContext(
-            self.broker,
-            ApiKey.SASL_AUTHENTICATE,
-            0,
-            0,
-            self.client_id,
-            self.peer,
-            self.serial,
-            self.session,
-        )
-        try:
-            reply = await k36_sasl_authenticate.evaluate(sasl, context, token)
-        except (AuthenticationFailed, IllegalSaslState):
-            reply = None
-        self._after_sasl_step(sasl, answered=reply is not None)
-        return None if reply is None else _SIZE.pack(len(reply)) + reply
 
     def _note_client_id(self, payload: bytes) -> None:
         """Reads the client id of a request rejected before its header is parsed, so that the
