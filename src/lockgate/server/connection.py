@@ -4,7 +4,9 @@
 # fetch) overlap. A frame that cannot be a valid request closes the connection, as Kafka does.
 # Before a frame's body is read its size is reserved from the broker's request memory (released
 # when the request has been handled), and a connection with no request in flight and no
-# complete request for connections.max.idle.ms is closed.
+# complete request for connections.max.idle.ms is closed. On a SASL listener requests pass
+# the connection's SaslGate until it has authenticated; a connection throttled by a quota is
+# not read until its throttle time has passed (KIP-219).
 from __future__ import annotations
 
 import asyncio
