@@ -173,7 +173,8 @@ def test_kafka_python_over_ssl(tls_broker: BrokerProcess, pki: Pki) -> None:
         topic, auto_offset_reset="earliest", consumer_timeout_ms=20_000, **options
     )
     try:
-        values = [record.value for record, _ in zip(consumer, range(10), strict=False)]
+        # range first: zip would otherwise wait consumer_timeout_ms for an 11th record
+        values = [record.value for _, record in zip(range(10), consumer, strict=False)]
     finally:
         consumer.close()
     assert values == [f"kp{i}".encode() for i in range(10)]
