@@ -76,9 +76,9 @@ $(SPARK_KAFKA_CLASSPATH): tests/reference/spark-kafka/pom.xml | system-deps
 
 # --tb=native: formatting a failure pytest's way parses the test's source, and CPython 3.11.7
 # once crashed a worker there (SystemError: AST constructor recursion depth mismatch), hiding
-# which test had failed
+# which test had failed. --durations: the slowest tests, to keep the suite well under 20 minutes
 test: setup-dev system-deps reference-deps lint typecheck
-	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile --tb=native $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile --tb=native --durations=20 $(PYTEST_ARGS)
 
 # The long fault-injection run (tests/faults): `make soak SEEDS=200 [DURATION=20] [LIFECYCLE=1]`;
 # LIFECYCLE=1 adds small segments, retention and more broker kills; CLUSTER=1 runs the seeds on
