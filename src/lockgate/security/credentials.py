@@ -1,18 +1,15 @@
-# The SCRAM credential store: user → {mechanism name → ScramCredential}, one JSON document.
-# Two engines behind one interface: a single node keeps it in its storage engine (written
-# atomically, so it survives restarts and crashes whole), a cluster keeps it in etcd under the
-# cluster's namespace (its own key, its own client), changed only by compare-and-swap and
-# read afresh by every broker on each authentication (a change through one broker is seen by
-# all at once).
-# A change is a pure function of the current users, retried on a lost race.
+# The SCRAM credential store: user → {mechanism name → ScramCredential}, one JSON document
+# (lockgate.cluster.documents): a single node's storage engine, or a cluster's etcd key read
+# afresh by every broker on each authentication (a change through one broker is seen by all at
+# once). A change is a pure function of the current users, retried on a lost race.
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING
 
+from lockgate.cluster.documents import Document, EtcdDocument, LocalDocument
 from lockgate.protocol.errors import ErrorCode
 from lockgate.security.scram import (
     MAX_ITERATIONS,
@@ -25,15 +22,11 @@ from lockgate.security.scram import (
 if TYPE_CHECKING:
     from lockgate.storage.engine import StorageEngine
 
-log = logging.getLogger(__name__)
-
 Users = dict[str, dict[str, ScramCredential]]
 Change = Callable[[Users], Users]
 
-DOCUMENT = "scram-credentials.json"  # the storage engine's file, and the etcd key's last part
+DOCUMENT = "scram-credentials.json"  # the storage engine's file
 _FORMAT_VERSION = 1
-_CAS_ATTEMPTS = 50
-_RPC_TIMEOUT = 5.0
 
 
 def encode_users(users: Users) -> bytes:
@@ -68,113 +61,56 @@ def copy_users(users: Users) -> Users:
     return {user: dict(entries) for user, entries in users.items()}
 
 
-class CredentialStore(Protocol):
-    async def start(self) -> None: ...
+class CredentialStore:
+    """The users as one document; every read goes to it afresh (in a cluster, to etcd:
+    authentications are rare next to requests, and a cached copy would let a deleted user in
+    for a while)."""
 
-    async def close(self) -> None: ...
+    def __init__(self, document: Document) -> None:
+        self.document = document
+
+    async def start(self) -> None:
+        await self.document.start()
+
+    async def close(self) -> None:
+        await self.document.close()
 
     async def credentials(self, user: str) -> dict[str, ScramCredential]:
         """The user's credentials by mechanism name ({} for an unknown user)."""
+        return (await self.users()).get(user, {})
 
-    async def users(self) -> Users: ...
+    async def users(self) -> Users:
+        return decode_users(await self.document.read())
 
     async def change(self, change: Change) -> Users:
         """Applies `change` (pure: it may run more than once) atomically; returns the result."""
 
+        def compute(data: bytes | None) -> bytes | None:
+            current = decode_users(data)
+            changed = change(copy_users(current))
+            return None if changed == current else encode_users(changed)
 
-class LocalCredentialStore:
-    """A single node: one file in the broker's storage engine, cached in memory."""
+        return decode_users(await self.document.change(compute))
+
+
+class LocalCredentialStore(CredentialStore):
+    """A single node: one file in the broker's storage engine."""
 
     def __init__(self, storage: StorageEngine) -> None:
-        self.storage = storage
-        self._users = decode_users(storage.read_all(DOCUMENT))
-
-    async def start(self) -> None:
-        pass
-
-    async def close(self) -> None:
-        pass
-
-    async def credentials(self, user: str) -> dict[str, ScramCredential]:
-        return dict(self._users.get(user, {}))
-
-    async def users(self) -> Users:
-        return copy_users(self._users)
-
-    async def change(self, change: Change) -> Users:
-        changed = change(copy_users(self._users))
-        if changed != self._users:
-            self.storage.write_atomic(DOCUMENT, encode_users(changed))  # raises: nothing changed
-            self._users = changed
-        return copy_users(changed)
+        super().__init__(LocalDocument(storage, DOCUMENT))
 
 
-class EtcdCredentialStore:
-    """A cluster: key /lockgate/<namespace>/scram_credentials, through a client of its own.
-    Every read goes to etcd (authentications are rare next to requests, and a cached copy
-    would let a deleted user in for a while)."""
+class EtcdCredentialStore(CredentialStore):
+    """A cluster: key /lockgate/<namespace>/scram_credentials, read on every use."""
 
     def __init__(self, endpoints: Sequence[str], namespace: str) -> None:
-        from etcd3aio import Etcd3Client
-
-        self.key = f"/lockgate/{namespace}/scram_credentials".encode()
-        self._client = Etcd3Client(list(endpoints), rpc_max_attempts=3)
+        super().__init__(EtcdDocument(endpoints, namespace, "scram_credentials", watch=False))
 
     @classmethod
     def from_url(cls, url: str) -> EtcdCredentialStore:
         from lockgate.cluster.etcd import parse_cluster_url
 
-        endpoints, namespace = parse_cluster_url(url)
-        return cls(endpoints, namespace)
-
-    @property
-    def _kv(self) -> Any:
-        assert self._client.kv is not None, "start() first"
-        return self._client.kv
-
-    async def start(self) -> None:
-        await self._client.connect()
-
-    async def close(self) -> None:
-        await self._client.close()
-
-    async def _read(self) -> tuple[Users, Any]:
-        """The users and the key as read (None: absent)."""
-        response = await self._kv.get(self.key, timeout=_RPC_TIMEOUT)
-        item = response.kvs[0] if response.kvs else None
-        return decode_users(bytes(item.value) if item is not None else None), item
-
-    async def credentials(self, user: str) -> dict[str, ScramCredential]:
-        users, _ = await self._read()
-        return users.get(user, {})
-
-    async def users(self) -> Users:
-        return (await self._read())[0]
-
-    async def change(self, change: Change) -> Users:
-        from etcd3aio._protobuf import Compare
-
-        for _attempt in range(_CAS_ATTEMPTS):
-            current, item = await self._read()
-            changed = change(copy_users(current))
-            if changed == current:
-                return changed
-            if item is None:
-                compare = Compare(
-                    result=Compare.EQUAL, target=Compare.CREATE, key=self.key, create_revision=0
-                )
-            else:
-                compare = Compare(
-                    result=Compare.EQUAL,
-                    target=Compare.MOD,
-                    key=self.key,
-                    mod_revision=int(item.mod_revision),
-                )
-            put = self._kv.txn_op_put(self.key, encode_users(changed))
-            response = await self._kv.txn([compare], [put], timeout=_RPC_TIMEOUT)
-            if response.succeeded:
-                return changed
-        raise TimeoutError(f"SCRAM credentials changed by others {_CAS_ATTEMPTS} times in a row")
+        return cls(*parse_cluster_url(url))
 
 
 def open_credential_store(storage: StorageEngine, cluster_url: str) -> CredentialStore:

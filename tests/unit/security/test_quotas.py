@@ -6,7 +6,6 @@ the disk engine, and the two handlers against an in-process broker."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +52,7 @@ from lockgate.security.quotas import (
 )
 from lockgate.server.broker import Broker
 from lockgate.storage.disk import DiskEngine
-from tests.support.etcd import EtcdCluster, etcd_available
+from tests.support.etcd import EtcdCluster
 
 RATE = "producer_byte_rate"
 
@@ -409,20 +408,9 @@ async def test_describe_handler_answers_matches_or_the_filters_error(
     assert failed["error_code"] == ErrorCode.unsupported_version and failed["entries"] is None
 
 
-@pytest.fixture(scope="module")
-def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdCluster]:
-    if not etcd_available():
-        pytest.skip("etcd is not installed")
-    cluster = EtcdCluster(tmp_path_factory.mktemp("etcd"), size=1).start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
-
-
-async def test_etcd_store_changes_reach_every_broker(etcd: EtcdCluster) -> None:
-    first = EtcdQuotaStore.from_url(etcd.url + "/quotatest")
-    second = EtcdQuotaStore.from_url(etcd.url + "/quotatest")
+async def test_etcd_store_changes_reach_every_broker(one_etcd: EtcdCluster) -> None:
+    first = EtcdQuotaStore.from_url(one_etcd.url + "/quotatest")
+    second = EtcdQuotaStore.from_url(one_etcd.url + "/quotatest")
     enforced = ClientQuotas()
     second.listeners.append(enforced.replace)
     await first.start()
@@ -445,7 +433,7 @@ async def test_etcd_store_changes_reach_every_broker(etcd: EtcdCluster) -> None:
     finally:
         await first.close()
         await second.close()
-    restarted = EtcdQuotaStore.from_url(etcd.url + "/quotatest")
+    restarted = EtcdQuotaStore.from_url(one_etcd.url + "/quotatest")
     await restarted.start()
     try:
         assert restarted.table == {entity(user=None): {"consumer_byte_rate": 50.0}}
