@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.server.config import ConfigError
 
@@ -322,9 +323,11 @@ def throttle_time_ms(rate: float, limit: float, window_ms: int) -> int:
 
 # Requests never charged to request_percentage (as Kafka exempts them): version negotiation,
 # authentication and inter-broker traffic.
-EXEMPT_API_KEYS = frozenset({17, 18, 27, 36})
+EXEMPT_API_KEYS = frozenset(
+    {ApiKey.SASL_HANDSHAKE, ApiKey.API_VERSIONS, ApiKey.WRITE_TXN_MARKERS, ApiKey.SASL_AUTHENTICATE}
+)
 # Not charged by the connection: Produce and Fetch charge themselves (bytes and time together).
-SELF_CHARGED_API_KEYS = EXEMPT_API_KEYS | {0, 1}
+SELF_CHARGED_API_KEYS = EXEMPT_API_KEYS | {ApiKey.PRODUCE, ApiKey.FETCH}
 IDLE_GROUP_MS = 3600 * SECOND_MS  # a group's rate is forgotten after an hour without requests
 
 
