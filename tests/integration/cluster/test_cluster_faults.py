@@ -87,7 +87,17 @@ def test_min_insync_replicas_refuses_and_flags_acks_all_writes(cluster: BrokerCl
     finally:
         cluster.resume(follower)
     cluster.wait_full_isr(topic)
-    assert _produce(cluster, leader, topic, b"in-sync-again") == (0, 3)
+    # The metadata may show the grown ISR a moment before the leader has applied its own
+    # change (as Kafka's AlterPartition answer trails the controller's record); until it has,
+    # acks=all is refused (NOT_ENOUGH_REPLICAS) and nothing is appended.
+    answers: list[tuple[int, int]] = []
+
+    def accepted() -> bool:
+        answers.append(_produce(cluster, leader, topic, b"in-sync-again"))
+        return answers[-1][0] != NOT_ENOUGH_REPLICAS
+
+    cluster.wait_for(accepted, "the leader accepting acks=all again")
+    assert answers[-1] == (0, 3)
     assert _values(cluster, topic, 4) == [b"all-in-sync", b"during-shrink", b"acks-1",
                                           b"in-sync-again"]  # fmt: skip
 
