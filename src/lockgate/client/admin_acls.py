@@ -14,13 +14,6 @@ from lockgate.protocol.api import ApiKey
 from lockgate.security.acls import (
     AclBinding,
     AclBindingFilter,
-    AclEntry,
-    Operation,
-    PatternType,
-    Permission,
-    ResourcePattern,
-    ResourceType,
-    code_of,
 )
 
 
@@ -65,18 +58,14 @@ async def describe_acls(cluster: Cluster, wanted: AclBindingFilter) -> list[AclB
     response = await connection.request(ApiKey.DESCRIBE_ACLS, _filter_body(wanted))
     raise_for(response.error_code, response.error_message, "DescribeAcls")
     return [
-        AclBinding(
-            ResourcePattern(
-                code_of(ResourceType, resource.resource_type),
-                resource.resource_name,
-                code_of(PatternType, resource.pattern_type),
-            ),
-            AclEntry(
-                acl.principal,
-                acl.host,
-                code_of(Operation, acl.operation),
-                code_of(Permission, acl.permission_type),
-            ),
+        AclBinding.from_codes(
+            resource.resource_type,
+            resource.resource_name,
+            resource.pattern_type,
+            acl.principal,
+            acl.host,
+            acl.operation,
+            acl.permission_type,
         )
         for resource in response.resources
         for acl in resource.acls
@@ -96,18 +85,14 @@ async def delete_acls(
         raise_for(result.error_code, result.error_message, "DeleteAcls")
         removed.append(
             [
-                AclBinding(
-                    ResourcePattern(
-                        code_of(ResourceType, m.resource_type),
-                        m.resource_name,
-                        code_of(PatternType, m.pattern_type),
-                    ),
-                    AclEntry(
-                        m.principal,
-                        m.host,
-                        code_of(Operation, m.operation),
-                        code_of(Permission, m.permission_type),
-                    ),
+                AclBinding.from_codes(
+                    m.resource_type,
+                    m.resource_name,
+                    m.pattern_type,
+                    m.principal,
+                    m.host,
+                    m.operation,
+                    m.permission_type,
                 )
                 for m in result.matching_acls
             ]

@@ -21,14 +21,10 @@ from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
 from lockgate.security.acls import (
     AclBinding,
-    AclEntry,
     AclError,
     Operation,
     PatternType,
-    Permission,
-    ResourcePattern,
     ResourceType,
-    code_of,
 )
 from lockgate.security.authorizer import authorize
 
@@ -36,18 +32,14 @@ log = logging.getLogger(__name__)
 
 
 def _binding(creation: Any) -> AclBinding:
-    return AclBinding(
-        ResourcePattern(
-            code_of(ResourceType, creation.resource_type),
-            creation.resource_name,
-            code_of(PatternType, getattr(creation, "resource_pattern_type", PatternType.LITERAL)),
-        ),
-        AclEntry(
-            creation.principal,
-            creation.host,
-            code_of(Operation, creation.operation),
-            code_of(Permission, creation.permission_type),
-        ),
+    return AclBinding.from_codes(
+        creation.resource_type,
+        creation.resource_name,
+        getattr(creation, "resource_pattern_type", PatternType.LITERAL),
+        creation.principal,
+        creation.host,
+        creation.operation,
+        creation.permission_type,
     )
 
 

@@ -153,6 +153,28 @@ class AclBinding:
     pattern: ResourcePattern
     entry: AclEntry
 
+    @classmethod
+    def from_codes(
+        cls,
+        resource_type: int,
+        name: str,
+        pattern_type: int,
+        principal: str,
+        host: str,
+        operation: int,
+        permission: int,
+    ) -> AclBinding:
+        """A binding from the wire's fields (unknown codes become UNKNOWN, refused by
+        validate())."""
+        return cls(
+            ResourcePattern(
+                code_of(ResourceType, resource_type), name, code_of(PatternType, pattern_type)
+            ),
+            AclEntry(
+                principal, host, code_of(Operation, operation), code_of(Permission, permission)
+            ),
+        )
+
     def validate(self) -> None:
         """Raises AclError for what Kafka refuses to store (INVALID_REQUEST)."""
         pattern, entry = self.pattern, self.entry
