@@ -59,10 +59,11 @@ class Broker:
     def __init__(self, config: BrokerConfig, storage: StorageEngine | None = None) -> None:
         load_all()
         self.config = config
+        # every property and listener is checked (and TLS contexts built) before anything
+        # starts, the data directory included
+        self.listeners = check_properties(config)
         self.storage = storage if storage is not None else open_disk_engine(config)
         self.node_id = config.integer("node.id")
-        # every listener is checked (and its TLS context built) before anything starts
-        self.listeners = check_properties(config)
         self._tls = {item.name: server_context(config, item) for item in self.listeners}
         self.inter_broker = inter_broker_listener(config, self.listeners).name
         self.listener_ports = {item.name: item.port for item in self.listeners}  # 0 → bound
