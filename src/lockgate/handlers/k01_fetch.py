@@ -17,13 +17,13 @@ Behaviour:
   FETCH_SESSION_ID_NOT_FOUND and a wrong epoch INVALID_FETCH_SESSION_EPOCH.
 - Authorization: a consumer needs READ on each topic, a follower (replica id >= 0) CLUSTER_ACTION
   on the cluster; TOPIC_AUTHORIZATION_FAILED for the partitions it may not read.
-Version notes: v4 adds isolation level and aborted transactions; v5 log start offset;
-v7 sessions; v9 current leader epoch; v11 rack id; v12 flexible, diverging epoch; v13 topic ids;
-v15 replica id in ReplicaState.
 - Client quotas: the answer's encoded size counts against consumer_byte_rate and the reading
   time against request_percentage; past either, the answer carries no data and
   throttle_time_ms, and the connection is not read for that long (KIP-219). A follower's
   fetch (replica id >= 0) is never throttled.
+Version notes: v4 adds isolation level and aborted transactions; v5 log start offset;
+v7 sessions; v9 current leader epoch; v11 rack id; v12 flexible, diverging epoch; v13 topic ids;
+v15 replica id in ReplicaState.
 - Cluster mode: a follower's fetch (replica id >= 0) is served by the leader only, up to the
   log end rather than the high watermark; its fetch offset is what the follower has, which
   moves the high watermark and the ISR. Long polling waits for new data at the log end.
@@ -106,9 +106,14 @@ def _replica_id(ctx: RequestContext, request: Any) -> int:
     node, where there are no followers)."""
     if ctx.broker.replicas is None:
         return CONSUMER
+    replica = _requested_replica(request)
+    return replica if replica >= 0 else CONSUMER
+
+
+def _requested_replica(request: Any) -> int:
+    """The replica id the request names (in ReplicaState from v15), -1 for a consumer."""
     state = field(request, "replica_state", None)
-    replica = state.replica_id if state is not None else field(request, "replica_id", CONSUMER)
-    return int(replica) if replica >= 0 else CONSUMER
+    return int(state.replica_id if state is not None else field(request, "replica_id", CONSUMER))
 
 
 def _read(
@@ -123,16 +128,7 @@ def _read(
     partition's own limit, unless it is the `first` partition with data (KIP-74). A follower
     (`replica`) reads up to the log end and tells the leader what it has."""
     state = wanted.state
-    entry: dict[str, Any] = {
-        "partition_index": wanted.index,
-        "error_code": 0,
-        "high_watermark": -1,
-        "last_stable_offset": -1,
-        "log_start_offset": -1,
-        "aborted_transactions": None,
-        "preferred_read_replica": -1,
-        "records": b"",
-    }
+    entry = _entry(wanted.index)
     try:
         partition = _resolve(ctx, wanted)
         entry["high_watermark"] = partition.high_watermark
@@ -269,14 +265,13 @@ def _denied_topics(ctx: RequestContext, request: Any, wanted: list[Wanted]) -> s
     """The topics this fetch may not read: a follower (replica id >= 0) needs CLUSTER_ACTION
     on the cluster for all of them, a consumer READ on each."""
     names = {w.topic for w in wanted if w.topic is not None}
-    state = field(request, "replica_state", None)
-    follower = (state.replica_id if state is not None else field(request, "replica_id", -1)) >= 0
-    if follower:
+    if _requested_replica(request) >= 0:
         return set() if authorize(ctx, Operation.CLUSTER_ACTION, ResourceType.CLUSTER) else names
     return {name for name in names if not authorize(ctx, Operation.READ, ResourceType.TOPIC, name)}
 
 
-def _refused(index: int, code: ErrorCode) -> dict[str, Any]:
+def _entry(index: int, code: ErrorCode = ErrorCode.none) -> dict[str, Any]:
+    """A partition's response entry without data (offsets unknown: -1)."""
     return {
         "partition_index": index,
         "error_code": code,
@@ -309,7 +304,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
         started = time.perf_counter()
         for w in wanted:
             if denied and w.topic in denied:
-                results.append((w, _refused(w.index, ErrorCode.topic_authorization_failed)))
+                results.append((w, _entry(w.index, ErrorCode.topic_authorization_failed)))
                 continue
             entry, size = _read(ctx, w, budget - total, isolation, total == 0, replica)
             total += size
