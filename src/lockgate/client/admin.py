@@ -16,11 +16,18 @@ from typing import Any
 from lockgate.client import admin_acls as acls
 from lockgate.client import admin_groups as groups
 from lockgate.client import admin_quotas as quotas
+from lockgate.client import admin_records as records
 from lockgate.client import admin_scram as scram
 from lockgate.client import admin_transactions as transactions
 from lockgate.client.cluster import Cluster, PartitionInfo, TopicInfo, TopicPartition
 from lockgate.client.connection import DEFAULT_CLIENT_ID
-from lockgate.client.errors import ErrorCode, UnknownTopicOrPartitionError, error_for, raise_for
+from lockgate.client.errors import (
+    ErrorCode,
+    KafkaError,
+    UnknownTopicOrPartitionError,
+    error_for,
+    raise_for,
+)
 from lockgate.client.security import ClientSecurity
 from lockgate.protocol.api import ApiKey
 from lockgate.security.acls import AclBinding, AclBindingFilter
@@ -417,6 +424,28 @@ class Admin:
         self, group_id: str, partitions: Iterable[TopicPartition]
     ) -> None:
         await groups.delete_group_offsets(self.cluster, group_id, partitions)
+
+    async def delete_group_offsets_by_partition(
+        self, group_id: str, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, KafkaError | None]:
+        return await groups.delete_group_offsets_by_partition(self.cluster, group_id, partitions)
+
+    # ------------------------------------------------------------------------------------------
+    # Partition offsets and record deletion (bodies in admin_records.py)
+
+    async def list_offsets(
+        self, timestamps: Mapping[TopicPartition, int], *, isolation_level: int = 0
+    ) -> dict[TopicPartition, records.ListedOffset | KafkaError]:
+        """Each partition's answer or error; see admin_records.list_offsets."""
+        return await records.list_offsets(self.cluster, timestamps, isolation_level=isolation_level)
+
+    async def delete_records(
+        self, offsets: Mapping[TopicPartition, int], *, timeout_ms: int | None = None
+    ) -> dict[TopicPartition, int | KafkaError]:
+        """Each partition's new low watermark or error; see admin_records.delete_records."""
+        return await records.delete_records(
+            self.cluster, offsets, timeout_ms=self._operation_timeout(timeout_ms)
+        )
 
     # ------------------------------------------------------------------------------------------
     # Client quotas (bodies in admin_quotas.py)

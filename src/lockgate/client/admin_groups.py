@@ -14,7 +14,7 @@ from typing import Any
 
 from lockgate.client.cluster import Cluster, TopicPartition
 from lockgate.client.connection import BrokerConnection
-from lockgate.client.errors import raise_for
+from lockgate.client.errors import KafkaError, error_for, raise_for
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.frame import MalformedFrame
 
@@ -230,6 +230,16 @@ async def delete_group_offsets(
 ) -> None:
     """Removes committed offsets of partitions the group no longer consumes (OffsetDelete);
     GROUP_SUBSCRIBED_TO_TOPIC while a member is subscribed to the topic."""
+    for error in (await delete_group_offsets_by_partition(cluster, group_id, partitions)).values():
+        if error is not None:
+            raise error
+
+
+async def delete_group_offsets_by_partition(
+    cluster: Cluster, group_id: str, partitions: Iterable[TopicPartition]
+) -> dict[TopicPartition, KafkaError | None]:
+    """OffsetDelete with each partition's outcome (None: deleted), for tools that report them
+    all; a group-level error (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP...) is raised."""
     _node, connection = await coordinator(cluster, group_id)
     topics: dict[str, list[int]] = defaultdict(list)
     for tp in dict.fromkeys(partitions):
@@ -245,6 +255,11 @@ async def delete_group_offsets(
         },
     )
     raise_for(answer.error_code, None, f"group {group_id}")
+    results: dict[TopicPartition, KafkaError | None] = {}
     for topic in answer.topics:
         for partition in topic.partitions:
-            raise_for(partition.error_code, None, f"{topic.name}-{partition.partition_index}")
+            tp = TopicPartition(str(topic.name), int(partition.partition_index))
+            results[tp] = (
+                error_for(partition.error_code, None, str(tp)) if partition.error_code else None
+            )
+    return results

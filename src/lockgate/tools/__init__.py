@@ -1,8 +1,8 @@
-"""Operator tools behind `lockgate topics|produce|consume|producers|groups|transactions`.
+"""Operator tools behind `lockgate topics|produce|consume|producers|groups|transactions|...`.
 
 Each command lives in its own module with a `register(commands)` that adds its subparser. The
 tools only use lockgate.client, i.e. the Kafka protocol, so they work against any
-Kafka-compatible broker.
+Kafka-compatible broker; `dump-log` alone reads a data directory's files, offline.
 """
 
 from __future__ import annotations
@@ -13,7 +13,10 @@ from lockgate.spark import demo as spark_demo
 from lockgate.tools import (
     acls,
     consume,
+    delete_records,
     devcluster,
+    dump_log,
+    get_offsets,
     groups,
     produce,
     producers,
@@ -36,6 +39,9 @@ def register_tools(commands: argparse._SubParsersAction[argparse.ArgumentParser]
         users,
         quotas,
         acls,
+        delete_records,
+        get_offsets,
+        dump_log,
         devcluster,
     ):
         module.register(commands)

@@ -1,18 +1,41 @@
-# tools/groups.py — `lockgate groups list|describe|delete|reset-offsets`, a
+# tools/groups.py — `lockgate groups list|describe|delete|reset-offsets|delete-offsets`, a
 # kafka-consumer-groups.sh for any Kafka-compatible broker: membership, assignments, committed
-# offsets and lag, and offset resets for groups without members.
+# offsets and lag, offset resets and offset deletion.
+#
+# Invariant: offsets are only reset for groups without members (Empty, or Dead: unknown), as
+# Kafka's tool insists: a live member would overwrite them with its next commit.
 from __future__ import annotations
 
 import argparse
+import sys
+import time
 
 from lockgate.client.admin import Admin
+from lockgate.client.admin_groups import CONSUMER_PROTOCOL
 from lockgate.client.cluster import Cluster, TopicPartition
 from lockgate.client.errors import ErrorCode, KafkaError, raise_for
-from lockgate.tools.common import EXIT_OK, ToolError, connection_options, non_negative_int, tool
+from lockgate.tools.common import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    ToolError,
+    connection_options,
+    non_negative_int,
+    tool,
+)
+from lockgate.tools.offset_specs import (
+    Plan,
+    clamp,
+    export_csv,
+    parse_datetime_ms,
+    parse_duration_ms,
+    parse_reset_csv,
+    parse_topic_scope,
+)
 from lockgate.tools.table import render
 
 LIST_OFFSETS = 2
 EARLIEST, LATEST = -2, -1
+INACTIVE_STATES = frozenset({"Empty", "Dead"})
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -29,16 +52,46 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     delete.add_argument("--group", required=True)
     delete.set_defaults(func=tool(_delete))
     reset = actions.add_parser(
-        "reset-offsets", parents=[common], help="move a group's committed offsets (no members)"
+        "reset-offsets",
+        parents=[common],
+        help="move the committed offsets of groups without members (kafka-consumer-groups.sh)",
     )
-    reset.add_argument("--group", required=True)
-    reset.add_argument("--topic", required=True)
+    groups_scope = reset.add_mutually_exclusive_group(required=True)
+    groups_scope.add_argument("--group", action="append", metavar="GROUP", help="repeatable")
+    groups_scope.add_argument("--all-groups", action="store_true")
+    topics_scope = reset.add_mutually_exclusive_group()
+    topics_scope.add_argument(
+        "--topic", action="append", metavar="TOPIC[:P,P...]", help="repeatable"
+    )
+    topics_scope.add_argument(
+        "--all-topics", action="store_true", help="the topics the group has offsets for"
+    )
     target = reset.add_mutually_exclusive_group(required=True)
     target.add_argument("--to-earliest", action="store_true")
     target.add_argument("--to-latest", action="store_true")
-    target.add_argument("--to-offset", type=non_negative_int)
-    reset.add_argument("--execute", action="store_true", help="apply (default: show the plan)")
+    target.add_argument("--to-current", action="store_true")
+    target.add_argument("--to-offset", type=non_negative_int, metavar="N")
+    target.add_argument("--shift-by", type=int, metavar="N", help="may be negative")
+    target.add_argument(
+        "--to-datetime", metavar="YYYY-MM-DDTHH:mm:SS.sss[Z|+HH:MM]", help="local time if no zone"
+    )
+    target.add_argument("--by-duration", metavar="PnDTnHnMnS", help="now minus the duration")
+    target.add_argument("--from-file", metavar="CSV", help="lines as --export writes them")
+    mode = reset.add_mutually_exclusive_group()
+    mode.add_argument("--dry-run", action="store_true", help="show the plan (the default)")
+    mode.add_argument("--execute", action="store_true", help="apply the plan")
+    reset.add_argument("--export", action="store_true", help="print the plan as CSV")
     reset.set_defaults(func=tool(_reset))
+    delete_offsets = actions.add_parser(
+        "delete-offsets",
+        parents=[common],
+        help="delete a group's committed offsets for topics it no longer consumes",
+    )
+    delete_offsets.add_argument("--group", required=True)
+    delete_offsets.add_argument(
+        "--topic", action="append", required=True, metavar="TOPIC[:P,P...]", help="repeatable"
+    )
+    delete_offsets.set_defaults(func=tool(_delete_offsets))
 
 
 def _admin(args: argparse.Namespace) -> Admin:
@@ -141,30 +194,238 @@ async def _delete(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-async def _reset(args: argparse.Namespace) -> int:
-    async with _admin(args) as admin:
-        cluster = admin.cluster
-        topic = await cluster.topic(args.topic)
-        partitions = [(args.topic, p.partition) for p in topic.partitions]
-        if args.to_offset is not None:
-            earliest = await _end_offsets(cluster, partitions, EARLIEST)
-            latest = await _end_offsets(cluster, partitions, LATEST)
-            plan = {tp: min(max(args.to_offset, earliest[tp]), latest[tp]) for tp in partitions}
+async def _offsets_at(admin: Admin, partitions: list[TopicPartition], when: int) -> Plan:
+    plan: Plan = {}
+    for tp, answer in (await admin.list_offsets({tp: when for tp in partitions})).items():
+        if isinstance(answer, KafkaError):
+            raise answer
+        plan[tp] = answer.offset
+    return plan
+
+
+async def _group_state(admin: Admin, group: str) -> str:
+    try:
+        return (await admin.describe_groups([group]))[group].state
+    except KafkaError as exc:
+        if exc.code == ErrorCode.group_id_not_found:
+            return "Dead"  # what Kafka's tool calls a group nobody knows: resettable
+        raise
+
+
+async def _scope(admin: Admin, topics: list[str], committed: Plan) -> list[TopicPartition]:
+    """The partitions --topic names (every partition without a list) or, without --topic
+    (--all-topics), those the group has committed offsets for."""
+    if not topics:
+        return sorted(committed)
+    found: list[TopicPartition] = []
+    for text in topics:
+        scope = parse_topic_scope(text)
+        if scope.partitions:
+            found.extend(TopicPartition(scope.topic, p) for p in scope.partitions)
         else:
-            plan = await _end_offsets(cluster, partitions, EARLIEST if args.to_earliest else LATEST)
-        rows = [[t, str(p), str(o)] for (t, p), o in sorted(plan.items())]
-        if args.execute:
+            info = await admin.cluster.topic(scope.topic)
+            found.extend(p.topic_partition for p in info.partitions)
+    return sorted(dict.fromkeys(found))
+
+
+async def _clamped(admin: Admin, requested: Plan) -> Plan:
+    partitions = sorted(requested)
+    earliest = await _offsets_at(admin, partitions, EARLIEST)
+    latest = await _offsets_at(admin, partitions, LATEST)
+    plan: Plan = {}
+    for tp in partitions:
+        plan[tp] = clamp(requested[tp], earliest[tp], latest[tp])
+        if plan[tp] != requested[tp]:
+            side = (
+                "higher than the latest"
+                if requested[tp] > latest[tp]
+                else "lower than the earliest"
+            )
+            print(
+                f"warning: new offset {requested[tp]} is {side} offset of {tp}; using {plan[tp]}",
+                file=sys.stderr,
+            )
+    return plan
+
+
+async def _by_timestamp(admin: Admin, partitions: list[TopicPartition], when: int) -> Plan:
+    """The first offset at or after the timestamp; the latest offset where no record is that
+    recent (Kafka's tool does the same, with a warning)."""
+    plan = await _offsets_at(admin, partitions, when)
+    beyond = [tp for tp, offset in plan.items() if offset < 0]
+    if beyond:
+        for tp in beyond:
+            print(
+                f"warning: {tp} has no record at or after {when}: using its latest offset",
+                file=sys.stderr,
+            )
+        plan.update(await _offsets_at(admin, beyond, LATEST))
+    return plan
+
+
+async def _plan(admin: Admin, group: str, args: argparse.Namespace, request: _Request) -> Plan:
+    committed = await admin.list_group_offsets(group)
+    if request.from_file is not None:
+        if group not in request.from_file:
+            raise ToolError(f"no reset plan for group {group} in {args.from_file}")
+        return await _clamped(admin, request.from_file[group])
+    partitions = await _scope(admin, args.topic or [], committed)
+    if not partitions:
+        return {}
+    if args.to_earliest:
+        return await _offsets_at(admin, partitions, EARLIEST)
+    if args.to_latest:
+        return await _offsets_at(admin, partitions, LATEST)
+    if args.to_current:
+        plan = {tp: committed[tp] for tp in partitions if tp in committed}
+        missing = [tp for tp in partitions if tp not in committed]
+        plan.update(await _offsets_at(admin, missing, LATEST) if missing else {})
+        return plan
+    if args.to_offset is not None:
+        return await _clamped(admin, {tp: args.to_offset for tp in partitions})
+    if args.shift_by is not None:
+        missing = [tp for tp in partitions if tp not in committed]
+        if missing:
+            raise ToolError(
+                f"cannot shift the offset of {missing[0]}: group {group} has no committed "
+                "offset for it"
+            )
+        return await _clamped(admin, {tp: committed[tp] + args.shift_by for tp in partitions})
+    assert request.timestamp is not None
+    return await _by_timestamp(admin, partitions, request.timestamp)
+
+
+class _Request:
+    """What the options say, parsed once before any group is touched (bad input fails early)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        if args.from_file is None and not args.topic and not args.all_topics:
+            raise ToolError("reset-offsets needs --topic, --all-topics or --from-file")
+        self.timestamp: int | None = None
+        if args.to_datetime is not None:
+            self.timestamp = parse_datetime_ms(args.to_datetime)
+        elif args.by_duration is not None:
+            self.timestamp = int(time.time() * 1000) - parse_duration_ms(args.by_duration)
+        self.from_file: dict[str, Plan] | None = None
+        self.csv = ""
+        if args.from_file is not None:
             try:
-                await admin.alter_group_offsets(
-                    args.group, {TopicPartition(t, p): o for (t, p), o in plan.items()}
+                with open(args.from_file, encoding="utf-8") as file:
+                    self.csv = file.read()
+            except OSError as exc:
+                raise ToolError(f"cannot read {args.from_file}: {exc.strerror}") from None
+
+
+async def _reset(args: argparse.Namespace) -> int:
+    request = _Request(args)
+    failed = False
+    plans: dict[str, Plan] = {}
+    async with _admin(args) as admin:
+        if args.all_groups:
+            groups = [
+                g.group_id
+                for g in await admin.list_groups()
+                if g.protocol_type in ("", CONSUMER_PROTOCOL)
+            ]
+        else:
+            groups = list(dict.fromkeys(args.group))
+        if args.from_file is not None:
+            request.from_file = parse_reset_csv(request.csv, groups)
+        for group in groups:
+            state = await _group_state(admin, group)
+            if state not in INACTIVE_STATES:
+                print(
+                    f"lockgate groups: error: Assignments can only be reset if the group "
+                    f"'{group}' is inactive, but the current state is {state}. "
+                    "(stop its consumers first)",
+                    file=sys.stderr,
                 )
-            except KafkaError as exc:
-                if exc.code not in (ErrorCode.unknown_member_id, ErrorCode.illegal_generation):
-                    raise
-                raise ToolError(
-                    f"{exc} (a group with members cannot be reset: stop its consumers first)"
-                ) from exc
-    print(render(["TOPIC", "PARTITION", "NEW-OFFSET"], rows))
+                failed = True
+                continue
+            plan = await _plan(admin, group, args, request)
+            if args.execute and plan:
+                try:
+                    await admin.alter_group_offsets(group, plan)
+                except KafkaError as exc:
+                    if exc.code not in (ErrorCode.unknown_member_id, ErrorCode.illegal_generation):
+                        raise
+                    raise ToolError(
+                        f"{exc} (a group with members cannot be reset: stop its consumers first)"
+                    ) from exc
+            plans[group] = plan
+    if args.export:
+        print(export_csv(plans))
+    else:
+        rows = [
+            [group, tp.topic, str(tp.partition), str(offset)]
+            for group, plan in plans.items()
+            for tp, offset in sorted(plan.items())
+        ]
+        print(render(["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"], rows))
     if not args.execute:
-        print("(dry run: add --execute to apply)")
-    return EXIT_OK
+        print("(dry run: add --execute to apply)", file=sys.stderr if args.export else sys.stdout)
+    return EXIT_FAILURE if failed else EXIT_OK
+
+
+# The messages of Kafka's exceptions for the errors OffsetDelete answers, so that the tool reads
+# as kafka-consumer-groups.sh --delete-offsets does.
+_DELETE_OFFSETS_MESSAGES = {
+    ErrorCode.group_subscribed_to_topic: "The consumer group is actively subscribed to the topic",
+    ErrorCode.unknown_topic_or_partition: "This server does not host this topic-partition.",
+    ErrorCode.topic_authorization_failed: "Not authorized to access topics",
+}
+
+
+def _status(error: KafkaError | None) -> str:
+    if error is None:
+        return "Successful"
+    return f"Error: {_DELETE_OFFSETS_MESSAGES.get(error.code, str(error))}"
+
+
+async def _delete_offsets(args: argparse.Namespace) -> int:
+    group: str = args.group
+    rows: list[list[str]] = []
+    failed = False
+    async with _admin(args) as admin:
+        partitions: list[TopicPartition] = []
+        for text in args.topic:
+            scope = parse_topic_scope(text)
+            if scope.partitions:
+                partitions.extend(TopicPartition(scope.topic, p) for p in scope.partitions)
+                continue
+            try:
+                info = await admin.cluster.topic(scope.topic)
+            except KafkaError as exc:
+                rows.append([scope.topic, "Not Provided", _status(exc)])
+                failed = True
+                continue
+            partitions.extend(p.topic_partition for p in info.partitions)
+        results: dict[TopicPartition, KafkaError | None] = {}
+        if partitions:
+            try:
+                results = await admin.delete_group_offsets_by_partition(group, partitions)
+            except KafkaError as exc:
+                message = {
+                    ErrorCode.group_id_not_found: f"'{group}' does not exist.",
+                    ErrorCode.non_empty_group: (
+                        f"Deleting offsets of a consumer group '{group}' is forbidden if the "
+                        "group is not empty."
+                    ),
+                    ErrorCode.group_authorization_failed: f"Access to '{group}' is not authorized.",
+                }.get(exc.code, str(exc))
+                raise ToolError(f"{message} ({exc.code.name.upper()})") from exc
+    for tp, error in sorted(results.items()):
+        rows.append([tp.topic, str(tp.partition), _status(error)])
+        failed = failed or error is not None
+    topics = ", ".join(dict.fromkeys(parse_topic_scope(text).topic for text in args.topic))
+    if failed:
+        print(
+            "lockgate groups: error: Encounter some partition level error, see the follow-up "
+            "details:",
+            file=sys.stderr,
+        )
+    else:
+        print(f"Request succeed for deleting offsets with topic {topics} group {group}")
+    print()
+    print(render(["TOPIC", "PARTITION", "STATUS"], sorted(rows)))
+    return EXIT_FAILURE if failed else EXIT_OK
