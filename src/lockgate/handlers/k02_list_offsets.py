@@ -2,9 +2,10 @@
 
 Behaviour:
 - Timestamp -1: the high watermark (read_uncommitted) or last stable offset (read_committed);
-  -2, -4 and -5: the log start offset (no tiered storage); -3 (v7+): the record with the
-  largest timestamp; any other timestamp ≥ 0: the first record at or after it, found through
-  the time index, or offset -1 when none.
+  -2, -4 (earliest-local) and -6 (earliest-pending-upload): the log start offset (no tiered
+  storage: every record is local); -5 (latest-tiered): offset -1, as Kafka answers when remote
+  storage is off; -3 (v7+): the record with the largest timestamp; any other timestamp ≥ 0:
+  the first record at or after it, found through the time index, or offset -1 when none.
 - CurrentLeaderEpoch (v4+) older than the leader's → FENCED_LEADER_EPOCH, newer →
   UNKNOWN_LEADER_EPOCH. Unknown partition: UNKNOWN_TOPIC_OR_PARTITION. Other negative
   timestamps: INVALID_REQUEST... answered per partition.
@@ -29,8 +30,8 @@ LATEST = -1
 EARLIEST = -2
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4
-EARLIEST_PENDING_UPLOAD = -5
-LATEST_TIERED = -6
+LATEST_TIERED = -5  # Kafka's ListOffsetsRequest numbering
+EARLIEST_PENDING_UPLOAD = -6
 
 
 def lookup(partition: Partition, timestamp: int, isolation: int) -> tuple[int, int]:
@@ -41,7 +42,7 @@ def lookup(partition: Partition, timestamp: int, isolation: int) -> tuple[int, i
     if timestamp in (EARLIEST, EARLIEST_LOCAL, EARLIEST_PENDING_UPLOAD):
         return partition.log_start_offset, -1
     if timestamp == LATEST_TIERED:
-        return partition.log_start_offset - 1, -1
+        return -1, -1  # nothing is tiered (Kafka's UnifiedLog without remote storage)
     if timestamp == MAX_TIMESTAMP:
         found = partition.max_timestamp_offset()
         return found if found else (-1, -1)
