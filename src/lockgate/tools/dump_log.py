@@ -330,8 +330,10 @@ def dump_segment(
     print_data: bool,
     decoder: Decoder | None,
 ) -> bool:
-    """Prints the batches (and records) of one .log file; False when its tail is damaged."""
+    """Prints the batches (and records) of one .log file; False when damage was found (a bad
+    CRC, records that do not parse, a torn tail)."""
     base = _base_offset(path)
+    intact = True
     out.note("segment", f"Log starting offset: {base}", file=path, baseOffset=base)
     for position, header, size in iter_batches(data):
         if header is None:
@@ -345,6 +347,7 @@ def dump_segment(
             return False
         batch = data[position : position + size]
         crc_valid = header.crc == compute_crc(batch)
+        intact &= crc_valid
         out.emit("batch", _batch_item(header, position, crc_valid))
         if not (records or print_data):
             continue
@@ -356,10 +359,11 @@ def dump_segment(
                 f"| records of the batch at position {position} do not parse: {exc}",
                 position=position,
             )
+            intact = False
             continue
         for record in parsed:
             out.emit("record", _record_item(header, record, print_data, decoder), prefix="| ")
-    return True
+    return intact
 
 
 def _base_offset(path: str) -> int:

@@ -50,7 +50,8 @@ def parse_time(text: str) -> int:
 
 
 def parse_partition_filter(text: str) -> PartitionFilter:
-    """`0,2`, `1-3`, `4-` (4 and above) or `-2` (below 2), comma-separated, as Kafka's tool."""
+    """`0,2`, `1-3` (upper bound exclusive, as Kafka's), `4-` (4 and above) or `-2` (below 2),
+    comma-separated."""
     ranges: list[tuple[int, int]] = []
     for part in (p.strip() for p in text.split(",")):
         match = re.fullmatch(r"(\d*)-(\d*)|(\d+)", part)
@@ -66,29 +67,20 @@ def parse_partition_filter(text: str) -> PartitionFilter:
 
 
 def parse_topic_partitions(text: str) -> list[tuple[re.Pattern[str], PartitionFilter]]:
-    """--topic-partitions `t1:1,t2:0-3,t3`: topic patterns with optional partition filters."""
-    filters = []
-    for entry in _split_topic_partitions(text):
+    """--topic-partitions `t1:1,t2:0-3,t3,:5`: comma-separated `TOPIC-REGEX[:FILTER]` entries,
+    each with one partition, range or bound (Kafka's pattern); no regex matches every topic."""
+    filters: list[tuple[re.Pattern[str], PartitionFilter]] = []
+    for entry in (piece.strip() for piece in text.split(",")):
+        if not entry:
+            continue
         topic, _sep, partitions = entry.partition(":")
-        filters.append(
-            (
-                re.compile(topic or ".*"),
-                parse_partition_filter(partitions) if partitions else (lambda _p: True),
-            )
-        )
+        accepts = parse_partition_filter(partitions) if partitions else _every_partition
+        filters.append((re.compile(topic or ".*"), accepts))
     return filters
 
 
-def _split_topic_partitions(text: str) -> list[str]:
-    # A comma separates both entries and partitions of one entry: a piece that is only a
-    # partition filter belongs to the entry before it.
-    entries: list[str] = []
-    for piece in text.split(","):
-        if entries and ":" in entries[-1] and re.fullmatch(r"\d*-?\d*", piece.strip()):
-            entries[-1] += "," + piece.strip()
-        else:
-            entries.append(piece.strip())
-    return [e for e in entries if e]
+def _every_partition(_partition: int) -> bool:
+    return True
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -124,7 +116,7 @@ async def _get_offsets(args: argparse.Namespace) -> int:
         filters = [
             (
                 re.compile(args.topic or ".*"),
-                parse_partition_filter(args.partitions) if args.partitions else (lambda _p: True),
+                parse_partition_filter(args.partitions) if args.partitions else _every_partition,
             )
         ]
     async with Admin(
