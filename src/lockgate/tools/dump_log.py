@@ -33,6 +33,7 @@ from lockgate.protocol.records import (
     peek_batch_size,
     read_records,
 )
+from lockgate.protocol.rewrite import has_delete_horizon
 from lockgate.tools.common import EXIT_FAILURE, EXIT_OK
 
 CODEC_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
@@ -103,6 +104,8 @@ class _Output:
 
 
 def _text(value: Any) -> str:
+    if value is None:
+        return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, dict | list):
@@ -274,6 +277,9 @@ def _batch_item(header: BatchHeader, position: int, crc_valid: bool) -> Item:
         "partitionLeaderEpoch": header.partition_leader_epoch,
         "isTransactional": header.is_transactional,
         "isControl": header.is_control,
+        # KIP-534: a cleaned batch with tombstones or markers carries the time they may go
+        # in its base timestamp
+        "deleteHorizonMs": header.base_timestamp if has_delete_horizon(header) else None,
         "position": position,
         time_type: header.max_timestamp,
         "baseTimestamp": header.base_timestamp,

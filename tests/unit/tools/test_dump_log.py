@@ -24,6 +24,7 @@ from lockgate.protocol.records import (
     compress,
     encode_record,
 )
+from lockgate.protocol.rewrite import DELETE_HORIZON_BIT
 from lockgate.tools.dump_log import decode_offsets_record, decode_transaction_record
 
 SEGMENT = "00000000000000000100.log"
@@ -72,7 +73,7 @@ def test_batches_records_and_markers(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert first.startswith(
         "baseOffset: 100 lastOffset: 101 count: 2 baseSequence: 10 lastSequence: 11 "
         "producerId: 7 producerEpoch: 2 partitionLeaderEpoch: 3 isTransactional: true "
-        "isControl: false position: 0 CreateTime: 1005 baseTimestamp: 1000"
+        "isControl: false deleteHorizonMs: null position: 0 CreateTime: 1005 baseTimestamp: 1000"
     )
     assert "compresscodec: gzip" in first and first.endswith("isvalid: true")
     assert "baseOffset: 102" in marker and "isControl: true" in marker
@@ -83,7 +84,7 @@ def test_batches_records_and_markers(tmp_path: Path, capsys: pytest.CaptureFixtu
     )
     assert deep[-1].endswith("endTxnMarker: COMMIT coordinatorEpoch: 5")
     _code, data = dump(capsys, "--files", str(path), "--print-data-log")
-    assert data[3].endswith("key: k1 payload: v1") and data[4].endswith("key: None payload: v2")
+    assert data[3].endswith("key: k1 payload: v1") and data[4].endswith("key: null payload: v2")
     _code, as_json = dump(capsys, "--files", str(path), "--print-data-log", "--json")
     items = [json.loads(line) for line in as_json]
     assert [item["type"] for item in items] == [
@@ -247,3 +248,13 @@ def test_producer_snapshot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     path.write_bytes(table.snapshot(103)[:-1])
     code, lines = dump(capsys, "--files", str(path))
     assert code == 1 and "damaged" in lines[-1]
+
+
+def test_delete_horizon_of_a_cleaned_batch(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tombstone = build_batch([(b"k", None)], timestamp_ms=86_400_000, attributes=DELETE_HORIZON_BIT)
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(tombstone)
+    _code, lines = dump(capsys, "--files", str(path), "--json")
+    assert json.loads(lines[2])["deleteHorizonMs"] == 86_400_000
