@@ -157,6 +157,9 @@ async def last_stable_offset_and_list_offsets(connection: BrokerConnection, boot
         "latest committed (LSO)": await list_offsets(connection, "diff-lso", 0, -1, 1),
         "by time 1001": await list_offsets(connection, "diff-lso", 0, 1_001, 0),
         "max timestamp": await list_offsets(connection, "diff-lso", 0, -3, 0),
+        # no tiered storage on either broker: -4 is the log start, -5 has no offset (-1)
+        "earliest local": await list_offsets(connection, "diff-lso", 0, -4, 0),
+        "latest tiered": await list_offsets(connection, "diff-lso", 0, -5, 0),
         "unknown partition": (await list_offsets(connection, "diff-lso", 9, -1, 0))[0],
     }
     await asyncio.to_thread(producer.abort_transaction, 60)
