@@ -1,0 +1,643 @@
+# The consumer group protocol (KIP-848) as a pure state machine: (group, request, now) →
+# (new group, response, records). Members heartbeat; the coordinator keeps a group epoch
+# (bumped by any change of membership, subscriptions or subscribed topics' partitions), a target
+# assignment computed by a server-side assignor at that epoch, and moves each member toward its
+# target incrementally.
+#
+# Invariants:
+# - a partition is never handed to a member while another member still holds it (assigned or
+#   pending revocation): it is withheld ("unreleased") until the holder's heartbeat no longer
+#   lists it;
+# - a member's epoch only moves to the target assignment epoch once it holds no partition the
+#   target takes away (it stays at its epoch, in UNREVOKED_PARTITIONS, until it has revoked them);
+# - functions never mutate the group they are given: they return a new one.
+from __future__ import annotations
+
+import enum
+import re
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from lockgate.coordinator.group.assignors import ASSIGNORS, EMPTY, Assignment, Subscription
+from lockgate.protocol.errors import ErrorCode
+
+LEAVE_EPOCH = -1
+STATIC_LEAVE_EPOCH = -2
+JOIN_EPOCH = 0
+
+
+class MemberState(enum.Enum):
+    STABLE = "stable"
+    UNREVOKED_PARTITIONS = "unrevoked_partitions"
+    UNRELEASED_PARTITIONS = "unreleased_partitions"
+
+
+class ConsumerGroupState(enum.Enum):
+    EMPTY = "Empty"
+    ASSIGNING = "Assigning"
+    RECONCILING = "Reconciling"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+class RecordKind(enum.IntEnum):
+    """Kafka's __consumer_offsets key versions of the consumer protocol's records."""
+
+    GROUP_EPOCH = 3  # ConsumerGroupMetadata
+    PARTITION_METADATA = 4  # ConsumerGroupPartitionMetadata
+    MEMBER = 5  # ConsumerGroupMemberMetadata
+    TARGET_EPOCH = 6  # ConsumerGroupTargetAssignmentMetadata
+    TARGET_MEMBER = 7  # ConsumerGroupTargetAssignmentMember
+    CURRENT_ASSIGNMENT = 8  # ConsumerGroupCurrentMemberAssignment
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerMember:
+    member_id: str
+    instance_id: str | None = None
+    rack_id: str | None = None
+    client_id: str = ""
+    client_host: str = ""
+    member_epoch: int = 0
+    previous_member_epoch: int = -1
+    state: MemberState = MemberState.STABLE
+    rebalance_timeout_ms: int = -1
+    subscribed_topic_names: tuple[str, ...] = ()
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    assigned: Assignment = field(default_factory=dict)
+    pending_revocation: Assignment = field(default_factory=dict)
+    # while UNREVOKED_PARTITIONS: when the member is fenced if it has not revoked (-1 otherwise)
+    revocation_deadline_ms: int = -1
+
+    def subscribed(self, topics: Mapping[str, int]) -> frozenset[str]:
+        """The existing topics the member subscribes to, by name or by its regex."""
+        names = {t for t in self.subscribed_topic_names if t in topics}
+        if self.subscribed_topic_regex:
+            pattern = re.compile(self.subscribed_topic_regex)
+            names |= {t for t in topics if pattern.fullmatch(t) and not t.startswith("__")}
+        return frozenset(names)
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerRecord:
+    """One change to persist: `value` is None for a tombstone, else an int epoch (group and
+    target epochs), the partition counts (metadata), a ConsumerMember (member and current
+    assignment) or an Assignment (target member)."""
+
+    kind: RecordKind
+    group_id: str
+    member_id: str | None
+    value: object | None
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroup:
+    group_id: str
+    group_epoch: int = 0
+    assignment_epoch: int = 0
+    members: Mapping[str, ConsumerMember] = field(default_factory=dict)
+    static_members: Mapping[str, str] = field(default_factory=dict)  # instance id → member id
+    target: Mapping[str, Assignment] = field(default_factory=dict)
+    partition_counts: Mapping[str, int] = field(default_factory=dict)  # subscribed topics
+    assignor: str = ""
+
+    @property
+    def state(self) -> ConsumerGroupState:
+        if not self.members:
+            return ConsumerGroupState.EMPTY
+        if self.group_epoch != self.assignment_epoch:
+            return ConsumerGroupState.ASSIGNING
+        if any(
+            m.member_epoch != self.assignment_epoch or m.state != MemberState.STABLE
+            for m in self.members.values()
+            if m.member_epoch != STATIC_LEAVE_EPOCH
+        ):
+            return ConsumerGroupState.RECONCILING
+        return ConsumerGroupState.STABLE
+
+    def holders(self) -> dict[tuple[str, int], str]:
+        """Who holds each partition (assigned or pending revocation)."""
+        held: dict[tuple[str, int], str] = {}
+        for member in self.members.values():
+            for assignment in (member.assigned, member.pending_revocation):
+                for topic, parts in assignment.items():
+                    held.update(dict.fromkeys(((topic, p) for p in parts), member.member_id))
+        return held
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupConfig:
+    assignors: tuple[str, ...] = ("uniform", "range")  # the first is the default
+    heartbeat_interval_ms: int = 5000
+    max_size: int = 2**31 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatRequest:
+    group_id: str
+    member_id: str
+    member_epoch: int
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: int = -1
+    subscribed_topic_names: tuple[str, ...] | None = None
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    owned: Assignment | None = None  # None: unchanged since the last heartbeat
+    client_id: str = ""
+    client_host: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatResponse:
+    error: ErrorCode
+    member_id: str
+    member_epoch: int
+    heartbeat_interval_ms: int
+    assignment: Assignment | None = None
+    message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    group: ConsumerGroup | None  # None: the group is unchanged (or, with no response, gone)
+    response: HeartbeatResponse
+    records: tuple[ConsumerRecord, ...] = ()
+
+
+def _error(
+    request: HeartbeatRequest, code: ErrorCode, message: str, config: ConsumerGroupConfig
+) -> Outcome:
+    return Outcome(
+        None,
+        HeartbeatResponse(
+            code, request.member_id, request.member_epoch, config.heartbeat_interval_ms, None,
+            message,
+        ),
+    )  # fmt: skip
+
+
+def _validate(request: HeartbeatRequest, config: ConsumerGroupConfig) -> tuple[ErrorCode, str]:
+    """Kafka's request checks: INVALID_REQUEST for missing or contradictory fields."""
+    if not request.group_id:
+        return ErrorCode.invalid_request, "GroupId can't be empty."
+    if request.instance_id is not None and not request.instance_id:
+        return ErrorCode.invalid_request, "InstanceId can't be empty."
+    if not request.member_id:
+        return ErrorCode.invalid_request, "MemberId can't be empty."
+    epoch = request.member_epoch
+    if epoch == JOIN_EPOCH:
+        if request.rebalance_timeout_ms == -1:
+            return (
+                ErrorCode.invalid_request,
+                "RebalanceTimeoutMs must be provided in first request.",
+            )
+        if request.owned:
+            return ErrorCode.invalid_request, "TopicPartitions must be empty when (re-)joining."
+        if request.subscribed_topic_names is None and request.subscribed_topic_regex is None:
+            return (
+                ErrorCode.invalid_request,
+                "SubscribedTopicNames or SubscribedTopicRegex must be set in first request.",
+            )
+    elif epoch == STATIC_LEAVE_EPOCH:
+        if request.instance_id is None:
+            return ErrorCode.invalid_request, "InstanceId can't be null."
+    elif epoch < STATIC_LEAVE_EPOCH:
+        return ErrorCode.invalid_request, f"MemberEpoch {epoch} is invalid."
+    if request.subscribed_topic_regex is not None:
+        try:
+            re.compile(request.subscribed_topic_regex)
+        except re.error as exc:
+            return ErrorCode.invalid_regular_expression, f"SubscribedTopicRegex: {exc}"
+    if request.server_assignor is not None and request.server_assignor not in config.assignors:
+        return (
+            ErrorCode.unsupported_assignor,
+            f"ServerAssignor {request.server_assignor} is not supported. Supported assignors: "
+            + ", ".join(config.assignors),
+        )
+    return ErrorCode.none, ""
+
+
+def _is_subset(owned: Assignment | None, assigned: Assignment) -> bool:
+    if owned is None:
+        return False
+    return all(parts <= assigned.get(topic, frozenset()) for topic, parts in owned.items())
+
+
+def _owns_any(owned: Assignment | None, partitions: Assignment) -> bool:
+    """Whether the member still holds some of `partitions`: unknown (None) counts as yes."""
+    if owned is None:
+        return True
+    return any(parts & owned.get(topic, frozenset()) for topic, parts in partitions.items())
+
+
+def heartbeat(
+    group: ConsumerGroup | None,
+    request: HeartbeatRequest,
+    topics: Mapping[str, int],
+    config: ConsumerGroupConfig,
+    now_ms: int,
+    *,
+    other_protocol_group: bool = False,
+) -> Outcome:
+    """ConsumerGroupHeartbeat. `topics`: every topic's partition count; `other_protocol_group`:
+    a classic group with members has this id."""
+    code, message = _validate(request, config)
+    if code:
+        return _error(request, code, message, config)
+    if request.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
+        return _leave(group, request, topics, config)
+    joining = request.member_epoch == JOIN_EPOCH
+    if group is None or other_protocol_group:
+        if not joining or other_protocol_group:
+            what = "is not a consumer group" if other_protocol_group else "not found"
+            return _error(
+                request, ErrorCode.group_id_not_found, f"Group {request.group_id} {what}.", config
+            )
+        group = ConsumerGroup(request.group_id)
+    records: list[ConsumerRecord] = []
+    members = dict(group.members)
+    static_members = dict(group.static_members)
+    target = dict(group.target)
+
+    # -- the member ------------------------------------------------------------------------------
+    member = members.get(request.member_id)
+    replaced_static = False
+    if request.instance_id is not None:
+        holder = static_members.get(request.instance_id)
+        if joining and holder is not None and holder != request.member_id:
+            old = members[holder]
+            if old.member_epoch != STATIC_LEAVE_EPOCH:
+                return _error(
+                    request, ErrorCode.unreleased_instance_id,
+                    f"Static member {holder} with instance id {request.instance_id} is present.",
+                    config,
+                )  # fmt: skip
+            # the restarted static member takes its predecessor's place and assignment
+            del members[holder]
+            records += _member_tombstones(group.group_id, holder)
+            member = replace(old, member_id=request.member_id, member_epoch=JOIN_EPOCH)
+            replaced_static = True
+            if holder in target:
+                target[request.member_id] = target.pop(holder)
+                records.append(
+                    ConsumerRecord(RecordKind.TARGET_MEMBER, group.group_id, request.member_id,
+                                   target[request.member_id])
+                )  # fmt: skip
+        elif not joining and holder is None:
+            return _error(request, ErrorCode.unknown_member_id, "Unknown static member.", config)
+        elif not joining and holder != request.member_id:
+            return _error(request, ErrorCode.fenced_instance_id, "Instance id is fenced.", config)
+    if member is None:
+        if not joining:
+            return _error(
+                request, ErrorCode.unknown_member_id,
+                f"Member {request.member_id} is not a member of group {group.group_id}.", config,
+            )  # fmt: skip
+        if len(members) >= config.max_size:
+            return _error(
+                request, ErrorCode.group_max_size_reached,
+                f"The consumer group has reached its maximum capacity of {config.max_size} "
+                "members.", config,
+            )  # fmt: skip
+        member = ConsumerMember(request.member_id)
+        new_member = True
+    else:
+        new_member = request.member_id not in group.members and not replaced_static
+        if request.member_epoch > member.member_epoch:
+            return _error(request, ErrorCode.fenced_member_epoch,
+                          f"Member epoch {request.member_epoch} is ahead of "
+                          f"{member.member_epoch}.", config)  # fmt: skip
+        if 0 < request.member_epoch < member.member_epoch and (
+            request.member_epoch != member.previous_member_epoch
+            or not _is_subset(request.owned, member.assigned)
+        ):
+            return _error(request, ErrorCode.fenced_member_epoch,
+                          f"Member epoch {request.member_epoch} is behind "
+                          f"{member.member_epoch}.", config)  # fmt: skip
+    updated = replace(
+        member,
+        instance_id=request.instance_id if request.instance_id is not None else member.instance_id,
+        rack_id=request.rack_id if request.rack_id is not None else member.rack_id,
+        rebalance_timeout_ms=(
+            request.rebalance_timeout_ms
+            if request.rebalance_timeout_ms != -1
+            else member.rebalance_timeout_ms
+        ),
+        subscribed_topic_names=(
+            tuple(sorted(set(request.subscribed_topic_names)))
+            if request.subscribed_topic_names is not None
+            else member.subscribed_topic_names
+        ),
+        subscribed_topic_regex=(
+            (request.subscribed_topic_regex or None)
+            if request.subscribed_topic_regex is not None
+            else member.subscribed_topic_regex
+        ),
+        server_assignor=(
+            request.server_assignor
+            if request.server_assignor is not None
+            else member.server_assignor
+        ),
+        client_id=request.client_id,
+        client_host=request.client_host,
+    )
+    bump = (
+        group.group_epoch == 0
+        or new_member
+        or (
+            (
+                updated.subscribed_topic_names,
+                updated.subscribed_topic_regex,
+                updated.server_assignor,
+            )
+            != (
+                member.subscribed_topic_names,
+                member.subscribed_topic_regex,
+                member.server_assignor,
+            )
+        )
+    )
+    if updated != member or new_member:
+        records.append(
+            ConsumerRecord(RecordKind.MEMBER, group.group_id, updated.member_id, updated)
+        )
+    members[updated.member_id] = updated
+    if updated.instance_id is not None:
+        static_members[updated.instance_id] = updated.member_id
+    group = replace(group, members=members, static_members=static_members, target=target)
+
+    # -- group epoch and target assignment -----------------------------------------------------
+    group, more = _refresh(group, topics, config, force_bump=bump)
+    records += more
+    # -- reconciliation --------------------------------------------------------------------------
+    before = group.members[updated.member_id]
+    reconciled = reconcile(group, before, request.owned, now_ms)
+    if reconciled != before:
+        group = replace(group, members={**group.members, reconciled.member_id: reconciled})
+        records.append(ConsumerRecord(RecordKind.CURRENT_ASSIGNMENT, group.group_id,
+                                      reconciled.member_id, reconciled))  # fmt: skip
+    full_request = joining or (
+        request.rebalance_timeout_ms != -1
+        and request.subscribed_topic_names is not None
+        and request.owned is not None
+    )
+    changed = reconciled.assigned != member.assigned or new_member or replaced_static
+    return Outcome(
+        group,
+        HeartbeatResponse(
+            ErrorCode.none,
+            reconciled.member_id,
+            reconciled.member_epoch,
+            config.heartbeat_interval_ms,
+            reconciled.assigned if full_request or changed else None,
+        ),
+        tuple(records),
+    )
+
+
+def _member_tombstones(group_id: str, member_id: str) -> list[ConsumerRecord]:
+    return [
+        ConsumerRecord(RecordKind.CURRENT_ASSIGNMENT, group_id, member_id, None),
+        ConsumerRecord(RecordKind.TARGET_MEMBER, group_id, member_id, None),
+        ConsumerRecord(RecordKind.MEMBER, group_id, member_id, None),
+    ]
+
+
+def _leave(
+    group: ConsumerGroup | None,
+    request: HeartbeatRequest,
+    topics: Mapping[str, int],
+    config: ConsumerGroupConfig,
+) -> Outcome:
+    if group is None:
+        return _error(
+            request, ErrorCode.group_id_not_found, f"Group {request.group_id} not found.", config
+        )
+    if request.instance_id is not None:
+        holder = group.static_members.get(request.instance_id)
+        if holder is None:
+            return _error(request, ErrorCode.unknown_member_id, "Unknown static member.", config)
+        if holder != request.member_id:
+            return _error(request, ErrorCode.fenced_instance_id, "Instance id is fenced.", config)
+    member = group.members.get(request.member_id)
+    if member is None:
+        return _error(
+            request, ErrorCode.unknown_member_id,
+            f"Member {request.member_id} is not a member of group {group.group_id}.", config,
+        )  # fmt: skip
+    answer = HeartbeatResponse(
+        ErrorCode.none, request.member_id, request.member_epoch, config.heartbeat_interval_ms
+    )
+    if request.member_epoch == STATIC_LEAVE_EPOCH:
+        # KIP-848 static membership: the member keeps its place and assignment for a while
+        # (its session), so that a restart does not move partitions
+        away = replace(member, member_epoch=STATIC_LEAVE_EPOCH)
+        group = replace(group, members={**group.members, member.member_id: away})
+        record = ConsumerRecord(RecordKind.MEMBER, group.group_id, member.member_id, away)
+        return Outcome(group, answer, (record,))
+    removed = remove_member(group, member.member_id, topics, config)
+    return Outcome(removed.group, answer, removed.records)
+
+
+def remove_member(
+    group: ConsumerGroup,
+    member_id: str,
+    topics: Mapping[str, int],
+    config: ConsumerGroupConfig,
+) -> Outcome:
+    """A member leaves or is fenced (session or revocation timeout): the group epoch moves on
+    and the others get a new target assignment without it."""
+    member = group.members.get(member_id)
+    if member is None:
+        return _no_change(group, member_id, config)
+    members = {m: v for m, v in group.members.items() if m != member_id}
+    static_members = {i: m for i, m in group.static_members.items() if m != member_id}
+    target = {m: a for m, a in group.target.items() if m != member_id}
+    records = _member_tombstones(group.group_id, member_id)
+    group = replace(group, members=members, static_members=static_members, target=target)
+    group, more = _refresh(group, topics, config, force_bump=True)
+    return Outcome(
+        group,
+        HeartbeatResponse(ErrorCode.none, member_id, LEAVE_EPOCH, config.heartbeat_interval_ms),
+        tuple(records + more),
+    )
+
+
+def _no_change(group: ConsumerGroup, member_id: str, config: ConsumerGroupConfig) -> Outcome:
+    return Outcome(
+        None,
+        HeartbeatResponse(
+            ErrorCode.unknown_member_id, member_id, LEAVE_EPOCH, config.heartbeat_interval_ms
+        ),
+    )
+
+
+def expire_revocation(
+    group: ConsumerGroup,
+    member_id: str,
+    topics: Mapping[str, int],
+    config: ConsumerGroupConfig,
+    now_ms: int,
+) -> Outcome:
+    """The rebalance timeout: a member still holding partitions it was asked to revoke by its
+    deadline is removed from the group (fenced), so the others can get them."""
+    member = group.members.get(member_id)
+    if (
+        member is None
+        or member.state != MemberState.UNREVOKED_PARTITIONS
+        or member.revocation_deadline_ms < 0
+        or member.revocation_deadline_ms > now_ms
+    ):
+        return _no_change(group, member_id, config)
+    return remove_member(group, member_id, topics, config)
+
+
+def refresh_metadata(
+    group: ConsumerGroup, topics: Mapping[str, int], config: ConsumerGroupConfig
+) -> Outcome:
+    """Topics created, deleted or grown: a change in the subscribed topics' partition counts
+    bumps the group epoch and computes a new target assignment."""
+    refreshed, records = _refresh(group, topics, config, force_bump=False)
+    return Outcome(
+        refreshed if records else None,
+        HeartbeatResponse(ErrorCode.none, "", group.group_epoch, config.heartbeat_interval_ms),
+        tuple(records),
+    )
+
+
+def _refresh(
+    group: ConsumerGroup,
+    topics: Mapping[str, int],
+    config: ConsumerGroupConfig,
+    *,
+    force_bump: bool,
+) -> tuple[ConsumerGroup, list[ConsumerRecord]]:
+    records: list[ConsumerRecord] = []
+    subscribed: set[str] = set()
+    for m in group.members.values():
+        subscribed |= m.subscribed(topics)
+    counts = {t: topics[t] for t in sorted(subscribed)}
+    bump = force_bump
+    if counts != dict(group.partition_counts):
+        bump = True
+        group = replace(group, partition_counts=counts)
+        records.append(ConsumerRecord(RecordKind.PARTITION_METADATA, group.group_id, None, counts))
+    if bump:
+        group = replace(group, group_epoch=group.group_epoch + 1)
+        records.append(
+            ConsumerRecord(RecordKind.GROUP_EPOCH, group.group_id, None, group.group_epoch)
+        )
+    if group.group_epoch > group.assignment_epoch:
+        group, more = _assign(group, topics, config)
+        records += more
+    return group, records
+
+
+def choose_assignor(group: ConsumerGroup, config: ConsumerGroupConfig) -> str:
+    """The assignor most members ask for (ties: the configured order), else the default."""
+    wanted = Counter(m.server_assignor for m in group.members.values() if m.server_assignor)
+    if not wanted:
+        return config.assignors[0]
+    return max(config.assignors, key=lambda name: (wanted[name], -config.assignors.index(name)))
+
+
+def _assign(
+    group: ConsumerGroup, topics: Mapping[str, int], config: ConsumerGroupConfig
+) -> tuple[ConsumerGroup, list[ConsumerRecord]]:
+    name = choose_assignor(group, config)
+    subscriptions = {
+        m.member_id: Subscription(m.subscribed(topics), m.rack_id) for m in group.members.values()
+    }
+    counts = {t: topics[t] for t in group.partition_counts if t in topics}
+    target = ASSIGNORS[name](subscriptions, counts, group.target)
+    records = [
+        ConsumerRecord(RecordKind.TARGET_MEMBER, group.group_id, member_id, assignment)
+        for member_id, assignment in sorted(target.items())
+        if dict(group.target.get(member_id, EMPTY)) != dict(assignment)
+    ]
+    records.append(ConsumerRecord(RecordKind.TARGET_EPOCH, group.group_id, None, group.group_epoch))
+    return (
+        replace(group, target=target, assignment_epoch=group.group_epoch, assignor=name),
+        records,
+    )
+
+
+def reconcile(
+    group: ConsumerGroup, member: ConsumerMember, owned: Assignment | None, now_ms: int
+) -> ConsumerMember:
+    """One step of the member toward its target assignment (Kafka's current assignment
+    builder). `owned`: the partitions the member reports holding (None: not reported)."""
+    if member.member_epoch == STATIC_LEAVE_EPOCH:
+        return member
+    target_epoch = group.assignment_epoch
+    if member.state == MemberState.UNREVOKED_PARTITIONS:
+        if _owns_any(owned, member.pending_revocation):
+            return member
+        return _next(group, member, min(member.member_epoch + 1, target_epoch), owned, now_ms)
+    if member.state == MemberState.UNRELEASED_PARTITIONS or member.member_epoch != target_epoch:
+        return _next(group, member, member.member_epoch, owned, now_ms)
+    return member
+
+
+def _next(
+    group: ConsumerGroup,
+    member: ConsumerMember,
+    member_epoch: int,
+    owned: Assignment | None,
+    now_ms: int,
+) -> ConsumerMember:
+    target = group.target.get(member.member_id, EMPTY)
+    keep: dict[str, frozenset[int]] = {}
+    revoke: dict[str, frozenset[int]] = {}
+    add: dict[str, frozenset[int]] = {}
+    unreleased = False
+    holders = group.holders()
+    for topic in sorted(set(target) | set(member.assigned)):
+        wanted = target.get(topic, frozenset())
+        current = member.assigned.get(topic, frozenset())
+        kept = current & wanted
+        if kept:
+            keep[topic] = kept
+        if current - kept:
+            revoke[topic] = current - kept
+        free = set()
+        for p in sorted(wanted - kept):
+            holder = holders.get((topic, p))
+            if holder is not None and holder != member.member_id:
+                unreleased = True
+            else:
+                free.add(p)
+        if free:
+            add[topic] = frozenset(free)
+    epoch_moves = member.member_epoch != member_epoch
+    if revoke and _owns_any(owned, revoke):
+        deadline = member.revocation_deadline_ms
+        if member.state != MemberState.UNREVOKED_PARTITIONS or deadline < 0:
+            deadline = now_ms + max(member.rebalance_timeout_ms, 0)
+        return replace(
+            member,
+            state=MemberState.UNREVOKED_PARTITIONS,
+            member_epoch=member_epoch,
+            previous_member_epoch=member.previous_member_epoch
+            if not epoch_moves
+            else member.member_epoch,
+            assigned=keep,
+            pending_revocation=revoke,
+            revocation_deadline_ms=deadline,
+        )
+    assigned = {t: keep.get(t, frozenset()) | add.get(t, frozenset()) for t in set(keep) | set(add)}
+    target_epoch = group.assignment_epoch
+    return replace(
+        member,
+        state=MemberState.UNRELEASED_PARTITIONS if unreleased else MemberState.STABLE,
+        member_epoch=target_epoch,
+        previous_member_epoch=member.member_epoch
+        if member.member_epoch != target_epoch
+        else member.previous_member_epoch,
+        assigned=dict(sorted(assigned.items())),
+        pending_revocation={},
+        revocation_deadline_ms=-1,
+    )

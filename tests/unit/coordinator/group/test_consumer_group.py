@@ -1,0 +1,318 @@
+"""The consumer group protocol (KIP-848) state machine: validation, epochs, target assignment,
+incremental reconciliation with pending revocation, leaving, static members, timeouts."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from lockgate.coordinator.group.assignors import Assignment
+from lockgate.coordinator.group.consumer_group import (
+    ConsumerGroup,
+    ConsumerGroupConfig,
+    ConsumerGroupState,
+    HeartbeatRequest,
+    MemberState,
+    Outcome,
+    RecordKind,
+    expire_revocation,
+    heartbeat,
+    refresh_metadata,
+    remove_member,
+)
+from lockgate.protocol.errors import ErrorCode
+
+CONFIG = ConsumerGroupConfig(heartbeat_interval_ms=5000)
+TOPICS = {"t": 4}
+
+
+def join(
+    group: ConsumerGroup | None,
+    member: str,
+    topics: tuple[str, ...] = ("t",),
+    *,
+    instance: str | None = None,
+    assignor: str | None = None,
+    known: dict[str, int] | None = None,
+    config: ConsumerGroupConfig = CONFIG,
+) -> Outcome:
+    request = HeartbeatRequest(
+        "g", member, 0, instance_id=instance, rebalance_timeout_ms=1000,
+        subscribed_topic_names=topics, server_assignor=assignor, owned={},
+    )  # fmt: skip
+    return heartbeat(group, request, known or TOPICS, config, now_ms=0)
+
+
+def beat(
+    group: ConsumerGroup,
+    member: str,
+    epoch: int,
+    owned: Assignment | None,
+    *,
+    now: int = 0,
+    instance: str | None = None,
+    known: dict[str, int] | None = None,
+) -> Outcome:
+    request = HeartbeatRequest("g", member, epoch, instance_id=instance, owned=owned)
+    return heartbeat(group, request, known or TOPICS, CONFIG, now_ms=now)
+
+
+def ok(outcome: Outcome) -> ConsumerGroup:
+    assert outcome.response.error == ErrorCode.none, outcome.response
+    assert outcome.group is not None
+    return outcome.group
+
+
+def test_first_member_gets_every_partition_at_epoch_one() -> None:
+    outcome = join(None, "m1")
+    group = ok(outcome)
+    assert outcome.response.member_epoch == 1 and group.group_epoch == 1
+    assert outcome.response.assignment == {"t": frozenset(range(4))}
+    assert outcome.response.heartbeat_interval_ms == 5000
+    assert group.state == ConsumerGroupState.STABLE
+    kinds = [r.kind for r in outcome.records]
+    for kind in RecordKind:
+        assert kind in kinds  # every record type is written for a new group
+
+
+@pytest.mark.parametrize(
+    ("request_", "message"),
+    [
+        (HeartbeatRequest("", "m", 0, rebalance_timeout_ms=1, subscribed_topic_names=()), "Group"),
+        (HeartbeatRequest("g", "", 0, rebalance_timeout_ms=1, subscribed_topic_names=()), "Member"),
+        (HeartbeatRequest("g", "m", 0, subscribed_topic_names=("t",)), "Rebalance"),
+        (HeartbeatRequest("g", "m", 0, rebalance_timeout_ms=1), "Subscribed"),
+        (
+            HeartbeatRequest(
+                "g",
+                "m",
+                0,
+                rebalance_timeout_ms=1,
+                subscribed_topic_names=(),
+                owned={"t": frozenset({0})},
+            ),
+            "TopicPartitions",
+        ),
+        (HeartbeatRequest("g", "m", -2), "InstanceId"),
+        (HeartbeatRequest("g", "m", 1, instance_id=""), "InstanceId"),
+    ],
+)
+def test_invalid_requests(request_: HeartbeatRequest, message: str) -> None:
+    outcome = heartbeat(None, request_, TOPICS, CONFIG, 0)
+    assert outcome.response.error == ErrorCode.invalid_request
+    assert outcome.response.message is not None and message in outcome.response.message
+    assert outcome.group is None and not outcome.records
+
+
+def test_unsupported_assignor() -> None:
+    outcome = join(None, "m1", assignor="sticky")
+    assert outcome.response.error == ErrorCode.unsupported_assignor
+
+
+def test_member_chosen_assignor_is_used() -> None:
+    group = ok(join(None, "m1", assignor="range"))
+    assert group.assignor == "range"
+    assert ok(join(None, "m1")).assignor == "uniform"
+
+
+def test_unknown_group_and_member() -> None:
+    assert beat(ConsumerGroup("g"), "m", 3, None).response.error == ErrorCode.unknown_member_id
+    outcome = heartbeat(None, HeartbeatRequest("g", "m", 3), TOPICS, CONFIG, 0)
+    assert outcome.response.error == ErrorCode.group_id_not_found
+    outcome = heartbeat(None, HeartbeatRequest("g", "m", -1), TOPICS, CONFIG, 0)
+    assert outcome.response.error == ErrorCode.group_id_not_found
+
+
+def test_classic_group_with_members_refuses_consumer_members() -> None:
+    request = HeartbeatRequest("g", "m", 0, rebalance_timeout_ms=1, subscribed_topic_names=("t",))
+    outcome = heartbeat(None, request, TOPICS, CONFIG, 0, other_protocol_group=True)
+    assert outcome.response.error == ErrorCode.group_id_not_found
+
+
+def test_group_max_size() -> None:
+    small = ConsumerGroupConfig(max_size=1)
+    group = ok(join(None, "m1", config=small))
+    assert join(group, "m2", config=small).response.error == ErrorCode.group_max_size_reached
+    assert join(group, "m1", config=small).response.error == ErrorCode.none  # a member rejoins
+
+
+def test_epochs_fence_members_ahead_or_behind() -> None:
+    group = ok(join(None, "m1"))  # epoch 1
+    assert beat(group, "m1", 2, None).response.error == ErrorCode.fenced_member_epoch
+    group = ok(join(group, "m2"))  # epoch 2: m1 must revoke first
+    group = ok(beat(group, "m1", 1, {"t": frozenset(range(4))}))
+    m1 = group.members["m1"]
+    assert m1.state == MemberState.UNREVOKED_PARTITIONS and m1.member_epoch == 1
+    group = ok(beat(group, "m1", 1, m1.assigned))  # revoked: moves to epoch 2
+    assert group.members["m1"].member_epoch == 2
+    # the previous epoch is accepted with a subset of the assignment (a lost response)...
+    assert beat(group, "m1", 1, group.members["m1"].assigned).response.error == ErrorCode.none
+    # ...but not without owned partitions, nor any older epoch
+    assert beat(group, "m1", 1, None).response.error == ErrorCode.fenced_member_epoch
+    outcome = beat(replace(group, members={**group.members, "m1": replace(m1, member_epoch=5)}),
+                   "m1", 3, {})  # fmt: skip
+    assert outcome.response.error == ErrorCode.fenced_member_epoch
+
+
+def test_incremental_reconciliation_withholds_unreleased_partitions() -> None:
+    group = ok(join(None, "m1"))
+    everything = {"t": frozenset(range(4))}
+    outcome = join(group, "m2")
+    group = ok(outcome)
+    # m2's target partitions are still m1's: it joins at the new epoch with nothing
+    assert outcome.response.member_epoch == 2 and outcome.response.assignment == {}
+    assert group.members["m2"].state == MemberState.UNRELEASED_PARTITIONS
+    assert group.state == ConsumerGroupState.RECONCILING
+    target_m2 = group.target["m2"]
+    # m1 is asked to revoke m2's partitions and keeps its epoch
+    outcome = beat(group, "m1", 1, everything)
+    group = ok(outcome)
+    assert outcome.response.member_epoch == 1
+    assert outcome.response.assignment == group.target["m1"]
+    assert group.members["m1"].pending_revocation == target_m2
+    # m2 still gets nothing while m1 holds them
+    outcome = beat(group, "m2", 2, {})
+    group = ok(outcome)
+    assert outcome.response.assignment is None and group.members["m2"].assigned == {}
+    # m1 acknowledges the revocation (its owned partitions no longer list them)
+    outcome = beat(group, "m1", 1, group.target["m1"])
+    group = ok(outcome)
+    assert outcome.response.member_epoch == 2
+    assert group.members["m1"].state == MemberState.STABLE
+    # now m2 gets them
+    outcome = beat(group, "m2", 2, {})
+    group = ok(outcome)
+    assert outcome.response.assignment == target_m2
+    assert group.state == ConsumerGroupState.STABLE
+
+
+def test_revocation_unknown_owned_partitions_waits() -> None:
+    group = ok(join(join(None, "m1").group, "m2"))
+    group = ok(beat(group, "m1", 1, {"t": frozenset(range(4))}))
+    outcome = beat(group, "m1", 1, None)  # owned not reported: still holding them
+    assert outcome.group is not None
+    assert outcome.group.members["m1"].state == MemberState.UNREVOKED_PARTITIONS
+
+
+def test_member_leaves_and_others_get_its_partitions() -> None:
+    group = ok(join(join(None, "m1").group, "m2"))
+    group = ok(beat(group, "m1", 1, {"t": frozenset(range(4))}))
+    group = ok(beat(group, "m1", 1, group.target["m1"]))
+    group = ok(beat(group, "m2", 2, {}))
+    outcome = beat(group, "m2", -1, None)
+    group = ok(outcome)
+    assert outcome.response.member_epoch == -1 and "m2" not in group.members
+    assert group.group_epoch == 3 and group.target["m1"] == {"t": frozenset(range(4))}
+    outcome = beat(group, "m1", 2, group.members["m1"].assigned)
+    assert outcome.response.member_epoch == 3
+    assert outcome.response.assignment == {"t": frozenset(range(4))}
+    assert beat(group, "m2", -1, None).response.error == ErrorCode.unknown_member_id
+
+
+def test_static_member_leaves_temporarily_and_keeps_its_assignment() -> None:
+    group = ok(join(None, "m1", instance="i1"))
+    outcome = beat(group, "m1", -2, None, instance="i1")
+    group = ok(outcome)
+    assert outcome.response.member_epoch == -2 and group.group_epoch == 1
+    assert group.members["m1"].assigned == {"t": frozenset(range(4))}
+    # the restarted process joins with a new member id and the same instance id
+    outcome = join(group, "m1b", instance="i1")
+    group = ok(outcome)
+    assert outcome.response.assignment == {"t": frozenset(range(4))}
+    assert outcome.response.member_epoch == 1 and group.group_epoch == 1  # no rebalance
+    assert set(group.members) == {"m1b"} and group.static_members == {"i1": "m1b"}
+
+
+def test_static_instance_still_in_use() -> None:
+    group = ok(join(None, "m1", instance="i1"))
+    assert join(group, "m2", instance="i1").response.error == ErrorCode.unreleased_instance_id
+    assert beat(group, "m2", 1, None, instance="i1").response.error == (
+        ErrorCode.fenced_instance_id
+    )
+    assert beat(group, "m2", 1, None, instance="i9").response.error == ErrorCode.unknown_member_id
+    # a static member leaving for good (-1) is removed
+    group = ok(beat(group, "m1", -1, None, instance="i1"))
+    assert not group.members and not group.static_members
+    assert group.state == ConsumerGroupState.EMPTY
+
+
+def test_subscription_change_bumps_the_epoch() -> None:
+    topics = {"t": 2, "u": 2}
+    group = ok(join(None, "m1", known=topics))
+    request = HeartbeatRequest("g", "m1", 1, subscribed_topic_names=("t", "u"), owned=None)
+    outcome = heartbeat(group, request, topics, CONFIG, 0)
+    group = ok(outcome)
+    assert group.group_epoch == 2 and outcome.response.member_epoch == 2
+    assert outcome.response.assignment == {"t": frozenset({0, 1}), "u": frozenset({0, 1})}
+
+
+def test_regex_subscription() -> None:
+    topics = {"orders-1": 1, "orders-2": 1, "other": 1}
+    request = HeartbeatRequest(
+        "g", "m1", 0, rebalance_timeout_ms=1, subscribed_topic_regex="orders-.*", owned={}
+    )
+    outcome = heartbeat(None, request, topics, CONFIG, 0)
+    assert outcome.response.assignment == {"orders-1": frozenset({0}), "orders-2": frozenset({0})}
+    bad = replace(request, subscribed_topic_regex="(")
+    assert heartbeat(None, bad, topics, CONFIG, 0).response.error == (
+        ErrorCode.invalid_regular_expression
+    )
+
+
+def test_topic_metadata_changes_bump_the_epoch() -> None:
+    group = ok(join(None, "m1"))
+    assert refresh_metadata(group, TOPICS, CONFIG).group is None  # nothing changed
+    outcome = refresh_metadata(group, {"t": 6}, CONFIG)
+    group = ok(outcome)
+    assert group.group_epoch == 2 and group.target["m1"] == {"t": frozenset(range(6))}
+    # a heartbeat also sees new partitions
+    outcome = beat(group, "m1", 1, {"t": frozenset(range(4))}, known={"t": 8})
+    assert outcome.response.assignment == {"t": frozenset(range(8))}
+    # the topic deleted: nothing left to assign
+    outcome = refresh_metadata(ok(outcome), {}, CONFIG)
+    assert ok(outcome).target["m1"] == {}
+
+
+def test_revocation_timeout_fences_the_member() -> None:
+    group = ok(join(join(None, "m1").group, "m2"))
+    group = ok(beat(group, "m1", 1, {"t": frozenset(range(4))}, now=100))
+    deadline = group.members["m1"].revocation_deadline_ms
+    assert deadline == 1100  # now + the member's rebalance timeout
+    assert expire_revocation(group, "m1", TOPICS, CONFIG, 1099).group is None
+    group = ok(expire_revocation(group, "m1", TOPICS, CONFIG, 1100))
+    assert set(group.members) == {"m2"} and group.target["m2"] == {"t": frozenset(range(4))}
+
+
+def test_session_expiry_removes_member() -> None:
+    group = ok(join(join(None, "m1").group, "m2"))
+    group = ok(remove_member(group, "m2", TOPICS, CONFIG))
+    assert set(group.members) == {"m1"} and group.group_epoch == 3
+    assert remove_member(group, "m2", TOPICS, CONFIG).group is None
+
+
+def test_rejoin_with_epoch_zero_gets_full_assignment() -> None:
+    group = ok(join(None, "m1"))
+    outcome = join(group, "m1")  # fenced client rejoining with its member id
+    assert outcome.response.error == ErrorCode.none
+    assert outcome.response.assignment == {"t": frozenset(range(4))}
+    assert outcome.response.member_epoch == 1 and ok(outcome).group_epoch == 1
+
+
+def test_three_members_converge_with_each_partition_once() -> None:
+    topics = {"t": 7}
+    members = ["m1", "m2", "m3"]
+    group: ConsumerGroup | None = None
+    for m in members:
+        group = ok(join(group, m, known=topics))
+    assert group is not None
+    owned: dict[str, Assignment] = {m: dict(group.members[m].assigned) for m in members}
+    for _ in range(6):  # each member heartbeats, revoking what it was asked to
+        for m in members:
+            outcome = beat(group, m, group.members[m].member_epoch, owned[m], known=topics)
+            group = ok(outcome)
+            owned[m] = dict(group.members[m].assigned)
+            held = [(t, p) for a in owned.values() for t, ps in a.items() for p in ps]
+            assert len(held) == len(set(held))  # never two owners
+    assert group.state == ConsumerGroupState.STABLE
+    assert sorted(p for a in owned.values() for p in a.get("t", ())) == list(range(7))
