@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import struct
@@ -17,7 +18,6 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from lockgate.client.admin_groups import decode_assignment
 from lockgate.coordinator.group import records as group_records
 from lockgate.coordinator.txn import log as txn_log
 from lockgate.log.producer_state import ProducerStateTable
@@ -94,13 +94,24 @@ class _Output:
         if self.as_json:
             print(json.dumps({"type": kind, **item}, separators=(",", ":")))
             return
-        print(prefix + " ".join(f"{name}: {_text(value)}" for name, value in item.items()))
+        print(
+            prefix + " ".join(f"{name}: {_field_text(name, value)}" for name, value in item.items())
+        )
 
     def note(self, kind: str, message: str, **extra: Any) -> None:
         if self.as_json:
             print(json.dumps({"type": kind, "message": message, **extra}, separators=(",", ":")))
         else:
             print(message)
+
+
+def _field_text(name: str, value: Any) -> str:
+    # Kafka's tool prints these two as Java renders them; text output stays diffable with it
+    if name == "headerKeys":
+        return "[" + ",".join(value) + "]"
+    if name == "deleteHorizonMs":
+        return "OptionalLong.empty" if value is None else f"OptionalLong[{value}]"
+    return _text(value)
 
 
 def _text(value: Any) -> str:
@@ -174,12 +185,12 @@ def _group_metadata(record: group_records.GroupRecord) -> Item:
                 "clientHost": m.client_host,
                 "rebalanceTimeout": m.rebalance_timeout_ms,
                 "sessionTimeout": m.session_timeout_ms,
-                "subscription": sorted(group_records.subscribed_topics(m.subscription))
+                "subscription": _consumer_protocol(m.subscription, _subscription)
                 if record.protocol_type == "consumer"
-                else m.subscription.hex(),
-                "assignment": _assignment(m.assignment)
+                else _base64(m.subscription),
+                "assignment": _consumer_protocol(m.assignment, _assignment)
                 if record.protocol_type == "consumer"
-                else m.assignment.hex(),
+                else _base64(m.assignment),
             }
         )
     return {
@@ -192,11 +203,80 @@ def _group_metadata(record: group_records.GroupRecord) -> Item:
     }
 
 
-def _assignment(data: bytes) -> list[str] | str:
+# The consumer protocol's subscription and assignment (versions 0-3), rendered as Kafka's
+# JSON converters render them: fields of later versions only when the version has them, bytes
+# in base64, and "" for empty data (a member that has no assignment yet).
+
+
+class _Cursor:
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.pos = 0
+
+    def take(self, fmt: str) -> int:
+        (value,) = struct.unpack_from(fmt, self.data, self.pos)
+        self.pos += struct.calcsize(fmt)
+        return int(value)
+
+    def string(self) -> str | None:
+        size = self.take(">h")
+        if size < 0:
+            return None
+        raw = self.data[self.pos : self.pos + size]
+        if len(raw) != size:
+            raise ValueError("string cut short")
+        self.pos += size
+        return raw.decode()
+
+    def bytes_(self) -> str | None:
+        size = self.take(">i")
+        if size < 0:
+            return None
+        raw = self.data[self.pos : self.pos + size]
+        if len(raw) != size:
+            raise ValueError("bytes cut short")
+        self.pos += size
+        return _base64(raw)
+
+    def topic_partitions(self) -> list[Item]:
+        found = []
+        for _ in range(max(self.take(">i"), 0)):
+            topic = self.string()
+            partitions = [self.take(">i") for _ in range(max(self.take(">i"), 0))]
+            found.append({"topic": topic, "partitions": partitions})
+        return found
+
+
+def _subscription(cursor: _Cursor, version: int) -> Item:
+    item: Item = {"topics": [cursor.string() for _ in range(max(cursor.take(">i"), 0))]}
+    item["userData"] = cursor.bytes_()
+    if version >= 1:
+        item["ownedPartitions"] = cursor.topic_partitions()
+    if version >= 2:
+        item["generationId"] = cursor.take(">i")
+    if version >= 3:
+        item["rackId"] = cursor.string()
+    return item
+
+
+def _assignment(cursor: _Cursor, version: int) -> Item:
+    del version  # every version has the same two fields
+    partitions = cursor.topic_partitions()
+    return {"assignedPartitions": partitions, "userData": cursor.bytes_()}
+
+
+def _consumer_protocol(data: bytes, read: Callable[[_Cursor, int], Item]) -> Item | str:
+    if not data:
+        return ""
+    cursor = _Cursor(data)
     try:
-        return [str(tp) for tp in decode_assignment(data)]
-    except ValueError:
-        return data.hex()
+        return read(cursor, cursor.take(">h"))
+    except (struct.error, ValueError, UnicodeDecodeError):
+        return _base64(data)
+
+
+def _base64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
 
 
 def decode_transaction_record(key: bytes | None, value: bytes | None) -> tuple[Any, Any]:
@@ -282,12 +362,12 @@ def _batch_item(header: BatchHeader, position: int, crc_valid: bool) -> Item:
         "deleteHorizonMs": header.base_timestamp if has_delete_horizon(header) else None,
         "position": position,
         time_type: header.max_timestamp,
-        "baseTimestamp": header.base_timestamp,
         "size": header.size,
         "magic": header.magic,
         "compresscodec": CODEC_NAMES.get(header.compression, str(header.compression)),
         "crc": header.crc,
         "isvalid": crc_valid,
+        "baseTimestamp": header.base_timestamp,  # lockgate's addition: last, so a prefix is Kafka's
     }
 
 
@@ -312,8 +392,11 @@ def _record_item(
     elif decoder is not None:
         item["key"], item["payload"] = decoder(record.key, record.value)
     elif print_data:
-        item["key"] = _string(record.key)
-        item["payload"] = _string(record.value)
+        # as Kafka's tool: a null key or value is left out rather than printed
+        if record.key is not None:
+            item["key"] = _string(record.key)
+        if record.value is not None:
+            item["payload"] = _string(record.value)
     return item
 
 
