@@ -10,6 +10,9 @@ Behaviour:
   offset.metadata.max.bytes: OFFSET_METADATA_TOO_LARGE.
 - Authorization: READ on the group (GROUP_AUTHORIZATION_FAILED for every partition) and on
   each topic (TOPIC_AUTHORIZATION_FAILED for its partitions; the others are committed).
+- A consumer-protocol group (KIP-848): the generation field is the member epoch; the member
+  must exist (UNKNOWN_MEMBER_ID) at that epoch (STALE_MEMBER_EPOCH); epoch -1 without member
+  only while the group has no members; its members must use v9+ (UNSUPPORTED_VERSION).
 Version notes: v2–4 retention time (ignored: offsets live as long as the group); v6 leader
 epoch; v7 group instance id; v8 flexible; v10 topic ids.
 """
@@ -70,6 +73,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
             request.member_id,
             field(request, "group_instance_id", None),
             offsets,
+            ctx.api_version,
         )
     )
     results = {**results, **refused}

@@ -7,6 +7,9 @@ Behaviour:
   gets UNSTABLE_OFFSET_COMMIT (the client retries); without it, pending offsets are simply
   invisible until the commit marker.
 - v8+ batches groups; v10 names topics by id (unknown id: UNKNOWN_TOPIC_ID).
+- v9+ member id and epoch: in a consumer-protocol group (KIP-848) a request naming a member
+  must name a current one (UNKNOWN_MEMBER_ID) at its epoch (STALE_MEMBER_EPOCH); a null member
+  id (the admin client) is not checked.
 - Authorization: DESCRIBE on the group (GROUP_AUTHORIZATION_FAILED for it) and on each topic:
   a named topic gets TOPIC_AUTHORIZATION_FAILED, an all-topics fetch leaves it out.
 Version notes: v2 top-level error; v3 throttle time; v5 leader epoch; v6 flexible.
@@ -47,7 +50,13 @@ def _described(ctx: RequestContext, answers: Any, *, named: bool) -> Any:
     return kept
 
 
-def _group(ctx: RequestContext, group_id: str, topics: Any, require_stable: bool) -> dict[str, Any]:
+def _group(
+    ctx: RequestContext,
+    group_id: str,
+    topics: Any,
+    require_stable: bool,
+    member: tuple[str | None, int] = (None, -1),
+) -> dict[str, Any]:
     if not authorize(ctx, Operation.DESCRIBE, ResourceType.GROUP, group_id):
         return {
             "group_id": group_id,
@@ -66,7 +75,7 @@ def _group(ctx: RequestContext, group_id: str, topics: Any, require_stable: bool
             name = names[key]
             if name is not None:
                 wanted.extend((name, p) for p in _partitions_of(topic))
-    error, answers = ctx.broker.groups.fetch(group_id, wanted, require_stable)
+    error, answers = ctx.broker.groups.fetch(group_id, wanted, require_stable, *member)
     if ctx.broker.authorizer is not None:
         answers = _described(ctx, answers, named=topics is not None)
     grouped: dict[str, list[dict[str, Any]]] = {}
@@ -116,7 +125,16 @@ def _group(ctx: RequestContext, group_id: str, topics: Any, require_stable: bool
 async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     require_stable = field(request, "require_stable", False)
     if ctx.api_version >= 8:
-        groups = [_group(ctx, g.group_id, g.topics, require_stable) for g in request.groups]
+        groups = [
+            _group(
+                ctx,
+                g.group_id,
+                g.topics,
+                require_stable,
+                (field(g, "member_id", None), field(g, "member_epoch", -1)),
+            )
+            for g in request.groups
+        ]
         return {"throttle_time": 0, "groups": groups}
     answer = _group(ctx, request.group_id, request.topics, require_stable)
     return {"throttle_time": 0, "topics": answer["topics"], "error_code": answer["error_code"]}

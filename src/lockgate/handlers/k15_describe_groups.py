@@ -2,7 +2,9 @@
 
 Behaviour: state, protocol type and name, and members (id, instance id, client id and host,
 metadata and assignment) of each group; an unknown group is reported as Dead with no members
-(v0–5) or GROUP_ID_NOT_FOUND (v6, like Kafka 4). Before its offsets partition is loaded:
+(v0–5) or GROUP_ID_NOT_FOUND (v6, like Kafka 4). A consumer-protocol group (KIP-848) is
+described as Kafka 4 does: Dead with no members (v0–5), GROUP_ID_NOT_FOUND "is not a classic
+group" (v6); ConsumerGroupDescribe describes it. Before its offsets partition is loaded:
 COORDINATOR_LOAD_IN_PROGRESS; coordinated by another broker (cluster mode): NOT_COORDINATOR.
 - Authorization: DESCRIBE on each group, else GROUP_AUTHORIZATION_FAILED for it; KIP-430:
   asked with IncludeAuthorizedOperations, the bitfield of the group operations allowed.
@@ -52,9 +54,14 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
             )
         if gate := coordinator.gate(group_id):
             entry["error_code"] = gate
-        elif group is None:
+        elif group is None or group.consumer is not None:
             if ctx.api_version >= 6:
                 entry["error_code"] = ErrorCode.group_id_not_found
+                entry["error_message"] = (
+                    f"Group {group_id} not found."
+                    if group is None
+                    else f"Group {group_id} is not a classic group."
+                )
         else:
             entry["group_state"] = group.state.value
             entry["protocol_type"] = group.protocol_type

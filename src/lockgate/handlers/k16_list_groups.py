@@ -1,7 +1,8 @@
 """ListGroups (key 16), versions 0–5.
 
 Behaviour: every group with its protocol type; v4 filters by state names, v5 by group type
-(only "classic" groups exist here).
+("classic", or "consumer" for the consumer group protocol of KIP-848, whose states are Empty,
+Assigning, Reconciling and Stable).
 - Authorization: DESCRIBE on the cluster lists every group; without it, only the groups the
   principal may DESCRIBE.
 Version notes: v3 flexible; v4 states filter; v5 types filter and group type.
@@ -30,16 +31,19 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
         }
     states = {s.lower() for s in field(request, "states_filter", ())}
     types = {t.lower() for t in field(request, "types_filter", ())}
-    listed = [
-        {
-            "group_id": g.group_id,
-            "protocol_type": g.protocol_type,
-            "group_state": g.state.value,
-            "group_type": "classic",
-        }
-        for g in sorted(coordinator.groups.values(), key=lambda g: g.group_id)
-        if (not states or g.state.value.lower() in states) and (not types or "classic" in types)
-    ]
+    listed = []
+    for g in sorted(coordinator.groups.values(), key=lambda g: g.group_id):
+        state = g.consumer.state.value if g.consumer is not None else g.state.value
+        group_type = "consumer" if g.consumer is not None else "classic"
+        if (not states or state.lower() in states) and (not types or group_type in types):
+            listed.append(
+                {
+                    "group_id": g.group_id,
+                    "protocol_type": g.protocol_type,
+                    "group_state": state,
+                    "group_type": group_type,
+                }
+            )
     # DESCRIBE on the cluster lists every group; else only those the principal may DESCRIBE
     if ctx.broker.authorizer is not None and not authorize(
         ctx, Operation.DESCRIBE, ResourceType.CLUSTER, log_denied=False

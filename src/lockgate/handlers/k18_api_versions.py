@@ -7,6 +7,8 @@ Behaviour:
 - v3+: feature `transaction.version` supported 0–2 and finalized at 2: transaction version 2
   (KIP-890: epoch bump per transaction, EndTxn v5, implicit partition add on Produce v12+ and
   TxnOffsetCommit v5) works end to end, proven by tests/integration/test_transaction_version_2.py.
+- v3+: feature `group.version` supported 0–1 and finalized at 1, as Kafka 4: the consumer group
+  protocol (KIP-848, ConsumerGroupHeartbeat/ConsumerGroupDescribe) is served.
 Version notes: v3+ carries client software name/version (logged) and tagged feature fields.
 """
 
@@ -27,6 +29,8 @@ def supported_versions() -> list[dict[str, int]]:
 
 TRANSACTION_VERSION = "transaction.version"
 TRANSACTION_VERSION_LEVEL = 2
+GROUP_VERSION = "group.version"
+GROUP_VERSION_LEVEL = 1
 FEATURES_EPOCH = 1  # the finalized features never change while lockgate runs
 
 
@@ -41,7 +45,8 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
                 "name": TRANSACTION_VERSION,
                 "min_version": 0,
                 "max_version": TRANSACTION_VERSION_LEVEL,
-            }
+            },
+            {"name": GROUP_VERSION, "min_version": 0, "max_version": GROUP_VERSION_LEVEL},
         ],
         "finalized_features_epoch": FEATURES_EPOCH,
         "finalized_features": [
@@ -49,6 +54,11 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
                 "name": TRANSACTION_VERSION,
                 "min_version_level": TRANSACTION_VERSION_LEVEL,
                 "max_version_level": TRANSACTION_VERSION_LEVEL,
-            }
+            },
+            {
+                "name": GROUP_VERSION,
+                "min_version_level": GROUP_VERSION_LEVEL,
+                "max_version_level": GROUP_VERSION_LEVEL,
+            },
         ],
     }

@@ -65,6 +65,16 @@ BROKER_DEFAULTS: dict[str, str] = {
     "group.initial.rebalance.delay.ms": "3000",
     "group.min.session.timeout.ms": "6000",
     "group.max.session.timeout.ms": "1800000",
+    # The consumer group protocol (KIP-848): server-side assignors (the first is the default),
+    # the members' session timeout and heartbeat interval (each within its min/max), max members
+    "group.consumer.assignors": "uniform,range",
+    "group.consumer.session.timeout.ms": "45000",
+    "group.consumer.min.session.timeout.ms": "45000",
+    "group.consumer.max.session.timeout.ms": "60000",
+    "group.consumer.heartbeat.interval.ms": "5000",
+    "group.consumer.min.heartbeat.interval.ms": "5000",
+    "group.consumer.max.heartbeat.interval.ms": "15000",
+    "group.consumer.max.size": "2147483647",
     "offset.metadata.max.bytes": "4096",
     # Kafka's offsets.retention.minutes (an alias of this finer lockgate property): offsets of
     # a group that has been Empty this long (or, without group metadata, committed this long

@@ -436,7 +436,9 @@ def _leave(
         # (its session), so that a restart does not move partitions
         away = replace(member, member_epoch=STATIC_LEAVE_EPOCH)
         group = replace(group, members={**group.members, member.member_id: away})
-        record = ConsumerRecord(RecordKind.MEMBER, group.group_id, member.member_id, away)
+        record = ConsumerRecord(
+            RecordKind.CURRENT_ASSIGNMENT, group.group_id, member.member_id, away
+        )
         return Outcome(group, answer, (record,))
     removed = remove_member(group, member.member_id, topics, config)
     return Outcome(removed.group, answer, removed.records)
@@ -641,3 +643,59 @@ def _next(
         pending_revocation={},
         revocation_deadline_ms=-1,
     )
+
+
+def replay(group: ConsumerGroup | None, record: ConsumerRecord) -> ConsumerGroup | None:
+    """Applies one persisted record (start-up replay); None: the group was deleted."""
+    value = record.value
+    if record.kind == RecordKind.GROUP_EPOCH and value is None:
+        return None
+    group = group or ConsumerGroup(record.group_id)
+    member_id = record.member_id or ""
+    if record.kind == RecordKind.GROUP_EPOCH:
+        assert isinstance(value, int)
+        return replace(group, group_epoch=value)
+    if record.kind == RecordKind.TARGET_EPOCH:
+        return replace(group, assignment_epoch=value if isinstance(value, int) else 0)
+    if record.kind == RecordKind.PARTITION_METADATA:
+        return replace(group, partition_counts=dict(value) if isinstance(value, dict) else {})
+    if record.kind == RecordKind.TARGET_MEMBER:
+        target = {m: a for m, a in group.target.items() if m != member_id}
+        if isinstance(value, dict):
+            target[member_id] = value
+        return replace(group, target=target)
+    members = dict(group.members)
+    static_members = dict(group.static_members)
+    if value is None:
+        if record.kind == RecordKind.MEMBER:
+            gone = members.pop(member_id, None)
+            if gone is not None and gone.instance_id is not None:
+                static_members.pop(gone.instance_id, None)
+        return replace(group, members=members, static_members=static_members)
+    assert isinstance(value, ConsumerMember)
+    current = members.get(member_id, ConsumerMember(member_id))
+    if record.kind == RecordKind.MEMBER:
+        current = replace(
+            current,
+            instance_id=value.instance_id,
+            rack_id=value.rack_id,
+            client_id=value.client_id,
+            client_host=value.client_host,
+            rebalance_timeout_ms=value.rebalance_timeout_ms,
+            subscribed_topic_names=value.subscribed_topic_names,
+            subscribed_topic_regex=value.subscribed_topic_regex,
+            server_assignor=value.server_assignor,
+        )
+        if current.instance_id is not None:
+            static_members[current.instance_id] = member_id
+    else:
+        current = replace(
+            current,
+            member_epoch=value.member_epoch,
+            previous_member_epoch=value.previous_member_epoch,
+            state=value.state,
+            assigned=value.assigned,
+            pending_revocation=value.pending_revocation,
+        )
+    members[member_id] = current
+    return replace(group, members=members, static_members=static_members)

@@ -8,6 +8,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from lockgate.coordinator.group.consumer_group import ConsumerGroup
 from lockgate.coordinator.group.records import CommittedOffset
 from lockgate.coordinator.group.state import LEGAL_PREVIOUS, GroupState
 from lockgate.protocol.errors import ErrorCode
@@ -51,6 +52,12 @@ class Group:
     rebalance_task: asyncio.Task[None] | None = None
     rebalance_deadline: float = 0.0
     rebalance_initial: bool = False  # the running rebalance began in Empty (initial delay)
+    # set: a consumer-protocol group (KIP-848), whose members live there, not in `members`
+    consumer: ConsumerGroup | None = None
+
+    @property
+    def has_members(self) -> bool:
+        return bool(self.members) or bool(self.consumer and self.consumer.members)
 
     def transition(self, state: GroupState) -> None:
         if self.state not in LEGAL_PREVIOUS[state]:

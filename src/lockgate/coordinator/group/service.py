@@ -12,6 +12,9 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from lockgate.coordinator import writes
+from lockgate.coordinator.group import consumer_records
+from lockgate.coordinator.group.consumer_group import ConsumerRecord, RecordKind
+from lockgate.coordinator.group.consumer_runtime import ConsumerProtocol
 from lockgate.coordinator.group.group import Group, Member, TopicPartition
 from lockgate.coordinator.group.records import (
     CommittedOffset,
@@ -24,6 +27,7 @@ from lockgate.coordinator.group.records import (
     group_value,
     offset_key,
     offset_value,
+    subscribed_topics,
 )
 from lockgate.coordinator.group.state import GroupState
 from lockgate.coordinator.snapshots import PartitionImage, restore
@@ -50,6 +54,23 @@ Answer = dict[str, Any]
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def consumer_member_error(
+    group: Group, member_id: str, member_epoch: int, stale: ErrorCode
+) -> ErrorCode:
+    """A commit or fetch naming a member of a consumer-protocol group: an epoch < 0 is
+    accepted only while the group has no members (the admin client, standalone consumers)."""
+    consumer = group.consumer
+    assert consumer is not None
+    if member_epoch < 0 and not consumer.members:
+        return ErrorCode.none
+    member = consumer.members.get(member_id)
+    if member is None:
+        return ErrorCode.unknown_member_id
+    if member_epoch != member.member_epoch:
+        return stale
+    return ErrorCode.none
 
 
 def _retrieve(durable: asyncio.Future[None]) -> None:
@@ -80,6 +101,7 @@ class GroupCoordinator:
         self.sessions_expired = 0
         self.replayed_batches = 0  # by the last load, after the snapshots
         self.expiry_lateness_ms = 0.0  # the latest a session expired after its deadline
+        self.consumer = ConsumerProtocol(self)  # the consumer group protocol (KIP-848)
 
     # -- the offsets topic ----------------------------------------------------------------------
 
@@ -125,6 +147,7 @@ class GroupCoordinator:
             del self.groups[group.group_id]
             if group.rebalance_task is not None:
                 group.rebalance_task.cancel()
+            self.consumer.unloaded(group)
             for member in group.members.values():
                 if member.expiry is not None:
                     member.expiry.cancel()
@@ -221,6 +244,7 @@ class GroupCoordinator:
         for each in restored:  # restored members get a session to come back
             for member in each.members.values():
                 self._touch(each, member)
+            self.consumer.loaded(each)
         log.log(logging.INFO if self.broker.cluster else logging.DEBUG,
                 "%s-%d loaded in epoch %d: %d groups from %s and %d batches in %.2fs",
                 CONSUMER_OFFSETS_TOPIC, index, self.owned.get(index, -1), len(restored),
@@ -251,6 +275,10 @@ class GroupCoordinator:
 
     def _replay(self, key: bytes, value: bytes | None) -> None:
         try:
+            if consumer_records.key_version(key) in consumer_records.CONSUMER_KEY_VERSIONS:
+                group_id = consumer_records.decode(key, None, {}).group_id
+                self.consumer.replay(self.groups.setdefault(group_id, Group(group_id)), key, value)
+                return
             decoded = decode_key(key)
             if isinstance(decoded, tuple):
                 group_id, topic, partition = decoded
@@ -351,6 +379,12 @@ class GroupCoordinator:
             if member_id:
                 return error(ErrorCode.unknown_member_id)
             group = self.groups[group_id] = Group(group_id)
+        if group.consumer is not None:
+            if group.consumer.members:
+                # a classic member in a consumer-protocol group (Kafka 4's mixed groups) is not
+                # served: docs/deviations.md
+                return error(ErrorCode.inconsistent_group_protocol)
+            await self._drop_consumer_protocol(group)
         if not group.supports(protocol_type, protocols):
             return error(ErrorCode.inconsistent_group_protocol)
         named = bool(member_id)
@@ -427,6 +461,18 @@ class GroupCoordinator:
         else:
             self._maybe_complete_join(group)
         return await waiter
+
+    async def _drop_consumer_protocol(self, group: Group) -> None:
+        """An empty consumer-protocol group becomes a classic one (as Kafka): its records
+        are deleted, its offsets stay."""
+        tombstones = self._consumer_tombstones(group)
+        group.consumer = None
+        group.protocol_type = ""
+        try:
+            await self._append(group.group_id, tombstones)
+        except writes.WriteFailure as exc:
+            log.error("group %s: could not delete its consumer protocol records: %s",
+                      group.group_id, exc)  # fmt: skip
 
     async def _static_rejoin(
         self, group: Group, member: Member, previous_leader: str | None
@@ -773,6 +819,7 @@ class GroupCoordinator:
         member_id: str,
         group_instance_id: str | None,
         offsets: dict[TopicPartition, CommittedOffset],
+        api_version: int = 10,
     ) -> dict[TopicPartition, ErrorCode]:
         def all_(code: ErrorCode) -> dict[TopicPartition, ErrorCode]:
             return dict.fromkeys(offsets, code)
@@ -783,16 +830,23 @@ class GroupCoordinator:
             return all_(ErrorCode.invalid_group_id)
         group = self.groups.get(group_id)
         standalone = generation < 0 and not member_id and group_instance_id is None
-        if group is None:
+        if group is not None and group.consumer is not None:
+            # KIP-848: the member epoch instead of the generation; -1 only for an empty group
+            code = consumer_member_error(group, member_id, generation, ErrorCode.stale_member_epoch)
+            if not code and api_version < 9 and generation >= 0:
+                code = ErrorCode.unsupported_version  # consumer members commit with v9+
+            if code:
+                return all_(code)
+        elif group is None:
             if not standalone:
                 return all_(
                     ErrorCode.illegal_generation if generation >= 0 else ErrorCode.unknown_member_id
                 )
             group = self.groups[group_id] = Group(group_id)
-        if standalone:
+        if group.consumer is None and standalone:
             if group.members:
                 return all_(ErrorCode.unknown_member_id)
-        else:
+        elif group.consumer is None:
             error = group.check_member(member_id, group_instance_id, generation)
             if error:
                 return all_(error)
@@ -825,11 +879,24 @@ class GroupCoordinator:
         return results
 
     def fetch(
-        self, group_id: str, partitions: list[TopicPartition] | None, require_stable: bool
+        self,
+        group_id: str,
+        partitions: list[TopicPartition] | None,
+        require_stable: bool,
+        member_id: str | None = None,
+        member_epoch: int = -1,
     ) -> tuple[ErrorCode, dict[TopicPartition, tuple[CommittedOffset | None, ErrorCode]]]:
+        """`member_id`/`member_epoch` (OffsetFetch v9+) are checked in a consumer-protocol
+        group: UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH; none (null member id) is the admin."""
         if gate := self.gate(group_id):
             return gate, {}
         group = self.groups.get(group_id)
+        if group is not None and group.consumer is not None and member_id is not None:
+            code = consumer_member_error(
+                group, member_id, member_epoch, ErrorCode.stale_member_epoch
+            )
+            if code:
+                return code, {}
         committed = group.offsets if group else {}
         wanted = list(committed) if partitions is None else partitions
         unstable = set()
@@ -862,6 +929,13 @@ class GroupCoordinator:
             error = (
                 ErrorCode.unknown_member_id
                 if group is None
+                # KIP-447 with the consumer protocol: the generation is the member epoch; a stale
+                # one is ILLEGAL_GENERATION, as Kafka answers (TxnOffsetCommit has no
+                # STALE_MEMBER_EPOCH)
+                else consumer_member_error(
+                    group, member_id, generation, ErrorCode.illegal_generation
+                )
+                if group.consumer is not None
                 else group.check_member(
                     member_id, group_instance_id, generation if generation >= 0 else None
                 )
@@ -918,7 +992,7 @@ class GroupCoordinator:
                 continue
             doomed = self._expired_offsets(group, now)
             drop_group = (
-                not group.members
+                not group.has_members
                 and group.state == GroupState.EMPTY
                 and (len(doomed) == len(group.offsets))
             )
@@ -929,6 +1003,7 @@ class GroupCoordinator:
             ]
             if drop_group:
                 records.append((group_key(group_id), None))
+                records += self._consumer_tombstones(group)
             try:
                 durable = self._append(group_id, records)
             except writes.WriteFailure as exc:
@@ -950,7 +1025,7 @@ class GroupCoordinator:
 
     def _expired_offsets(self, group: Group, now: int) -> list[TopicPartition]:
         deadline = now - self.offsets_retention_ms
-        if group.state == GroupState.EMPTY and not group.members:
+        if group.state == GroupState.EMPTY and not group.has_members:
             base = group.state_timestamp if group.generation else -1
             return [
                 tp
@@ -959,16 +1034,33 @@ class GroupCoordinator:
             ]
         if group.protocol_type != "consumer":
             return []  # other protocols' members may still need every offset (as Kafka)
-        from lockgate.coordinator.group.records import subscribed_topics
-
-        subscribed: set[str] = set()
-        for member in group.members.values():
-            subscribed |= subscribed_topics(member.metadata_for(group.protocol))
+        subscribed = self._subscribed_topics(group)
         return [
             tp
             for tp, committed in group.offsets.items()
             if tp[0] not in subscribed and committed.commit_timestamp <= deadline
         ]
+
+    def _subscribed_topics(self, group: Group) -> set[str]:
+        """Topics the members subscribe to (classic consumer or consumer-protocol members)."""
+        subscribed: set[str] = set()
+        for member in group.members.values():
+            subscribed |= subscribed_topics(member.metadata_for(group.protocol))
+        if group.consumer is not None:
+            counts = self.consumer.topic_counts()
+            for consumer_member in group.consumer.members.values():
+                subscribed |= consumer_member.subscribed(counts)
+        return subscribed
+
+    def _consumer_tombstones(self, group: Group) -> list[tuple[bytes, bytes | None]]:
+        """Deletes an empty consumer-protocol group's records (none for a classic group)."""
+        if group.consumer is None:
+            return []
+        return [
+            consumer_records.encode(ConsumerRecord(kind, group.group_id, None, None), {})
+            for kind in (RecordKind.TARGET_EPOCH, RecordKind.PARTITION_METADATA,
+                         RecordKind.GROUP_EPOCH)
+        ]  # fmt: skip
 
     # -- administration -------------------------------------------------------------------------
 
@@ -978,12 +1070,13 @@ class GroupCoordinator:
             return gate
         if group is None:
             return ErrorCode.group_id_not_found
-        if group.members:
+        if group.has_members:
             return ErrorCode.non_empty_group
         records: list[tuple[bytes, bytes | None]] = [
             (offset_key(group_id, *tp), None) for tp in group.offsets
         ]
         records.append((group_key(group_id), None))
+        records += self._consumer_tombstones(group)
         del self.groups[group_id]
         try:
             await self._append(group_id, records)
@@ -994,17 +1087,12 @@ class GroupCoordinator:
     async def delete_offsets(
         self, group_id: str, partitions: list[TopicPartition]
     ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
-        from lockgate.coordinator.group.records import subscribed_topics
-
         group = self.groups.get(group_id)
         if gate := self.gate(group_id):
             return gate, {}
         if group is None:
             return ErrorCode.group_id_not_found, {}
-        subscribed: set[str] = set()
-        if group.protocol_type == "consumer":
-            for member in group.members.values():
-                subscribed |= subscribed_topics(member.metadata_for(group.protocol))
+        subscribed = self._subscribed_topics(group) if group.protocol_type == "consumer" else set()
         results = {
             tp: ErrorCode.group_subscribed_to_topic if tp[0] in subscribed else ErrorCode.none
             for tp in partitions

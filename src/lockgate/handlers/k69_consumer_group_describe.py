@@ -1,0 +1,123 @@
+"""ConsumerGroupDescribe (key 69), versions 0–1.
+
+Behaviour: for each consumer-protocol group (KIP-848): state (Empty, Assigning, Reconciling,
+Stable), group epoch, target assignment epoch, the assignor in use, and every member with its
+epoch, instance and rack ids, client id and host, subscription (names or regex), current
+assignment and target assignment (topic ids and names).
+- GROUP_ID_NOT_FOUND for an unknown group or a classic one ("not a consumer group");
+  NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS as the other group APIs.
+- Authorization: DESCRIBE on the group, else GROUP_AUTHORIZATION_FAILED; DESCRIBE on every
+  topic its members subscribe to or are assigned, else TOPIC_AUTHORIZATION_FAILED; KIP-430:
+  with IncludeAuthorizedOperations, the bitfield of the group operations allowed.
+Version notes: v1 adds MemberType (1: a consumer-protocol member; classic members in consumer
+groups are not served, docs/deviations.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lockgate.coordinator.group.assignors import Assignment
+from lockgate.coordinator.group.consumer_group import ConsumerGroup, ConsumerMember
+from lockgate.handlers.registry import HandlerResult, RequestContext, handles
+from lockgate.protocol.api import ApiKey
+from lockgate.protocol.errors import ErrorCode
+from lockgate.security.acls import Operation, ResourceType
+from lockgate.security.authorizer import authorize, authorized_operations
+
+NO_AUTHORIZED_OPERATIONS = -(2**31)
+CONSUMER_MEMBER_TYPE = 1
+
+
+def _assignment(ctx: RequestContext, assignment: Assignment) -> dict[str, Any]:
+    topics = ctx.broker.topics.topics
+    return {
+        "topic_partitions": [
+            {"topic_id": topics[name].topic_id, "topic_name": name, "partitions": sorted(parts)}
+            for name, parts in sorted(assignment.items())
+            if name in topics and parts
+        ]
+    }
+
+
+def _member(ctx: RequestContext, group: ConsumerGroup, m: ConsumerMember) -> dict[str, Any]:
+    return {
+        "member_id": m.member_id,
+        "instance_id": m.instance_id,
+        "rack_id": m.rack_id,
+        "member_epoch": m.member_epoch,
+        "client_id": m.client_id,
+        "client_host": m.client_host,
+        "subscribed_topic_names": list(m.subscribed_topic_names),
+        "subscribed_topic_regex": m.subscribed_topic_regex,
+        "assignment": _assignment(ctx, m.assigned),
+        "target_assignment": _assignment(ctx, group.target.get(m.member_id, {})),
+        "member_type": CONSUMER_MEMBER_TYPE,
+    }
+
+
+def _topics_of(ctx: RequestContext, group: ConsumerGroup) -> set[str]:
+    counts = ctx.broker.groups.consumer.topic_counts()
+    topics: set[str] = set()
+    for m in group.members.values():
+        topics |= set(m.subscribed_topic_names) | m.subscribed(counts) | set(m.assigned)
+    for assignment in group.target.values():
+        topics |= set(assignment)
+    return topics
+
+
+@handles(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, 1)
+async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
+    coordinator = ctx.broker.groups
+    described = []
+    for group_id in request.group_ids:
+        entry: dict[str, Any] = {
+            "error_code": 0,
+            "error_message": None,
+            "group_id": group_id,
+            "group_state": "",
+            "group_epoch": 0,
+            "assignment_epoch": 0,
+            "assignor_name": "",
+            "members": [],
+            "authorized_operations": NO_AUTHORIZED_OPERATIONS,
+        }
+        described.append(entry)
+        if not authorize(ctx, Operation.DESCRIBE, ResourceType.GROUP, group_id):
+            entry["error_code"] = ErrorCode.group_authorization_failed
+            continue
+        if gate := coordinator.gate(group_id):
+            entry["error_code"] = gate
+            continue
+        container = coordinator.groups.get(group_id)
+        group = container.consumer if container is not None else None
+        if group is None:
+            entry["error_code"] = ErrorCode.group_id_not_found
+            entry["error_message"] = (
+                f"Group {group_id} not found."
+                if container is None
+                else f"Group {group_id} is not a consumer group."
+            )
+            continue
+        denied = sorted(
+            t
+            for t in _topics_of(ctx, group)
+            if not authorize(ctx, Operation.DESCRIBE, ResourceType.TOPIC, t, log_denied=False)
+        )
+        if denied:
+            entry["error_code"] = ErrorCode.topic_authorization_failed
+            entry["error_message"] = "The described group uses topics that the client is not "
+            entry["error_message"] += "authorized to describe."
+            continue
+        if request.include_authorized_operations:
+            entry["authorized_operations"] = authorized_operations(
+                ctx, ResourceType.GROUP, group_id
+            )
+        entry.update(
+            group_state=group.state.value,
+            group_epoch=group.group_epoch,
+            assignment_epoch=group.assignment_epoch,
+            assignor_name=group.assignor or coordinator.consumer.config.assignors[0],
+            members=[_member(ctx, group, m) for m in group.members.values()],
+        )
+    return {"throttle_time": 0, "groups": described}
