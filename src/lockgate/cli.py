@@ -9,6 +9,7 @@ from lockgate.server.config import BrokerConfig, ConfigError, parse_properties
 
 def _serve(args: argparse.Namespace) -> int:
     from lockgate.server.lifecycle import configure_logging, run
+    from lockgate.server.log_format import FORMATS
 
     overrides: dict[str, str] = {}
     if args.config:
@@ -27,8 +28,13 @@ def _serve(args: argparse.Namespace) -> int:
         overrides["lockgate.cluster"] = args.cluster
     if args.node_id is not None:
         overrides["node.id"] = str(args.node_id)
+    if args.log_format:
+        overrides["lockgate.log.format"] = args.log_format
     config = BrokerConfig(overrides)
-    configure_logging(args.log_level)
+    log_format = config.get("lockgate.log.format")
+    if log_format not in FORMATS:
+        raise ConfigError(f"lockgate.log.format={log_format!r}: use {' or '.join(FORMATS)}")
+    configure_logging(args.log_level, log_format)
     run(config)
     return 0
 
@@ -51,6 +57,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--node-id", type=int, help="this broker's id in the cluster (node.id)")
     serve.add_argument("--set", action="append", metavar="NAME=VALUE", help="any broker property")
     serve.add_argument("--log-level", default="INFO")
+    serve.add_argument(
+        "--log-format",
+        choices=("plain", "json"),
+        help="log lines as text (default) or one JSON object per line with the request's "
+        "context (lockgate.log.format)",
+    )
     serve.set_defaults(func=_serve)
     from lockgate.tools import register_tools
 

@@ -270,6 +270,7 @@ def _append(
                 f"transaction {request.transactional_id!r}",
             )
     base_offset, append_time = partition.append(bytearray(records), header, ctx.received_ms)
+    broker.metrics.appended(topic_name, len(records), header.last_offset_delta + 1)
     _wait_for(broker, partition, request.acks, result, waits)
     result.base_offset = base_offset
     result.log_append_time_ms = append_time
@@ -455,6 +456,8 @@ async def handle(ctx: RequestContext, request: ProduceRequestData) -> HandlerRes
                     if result.error_code == 0:
                         result.error_code = ErrorCode.kafka_storage_error
                         result.base_offset = -1
+    codes = (result.error_code for _topic, results in answer for result in results)
+    ctx.broker.metrics.partition_errors(ApiKey.PRODUCE, codes)
     return RawBody(encode_produce_response(request.version, answer, throttle_ms))
 
 

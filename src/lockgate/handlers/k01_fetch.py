@@ -325,6 +325,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
         answer = _charge_quotas(ctx, answer, session, incremental, busy)
         if not isinstance(answer, RawBody):
             return answer  # throttled: nothing was sent, the session's partitions unchanged
+    ctx.broker.metrics.fetched(((w.topic, entry) for w, entry in results), replica != CONSUMER)
     for w, entry in results:
         w.state.sent_high_watermark = entry["high_watermark"]
         w.state.sent_last_stable_offset = entry["last_stable_offset"]

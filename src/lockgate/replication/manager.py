@@ -295,6 +295,7 @@ class ReplicaManager:
         term.isr_change = asyncio.create_task(self._write_isr(key, term, wanted))
 
     async def _write_isr(self, key: Key, term: LeaderTerm, wanted: PartitionState) -> None:
+        before = len(term.state.isr)  # (the view may change it while this waits)
         try:
             written = await self.store.compare_and_set(key[0], key[1], wanted, term.revision)
         except Exception as exc:  # etcd away: the next fetch or check proposes it again
@@ -305,4 +306,5 @@ class ReplicaManager:
         if written is None:
             return  # another writer was first: the view's change decides what comes next
         log.info("%s-%d: isr is now %s", *key, list(wanted.isr))
+        self.broker.metrics.isr_changed(len(wanted.isr) - before)
         self.reconcile()

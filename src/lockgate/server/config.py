@@ -96,6 +96,10 @@ BROKER_DEFAULTS: dict[str, str] = {
     # Prometheus endpoint (GET /metrics); -1 turns it off, 0 picks a free port.
     "lockgate.metrics.port": "-1",
     "lockgate.metrics.host": "127.0.0.1",
+    # At most this many lockgate_consumer_lag series (group, topic, partition) per scrape.
+    "lockgate.metrics.consumer.lag.max.series": "10000",
+    # Log lines as text ("plain") or one JSON object per line ("json"); --log-format wins.
+    "lockgate.log.format": "plain",
     # Cluster mode: the etcd URL (etcd://HOST:PORT[,HOST:PORT...][/NAMESPACE]); empty, the
     # default, is the single-node broker that needs nothing else.
     "lockgate.cluster": "",

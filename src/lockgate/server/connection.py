@@ -38,6 +38,11 @@ from lockgate.security.listeners import enabled_mechanisms
 from lockgate.security.quotas import SELF_CHARGED_API_KEYS, QuotaType, measured
 from lockgate.security.session import Session
 from lockgate.security.tls import peer_principal
+from lockgate.server.request_context import (
+    ConnectionContext,
+    current_connection,
+    current_request,
+)
 from lockgate.server.sasl_gate import SaslGate
 
 if TYPE_CHECKING:
@@ -95,6 +100,10 @@ class Connection:
         self.in_flight = 0  # requests read and not yet answered
 
     async def run(self) -> None:
+        # the tasks below inherit it: log lines about this connection name its client
+        current_connection.set(ConnectionContext(self.peer, self.session.listener, self.serial))
+        metrics = self.broker.metrics
+        metrics.connection_opened(self.session.listener)
         writer_task = asyncio.create_task(self._write_loop())
         self._read_task = asyncio.create_task(self._read_loop())
         idle_ms = self.broker.config.integer("connections.max.idle.ms")
@@ -112,6 +121,7 @@ class Connection:
                 await writer_task
             finally:
                 self.writer.close()
+                metrics.connection_closed(self.session.listener)
 
     async def _idle_watch(self, idle_s: float) -> None:
         """Closes the connection once it has had nothing in flight and no complete request
@@ -253,18 +263,21 @@ class Connection:
     async def _handle(
         self, spec: HandlerSpec, context: RequestContext, request: object, flexible: bool
     ) -> bytes | None:
+        current_request.set(context)  # this request's task only: its log lines carry it
         try:
             quotas = self.broker.quotas
             if QuotaType.REQUEST in quotas.kinds and spec.api_key not in SELF_CHARGED_API_KEYS:
                 result = await measured(quotas, spec.handler, context, request)
             else:
                 result = await spec.handler(context, request)
+            error = None  # the top-level error code (hand-encoded answers count their own)
             if result is None:
                 body = None
             elif isinstance(result, RawBody):
                 body = result.data
             else:
                 body = encode(build(response_class(spec.api_key, context.api_version), result))
+                error = result.get("error_code")
         except Exception:
             log.exception(
                 "%s v%d from %s (client id %r) failed; closing the connection",
@@ -275,7 +288,7 @@ class Connection:
             )
             self.stop_reading()
             return None
-        self.broker.metrics.request_done(spec.api_key.name, time.monotonic() - context.started)
+        self.broker.metrics.request_done(spec.api_key, time.monotonic() - context.started, error)
         if body is None:
             return None
         return response_frame(context.correlation_id, flexible, body)

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from lockgate.log.partition import Partition
+from lockgate.server.stats import LATENCY_BUCKETS, SIZE_BUCKETS, Histogram
 from lockgate.storage.engine import AppendFile
 
 log = logging.getLogger(__name__)
@@ -29,6 +31,9 @@ class GroupCommit:
         self._task: asyncio.Task[None] | None = None
         self.flushes = 0
         self.failure: OSError | None = None  # the fsync error that ended acknowledgements
+        # per successful pass, for the metrics: its time and the partitions it covered
+        self.flush_latency = Histogram(LATENCY_BUCKETS)
+        self.flush_partitions = Histogram(SIZE_BUCKETS)
 
     def appended(self, partition: Partition) -> asyncio.Future[None]:
         """Registers an append; the future resolves when it is durable (and visible)."""
@@ -57,6 +62,7 @@ class GroupCommit:
                 targets = [(p, p.log_end_offset, p.take_unsynced()) for p in dirty]
                 files = [f for _, _, unsynced in targets for f in unsynced]
                 if self.failure is None:
+                    started = time.monotonic()
                     try:
                         await asyncio.to_thread(_sync_all, files)
                     except OSError as exc:
@@ -70,6 +76,8 @@ class GroupCommit:
                     waiter.set_exception(self.failure)
                     continue
                 self.flushes += 1
+                self.flush_latency.observe(time.monotonic() - started)
+                self.flush_partitions.observe(len(targets))
                 for partition, end, _ in targets:
                     partition.flushed_to(end)
                 waiter.set_result(None)

@@ -7,14 +7,15 @@ import signal
 
 from lockgate.server.broker import Broker
 from lockgate.server.config import BrokerConfig
+from lockgate.server.log_format import log_handler
 
 log = logging.getLogger(__name__)
 
 
-def configure_logging(level: str = "INFO") -> None:
+def configure_logging(level: str = "INFO", log_format: str = "plain") -> None:
+    """Root logging to stderr as plain text or JSON lines (log_format.py)."""
     logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        level=getattr(logging, level.upper(), logging.INFO), handlers=[log_handler(log_format)]
     )
 
 

@@ -1,95 +1,167 @@
 # Prometheus metrics, served on their own port by a small asyncio HTTP endpoint in the broker's
 # event loop (so collectors read broker state without locks). Off unless lockgate.metrics.port
-# is set. Gauges that describe state (open transactions, producer entries, LSO lag) are
-# computed at scrape time; request counts and latencies are recorded as requests finish.
+# is set; off, the hot-path hooks return at once.
+#
+# Two kinds of figures, kept apart so the hot path stays cheap:
+# - events (requests, error codes, bytes in/out, connections, flushes, loads, ISR changes) are
+#   tallied as they happen in plain dicts keyed by a topic name or an API key: one dict lookup
+#   and an addition on the event loop, no labels() call and no lock. They are turned into
+#   Prometheus families only when scraped.
+# - state (log offsets and sizes, transactions, consumer lag, disk space, ISR health) is read
+#   from the broker at scrape time and never stored here.
+# Label cardinality is bounded by what the broker holds: topics and partitions it hosts, API
+# keys, error codes, listeners, and consumer-lag series capped at
+# lockgate.metrics.consumer.lag.max.series (docs/metrics.md).
 from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
 import time
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client import (
+    GC_COLLECTOR,
+    CollectorRegistry,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from lockgate.coordinator.txn.state import TxnState
+from lockgate.protocol.api import ApiKey
+from lockgate.protocol.errors import ErrorCode
+from lockgate.server.stats import LATENCY_BUCKETS, Histogram
 
 if TYPE_CHECKING:
     from lockgate.server.broker import Broker
 
 log = logging.getLogger(__name__)
 
-_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+OPEN_STATES = (TxnState.ONGOING, TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+# Coordinator kinds whose load (replay of their internal partition) is timed.
+COORDINATOR_KINDS = ("group", "transaction")
 
 
-class BrokerStateCollector(Collector):
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+def api_name(api_key: int) -> str:
+    try:
+        return ApiKey(api_key).name
+    except ValueError:
+        return str(api_key)
 
-    def collect(self) -> Iterable[Metric]:
-        now = int(time.time() * 1000)
-        coordinator = self.broker.transactions
-        open_times = [
-            now - meta.start_ms
-            for meta in coordinator.txns.values()
-            if meta.state in (TxnState.ONGOING, TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
-            and meta.start_ms >= 0
-        ]
-        longest = GaugeMetricFamily(
-            "lockgate_active_transaction_open_time_max_ms",
-            "active-transaction-open-time-max (KIP-939): the longest a currently open transaction "
-            "has been open, in milliseconds",
-        )
-        longest.add_metric([], max(open_times, default=0))
-        yield longest
-        by_state = GaugeMetricFamily(
-            "lockgate_transactions", "Transactional ids by transaction state", labels=["state"]
-        )
-        counts = dict.fromkeys(TxnState, 0)
-        for meta in coordinator.txns.values():
-            counts[meta.state] += 1
-        for state, count in counts.items():
-            by_state.add_metric([state.display_name], count)
-        yield by_state
-        partitions = self.broker.topics.partitions
-        entries = GaugeMetricFamily(
-            "lockgate_producer_state_entries", "(producer, partition) entries in producer state"
-        )
-        entries.add_metric([], sum(len(p.producers) for p in partitions.values()))
-        yield entries
-        lag = GaugeMetricFamily(
-            "lockgate_last_stable_offset_lag",
-            "High watermark minus last stable offset: what read_committed consumers wait for",
-            labels=["topic", "partition"],
-        )
-        for (topic, index), partition in partitions.items():
-            lag.add_metric(
-                [topic, str(index)], partition.high_watermark - partition.last_stable_offset
-            )
-        yield lag
+
+def error_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name.upper()
+    except ValueError:
+        return str(code)
 
 
 class BrokerMetrics:
+    """The broker's registry and the event tallies its hot paths feed."""
+
     def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.enabled = broker.config.integer("lockgate.metrics.port") >= 0
         self.registry = CollectorRegistry()
-        self.requests = Counter(
-            "lockgate_requests", "Requests answered", ["api"], registry=self.registry
-        )
-        self.latency = Histogram(
-            "lockgate_request_latency_seconds",
-            "Time from request arrival to response",
-            ["api"],
-            buckets=_LATENCY_BUCKETS,
-            registry=self.registry,
-        )
+        self.latency: dict[int, Histogram] = {}  # API key → request latency
+        self.errors: dict[tuple[int, int], int] = {}  # (API key, error code) → count
+        self.topic_in: dict[str, list[int]] = {}  # topic → [bytes, messages] appended
+        self.topic_out: dict[str, int] = {}  # topic → bytes fetched by consumers
+        self.replication_out = 0  # bytes fetched by followers
+        self.opened: dict[str, int] = {}  # listener → connections accepted
+        self.closed: dict[str, int] = {}
+        self.loads = {kind: Histogram(LATENCY_BUCKETS) for kind in COORDINATOR_KINDS}
+        self.isr_shrinks = 0
+        self.isr_expands = 0
+        self.registry.register(EventCollector(self))
         self.registry.register(BrokerStateCollector(broker))
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        self.registry.register(GC_COLLECTOR)
         self._server: asyncio.Server | None = None
 
-    def request_done(self, api: str, seconds: float) -> None:
-        self.requests.labels(api).inc()
-        self.latency.labels(api).observe(seconds)
+    # -- hot-path hooks: O(1), nothing when metrics are off ---------------------------------------
+
+    def request_done(self, api_key: int, seconds: float, error: int | None = None) -> None:
+        """A request answered (`error`: its top-level error code, when it has one)."""
+        if not self.enabled:
+            return
+        histogram = self.latency.get(api_key)
+        if histogram is None:
+            histogram = self.latency[api_key] = Histogram(LATENCY_BUCKETS)
+        histogram.observe(seconds)
+        if error is not None:
+            key = (api_key, error)
+            self.errors[key] = self.errors.get(key, 0) + 1
+
+    def partition_errors(self, api_key: int, codes: Iterable[int]) -> None:
+        """The per-partition error codes of a response (Produce, Fetch)."""
+        if not self.enabled:
+            return
+        errors = self.errors
+        for code in codes:
+            key = (api_key, code)
+            errors[key] = errors.get(key, 0) + 1
+
+    def appended(self, topic: str, size: int, messages: int) -> None:
+        if not self.enabled:
+            return
+        tally = self.topic_in.get(topic)
+        if tally is None:
+            tally = self.topic_in[topic] = [0, 0]
+        tally[0] += size
+        tally[1] += messages
+
+    def fetched(
+        self, entries: Iterable[tuple[str | None, Mapping[str, Any]]], follower: bool
+    ) -> None:
+        """A Fetch's answer: bytes per topic (a follower's count as replication) and the
+        partitions' error codes."""
+        if not self.enabled:
+            return
+        errors = self.errors
+        out = self.topic_out
+        for topic, entry in entries:
+            size = len(entry["records"] or b"")
+            if follower:
+                self.replication_out += size
+            elif topic is not None:
+                out[topic] = out.get(topic, 0) + size
+            key = (ApiKey.FETCH.value, int(entry["error_code"]))
+            errors[key] = errors.get(key, 0) + 1
+
+    def connection_opened(self, listener: str) -> None:
+        if self.enabled:
+            self.opened[listener] = self.opened.get(listener, 0) + 1
+
+    def connection_closed(self, listener: str) -> None:
+        if self.enabled:
+            self.closed[listener] = self.closed.get(listener, 0) + 1
+
+    def coordinator_loaded(self, kind: str, seconds: float) -> None:
+        """One internal partition replayed by a coordinator (`kind`: group, transaction)."""
+        if self.enabled:
+            self.loads[kind].observe(seconds)
+
+    def isr_changed(self, delta: int) -> None:
+        """A leader's ISR change was written: it shrank (delta < 0) or grew."""
+        if not self.enabled or delta == 0:
+            return
+        if delta < 0:
+            self.isr_shrinks += 1
+        else:
+            self.isr_expands += 1
+
+    # -- the endpoint -----------------------------------------------------------------------------
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -125,3 +197,331 @@ class BrokerMetrics:
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
+
+
+def _histogram(name: str, documentation: str, label: str = "") -> HistogramMetricFamily:
+    return HistogramMetricFamily(name, documentation, labels=[label] if label else None)
+
+
+def _add(family: HistogramMetricFamily, labels: list[str], histogram: Histogram) -> None:
+    family.add_metric(labels, histogram.cumulative(), histogram.total)
+
+
+class EventCollector(Collector):
+    """Exports the tallies of BrokerMetrics; topics deleted since are dropped here."""
+
+    def __init__(self, metrics: BrokerMetrics) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        metrics = self.metrics
+        requests = CounterMetricFamily(
+            "lockgate_requests", "Requests answered, per API", labels=["api"]
+        )
+        latency = _histogram(
+            "lockgate_request_latency_seconds", "Time from request arrival to response", "api"
+        )
+        for api_key, histogram in sorted(metrics.latency.items()):
+            requests.add_metric([api_name(api_key)], histogram.count)
+            _add(latency, [api_name(api_key)], histogram)
+        yield requests
+        yield latency
+        errors = CounterMetricFamily(
+            "lockgate_request_errors",
+            "Error codes in responses, per API: the top-level code of each response that has "
+            "one, and each partition's code in Produce and Fetch (NONE included)",
+            labels=["api", "error"],
+        )
+        for (api_key, code), count in sorted(metrics.errors.items()):
+            errors.add_metric([api_name(api_key), error_name(code)], count)
+        yield errors
+        yield from self._topics()
+        listeners = sorted(set(metrics.opened) | set(metrics.closed))
+        opened = CounterMetricFamily(
+            "lockgate_connections_opened", "Connections accepted, per listener", labels=["listener"]
+        )
+        closed = CounterMetricFamily(
+            "lockgate_connections_closed", "Connections closed, per listener", labels=["listener"]
+        )
+        for listener in listeners:
+            opened.add_metric([listener], metrics.opened.get(listener, 0))
+            closed.add_metric([listener], metrics.closed.get(listener, 0))
+        yield opened
+        yield closed
+        flush = _histogram(
+            "lockgate_log_flush_seconds", "Group commit: time of one fsync pass over the logs"
+        )
+        _add(flush, [], metrics.broker.group_commit.flush_latency)
+        yield flush
+        batch = _histogram(
+            "lockgate_log_flush_partitions", "Group commit: partitions covered by one fsync pass"
+        )
+        _add(batch, [], metrics.broker.group_commit.flush_partitions)
+        yield batch
+        loads = _histogram(
+            "lockgate_coordinator_load_seconds",
+            "Time to load (replay) one internal partition, per coordinator",
+            "coordinator",
+        )
+        for kind, histogram in metrics.loads.items():
+            _add(loads, [kind], histogram)
+        yield loads
+        shrinks = CounterMetricFamily("lockgate_isr_shrinks", "ISR shrinks written by this leader")
+        shrinks.add_metric([], metrics.isr_shrinks)
+        yield shrinks
+        expands = CounterMetricFamily(
+            "lockgate_isr_expands", "ISR expansions written by this leader"
+        )
+        expands.add_metric([], metrics.isr_expands)
+        yield expands
+
+    def _topics(self) -> Iterator[Metric]:
+        metrics = self.metrics
+        existing = metrics.broker.topics.topics
+        for tallies in (metrics.topic_in, metrics.topic_out):
+            for gone in [name for name in tallies if name not in existing]:
+                del tallies[gone]  # as Kafka removes a deleted topic's metrics
+        bytes_in = CounterMetricFamily(
+            "lockgate_topic_bytes_in", "Record batch bytes appended, per topic", labels=["topic"]
+        )
+        messages_in = CounterMetricFamily(
+            "lockgate_topic_messages_in", "Records appended, per topic", labels=["topic"]
+        )
+        for topic, (size, messages) in sorted(metrics.topic_in.items()):
+            bytes_in.add_metric([topic], size)
+            messages_in.add_metric([topic], messages)
+        yield bytes_in
+        yield messages_in
+        bytes_out = CounterMetricFamily(
+            "lockgate_topic_bytes_out",
+            "Record batch bytes returned to consumers' fetches, per topic",
+            labels=["topic"],
+        )
+        for topic, size in sorted(metrics.topic_out.items()):
+            bytes_out.add_metric([topic], size)
+        yield bytes_out
+        replication = CounterMetricFamily(
+            "lockgate_replication_bytes_out", "Record batch bytes returned to followers' fetches"
+        )
+        replication.add_metric([], metrics.replication_out)
+        yield replication
+
+
+class BrokerStateCollector(Collector):
+    """Gauges read from the broker's state at scrape time."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._transactions()
+        yield from self._partitions()
+        yield from self._consumer_lag()
+        yield from self._replication()
+        yield from self._connections()
+        yield from self._disk()
+
+    def _transactions(self) -> Iterator[Metric]:
+        now = int(time.time() * 1000)
+        coordinator = self.broker.transactions
+        open_times: list[int] = []
+        two_phase: list[int] = []
+        past_timeout = 0
+        counts = dict.fromkeys(TxnState, 0)
+        for meta in coordinator.txns.values():
+            counts[meta.state] += 1
+            if meta.state not in OPEN_STATES or meta.start_ms < 0:
+                continue
+            age = now - meta.start_ms
+            open_times.append(age)
+            if meta.two_phase_commit and meta.state == TxnState.ONGOING:
+                two_phase.append(age)
+            elif not meta.two_phase_commit and age > meta.timeout_ms:
+                past_timeout += 1
+        longest = GaugeMetricFamily(
+            "lockgate_active_transaction_open_time_max_ms",
+            "active-transaction-open-time-max (KIP-939): the longest a currently open transaction "
+            "has been open, in milliseconds",
+        )
+        longest.add_metric([], max(open_times, default=0))
+        yield longest
+        by_state = GaugeMetricFamily(
+            "lockgate_transactions", "Transactional ids by transaction state", labels=["state"]
+        )
+        for state, count in counts.items():
+            by_state.add_metric([state.display_name], count)
+        yield by_state
+        late = GaugeMetricFamily(
+            "lockgate_transactions_past_timeout",
+            "Open transactions (not two-phase) older than their transaction.timeout.ms: the "
+            "timeout aborter should end them within one check interval",
+        )
+        late.add_metric([], past_timeout)
+        yield late
+        waiting = GaugeMetricFamily(
+            "lockgate_two_phase_transactions_waiting",
+            "Open two-phase (KIP-939) transactions: never timed out, they wait for their "
+            "external transaction manager's commit or abort",
+        )
+        waiting.add_metric([], len(two_phase))
+        yield waiting
+        oldest = GaugeMetricFamily(
+            "lockgate_two_phase_transaction_open_time_max_seconds",
+            "How long the oldest open two-phase transaction has been open",
+        )
+        oldest.add_metric([], max(two_phase, default=0) / 1000)
+        yield oldest
+
+    def _partitions(self) -> Iterator[Metric]:
+        labels = ["topic", "partition"]
+        families = {
+            name: GaugeMetricFamily(f"lockgate_log_{name}", text, labels=labels)
+            for name, text in (
+                ("size_bytes", "Bytes in the partition's segments"),
+                ("start_offset", "The partition's log start offset"),
+                ("end_offset", "The partition's log end offset"),
+                ("high_watermark", "The partition's high watermark"),
+                ("last_stable_offset", "The partition's last stable offset"),
+                ("segments", "Segments of the partition's log"),
+            )
+        }
+        lag = GaugeMetricFamily(
+            "lockgate_last_stable_offset_lag",
+            "High watermark minus last stable offset: what read_committed consumers wait for",
+            labels=labels,
+        )
+        entries = 0
+        hanging = GaugeMetricFamily(
+            "lockgate_hanging_transaction_candidates",
+            "Producers with an open transaction on the partition and no write for longer than "
+            "transaction.max.timeout.ms (only partitions that have some)",
+            labels=labels,
+        )
+        horizon = int(time.time() * 1000) - self.broker.config.integer("transaction.max.timeout.ms")
+        for (topic, index), partition in self.broker.topics.partitions.items():
+            key = [topic, str(index)]
+            high_watermark = partition.high_watermark
+            stable = partition.last_stable_offset
+            families["size_bytes"].add_metric(key, partition.size_bytes)
+            families["start_offset"].add_metric(key, partition.log_start_offset)
+            families["end_offset"].add_metric(key, partition.log_end_offset)
+            families["high_watermark"].add_metric(key, high_watermark)
+            families["last_stable_offset"].add_metric(key, stable)
+            families["segments"].add_metric(key, len(partition.segments))
+            lag.add_metric(key, high_watermark - stable)
+            entries += len(partition.producers)
+            if partition.open_txns:
+                stale = 0
+                for producer_id in partition.open_txns:
+                    entry = partition.producers.get(producer_id)
+                    if entry is not None and entry.timestamp < horizon:
+                        stale += 1
+                if stale:
+                    hanging.add_metric(key, stale)
+        yield from families.values()
+        yield lag
+        yield hanging
+        producers = GaugeMetricFamily(
+            "lockgate_producer_state_entries", "(producer, partition) entries in producer state"
+        )
+        producers.add_metric([], entries)
+        yield producers
+
+    def _consumer_lag(self) -> Iterator[Metric]:
+        """Committed offset against the high watermark (what kafka-consumer-groups calls the
+        log end) for the groups this broker coordinates and partitions it hosts, at most
+        lockgate.metrics.consumer.lag.max.series partition series."""
+        cap = self.broker.config.integer("lockgate.metrics.consumer.lag.max.series")
+        lag = GaugeMetricFamily(
+            "lockgate_consumer_lag",
+            "High watermark minus the group's committed offset",
+            labels=["group", "topic", "partition"],
+        )
+        total = GaugeMetricFamily(
+            "lockgate_consumer_group_lag",
+            "Sum of the group's partition lags (partitions cut by the cap included)",
+            labels=["group"],
+        )
+        series = dropped = 0
+        topics = self.broker.topics
+        for group_id, group in sorted(self.broker.groups.groups.items()):
+            summed = 0
+            counted = False
+            for (topic, index), committed in group.offsets.items():
+                partition = topics.get(topic, index)
+                if partition is None:
+                    continue
+                behind = max(partition.high_watermark - committed.offset, 0)
+                summed += behind
+                counted = True
+                if series < cap:
+                    lag.add_metric([group_id, topic, str(index)], behind)
+                    series += 1
+                else:
+                    dropped += 1
+            if counted:
+                total.add_metric([group_id], summed)
+        yield lag
+        yield total
+        cut = GaugeMetricFamily(
+            "lockgate_consumer_lag_series_dropped",
+            "Partition lag series left out by lockgate.metrics.consumer.lag.max.series",
+        )
+        cut.add_metric([], dropped)
+        yield cut
+
+    def _replication(self) -> Iterator[Metric]:
+        under = under_min = 0
+        replicas = self.broker.replicas
+        if replicas is not None:
+            for (topic, index), term in replicas.leaders.items():
+                isr = len(term.replication.isr)
+                if isr < len(term.state.replicas):
+                    under += 1
+                partition = self.broker.topics.get(topic, index)
+                if partition is not None and isr < partition.config.min_insync_replicas:
+                    under_min += 1
+        for name, text, count in (
+            ("lockgate_under_replicated_partitions",
+             "Partitions led here whose ISR is smaller than their replica set", under),
+            ("lockgate_under_min_isr_partitions",
+             "Partitions led here whose ISR is smaller than min.insync.replicas", under_min),
+        ):  # fmt: skip
+            family = GaugeMetricFamily(name, text)
+            family.add_metric([], count)
+            yield family
+
+    def _connections(self) -> Iterator[Metric]:
+        connections = GaugeMetricFamily(
+            "lockgate_connections", "Open client connections, per listener", labels=["listener"]
+        )
+        counts: dict[str, int] = {}
+        for connection in self.broker.connections:
+            listener = connection.session.listener
+            counts[listener] = counts.get(listener, 0) + 1
+        for listener in self.broker.listener_ports:
+            connections.add_metric([listener], counts.get(listener, 0))
+        yield connections
+
+    def _disk(self) -> Iterator[Metric]:
+        free = GaugeMetricFamily(
+            "lockgate_log_dir_free_bytes",
+            "Bytes available to the broker on the data directory's file system",
+            labels=["dir"],
+        )
+        total = GaugeMetricFamily(
+            "lockgate_log_dir_total_bytes",
+            "Size of the data directory's file system",
+            labels=["dir"],
+        )
+        root = getattr(self.broker.storage, "root", None)  # None: storage in memory
+        if isinstance(root, str):
+            try:
+                usage = shutil.disk_usage(root)
+            except OSError:
+                pass
+            else:
+                free.add_metric([root], usage.free)
+                total.add_metric([root], usage.total)
+        yield free
+        yield total

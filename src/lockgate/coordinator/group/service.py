@@ -245,6 +245,7 @@ class GroupCoordinator:
             for member in each.members.values():
                 self._touch(each, member)
             self.consumer.loaded(each)
+        self.broker.metrics.coordinator_loaded("group", time.monotonic() - started)
         log.log(logging.INFO if self.broker.cluster else logging.DEBUG,
                 "%s-%d loaded in epoch %d: %d groups from %s and %d batches in %.2fs",
                 CONSUMER_OFFSETS_TOPIC, index, self.owned.get(index, -1), len(restored),

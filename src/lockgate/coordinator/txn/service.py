@@ -154,6 +154,7 @@ class TransactionCoordinator:
             if meta is not None and meta.state in PREPARING:
                 self._spawn_completion(transactional_id)
                 resumed += 1
+        self.broker.metrics.coordinator_loaded("transaction", time.monotonic() - started)
         log.log(logging.INFO if self.broker.cluster else logging.DEBUG,
                  "%s-%d loaded in epoch %d: %d ids from %s and %d batches in %.2fs; "
                  "resuming %d", TRANSACTION_STATE_TOPIC, index, self.owned.get(index, -1),
