@@ -1,0 +1,218 @@
+"""The consumer group protocol (KIP-848) in the group coordinator of an in-process broker: records
+in Kafka's layout and their replay (also after a restart), session expiry, offsets with member
+epochs (OffsetCommit, OffsetFetch, TxnOffsetCommit), and its coexistence with classic groups."""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import replace
+
+import pytest
+
+from lockgate.coordinator.group import consumer_records
+from lockgate.coordinator.group.consumer_group import (
+    ConsumerGroup,
+    ConsumerGroupConfig,
+    ConsumerMember,
+    ConsumerRecord,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    MemberState,
+    RecordKind,
+    heartbeat,
+    replay,
+)
+from lockgate.coordinator.group.records import CommittedOffset
+from lockgate.protocol.errors import ErrorCode
+from lockgate.server.broker import Broker
+from lockgate.storage.memory import MemoryEngine
+from tests.unit.coordinator.group.support import PROTOCOLS, TOPIC, start_broker, wait_until
+
+GROUP = "kip848"
+FAST = {
+    "group.consumer.min.session.timeout.ms": "200",
+    "group.consumer.session.timeout.ms": "400",
+    "group.consumer.min.heartbeat.interval.ms": "50",
+    "group.consumer.heartbeat.interval.ms": "100",
+}
+
+
+@pytest.fixture
+def engine() -> MemoryEngine:
+    return MemoryEngine()
+
+
+@pytest.fixture
+async def broker(engine: MemoryEngine) -> AsyncIterator[Broker]:
+    instance = await start_broker(engine, **FAST)
+    try:
+        yield instance
+    finally:
+        await instance.stop()
+
+
+async def beat(
+    broker: Broker, member: str, epoch: int, owned: dict[str, frozenset[int]] | None = None,
+    *, join: bool = False, group: str = GROUP, instance: str | None = None,
+) -> HeartbeatResponse:  # fmt: skip
+    request = HeartbeatRequest(
+        group, member, epoch, instance_id=instance,
+        rebalance_timeout_ms=5000 if join else -1,
+        subscribed_topic_names=(TOPIC,) if join else None,
+        owned={} if join else owned,
+    )  # fmt: skip
+    return await broker.groups.consumer.heartbeat(request)
+
+
+def one(code: dict[tuple[str, int], ErrorCode]) -> ErrorCode:
+    assert len(set(code.values())) == 1, code
+    return next(iter(code.values()))
+
+
+# -- records ---------------------------------------------------------------------------------
+
+
+def test_records_round_trip_in_kafkas_layout() -> None:
+    topic_id = uuid.uuid4()
+    ids, names = {"t": topic_id}, {topic_id: "t"}
+    member = ConsumerMember(
+        "m1", "i1", "rack", "client", "host", member_epoch=4, previous_member_epoch=3,
+        state=MemberState.UNREVOKED_PARTITIONS, rebalance_timeout_ms=9000,
+        subscribed_topic_names=("t",), subscribed_topic_regex="x.*", server_assignor="range",
+        assigned={"t": frozenset({0, 2})}, pending_revocation={"t": frozenset({1})},
+    )  # fmt: skip
+    for record in (
+        ConsumerRecord(RecordKind.GROUP_EPOCH, "g", None, 7),
+        ConsumerRecord(RecordKind.TARGET_EPOCH, "g", None, 7),
+        ConsumerRecord(RecordKind.PARTITION_METADATA, "g", None, {"t": 3}),
+        ConsumerRecord(RecordKind.TARGET_MEMBER, "g", "m1", {"t": frozenset({0, 2})}),
+        ConsumerRecord(RecordKind.MEMBER, "g", "m1", None),
+    ):
+        key, value = consumer_records.encode(record, ids)
+        assert consumer_records.decode(key, value, names) == record
+    key, value = consumer_records.encode(ConsumerRecord(RecordKind.MEMBER, "g", "m1", member), ids)
+    assert key == struct.pack(">hh", 5, 1) + b"g" + struct.pack(">h", 2) + b"m1"
+    assert value is not None and value[:2] == b"\x00\x00"  # value version 0, flexible
+    decoded = consumer_records.decode(key, value, names).value
+    assert isinstance(decoded, ConsumerMember)
+    assert decoded.subscribed_topic_regex == "x.*" and decoded.rebalance_timeout_ms == 9000
+    record = ConsumerRecord(RecordKind.CURRENT_ASSIGNMENT, "g", "m1", member)
+    key, value = consumer_records.encode(record, ids)
+    decoded = consumer_records.decode(key, value, names).value
+    assert isinstance(decoded, ConsumerMember)
+    assert (decoded.member_epoch, decoded.previous_member_epoch, decoded.state) == (
+        4, 3, MemberState.UNREVOKED_PARTITIONS,
+    )  # fmt: skip
+    assert decoded.pending_revocation == {"t": frozenset({1})}
+    # a topic deleted since is left out when read back
+    assert consumer_records.decode(key, value, {}).value.assigned == {}  # type: ignore[union-attr]
+    with pytest.raises(ValueError):
+        consumer_records.decode(key, value[:7], names)
+
+
+def test_replaying_the_records_rebuilds_the_group() -> None:
+    config = ConsumerGroupConfig()
+    topics = {"t": 5}
+    group: ConsumerGroup | None = None
+    records: list[ConsumerRecord] = []
+    for member, epoch, owned in (
+        ("m1", 0, {}), ("m2", 0, {}), ("m1", 1, {"t": frozenset(range(5))}), ("m2", 2, {}),
+        ("m3", 0, {}), ("m2", -1, None),
+    ):  # fmt: skip
+        request = HeartbeatRequest(
+            "g", member, epoch, rebalance_timeout_ms=100 if epoch == 0 else -1,
+            subscribed_topic_names=("t",) if epoch == 0 else None, owned=owned,
+        )  # fmt: skip
+        outcome = heartbeat(group, request, topics, config, 0)
+        assert outcome.response.error == ErrorCode.none, outcome.response
+        group = outcome.group or group
+        records += outcome.records
+    assert group is not None
+    rebuilt: ConsumerGroup | None = None
+    for record in records:
+        rebuilt = replay(rebuilt, record)
+    assert rebuilt is not None
+
+    def comparable(g: ConsumerGroup) -> object:
+        members = {m: replace(v, revocation_deadline_ms=-1) for m, v in g.members.items()}
+        return (g.group_epoch, g.assignment_epoch, members, g.target, g.partition_counts)
+
+    assert comparable(rebuilt) == comparable(group)
+    assert replay(rebuilt, ConsumerRecord(RecordKind.GROUP_EPOCH, "g", None, None)) is None
+
+
+# -- the coordinator ---------------------------------------------------------------------------
+
+
+async def test_group_survives_a_restart(broker: Broker, engine: MemoryEngine) -> None:
+    first = await beat(broker, "m1", 0, join=True)
+    second = await beat(broker, "m2", 0, join=True)
+    assert first.member_epoch == 1 and second.member_epoch == 2
+    before = broker.groups.groups[GROUP].consumer
+    await broker.stop()
+    broker = await start_broker(engine, **FAST)
+    try:
+        after = broker.groups.groups[GROUP].consumer
+        assert after is not None and before is not None
+        assert (after.group_epoch, after.assignment_epoch, after.target) == (
+            before.group_epoch, before.assignment_epoch, before.target,
+        )  # fmt: skip
+        assert after.members["m1"].assigned == before.members["m1"].assigned
+        # the members carry on with their epochs
+        answer = await beat(broker, "m1", 1, dict(before.members["m1"].assigned))
+        assert answer.error == ErrorCode.none
+    finally:
+        await broker.stop()
+
+
+async def test_session_expiry_removes_the_member(broker: Broker) -> None:
+    await beat(broker, "m1", 0, join=True)
+    await beat(broker, "m2", 0, join=True)
+    await wait_until(lambda: broker.groups.consumer.sessions_expired >= 2, timeout=3)
+    group = broker.groups.groups[GROUP].consumer
+    assert group is not None and not group.members and group.group_epoch == 4
+
+
+async def test_offsets_with_member_epochs(broker: Broker) -> None:
+    answer = await beat(broker, "m1", 0, join=True)
+    offset = {(TOPIC, 0): CommittedOffset(5, -1, "", 0)}
+    commit = broker.groups.commit
+    assert one(await commit(GROUP, answer.member_epoch, "m1", None, offset)) == ErrorCode.none
+    assert one(await commit(GROUP, 7, "m1", None, offset)) == ErrorCode.stale_member_epoch
+    assert one(await commit(GROUP, 1, "nobody", None, offset)) == ErrorCode.unknown_member_id
+    assert one(await commit(GROUP, -1, "", None, offset)) == ErrorCode.unknown_member_id
+    assert one(await commit(GROUP, 1, "m1", None, offset, 8)) == ErrorCode.unsupported_version
+    fetch = broker.groups.fetch
+    assert fetch(GROUP, None, False, "m1", 1)[0] == ErrorCode.none
+    assert fetch(GROUP, None, False, "m1", 3)[0] == ErrorCode.stale_member_epoch
+    assert fetch(GROUP, None, False, "zz", 1)[0] == ErrorCode.unknown_member_id
+    error, found = fetch(GROUP, None, False)  # the admin client
+    assert error == ErrorCode.none and found[(TOPIC, 0)][0] == offset[(TOPIC, 0)]
+    txn = broker.groups.txn_commit
+    assert one(await txn(GROUP, 9, 0, 4, "m1", None, offset)) == ErrorCode.illegal_generation
+    assert one(await txn(GROUP, 9, 0, 1, "zz", None, offset)) == ErrorCode.unknown_member_id
+    assert await broker.groups.delete_group(GROUP) == ErrorCode.non_empty_group
+    await beat(broker, "m1", -1)
+    # an empty group takes the admin's commits and can be deleted
+    assert one(await commit(GROUP, -1, "", None, offset)) == ErrorCode.none
+    assert await broker.groups.delete_group(GROUP) == ErrorCode.none
+    assert GROUP not in broker.groups.groups
+
+
+async def test_classic_and_consumer_protocols_do_not_mix(broker: Broker) -> None:
+    await beat(broker, "m1", 0, join=True)
+    answer = await broker.groups.join(
+        GROUP, "", None, "consumer", PROTOCOLS, 6000, 6000, "c", "h", False
+    )
+    assert answer["error_code"] == ErrorCode.inconsistent_group_protocol
+    await beat(broker, "m1", -1)
+    # empty: a classic member converts it back, keeping its offsets
+    answer = await broker.groups.join(
+        GROUP, "", None, "consumer", PROTOCOLS, 6000, 6000, "c", "h", False
+    )
+    assert answer["error_code"] == ErrorCode.none
+    assert broker.groups.groups[GROUP].consumer is None
+    refused = await beat(broker, "m2", 0, join=True)
+    assert refused.error == ErrorCode.group_id_not_found
