@@ -1,0 +1,193 @@
+"""The consumer group protocol (KIP-848) through confluent-kafka with group.protocol=consumer:
+
+- three consumers join one after another and the first leaves: every record is consumed
+  exactly once and the assignments never overlap;
+- the group survives a broker restart (its records in __consumer_offsets are replayed): the
+  member carries on at its epoch, without a rebalance, and the admin client describes it
+  (ConsumerGroupDescribe) and lists it as a consumer group;
+- a consume-transform-produce transaction commits the consumer's offsets with its group
+  metadata (TxnOffsetCommit with member id and member epoch, KIP-447).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from tests.support.broker import BrokerProcess
+from tests.support.clients import committed_offset, consume_all, create_topic, position
+
+pytestmark = pytest.mark.compat
+
+TIMEOUT = 30.0
+SETTINGS = {
+    # short sessions and heartbeats so that departures show within the test's bounds
+    "group.consumer.min.session.timeout.ms": "2000",
+    "group.consumer.session.timeout.ms": "6000",
+    "group.consumer.min.heartbeat.interval.ms": "100",
+    "group.consumer.heartbeat.interval.ms": "300",
+}
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    process = BrokerProcess(tmp_path_factory.mktemp("kip848") / "data", SETTINGS).start()
+    try:
+        yield process
+    finally:
+        process.kill()
+
+
+def consumer(broker: BrokerProcess, group: str, **extra: object) -> Consumer:
+    config: dict[str, object] = {
+        "bootstrap.servers": broker.bootstrap,
+        "group.id": group,
+        "group.protocol": "consumer",
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+    }
+    config.update(extra)
+    return Consumer(config)
+
+
+def produce(broker: BrokerProcess, topic: str, count: int, partitions: int) -> None:
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(count):
+        producer.produce(topic, f"{i}".encode(), partition=i % partitions)
+    assert producer.flush(TIMEOUT) == 0
+
+
+def owned(c: Consumer) -> set[int]:
+    return {p.partition for p in c.assignment()}
+
+
+def test_members_join_and_leave_and_each_record_is_consumed_once(broker: BrokerProcess) -> None:
+    topic, group, partitions, count = "kip848-once", "kip848-once", 6, 600
+    create_topic(broker.bootstrap, topic, partitions)
+    produce(broker, topic, count, partitions)
+    seen: list[bytes] = []
+    members: list[Consumer] = []
+
+    def poll_all(rounds: int) -> None:
+        for _ in range(rounds):
+            for c in members:
+                for message in c.consume(50, 0.05):
+                    if message.error() is None:
+                        value = message.value()
+                        assert value is not None
+                        seen.append(value)
+                        # commit as we go, so that a moved partition resumes where it was left
+                        c.commit(message=message, asynchronous=False)
+            sets = [owned(c) for c in members]
+            assert sum(len(s) for s in sets) == len(set().union(*sets)), sets  # no overlap
+
+    try:
+        for _ in range(3):
+            members.append(consumer(broker, group))
+            members[-1].subscribe([topic])
+            poll_all(15)
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline and not all(len(owned(c)) == 2 for c in members):
+            poll_all(1)
+        assert [len(owned(c)) for c in members] == [2, 2, 2]
+        members.pop(0).close()  # leaves with epoch -1: its partitions move on
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline and (
+            len(seen) < count or sum(len(owned(c)) for c in members) < partitions
+        ):
+            poll_all(1)
+        assert sorted(owned(members[0]) | owned(members[1])) == list(range(partitions))
+        assert len(seen) == count and len(set(seen)) == count
+    finally:
+        for c in members:
+            c.close()
+
+
+def test_group_survives_a_broker_restart(broker: BrokerProcess) -> None:
+    topic, group = "kip848-restart", "kip848-restart"
+    create_topic(broker.bootstrap, topic, 2)
+    produce(broker, topic, 10, 2)
+    member = consumer(broker, group)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    try:
+        member.subscribe([topic])
+        got = 0
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline and got < 10:
+            got += sum(1 for m in member.consume(10, 0.2) if m.error() is None)
+        assert got == 10
+        before = admin.describe_consumer_groups([group])[group].result(TIMEOUT)
+        assert before.type.name == "CONSUMER" and before.state.name == "STABLE"
+        broker.restart()
+        produce(broker, topic, 10, 2)
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline and got < 20:
+            got += sum(1 for m in member.consume(10, 0.2) if m.error() is None)
+        assert got == 20
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        after = admin.describe_consumer_groups([group])[group].result(TIMEOUT)
+        [described] = after.members
+        assert sorted(p.partition for p in described.assignment.topic_partitions) == [0, 1]
+        epochs = [line for line in broker.log().splitlines() if f"group {group}: epoch" in line]
+        assert len(epochs) == 1, epochs  # one epoch bump (the join): no rebalance at restart
+        listed = admin.list_consumer_groups().result(TIMEOUT)
+        kinds = {g.group_id: g.type.name for g in listed.valid}
+        assert kinds[group] == "CONSUMER"
+    finally:
+        member.close()
+
+
+def test_consume_transform_produce_commits_offsets_with_the_member_epoch(
+    broker: BrokerProcess,
+) -> None:
+    source, sink, group = "kip848-src", "kip848-sink", "kip848-eos"
+    create_topic(broker.bootstrap, source, 1)
+    create_topic(broker.bootstrap, sink, 1)
+    produce(broker, source, 5, 1)
+    member = consumer(broker, group, **{"isolation.level": "read_committed"})
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "kip848-tx"})
+    try:
+        member.subscribe([source])
+        producer.init_transactions(TIMEOUT)
+        batch: list[Message] = []
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline and len(batch) < 5:
+            batch += [m for m in member.consume(10, 0.2) if m.error() is None]
+        assert len(batch) == 5
+        producer.begin_transaction()
+        for message in batch:
+            producer.produce(sink, (message.value() or b"") + b"!")
+        _, last = position(batch[-1])
+        producer.send_offsets_to_transaction(
+            [TopicPartition(source, 0, last + 1)], member.consumer_group_metadata(), TIMEOUT
+        )
+        producer.commit_transaction(TIMEOUT)
+        assert committed_offset(broker.bootstrap, group, source) == last + 1
+        records = consume_all(broker.bootstrap, sink, 1, 5, timeout=TIMEOUT)
+        assert [v for _, v in records[0]] == [f"{i}!".encode() for i in range(5)]
+    finally:
+        member.close()
+
+
+def test_unsupported_assignor_is_reported(broker: BrokerProcess) -> None:
+    topic = "kip848-assignor"
+    create_topic(broker.bootstrap, topic, 1)
+    member = consumer(broker, "kip848-assignor", **{"group.remote.assignor": "sticky"})
+    try:
+        member.subscribe([topic])
+        deadline = time.monotonic() + TIMEOUT
+        error = None
+        while time.monotonic() < deadline and error is None:
+            for message in member.consume(1, 0.2):
+                if message.error() is not None:
+                    error = message.error()
+        assert error is not None
+        # librdkafka makes UNSUPPORTED_ASSIGNOR a fatal consumer error, naming it
+        assert error.code() == KafkaError._FATAL, error
+        assert "assignor" in error.str() and "not supported" in error.str()
+    finally:
+        member.close()
