@@ -29,8 +29,8 @@ FIXED_SIZES = {
     "uuid": 16,
 }
 VARIABLE = frozenset({"string", "bytes", "records"})
-# (name, kafka type or None for an entity, entity class, is an array)
-_Field = tuple[str, str | None, type[Any] | None, bool]
+# (name, kafka type or None for an entity, entity class, is an array, is nullable)
+_Field = tuple[str, str | None, type[Any] | None, bool, bool]
 
 
 _LAYOUTS: dict[type[Any], tuple[_Field, ...]] = {}
@@ -47,7 +47,8 @@ def _layout(cls: type[Any]) -> tuple[_Field, ...]:
             continue  # tagged: read from the tagged-field section by size
         annotation = hints[f.name]
         args = [a for a in typing.get_args(annotation) if a is not type(None)]
-        if type(None) in typing.get_args(annotation) and len(args) == 1:
+        nullable = type(None) in typing.get_args(annotation)
+        if nullable and len(args) == 1:
             annotation = args[0]
         array = typing.get_origin(annotation) is tuple
         element = typing.get_args(annotation)[0] if array else annotation
@@ -55,7 +56,7 @@ def _layout(cls: type[Any]) -> tuple[_Field, ...]:
         kafka_type = f.metadata.get("kafka_type")
         if entity is None and kafka_type not in FIXED_SIZES and kafka_type not in VARIABLE:
             raise TypeError(f"{cls.__qualname__}.{f.name}: unknown kafka type {kafka_type!r}")
-        layout.append((f.name, kafka_type, entity, array))
+        layout.append((f.name, kafka_type, entity, array, nullable))
     _LAYOUTS[cls] = tuple(layout)
     return _LAYOUTS[cls]
 
@@ -83,7 +84,9 @@ class _Scan:
         return self.varint() - 1 if self.flexible else self.fixed(width)
 
     def entity(self, cls: type[Any]) -> None:
-        for _name, kafka_type, entity, array in _layout(cls):
+        for _name, kafka_type, entity, array, nullable in _layout(cls):
+            if entity is not None and nullable and not array and self.fixed(1) < 0:
+                continue  # a null struct: only its int8 marker (-1) is on the wire
             if array:
                 count = self.length(4)
                 smallest = FIXED_SIZES.get(kafka_type or "", 1)

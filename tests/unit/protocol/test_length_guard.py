@@ -42,3 +42,28 @@ def test_a_valid_body_still_decodes() -> None:
     assert cls is not None
     body = b"\x03" + b"\x03g1" + b"\x03g2" + b"\x00"
     assert decode_body(cls, body, 0).groups_names == ("g1", "g2")
+
+
+@pytest.mark.parametrize("assignment", [None, {"topic_partitions": [{"topic_id": None}]}])
+def test_a_nullable_struct_is_read_after_its_marker(assignment: object) -> None:
+    # ConsumerGroupHeartbeat's response carries its Assignment as a nullable struct: an int8
+    # marker (-1 null, 1 present) before the fields; the guard used to read it as a field.
+    from kio.schema.consumer_group_heartbeat.v1.response import ConsumerGroupHeartbeatResponse
+
+    from lockgate.protocol.api import build, encode
+
+    body = {
+        "throttle_time": 0,
+        "error_code": 0,
+        "member_id": "m",
+        "member_epoch": 3,
+        "heartbeat_interval": 5000,
+        "assignment": assignment,
+    }
+    decoded = decode_body(
+        ConsumerGroupHeartbeatResponse,
+        encode(build(ConsumerGroupHeartbeatResponse, body)),
+        0,
+    )
+    assert decoded.member_epoch == 3
+    assert (decoded.assignment is None) == (assignment is None)
