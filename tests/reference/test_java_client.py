@@ -23,9 +23,9 @@ pytestmark = pytest.mark.compat
 PROGRAM = Path(__file__).parent / "java" / "ClientChecks.java"
 
 
-def run_checks(kafka: ReferenceKafka, bootstrap: str) -> dict[str, str]:
+def run_checks(kafka: ReferenceKafka, bootstrap: str, program: Path = PROGRAM) -> dict[str, str]:
     done = subprocess.run(
-        ["java", "-Xmx512m", "-cp", kafka.classpath, str(PROGRAM), bootstrap],
+        ["java", "-Xmx512m", "-cp", kafka.classpath, str(program), bootstrap],
         capture_output=True,
         text=True,
         timeout=400,
