@@ -1,7 +1,8 @@
 # client/admin_groups.py — the admin side of consumer groups, as Kafka's Admin offers it: list
-# (every broker), describe with each member's assignment, committed offsets, altering offsets of
-# a group without members, deleting groups and a group's offsets. Requests go to the group's
-# coordinator, found through Cluster.find_coordinator.
+# (every broker), describe with each member's assignment (ConsumerGroupDescribe for KIP-848
+# groups, with target assignments and epochs; DescribeGroups for classic ones), committed
+# offsets, altering offsets of a group without members, deleting groups and a group's offsets.
+# Requests go to the group's coordinator, found through Cluster.find_coordinator.
 #
 # Functions take a Cluster; Admin (admin.py) exposes them as methods.
 from __future__ import annotations
@@ -14,12 +15,19 @@ from typing import Any
 
 from lockgate.client.cluster import Cluster, TopicPartition
 from lockgate.client.connection import BrokerConnection
-from lockgate.client.errors import KafkaError, error_for, raise_for
+from lockgate.client.errors import (
+    ErrorCode,
+    KafkaError,
+    UnsupportedVersionError,
+    error_for,
+    raise_for,
+)
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.frame import MalformedFrame
 
 GROUP_KEY_TYPE = 0
 CONSUMER_PROTOCOL = "consumer"
+CONSUMER_GROUP_DESCRIBE = 69
 # OffsetFetch v10 names topics by id only; v9 still answers with names.
 LAST_OFFSET_FETCH_WITH_NAMES = 9
 
@@ -39,6 +47,9 @@ class MemberDescription:
     client_id: str
     host: str
     assignment: tuple[TopicPartition, ...]  # decoded for "consumer" groups only
+    # KIP-848 groups only: what the coordinator wants the member to own, and its epoch
+    target_assignment: tuple[TopicPartition, ...] = ()
+    member_epoch: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +60,9 @@ class GroupDescription:
     protocol: str  # the assignor chosen, for consumer groups
     members: tuple[MemberDescription, ...]
     coordinator_id: int
+    group_type: str = "classic"  # "consumer" for a KIP-848 group
+    group_epoch: int = -1  # KIP-848 groups only
+    assignment_epoch: int = -1  # KIP-848 groups only: the epoch of the target assignment
 
 
 def decode_assignment(data: bytes) -> tuple[TopicPartition, ...]:
@@ -101,8 +115,10 @@ async def list_groups(cluster: Cluster, *, states: Collection[str] = ()) -> list
 async def describe_groups(
     cluster: Cluster, group_ids: Iterable[str]
 ) -> dict[str, GroupDescription]:
-    """Each group's state, protocol and members. A group nobody knows raises
-    GROUP_ID_NOT_FOUND (DescribeGroups v6+; older versions describe it as Dead)."""
+    """Each group's state, protocol and members. KIP-848 groups are asked with
+    ConsumerGroupDescribe (where the coordinator serves it), the others, and every group on
+    an older broker, with DescribeGroups. A group nobody knows raises GROUP_ID_NOT_FOUND
+    (DescribeGroups v6+; older versions describe it as Dead)."""
     by_coordinator: dict[int, list[str]] = defaultdict(list)
     wanted = list(dict.fromkeys(group_ids))
     for group_id in wanted:
@@ -110,8 +126,11 @@ async def describe_groups(
     found: dict[str, GroupDescription] = {}
     for node_id, ids in by_coordinator.items():
         connection = await cluster.connection(node_id)
+        classic = await _describe_consumer_groups(connection, ids, node_id, found)
+        if not classic:
+            continue
         answer = await connection.request(
-            ApiKey.DESCRIBE_GROUPS, {"groups": ids, "include_authorized_operations": False}
+            ApiKey.DESCRIBE_GROUPS, {"groups": classic, "include_authorized_operations": False}
         )
         for group in answer.groups:
             raise_for(
@@ -119,6 +138,65 @@ async def describe_groups(
             )
             found[group.group_id] = _group(group, node_id)
     return {group_id: found[group_id] for group_id in wanted}
+
+
+async def _describe_consumer_groups(
+    connection: BrokerConnection, ids: list[str], node_id: int, found: dict[str, GroupDescription]
+) -> list[str]:
+    """ConsumerGroupDescribe: fills `found` with the KIP-848 groups; returns the ids left for
+    DescribeGroups (classic groups and unknown ones answer GROUP_ID_NOT_FOUND here)."""
+    try:
+        version = connection.version_for(CONSUMER_GROUP_DESCRIBE)
+    except UnsupportedVersionError:
+        return ids
+    answer = await connection.request(
+        CONSUMER_GROUP_DESCRIBE,
+        {"group_ids": ids, "include_authorized_operations": False},
+        version=version,
+    )
+    left = []
+    for group in answer.groups:
+        if group.error_code == ErrorCode.group_id_not_found:
+            left.append(str(group.group_id))
+            continue
+        raise_for(group.error_code, group.error_message, f"group {group.group_id}")
+        found[str(group.group_id)] = _consumer_group(group, node_id)
+    return left
+
+
+def _partitions(assignment: Any) -> tuple[TopicPartition, ...]:
+    return tuple(
+        sorted(
+            TopicPartition(str(t.topic_name), int(p))
+            for t in assignment.topic_partitions
+            for p in t.partitions
+        )
+    )
+
+
+def _consumer_group(group: Any, node_id: int) -> GroupDescription:
+    return GroupDescription(
+        str(group.group_id),
+        str(group.group_state),
+        CONSUMER_PROTOCOL,
+        str(group.assignor_name),
+        tuple(
+            MemberDescription(
+                str(m.member_id),
+                m.instance_id,
+                str(m.client_id),
+                str(m.client_host),
+                _partitions(m.assignment),
+                _partitions(m.target_assignment),
+                int(m.member_epoch),
+            )
+            for m in group.members
+        ),
+        node_id,
+        "consumer",
+        int(group.group_epoch),
+        int(group.assignment_epoch),
+    )
 
 
 def _group(group: Any, node_id: int) -> GroupDescription:

@@ -1,7 +1,8 @@
-# client/consumer.py — the asyncio consumer: manual assignment or classic group membership
-# (subscribe; membership in group_member.py), positions from committed offsets, explicit offsets
-# or ListOffsets (earliest/latest), Fetch from each partition's leader, records decoded with
-# their headers, read_committed (the default) filtering of aborted transactions, commits, pause.
+# client/consumer.py — the asyncio consumer: manual assignment or group membership (subscribe;
+# the classic protocol in group_member.py, KIP-848's consumer protocol in consumer_member.py),
+# positions from committed offsets, explicit offsets or ListOffsets (earliest/latest), Fetch
+# from each partition's leader, records decoded with their headers, read_committed (the
+# default) filtering of aborted transactions, commits, pause.
 #
 # Invariants:
 # - A partition's position only moves forward past what was returned or skipped: past every
@@ -13,7 +14,8 @@
 #   listed by the broker) until its producer's ABORT marker, as the Java consumer does.
 # - In a group, the assignment only changes inside poll() (a rebalance): revoked partitions
 #   are committed (auto commit) and handed to the listener before they are dropped, new ones
-#   start from the group's committed offset, else from auto_offset_reset.
+#   start from the group's committed offset, else from auto_offset_reset. Lost partitions
+#   (the member was fenced) are dropped without a commit.
 from __future__ import annotations
 
 import asyncio
@@ -30,6 +32,7 @@ from typing import Any, Protocol
 
 from lockgate.client.cluster import Cluster, PartitionInfo, TopicPartition
 from lockgate.client.connection import DEFAULT_CLIENT_ID
+from lockgate.client.consumer_member import ConsumerMember
 from lockgate.client.errors import (
     CorruptRecordError,
     ErrorCode,
@@ -39,6 +42,7 @@ from lockgate.client.errors import (
     error_for,
 )
 from lockgate.client.group_member import GroupMember
+from lockgate.client.membership import Membership
 from lockgate.client.security import ClientSecurity
 from lockgate.client.transactions import ConsumerGroupMetadata, OffsetAndMetadata
 from lockgate.protocol.api import ApiKey
@@ -98,6 +102,9 @@ class RebalanceListener(Protocol):
 
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None: ...
 
+    # A listener may also define `async def on_partitions_lost(lost)`: partitions taken away
+    # without a chance to commit (a fenced member); without it, on_partitions_revoked is told.
+
 
 @dataclass(slots=True)
 class FetchedPartition:
@@ -120,6 +127,8 @@ class Consumer:
         group_id: str | None = None,
         group_instance_id: str | None = None,
         partition_assignment_strategy: Sequence[str] = ("range", "cooperative-sticky"),
+        group_protocol: str = "classic",
+        group_remote_assignor: str | None = None,
         session_timeout_ms: int = 45_000,
         heartbeat_interval_ms: int = 3_000,
         max_poll_interval_ms: int = 300_000,
@@ -166,10 +175,26 @@ class Consumer:
         self.enable_auto_commit = enable_auto_commit and group_id is not None
         self.auto_commit_interval = auto_commit_interval_ms / 1000
         self._next_auto_commit = 0.0
-        self._member = (
-            None
-            if group_id is None
-            else GroupMember(
+        if group_protocol not in ("classic", "consumer"):
+            raise ValueError(f"group_protocol is 'classic' or 'consumer', not {group_protocol!r}")
+        if group_remote_assignor is not None and group_protocol != "consumer":
+            raise ValueError("group_remote_assignor needs group_protocol='consumer'")
+        self.group_protocol = group_protocol
+        self._member: Membership | None
+        if group_id is None:
+            self._member = None
+        elif group_protocol == "consumer":
+            # session and heartbeat interval are the coordinator's settings under KIP-848
+            self._member = ConsumerMember(
+                cluster,
+                group_id,
+                group_instance_id=group_instance_id,
+                remote_assignor=group_remote_assignor,
+                rebalance_timeout_ms=max_poll_interval_ms,
+                max_poll_interval_ms=max_poll_interval_ms,
+            )
+        else:
+            self._member = GroupMember(
                 cluster,
                 group_id,
                 group_instance_id=group_instance_id,
@@ -179,7 +204,6 @@ class Consumer:
                 heartbeat_interval_ms=heartbeat_interval_ms,
                 max_poll_interval_ms=max_poll_interval_ms,
             )
-        )
         self._topics: tuple[str, ...] = ()
         self._pattern: re.Pattern[str] | None = None
         self._listener: RebalanceListener | None = None
@@ -206,7 +230,7 @@ class Consumer:
         self._closed = True
         if self._member is not None:
             await asyncio.gather(*self._pending_commits, return_exceptions=True)
-            if self.enable_auto_commit and self._member.generation_id >= 0:
+            if self.enable_auto_commit and self._member.joined:
                 with contextlib.suppress(KafkaError):
                     await self.commit()
             await self._member.leave()
@@ -287,14 +311,14 @@ class Consumer:
         member.last_poll = time.monotonic()
         now_ms = time.monotonic() * 1000
         pattern_due = self._pattern is not None and now_ms >= self._next_pattern_check
-        if pattern_due and member.generation_id >= 0:
+        if pattern_due and member.joined:
             self._next_pattern_check = now_ms + self.cluster.metadata_max_age_ms
             if await self._subscribed_topics() != self._joined_topics:
                 member.rejoin_needed = True
         # A cooperative round that took partitions away is followed at once by another that
         # hands them over; more rounds than that mean the group is still changing.
         for _ in range(3):
-            if not member.rejoin_needed and member.generation_id >= 0:
+            if not member.rejoin_needed and member.joined:
                 return
             if not member.cooperative and self._positions:
                 await self._revoke(list(self._positions))  # eager: give up everything first
@@ -306,10 +330,25 @@ class Consumer:
             )
             rebalance = await member.join(topics, deadline)
             self._joined_topics = topics
+            if rebalance.lost:
+                await self._lose(list(rebalance.lost))
             if rebalance.revoked:
                 await self._revoke(list(rebalance.revoked))
             if rebalance.assigned:
                 await self._assign_from_group(list(rebalance.assigned), deadline)
+            member.reconciled()
+
+    async def _lose(self, partitions: list[TopicPartition]) -> None:
+        held = [tp for tp in partitions if tp in self._positions]
+        for tp in held:
+            self._positions.pop(tp, None)
+            self._paused.discard(tp)
+        if self._listener is not None and held:
+            on_lost = getattr(self._listener, "on_partitions_lost", None)
+            if on_lost is not None:
+                await on_lost(held)
+            else:
+                await self._listener.on_partitions_revoked(held)
 
     async def _revoke(self, partitions: list[TopicPartition]) -> None:
         if not partitions:

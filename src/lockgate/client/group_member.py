@@ -1,7 +1,7 @@
 # client/group_member.py — one consumer's membership of a classic consumer group: find the
 # coordinator, JoinGroup (MEMBER_ID_REQUIRED answered by joining again), the leader runs the
 # assignor, SyncGroup, heartbeats from a background task, LeaveGroup on close (dynamic members
-# only, as KIP-345 wants), and the group's offsets (OffsetCommit / OffsetFetch).
+# only, as KIP-345 wants). The group's offsets are MemberOffsets' (membership.py).
 #
 # Invariants:
 # - `assignment` only changes inside join(); the consumer learns the change from join()'s
@@ -18,9 +18,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from lockgate.client.assignors import (
@@ -34,19 +32,15 @@ from lockgate.client.assignors import (
     encode_subscription,
 )
 from lockgate.client.cluster import Cluster, TopicPartition
-from lockgate.client.connection import BrokerConnection
 from lockgate.client.errors import ErrorCode, KafkaError, KafkaTimeoutError, error_for
-from lockgate.client.transactions import ConsumerGroupMetadata, OffsetAndMetadata
+from lockgate.client.membership import COORDINATOR_MOVED, MemberOffsets, Rebalance
+from lockgate.client.transactions import ConsumerGroupMetadata
 from lockgate.protocol.api import ApiKey
 
 log = logging.getLogger(__name__)
 
-GROUP_KEY_TYPE = 0
 PROTOCOL_TYPE = "consumer"
 NO_GENERATION = -1
-LAST_OFFSET_FETCH_WITH_NAMES = 9  # v10 names topics by id only
-# Errors after which the coordinator must be looked up again.
-COORDINATOR_MOVED = frozenset({ErrorCode.not_coordinator, ErrorCode.coordinator_not_available})
 # Errors that mean "this member's generation is over: join again".
 REJOIN = frozenset(
     {
@@ -57,19 +51,11 @@ REJOIN = frozenset(
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Rebalance:
-    """What one join changed: the consumer revokes first, then assigns."""
-
-    revoked: tuple[TopicPartition, ...]
-    assigned: tuple[TopicPartition, ...]
-
-
 class FencedInstanceIdError(KafkaError):
     code = ErrorCode.fenced_instance_id
 
 
-class GroupMember:
+class GroupMember(MemberOffsets):
     def __init__(
         self,
         cluster: Cluster,
@@ -85,22 +71,17 @@ class GroupMember:
         unknown = [name for name in assignors if name not in ASSIGNORS]
         if unknown or not assignors:
             raise ValueError(f"unknown assignors {unknown}; known: {sorted(ASSIGNORS)}")
-        self.cluster = cluster
-        self.group_id = group_id
-        self.group_instance_id = group_instance_id
+        super().__init__(cluster, group_id, group_instance_id)
         self.assignors = tuple(assignors)
         self.session_timeout_ms = session_timeout_ms
         self.rebalance_timeout_ms = rebalance_timeout_ms
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.max_poll_interval_ms = max_poll_interval_ms
-        self.member_id = ""
-        self.generation_id = NO_GENERATION
         self.protocol: str | None = None
         self.assignment: tuple[TopicPartition, ...] = ()
         self.rejoin_needed = True
         self.fatal: KafkaError | None = None
         self.last_poll = time.monotonic()
-        self._coordinator_id: int | None = None
         self._heartbeat: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------------------------------
@@ -115,24 +96,12 @@ class GroupMember:
     def cooperative(self) -> bool:
         return self.protocol in COOPERATIVE
 
-    async def coordinator(self) -> BrokerConnection:
-        if self._coordinator_id is None:
-            self._coordinator_id = await self.cluster.find_coordinator(
-                GROUP_KEY_TYPE, self.group_id
-            )
-        return await self.cluster.connection(self._coordinator_id)
+    @property
+    def joined(self) -> bool:
+        return self.generation_id >= 0
 
-    def _coordinator_lost(self) -> None:
-        self._coordinator_id = None
-
-    async def _request(self, api_key: ApiKey, body: Mapping[str, Any], **options: Any) -> Any:
-        connection = await self.coordinator()
-        try:
-            return await connection.request(api_key, body, **options)
-        except KafkaError as exc:
-            if exc.retriable:
-                self._coordinator_lost()
-            raise
+    def reconciled(self) -> None:
+        """Nothing to acknowledge: SyncGroup's answer was the whole hand-over."""
 
     # ------------------------------------------------------------------------------------------
     # Joining
@@ -331,108 +300,3 @@ class GroupMember:
         self.generation_id = NO_GENERATION
         self.assignment = ()
         self.rejoin_needed = True
-
-    # ------------------------------------------------------------------------------------------
-    # Offsets
-
-    async def commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> None:
-        """OffsetCommit under this member's generation. A rebalance in between raises
-        (REBALANCE_IN_PROGRESS / ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID) and marks the member
-        for a rejoin: the partitions may belong to someone else now."""
-        if not offsets:
-            return
-        by_topic: dict[str, list[tuple[int, OffsetAndMetadata]]] = defaultdict(list)
-        for tp, value in sorted(offsets.items()):
-            by_topic[tp.topic].append((tp.partition, value))
-        topic_ids = {t: (await self.cluster.topic(t)).topic_id for t in by_topic}
-        answer = await self._request(
-            ApiKey.OFFSET_COMMIT,
-            {
-                "group_id": self.group_id,
-                "generation_id_or_member_epoch": self.generation_id,
-                "member_id": self.member_id,
-                "group_instance_id": self.group_instance_id,
-                "retention_time": -1,
-                "topics": [
-                    {
-                        "name": topic,
-                        "topic_id": topic_ids[topic],
-                        "partitions": [
-                            {
-                                "partition_index": partition,
-                                "committed_offset": value.offset,
-                                "committed_leader_epoch": value.leader_epoch,
-                                "committed_metadata": value.metadata or "",
-                            }
-                            for partition, value in partitions
-                        ],
-                    }
-                    for topic, partitions in by_topic.items()
-                ],
-            },
-        )
-        names = {topic_id: name for name, topic_id in topic_ids.items()}
-        for topic in answer.topics:
-            name = getattr(topic, "name", None) or names.get(getattr(topic, "topic_id", None))
-            for partition in topic.partitions:
-                code = ErrorCode(partition.error_code)
-                if code == ErrorCode.none:
-                    continue
-                self._note_error(code)
-                raise error_for(code, None, f"OffsetCommit {name}-{partition.partition_index}")
-
-    async def committed(
-        self, partitions: Iterable[TopicPartition], *, require_stable: bool, deadline: float
-    ) -> dict[TopicPartition, OffsetAndMetadata | None]:
-        """The group's committed offsets. `require_stable` (read_committed consumers, KIP-447)
-        waits while a transaction holding offsets for them is open: the broker answers
-        UNSTABLE_OFFSET_COMMIT and we ask again until `deadline`."""
-        wanted = list(dict.fromkeys(partitions))
-        by_topic: dict[str, list[int]] = defaultdict(list)
-        for tp in wanted:
-            by_topic[tp.topic].append(tp.partition)
-        topics = [{"name": t, "partition_indexes": p} for t, p in by_topic.items()]
-        attempt = 0
-        while True:
-            connection = await self.coordinator()
-            version = connection.version_for(
-                ApiKey.OFFSET_FETCH, max_version=LAST_OFFSET_FETCH_WITH_NAMES
-            )
-            answer = await self._request(
-                ApiKey.OFFSET_FETCH,
-                {
-                    "group_id": self.group_id,
-                    "topics": topics,
-                    "require_stable": require_stable,
-                    "groups": [{"group_id": self.group_id, "topics": topics}],
-                },
-                version=version,
-            )
-            groups = getattr(answer, "groups", None)
-            entry: Any = groups[0] if groups else answer
-            codes = [ErrorCode(entry.error_code)] + [
-                ErrorCode(p.error_code) for t in entry.topics for p in t.partitions
-            ]
-            failure = next((c for c in codes if c != ErrorCode.none), ErrorCode.none)
-            if failure == ErrorCode.none:
-                break
-            error = error_for(failure, None, f"OffsetFetch {self.group_id}")
-            if failure in COORDINATOR_MOVED:
-                self._coordinator_lost()
-            if not error.retriable and failure != ErrorCode.unstable_offset_commit:
-                raise error
-            if time.monotonic() > deadline:
-                raise KafkaTimeoutError(f"committed offsets of {self.group_id}: {error}")
-            await asyncio.sleep(self.cluster.backoff_s(attempt))
-            attempt += 1
-        found: dict[TopicPartition, OffsetAndMetadata | None] = dict.fromkeys(wanted)
-        for topic in entry.topics:
-            for p in topic.partitions:
-                tp = TopicPartition(topic.name, int(p.partition_index))
-                if p.committed_offset >= 0 and tp in found:
-                    found[tp] = OffsetAndMetadata(
-                        int(p.committed_offset),
-                        p.metadata,
-                        int(getattr(p, "committed_leader_epoch", -1)),
-                    )
-        return found
