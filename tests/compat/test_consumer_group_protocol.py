@@ -6,7 +6,10 @@
   member carries on at its epoch, without a rebalance, and the admin client describes it
   (ConsumerGroupDescribe) and lists it as a consumer group;
 - a consume-transform-produce transaction commits the consumer's offsets with its group
-  metadata (TxnOffsetCommit with member id and member epoch, KIP-447).
+  metadata (TxnOffsetCommit with member id and member epoch, KIP-447);
+- a regular expression subscription (SubscribedTopicRegex), and a static member that restarts
+  (leaving with epoch -2) and gets its partition back without a rebalance;
+- UNSUPPORTED_ASSIGNOR reaches the application (librdkafka makes it fatal).
 """
 
 from __future__ import annotations
@@ -191,3 +194,44 @@ def test_unsupported_assignor_is_reported(broker: BrokerProcess) -> None:
         assert "assignor" in error.str() and "not supported" in error.str()
     finally:
         member.close()
+
+
+def test_regex_subscription_and_static_member_rejoin(broker: BrokerProcess) -> None:
+    for topic in ("kip848-re-a", "kip848-re-b", "kip848-other"):
+        create_topic(broker.bootstrap, topic, 2)
+    by_regex = consumer(broker, "kip848-regex")
+    try:
+        by_regex.subscribe(["^kip848-re-.*"])  # librdkafka sends it as SubscribedTopicRegex
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline and len(by_regex.assignment()) < 4:
+            by_regex.poll(0.1)
+        assert sorted((p.topic, p.partition) for p in by_regex.assignment()) == [
+            ("kip848-re-a", 0), ("kip848-re-a", 1), ("kip848-re-b", 0), ("kip848-re-b", 1),
+        ]  # fmt: skip
+    finally:
+        by_regex.close()
+    group, topic = "kip848-static", "kip848-re-a"
+    first = consumer(broker, group, **{"group.instance.id": "i1"})
+    second = consumer(broker, group, **{"group.instance.id": "i2"})
+    try:
+        first.subscribe([topic])
+        second.subscribe([topic])
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline and not (owned(first) and owned(second)):
+            first.poll(0.1)
+            second.poll(0.1)
+        kept = owned(first)
+        assert len(kept) == 1 and owned(second) == {0, 1} - kept
+        first.close()  # a static member leaves with epoch -2: its partition waits for it
+        first = consumer(broker, group, **{"group.instance.id": "i1"})
+        first.subscribe([topic])
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline and not owned(first):
+            first.poll(0.1)
+            second.poll(0.1)
+        assert owned(first) == kept and owned(second) == {0, 1} - kept
+        epochs = [line for line in broker.log().splitlines() if f"group {group}: epoch" in line]
+        assert len(epochs) == 2, epochs  # the two joins; the restart moved nothing
+    finally:
+        first.close()
+        second.close()
