@@ -48,6 +48,8 @@ _PROPERTIES: dict[str, tuple[str, Callable[[Any], Any]]] = {
         "partition_assignment_strategy",
         lambda v: [s.strip() for s in str(v).split(",") if s.strip()],
     ),
+    "group.protocol": ("group_protocol", lambda v: str(v).lower()),
+    "group.remote.assignor": ("group_remote_assignor", str),
     "fetch.wait.max.ms": ("fetch_max_wait_ms", int),
     "fetch.min.bytes": ("fetch_min_bytes", int),
     "request.timeout.ms": ("request_timeout_ms", int),
