@@ -123,8 +123,10 @@ class FakeConnection:
 
     def __init__(self, versions: int | None = 1) -> None:
         self.versions = versions
+        self.min_versions: dict[int, int] = {}
 
-    def version_for(self, api_key: int, **_: Any) -> int:
+    def version_for(self, api_key: int, *, min_version: int = 0, **_: Any) -> int:
+        self.min_versions[api_key] = min_version
         if self.versions is None:
             from lockgate.client.errors import UnsupportedVersionError
 
@@ -271,3 +273,76 @@ async def test_a_moved_coordinator_is_looked_up_again_and_the_join_retried() -> 
 def test_unknown_remote_assignor_is_refused() -> None:
     with pytest.raises(ValueError, match="group_remote_assignor"):
         ConsumerMember(FakeCluster(), "g", remote_assignor="sticky")  # type: ignore[arg-type]
+
+
+class OffsetsMember(ScriptedMember):
+    """Answers OffsetCommit/OffsetFetch from a script; a heartbeat between two tries moves
+    the member epoch on, as the coordinator's answer would."""
+
+    def __init__(self, commit_codes: list[ErrorCode]) -> None:
+        super().__init__([])
+        self.commit_codes = commit_codes
+        self.requests: list[tuple[int, Mapping[str, Any], int]] = []
+        self.generation_id, self.member_id = 4, "member-1"
+        self.heartbeats = 0
+
+    async def _request(self, api_key: int, body: Mapping[str, Any], **options: Any) -> Any:
+        self.requests.append((api_key, body, options["version"]))
+        if api_key == 8:
+            code = self.commit_codes.pop(0)
+            partition = SimpleNamespace(partition_index=0, error_code=code)
+            return SimpleNamespace(topics=[SimpleNamespace(name="a", partitions=[partition])])
+        entry = SimpleNamespace(
+            error_code=0,
+            topics=[
+                SimpleNamespace(
+                    name="a",
+                    partitions=[
+                        SimpleNamespace(
+                            partition_index=0, committed_offset=7, metadata="", error_code=0
+                        )
+                    ],
+                )
+            ],
+        )
+        return SimpleNamespace(groups=[entry])
+
+    async def _stale_epoch(self) -> bool:
+        self.heartbeats += 1
+        self.generation_id += 1
+        return True
+
+
+class TopicsCluster(FakeCluster):
+    async def topic(self, name: str) -> TopicInfo:
+        return self.metadata.topics[name]
+
+
+async def test_commits_carry_the_member_epoch_and_a_stale_one_is_retried() -> None:
+    from lockgate.client.transactions import OffsetAndMetadata
+
+    member = OffsetsMember([ErrorCode.stale_member_epoch, ErrorCode.none])
+    member.cluster = TopicsCluster()  # type: ignore[assignment]
+    await member.commit({TopicPartition("a", 0): OffsetAndMetadata(7)})
+    (_, first, _), (_, second, _) = member.requests
+    assert member.connection.min_versions[8] == 9  # OffsetCommit v9+: the member epoch
+    assert (first["member_id"], first["generation_id_or_member_epoch"]) == ("member-1", 4)
+    assert second["generation_id_or_member_epoch"] == 5  # after the heartbeat
+    assert member.heartbeats == 1
+    found = await member.committed(
+        [TopicPartition("a", 0)], require_stable=True, deadline=float("inf")
+    )
+    assert member.connection.min_versions[9] == 9  # OffsetFetch v9+ likewise
+    group = member.requests[-1][1]["groups"][0]
+    assert (group["member_id"], group["member_epoch"]) == ("member-1", 5)
+    assert found[TopicPartition("a", 0)] == OffsetAndMetadata(7, "", -1)
+
+
+async def test_a_commit_fenced_for_good_is_raised() -> None:
+    from lockgate.client.transactions import OffsetAndMetadata
+
+    member = OffsetsMember([ErrorCode.fenced_member_epoch])
+    member.cluster = TopicsCluster()  # type: ignore[assignment]
+    with pytest.raises(KafkaError) as raised:
+        await member.commit({TopicPartition("a", 0): OffsetAndMetadata(7)})
+    assert raised.value.code == ErrorCode.fenced_member_epoch
