@@ -145,6 +145,8 @@ async def _get_offsets(args: argparse.Namespace) -> int:
                 f"due to error: {answer}",
                 file=sys.stderr,
             )
-        else:
+        elif answer.offset >= 0:
+            # as kafka-get-offsets.sh: a partition without an answer (no record that recent,
+            # nothing tiered) is left out rather than printed with -1
             print(f"{tp.topic}:{tp.partition}:{answer.offset}")
     return EXIT_FAILURE if failed else EXIT_OK

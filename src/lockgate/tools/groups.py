@@ -370,7 +370,10 @@ async def _reset(args: argparse.Namespace) -> int:
 # The messages of Kafka's exceptions for the errors OffsetDelete answers, so that the tool reads
 # as kafka-consumer-groups.sh --delete-offsets does.
 _DELETE_OFFSETS_MESSAGES = {
-    ErrorCode.group_subscribed_to_topic: "The consumer group is actively subscribed to the topic",
+    ErrorCode.group_subscribed_to_topic: (
+        "Deleting offsets of a topic is forbidden while the consumer group is actively "
+        "subscribed to it."
+    ),
     ErrorCode.unknown_topic_or_partition: "This server does not host this topic-partition.",
     ErrorCode.topic_authorization_failed: "Not authorized to access topics",
 }
@@ -417,11 +420,11 @@ async def _delete_offsets(args: argparse.Namespace) -> int:
     for tp, error in sorted(results.items()):
         rows.append([tp.topic, str(tp.partition), _status(error)])
         failed = failed or error is not None
-    topics = ", ".join(dict.fromkeys(parse_topic_scope(text).topic for text in args.topic))
+    topics = ", ".join(args.topic)  # as Kafka's tool: the --topic values as given
     if failed:
         print(
-            "lockgate groups: error: Encounter some partition level error, see the follow-up "
-            "details:",
+            "lockgate groups: error: Encountered some partition-level error, see the follow-up "
+            "details.",
             file=sys.stderr,
         )
     else:

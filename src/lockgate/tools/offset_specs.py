@@ -116,9 +116,12 @@ def parse_reset_csv(text: str, groups: Iterable[str]) -> dict[str, Plan]:
         else:
             raise ToolError(f"line {number}: expected topic,partition,offset, got {line!r}")
         try:
-            plans.setdefault(group, {})[TopicPartition(topic, int(partition))] = int(offset)
+            tp, target = TopicPartition(topic, int(partition)), int(offset)
         except ValueError:
             raise ToolError(f"line {number}: partition and offset must be integers") from None
+        if target < 0:
+            raise ToolError(f"line {number}: Invalid negative offset")  # Kafka's words
+        plans.setdefault(group, {})[tp] = target
     return plans
 
 

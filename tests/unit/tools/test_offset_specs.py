@@ -72,6 +72,8 @@ def test_export_and_from_file_round_trip() -> None:
         parse_reset_csv("a,0", ["g"])
     with pytest.raises(ToolError, match="integers"):
         parse_reset_csv("a,x,1", ["g"])
+    with pytest.raises(ToolError, match="line 2: Invalid negative offset"):
+        parse_reset_csv("a,0,1\na,1,-3", ["g"])
 
 
 def test_delete_records_json_as_kafka_writes_it() -> None:
