@@ -1,6 +1,7 @@
 """lockgate's consumer with group_protocol="consumer" (KIP-848) against lockgate's broker (one
-process for the module, heartbeats every 100 ms): partitions split and handed over on join and
-leave with every partition owned exactly once, a static member that comes back keeps its
+process for the module, heartbeats every 100 ms, sessions of 1.5 s): partitions split and handed
+over on join and leave with every partition owned exactly once, a member past its session loses
+its partitions (no commit) and joins again, a static member that comes back keeps its
 partitions, commits and committed offsets under the member epoch, the admin's describe of the
 group, and a consume-transform-produce transaction with group_metadata()."""
 
@@ -15,6 +16,7 @@ import pytest
 from lockgate.client.admin import Admin
 from lockgate.client.cluster import TopicPartition
 from lockgate.client.consumer import Consumer, Message
+from lockgate.client.consumer_member import ConsumerMember
 from lockgate.client.producer import Producer
 from tests.support.broker import BrokerProcess
 from tests.support.clients import create_topic
@@ -30,8 +32,8 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
         {
             "group.consumer.heartbeat.interval.ms": "100",
             "group.consumer.min.heartbeat.interval.ms": "100",
-            "group.consumer.session.timeout.ms": "6000",
-            "group.consumer.min.session.timeout.ms": "6000",
+            "group.consumer.session.timeout.ms": "1500",
+            "group.consumer.min.session.timeout.ms": "1500",
             "lockgate.durability": "page-cache",
         },
     ).start()
@@ -101,6 +103,10 @@ class Recorder:
     def __init__(self) -> None:
         self.revoked: list[TopicPartition] = []
         self.assigned: list[TopicPartition] = []
+        self.lost: list[TopicPartition] = []
+
+    async def on_partitions_lost(self, lost: list[TopicPartition]) -> None:
+        self.lost.extend(lost)
 
     async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
         self.revoked.extend(revoked)
@@ -175,6 +181,27 @@ async def test_a_static_member_that_comes_back_keeps_its_partitions(
             again.subscribe(["kip848-static"])
             await poll_until([stays, again], split_evenly(stays, again))
             assert again.assignment() == before
+
+
+async def test_a_member_past_its_session_loses_its_partitions_and_joins_again(
+    broker: BrokerProcess,
+) -> None:
+    create_topic(broker.bootstrap, "kip848-fenced", PARTITIONS)
+    healthy, silent = member(broker, "g-fenced"), member(broker, "g-fenced")
+    recorder = Recorder()
+    async with healthy, silent:
+        healthy.subscribe(["kip848-fenced"])
+        silent.subscribe(["kip848-fenced"], listener=recorder)
+        await poll_until([healthy, silent], split_evenly(healthy, silent))
+        held = silent.assignment()
+        membership = silent._member
+        assert isinstance(membership, ConsumerMember) and membership._task is not None
+        membership._task.cancel()  # no heartbeat: the session (1.5 s) expires
+        await poll_until([healthy], lambda _: len(healthy.assignment()) == PARTITIONS)
+        membership._start_heartbeat()
+        await poll_until([healthy, silent], split_evenly(healthy, silent))
+        assert sorted(recorder.lost) == sorted(held)  # released without a commit
+        assert recorder.revoked == []
 
 
 async def test_consume_transform_produce_with_the_member_epoch(broker: BrokerProcess) -> None:
