@@ -2,13 +2,15 @@
 lockgate broker: `get-offsets` against kafka-get-offsets.sh for every --time, and the plans of
 `groups reset-offsets --export` against kafka-consumer-groups.sh --reset-offsets --export for
 every spec (datetime, duration, shift, clamping, current, from-file), several groups; then
-`delete-offsets` against --delete-offsets on a group with a member."""
+`delete-offsets` against --delete-offsets on a group with a member, and `delete-records`
+against kafka-delete-records.sh."""
 
 from __future__ import annotations
 
 import contextlib
 import datetime
 import io
+import json
 import os
 import subprocess
 import time
@@ -32,6 +34,8 @@ RECENT_MS = NOW_MS - 3_600_000
 GROUPS = ("parity-a", "parity-b")
 GET_OFFSETS = "org.apache.kafka.tools.GetOffsetShell"
 CONSUMER_GROUPS = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
+DELETE_RECORDS = "org.apache.kafka.tools.DeleteRecordsCommand"
+DOOMED = "delete-parity"  # 2 partitions of 3 records
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +61,10 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
             for i in range(6):
                 when = OLD_MS + i if i < 3 else RECENT_MS + i
                 producer.produce(TOPIC, value=b"v", partition=partition, timestamp=when)
+        create_topic(process.bootstrap, DOOMED, 2)
+        for partition in (0, 1):
+            for _ in range(3):
+                producer.produce(DOOMED, value=b"x", partition=partition)
         assert producer.flush(10) == 0
         for group, offset in zip(GROUPS, (4, 2), strict=True):
             consumer = Consumer({"bootstrap.servers": process.bootstrap, "group.id": group})
@@ -163,3 +171,27 @@ def test_delete_offsets_as_kafka(classpath: str, broker: BrokerProcess) -> None:
         )
     finally:
         consumer.close()
+
+
+def test_delete_records_as_kafka(classpath: str, broker: BrokerProcess, tmp_path: Path) -> None:
+    spec = tmp_path / "offsets.json"
+    spec.write_text(
+        json.dumps(
+            {
+                "partitions": [
+                    {"topic": DOOMED, "partition": 0, "offset": 2},
+                    {"topic": DOOMED, "partition": 1, "offset": -1},
+                ],
+                "version": 1,
+            }
+        )
+    )
+    # Kafka's tool first, then lockgate's with the same file: moving a log start to where it
+    # already is answers the same low watermarks again
+    theirs = kafka(classpath, broker, DELETE_RECORDS, "--offset-json-file", str(spec))
+    ours = lockgate(broker, "delete-records", "--offset-json-file", str(spec))
+    assert ours.splitlines() == theirs.splitlines()
+    assert theirs.splitlines()[-2:] == [
+        f"partition: {DOOMED}-0\tlow_watermark: 2",
+        f"partition: {DOOMED}-1\tlow_watermark: 3",
+    ]
