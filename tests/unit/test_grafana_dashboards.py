@@ -1,6 +1,6 @@
 """The Grafana dashboards under deploy/grafana use only metrics a broker exports: every
 metric name in their PromQL (panels and template variables) is a sample name of a family in
-the broker's registry (counters as _total, histograms as _bucket/_sum/_count)."""
+a scrape of a broker (counters as _total, histograms as _bucket/_sum/_count)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from lockgate.server.broker import Broker
 from lockgate.server.config import BrokerConfig
@@ -25,7 +26,7 @@ def exported_sample_names() -> set[str]:
         BrokerConfig({"listeners": "127.0.0.1:0", "lockgate.metrics.port": "0"}), MemoryEngine()
     )
     names: set[str] = set()
-    for family in broker.metrics.registry.collect():
+    for family in text_string_to_metric_families(broker.metrics.render().decode()):
         names.update(family.name + suffix for suffix in SUFFIXES.get(family.type, ("",)))
         names.update(sample.name for sample in family.samples)
     broker.topics.close()

@@ -8,7 +8,8 @@
 #   and an addition on the event loop, no labels() call and no lock. They are turned into
 #   Prometheus families only when scraped.
 # - state (log offsets and sizes, transactions, consumer lag, disk space, ISR health) is read
-#   from the broker at scrape time and never stored here.
+#   from the broker at scrape time and never stored here; the families with a series per
+#   partition are rendered straight to text by partition_metrics.py.
 # Label cardinality is bounded by what the broker holds: topics and partitions it hosts, API
 # keys, error codes, listeners, and consumer-lag series capped at
 # lockgate.metrics.consumer.lag.max.series (docs/metrics.md).
@@ -39,6 +40,7 @@ from prometheus_client.registry import Collector
 from lockgate.coordinator.txn.state import TxnState
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
+from lockgate.server import partition_metrics
 from lockgate.server.stats import LATENCY_BUCKETS, Histogram
 
 if TYPE_CHECKING:
@@ -164,7 +166,9 @@ class BrokerMetrics:
     # -- the endpoint -----------------------------------------------------------------------------
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        """One scrape: the registry's families, then the per-partition ones (rendered
+        directly: there may be thousands of series)."""
+        return generate_latest(self.registry) + partition_metrics.render(self.broker).encode()
 
     async def serve(self, host: str, port: int) -> int:
         self._server = await asyncio.start_server(self._answer, host, port)
@@ -315,8 +319,7 @@ class BrokerStateCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         yield from self._transactions()
-        yield from self._partitions()
-        yield from self._consumer_lag()
+        yield from self._producers()
         yield from self._replication()
         yield from self._connections()
         yield from self._disk()
@@ -372,103 +375,13 @@ class BrokerStateCollector(Collector):
         oldest.add_metric([], max(two_phase, default=0) / 1000)
         yield oldest
 
-    def _partitions(self) -> Iterator[Metric]:
-        labels = ["topic", "partition"]
-        families = {
-            name: GaugeMetricFamily(f"lockgate_log_{name}", text, labels=labels)
-            for name, text in (
-                ("size_bytes", "Bytes in the partition's segments"),
-                ("start_offset", "The partition's log start offset"),
-                ("end_offset", "The partition's log end offset"),
-                ("high_watermark", "The partition's high watermark"),
-                ("last_stable_offset", "The partition's last stable offset"),
-                ("segments", "Segments of the partition's log"),
-            )
-        }
-        lag = GaugeMetricFamily(
-            "lockgate_last_stable_offset_lag",
-            "High watermark minus last stable offset: what read_committed consumers wait for",
-            labels=labels,
-        )
-        entries = 0
-        hanging = GaugeMetricFamily(
-            "lockgate_hanging_transaction_candidates",
-            "Producers with an open transaction on the partition and no write for longer than "
-            "transaction.max.timeout.ms (only partitions that have some)",
-            labels=labels,
-        )
-        horizon = int(time.time() * 1000) - self.broker.config.integer("transaction.max.timeout.ms")
-        for (topic, index), partition in self.broker.topics.partitions.items():
-            key = [topic, str(index)]
-            high_watermark = partition.high_watermark
-            stable = partition.last_stable_offset
-            families["size_bytes"].add_metric(key, partition.size_bytes)
-            families["start_offset"].add_metric(key, partition.log_start_offset)
-            families["end_offset"].add_metric(key, partition.log_end_offset)
-            families["high_watermark"].add_metric(key, high_watermark)
-            families["last_stable_offset"].add_metric(key, stable)
-            families["segments"].add_metric(key, len(partition.segments))
-            lag.add_metric(key, high_watermark - stable)
-            entries += len(partition.producers)
-            if partition.open_txns:
-                stale = 0
-                for producer_id in partition.open_txns:
-                    entry = partition.producers.get(producer_id)
-                    if entry is not None and entry.timestamp < horizon:
-                        stale += 1
-                if stale:
-                    hanging.add_metric(key, stale)
-        yield from families.values()
-        yield lag
-        yield hanging
+    def _producers(self) -> Iterator[Metric]:
         producers = GaugeMetricFamily(
             "lockgate_producer_state_entries", "(producer, partition) entries in producer state"
         )
-        producers.add_metric([], entries)
+        partitions = self.broker.topics.partitions.values()
+        producers.add_metric([], sum(len(partition.producers) for partition in partitions))
         yield producers
-
-    def _consumer_lag(self) -> Iterator[Metric]:
-        """Committed offset against the high watermark (what kafka-consumer-groups calls the
-        log end) for the groups this broker coordinates and partitions it hosts, at most
-        lockgate.metrics.consumer.lag.max.series partition series."""
-        cap = self.broker.config.integer("lockgate.metrics.consumer.lag.max.series")
-        lag = GaugeMetricFamily(
-            "lockgate_consumer_lag",
-            "High watermark minus the group's committed offset",
-            labels=["group", "topic", "partition"],
-        )
-        total = GaugeMetricFamily(
-            "lockgate_consumer_group_lag",
-            "Sum of the group's partition lags (partitions cut by the cap included)",
-            labels=["group"],
-        )
-        series = dropped = 0
-        topics = self.broker.topics
-        for group_id, group in sorted(self.broker.groups.groups.items()):
-            summed = 0
-            counted = False
-            for (topic, index), committed in group.offsets.items():
-                partition = topics.get(topic, index)
-                if partition is None:
-                    continue
-                behind = max(partition.high_watermark - committed.offset, 0)
-                summed += behind
-                counted = True
-                if series < cap:
-                    lag.add_metric([group_id, topic, str(index)], behind)
-                    series += 1
-                else:
-                    dropped += 1
-            if counted:
-                total.add_metric([group_id], summed)
-        yield lag
-        yield total
-        cut = GaugeMetricFamily(
-            "lockgate_consumer_lag_series_dropped",
-            "Partition lag series left out by lockgate.metrics.consumer.lag.max.series",
-        )
-        cut.add_metric([], dropped)
-        yield cut
 
     def _replication(self) -> Iterator[Metric]:
         under = under_min = 0

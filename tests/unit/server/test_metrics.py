@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 from prometheus_client.core import Metric
+from prometheus_client.parser import text_string_to_metric_families
 
 from lockgate.coordinator.group.group import Group
 from lockgate.coordinator.group.records import CommittedOffset
@@ -37,7 +38,9 @@ def broker() -> Iterator[Broker]:
 
 
 def families(broker: Broker) -> dict[str, Metric]:
-    return {family.name: family for family in broker.metrics.registry.collect()}
+    """The families of one scrape, parsed back from the text format."""
+    text = broker.metrics.render().decode()
+    return {family.name: family for family in text_string_to_metric_families(text)}
 
 
 def samples(broker: Broker, family: str) -> dict[tuple[tuple[str, str], ...], float]:
@@ -179,3 +182,10 @@ def test_hanging_candidates_and_transaction_gauges(broker: Broker) -> None:
     by_state = samples(broker, "lockgate_transactions")
     assert by_state[(("state", "Ongoing"),)] == 2
     assert by_state[(("state", "CompleteCommit"),)] == 1
+
+
+def test_label_values_are_escaped(broker: Broker) -> None:
+    odd = 'a "quoted"\\ group\nid'
+    broker.topics.partitions[("t", 0)].high_watermark = 3
+    broker.groups.groups[odd] = Group(odd, offsets={("t", 0): committed(1)})
+    assert samples(broker, "lockgate_consumer_group_lag") == {(("group", odd),): 2}
