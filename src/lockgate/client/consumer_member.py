@@ -257,14 +257,18 @@ class ConsumerMember(MemberOffsets):
             try:
                 async with self._lock:
                     await self._heartbeat(JOIN_EPOCH)
+                if self.joined:
+                    break
+                failure: KafkaError = KafkaError(f"no member epoch ({self.generation_id})")
             except KafkaError as exc:
                 if self.fatal is not None:
                     raise self.fatal from exc
-                if time.monotonic() > deadline:
-                    raise KafkaTimeoutError(f"joining group {self.group_id}: {exc}") from exc
-                log.info("group %s: join failed (%s), trying again", self.group_id, exc)
-                await asyncio.sleep(self.cluster.backoff_s(attempt))
-                attempt += 1
+                failure = exc
+            if time.monotonic() > deadline:
+                raise KafkaTimeoutError(f"joining group {self.group_id}: {failure}") from failure
+            log.info("group %s: join failed (%s), trying again", self.group_id, failure)
+            await asyncio.sleep(self.cluster.backoff_s(attempt))
+            attempt += 1
         self._start_heartbeat()
         step = await self._reconcile()
         return Rebalance(step.revoked, step.assigned, lost)
