@@ -9,8 +9,8 @@ assignment and target assignment (topic ids and names).
 - Authorization: DESCRIBE on the group, else GROUP_AUTHORIZATION_FAILED; DESCRIBE on every
   topic its members subscribe to or are assigned, else TOPIC_AUTHORIZATION_FAILED; KIP-430:
   with IncludeAuthorizedOperations, the bitfield of the group operations allowed.
-Version notes: v1 adds MemberType (1: a consumer-protocol member; classic members in consumer
-groups are not served, docs/deviations.md).
+Version notes: v1 adds MemberType (1: a consumer-protocol member, 0: a classic member of a
+mixed group).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from lockgate.security.authorizer import authorize, authorized_operations
 
 NO_AUTHORIZED_OPERATIONS = -(2**31)
 CONSUMER_MEMBER_TYPE = 1
+CLASSIC_MEMBER_TYPE = 0
 
 
 def _assignment(ctx: RequestContext, assignment: Assignment) -> dict[str, Any]:
@@ -52,7 +53,7 @@ def _member(ctx: RequestContext, group: ConsumerGroup, m: ConsumerMember) -> dic
         "subscribed_topic_regex": m.subscribed_topic_regex,
         "assignment": _assignment(ctx, m.assigned),
         "target_assignment": _assignment(ctx, group.target.get(m.member_id, {})),
-        "member_type": CONSUMER_MEMBER_TYPE,
+        "member_type": CLASSIC_MEMBER_TYPE if m.classic is not None else CONSUMER_MEMBER_TYPE,
     }
 
 

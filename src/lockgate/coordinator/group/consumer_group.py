@@ -53,6 +53,15 @@ class RecordKind(enum.IntEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class ClassicMember:
+    """What a member speaking the classic protocol inside a consumer-protocol group (Kafka 4's
+    mixed groups) said in its JoinGroup."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class ConsumerMember:
     member_id: str
     instance_id: str | None = None
@@ -70,6 +79,12 @@ class ConsumerMember:
     pending_revocation: Assignment = field(default_factory=dict)
     # while UNREVOKED_PARTITIONS: when the member is fenced if it has not revoked (-1 otherwise)
     revocation_deadline_ms: int = -1
+    classic: ClassicMember | None = None  # set: the member speaks the classic protocol
+
+    def needs_rejoin(self, assignment_epoch: int) -> bool:
+        """A classic member learns of a new assignment only by rejoining (REBALANCE_IN_PROGRESS
+        on its Heartbeat): it must until it is stable at the target assignment epoch."""
+        return self.member_epoch != assignment_epoch or self.state != MemberState.STABLE
 
     def subscribed(self, topics: Mapping[str, int]) -> frozenset[str]:
         """The existing topics the member subscribes to, by name or by its regex."""
@@ -148,6 +163,8 @@ class HeartbeatRequest:
     owned: Assignment | None = None  # None: unchanged since the last heartbeat
     client_id: str = ""
     client_host: str = ""
+    # set: a classic member's JoinGroup (its owned partitions are in `owned`, epoch 0)
+    classic: ClassicMember | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,7 +211,7 @@ def _validate(request: HeartbeatRequest, config: ConsumerGroupConfig) -> tuple[E
                 ErrorCode.invalid_request,
                 "RebalanceTimeoutMs must be provided in first request.",
             )
-        if request.owned:
+        if request.owned and request.classic is None:
             return ErrorCode.invalid_request, "TopicPartitions must be empty when (re-)joining."
         if request.subscribed_topic_names is None and request.subscribed_topic_regex is None:
             return (
@@ -343,6 +360,7 @@ def heartbeat(
         ),
         client_id=request.client_id,
         client_host=request.client_host,
+        classic=request.classic if request.classic is not None else member.classic,
     )
     bump = (
         group.group_epoch == 0
@@ -379,10 +397,14 @@ def heartbeat(
         group = replace(group, members={**group.members, reconciled.member_id: reconciled})
         records.append(ConsumerRecord(RecordKind.CURRENT_ASSIGNMENT, group.group_id,
                                       reconciled.member_id, reconciled))  # fmt: skip
-    full_request = joining or (
-        request.rebalance_timeout_ms != -1
-        and request.subscribed_topic_names is not None
-        and request.owned is not None
+    full_request = (
+        joining
+        or request.classic is not None
+        or (
+            request.rebalance_timeout_ms != -1
+            and request.subscribed_topic_names is not None
+            and request.owned is not None
+        )
     )
     changed = reconciled.assigned != member.assigned or new_member or replaced_static
     return Outcome(
@@ -685,6 +707,7 @@ def replay(group: ConsumerGroup | None, record: ConsumerRecord) -> ConsumerGroup
             subscribed_topic_names=value.subscribed_topic_names,
             subscribed_topic_regex=value.subscribed_topic_regex,
             server_assignor=value.server_assignor,
+            classic=value.classic,
         )
         if current.instance_id is not None:
             static_members[current.instance_id] = member_id
@@ -699,3 +722,63 @@ def replay(group: ConsumerGroup | None, record: ConsumerRecord) -> ConsumerGroup
         )
     members[member_id] = current
     return replace(group, members=members, static_members=static_members)
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicState:
+    """A member of a classic group, as the conversion to the consumer protocol needs it."""
+
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    classic: ClassicMember
+    subscribed_topic_names: tuple[str, ...]
+    assigned: Assignment
+
+
+def convert_classic(
+    group_id: str, generation: int, members: list[ClassicState], topics: Mapping[str, int]
+) -> tuple[ConsumerGroup, tuple[ConsumerRecord, ...]]:
+    """Kafka 4's online upgrade: a stable classic group whose first consumer-protocol member
+    arrives becomes a consumer group at its generation, each member keeping its assignment
+    (also as its target), so nothing moves until the next group epoch."""
+    converted = {
+        m.member_id: ConsumerMember(
+            m.member_id,
+            m.instance_id,
+            None,
+            m.client_id,
+            m.client_host,
+            member_epoch=generation,
+            previous_member_epoch=generation,
+            rebalance_timeout_ms=m.rebalance_timeout_ms,
+            subscribed_topic_names=tuple(sorted(set(m.subscribed_topic_names))),
+            assigned={t: p for t, p in m.assigned.items() if t in topics},
+            classic=m.classic,
+        )
+        for m in members
+    }
+    subscribed = set().union(*(m.subscribed(topics) for m in converted.values()))
+    group = ConsumerGroup(
+        group_id,
+        group_epoch=generation,
+        assignment_epoch=generation,
+        members=converted,
+        static_members={m.instance_id: m.member_id for m in members if m.instance_id},
+        target={m: dict(v.assigned) for m, v in converted.items()},
+        partition_counts={t: topics[t] for t in sorted(subscribed)},
+    )
+    records = [
+        ConsumerRecord(RecordKind.GROUP_EPOCH, group_id, None, generation),
+        ConsumerRecord(RecordKind.PARTITION_METADATA, group_id, None, dict(group.partition_counts)),
+    ]
+    for member in converted.values():
+        records += [
+            ConsumerRecord(RecordKind.MEMBER, group_id, member.member_id, member),
+            ConsumerRecord(RecordKind.TARGET_MEMBER, group_id, member.member_id, member.assigned),
+            ConsumerRecord(RecordKind.CURRENT_ASSIGNMENT, group_id, member.member_id, member),
+        ]
+    records.append(ConsumerRecord(RecordKind.TARGET_EPOCH, group_id, None, generation))
+    return group, tuple(records)

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 
 from lockgate.coordinator.group.assignors import Assignment
 from lockgate.coordinator.group.consumer_group import (
+    ClassicMember,
     ConsumerMember,
     ConsumerRecord,
     MemberState,
@@ -163,6 +164,21 @@ def encode(record: ConsumerRecord, ids: Mapping[str, uuid.UUID]) -> tuple[bytes,
         out.compact_string(value.subscribed_topic_regex)
         out.fixed(">i", value.rebalance_timeout_ms)
         out.compact_string(value.server_assignor)
+        if value.classic is not None:  # tagged field 0: ClassicMemberMetadata
+            classic = _Out()
+            classic.fixed(">i", value.classic.session_timeout_ms)
+            classic.uvarint(len(value.classic.protocols) + 1)
+            for name, metadata in value.classic.protocols:
+                classic.compact_string(name)
+                classic.uvarint(len(metadata) + 1)
+                classic.data += metadata
+                classic.no_tags()
+            classic.no_tags()
+            out.uvarint(1)
+            out.uvarint(0)
+            out.uvarint(len(classic.data))
+            out.data += classic.data
+            return bytes(key.data), bytes(out.data)
     elif record.kind == RecordKind.TARGET_MEMBER:
         assert isinstance(value, dict)
         _partitions(out, value, ids)
@@ -175,6 +191,17 @@ def encode(record: ConsumerRecord, ids: Mapping[str, uuid.UUID]) -> tuple[bytes,
         _partitions(out, value.pending_revocation, ids)
     out.no_tags()
     return bytes(key.data), bytes(out.data)
+
+
+def _classic(reader: _In) -> ClassicMember:
+    session_timeout = reader.fixed(">i")
+    protocols = []
+    for _ in range(max(reader.uvarint() - 1, 0)):
+        name = reader.compact_string() or ""
+        metadata = reader.take(reader.uvarint() - 1)
+        reader.skip_tags()
+        protocols.append((name, metadata))
+    return ClassicMember(session_timeout, tuple(protocols))
 
 
 def key_version(key: bytes) -> int:
@@ -219,10 +246,16 @@ def decode(key: bytes, value: bytes | None, names: Mapping[uuid.UUID, str]) -> C
         regex = data.compact_string()
         rebalance_timeout = data.fixed(">i")
         assignor = data.compact_string()
+        classic = None
+        if data.pos < len(value):
+            for _ in range(data.uvarint()):
+                tag, raw = data.uvarint(), data.take(data.uvarint())
+                if tag == 0:
+                    classic = _classic(_In(raw))
         decoded = ConsumerMember(
             member_id or "", instance_id, rack_id, client_id, client_host,
             rebalance_timeout_ms=rebalance_timeout, subscribed_topic_names=topics,
-            subscribed_topic_regex=regex, server_assignor=assignor,
+            subscribed_topic_regex=regex, server_assignor=assignor, classic=classic,
         )  # fmt: skip
     elif kind == RecordKind.TARGET_MEMBER:
         decoded = _read_partitions(data, names)

@@ -12,13 +12,15 @@ import asyncio
 import logging
 import time
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lockgate.coordinator import writes
 from lockgate.coordinator.group import consumer_records
 from lockgate.coordinator.group.assignors import ASSIGNORS
 from lockgate.coordinator.group.consumer_group import (
     STATIC_LEAVE_EPOCH,
+    ClassicMember,
+    ClassicState,
     ConsumerGroup,
     ConsumerGroupConfig,
     ConsumerRecord,
@@ -26,12 +28,19 @@ from lockgate.coordinator.group.consumer_group import (
     HeartbeatResponse,
     MemberState,
     Outcome,
+    convert_classic,
     expire_revocation,
     heartbeat,
     remove_member,
     replay,
 )
+from lockgate.coordinator.group.embedded import (
+    assignment_bytes,
+    parse_assignment,
+    parse_subscription,
+)
 from lockgate.coordinator.group.group import Group
+from lockgate.coordinator.group.state import GroupState
 from lockgate.protocol.errors import ErrorCode
 from lockgate.server.config import ConfigError
 
@@ -41,6 +50,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
+MIGRATION_POLICIES = ("bidirectional", "upgrade", "downgrade", "disabled")
+Answer = dict[str, Any]
 
 
 def now_ms() -> int:
@@ -62,6 +73,10 @@ class ConsumerProtocol:
             max_size=config.integer("group.consumer.max.size"),
         )
         self.session_timeout_ms = config.integer("group.consumer.session.timeout.ms")
+        self.migration_policy = config.get("group.consumer.migration.policy").lower()
+        if self.migration_policy not in MIGRATION_POLICIES:
+            raise ConfigError(f"group.consumer.migration.policy={self.migration_policy!r}: use "
+                              + ", ".join(MIGRATION_POLICIES))  # fmt: skip
         for name, value in (
             ("session.timeout.ms", self.session_timeout_ms),
             ("heartbeat.interval.ms", self.config.heartbeat_interval_ms),
@@ -103,6 +118,15 @@ class ConsumerProtocol:
             return refused(gate)
         container = coordinator.groups.get(request.group_id)
         classic = container is not None and container.consumer is None
+        if (
+            container is not None
+            and classic
+            and container.members
+            and request.member_epoch == 0
+            and request.classic is None
+            and self._upgrade(container)
+        ):
+            classic = False
         outcome = heartbeat(
             container.consumer if container is not None else None,
             request,
@@ -170,8 +194,14 @@ class ConsumerProtocol:
         timer = self.sessions.pop(key, None)
         if timer is not None:
             timer.cancel()
+        member = container.consumer.members.get(member_id) if container.consumer else None
+        timeout_ms = (
+            member.classic.session_timeout_ms
+            if member is not None and member.classic is not None
+            else self.session_timeout_ms
+        )
         self.sessions[key] = asyncio.get_running_loop().call_later(
-            self.session_timeout_ms / 1000, self._session_expired, container, member_id
+            timeout_ms / 1000, self._session_expired, container, member_id
         )
 
     def _arm_revocation(self, container: Group, member_id: str) -> None:
@@ -230,6 +260,197 @@ class ConsumerProtocol:
         durable = self._apply(group_id, outcome)
         durable.add_done_callback(_log_failure)
 
+    # -- mixed groups: classic members in a consumer-protocol group (Kafka 4) -------------------
+
+    def _upgrade(self, container: Group) -> bool:
+        """Kafka's online upgrade (group.consumer.migration.policy bidirectional or upgrade): a
+        stable classic consumer group becomes a consumer-protocol group when the first
+        consumer-protocol member joins; its members stay, as classic members, with their
+        assignments. False when it cannot (policy, state, undecodable metadata)."""
+        if self.migration_policy not in ("bidirectional", "upgrade"):
+            return False
+        if (
+            container.protocol_type != CONSUMER_PROTOCOL_TYPE
+            or container.state != GroupState.STABLE
+        ):
+            return False
+        if len(container.members) >= self.config.max_size:
+            return False
+        members = []
+        try:
+            for m in container.members.values():
+                subscription = parse_subscription(m.metadata_for(container.protocol))
+                members.append(
+                    ClassicState(
+                        m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                        m.rebalance_timeout_ms,
+                        ClassicMember(m.session_timeout_ms, tuple(m.protocols)),
+                        subscription.topics, parse_assignment(m.assignment),
+                    )
+                )  # fmt: skip
+        except (ValueError, UnicodeDecodeError):
+            return False
+        group, records = convert_classic(
+            container.group_id, container.generation, members, self.topic_counts()
+        )
+        for m in container.members.values():
+            if m.expiry is not None:
+                m.expiry.cancel()
+        if container.rebalance_task is not None:
+            container.rebalance_task.cancel()
+        container.members = {}
+        container.static_members = {}
+        container.pending_members = set()
+        container.leader = None
+        container.generation = 0  # (the consumer group's epoch carries it on)
+        log.info("group %s: classic group of %d members converted to the consumer protocol at "
+                 "epoch %d", container.group_id, len(members), group.group_epoch)  # fmt: skip
+        placeholder = HeartbeatResponse(ErrorCode.none, "", 0, self.config.heartbeat_interval_ms)
+        self._background(container.group_id, Outcome(group, placeholder, records))
+        for member_id in group.members:
+            self._touch(container, member_id)
+        return True
+
+    async def classic_join(
+        self,
+        container: Group,
+        member_id: str,
+        instance_id: str | None,
+        protocol_type: str,
+        protocols: list[tuple[str, bytes]],
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        client_id: str,
+        client_host: str,
+        require_known_member_id: bool,
+    ) -> Answer:
+        """JoinGroup of a classic member in a consumer-protocol group: its subscription and
+        owned partitions go through the state machine like a heartbeat; it is answered at
+        once, as a follower, with its member epoch as the generation."""
+        if protocol_type != CONSUMER_PROTOCOL_TYPE or not protocols:
+            return {"error_code": ErrorCode.inconsistent_group_protocol, "member_id": member_id}
+        if not member_id:
+            member_id = f"{instance_id or client_id}-{uuid.uuid4()}"
+            if instance_id is None and require_known_member_id:
+                return {"error_code": ErrorCode.member_id_required, "member_id": member_id}
+        try:
+            subscription = parse_subscription(protocols[0][1])
+        except (ValueError, UnicodeDecodeError):
+            return {"error_code": ErrorCode.inconsistent_group_protocol, "member_id": member_id}
+        topics = self.topic_counts()
+        answer = await self.heartbeat(
+            HeartbeatRequest(
+                container.group_id, member_id, 0, instance_id=instance_id,
+                rebalance_timeout_ms=rebalance_timeout_ms,
+                subscribed_topic_names=subscription.topics,
+                owned={t: p for t, p in subscription.owned.items() if t in topics},
+                client_id=client_id, client_host=client_host,
+                classic=ClassicMember(session_timeout_ms, tuple(protocols)),
+            )
+        )  # fmt: skip
+        if answer.error:
+            return {"error_code": answer.error, "member_id": member_id}
+        return {
+            "error_code": 0,
+            "generation_id": answer.member_epoch,
+            "protocol_type": CONSUMER_PROTOCOL_TYPE,
+            "protocol_name": protocols[0][0],
+            "leader": "",
+            "member_id": member_id,
+            "skip_assignment": False,
+            "members": [],
+        }
+
+    def _classic_member(
+        self, container: Group, member_id: str, instance_id: str | None, generation: int
+    ) -> ErrorCode:
+        group = container.consumer
+        assert group is not None
+        if (
+            instance_id is not None
+            and group.static_members.get(instance_id, member_id) != member_id
+        ):
+            return ErrorCode.fenced_instance_id
+        member = group.members.get(member_id)
+        if member is None or member.classic is None:
+            return ErrorCode.unknown_member_id
+        if generation != member.member_epoch:
+            return ErrorCode.illegal_generation
+        return ErrorCode.none
+
+    def classic_sync(
+        self,
+        container: Group,
+        generation: int,
+        member_id: str,
+        instance_id: str | None,
+        protocol_type: str | None,
+        protocol_name: str | None,
+    ) -> Answer:
+        """SyncGroup of a classic member: its current assignment, from the state machine."""
+        if error := self._classic_member(container, member_id, instance_id, generation):
+            return {"error_code": error}
+        assert container.consumer is not None
+        member = container.consumer.members[member_id]
+        assert member.classic is not None
+        names = [name for name, _ in member.classic.protocols]
+        if (protocol_type is not None and protocol_type != CONSUMER_PROTOCOL_TYPE) or (
+            protocol_name is not None and protocol_name not in names
+        ):
+            return {"error_code": ErrorCode.inconsistent_group_protocol}
+        self._touch(container, member_id)
+        return {
+            "error_code": 0,
+            "protocol_type": CONSUMER_PROTOCOL_TYPE,
+            "protocol_name": protocol_name or names[0],
+            "assignment": assignment_bytes(member.assigned),
+        }
+
+    def classic_heartbeat(
+        self, container: Group, generation: int, member_id: str, instance_id: str | None
+    ) -> ErrorCode:
+        """Heartbeat of a classic member: REBALANCE_IN_PROGRESS until it has rejoined up to
+        its target assignment (a classic member learns of changes only by rejoining)."""
+        if error := self._classic_member(container, member_id, instance_id, generation):
+            return error
+        assert container.consumer is not None
+        self._touch(container, member_id)
+        member = container.consumer.members[member_id]
+        if member.needs_rejoin(container.consumer.assignment_epoch):
+            return ErrorCode.rebalance_in_progress
+        return ErrorCode.none
+
+    def classic_leave(
+        self, container: Group, members: list[tuple[str, str | None]]
+    ) -> list[Answer]:
+        answers = []
+        for member_id, instance_id in members:
+            group = container.consumer
+            assert group is not None
+            if instance_id is not None:
+                known = group.static_members.get(instance_id)
+                if known is None or (member_id and known != member_id):
+                    code = (
+                        ErrorCode.unknown_member_id
+                        if known is None
+                        else (ErrorCode.fenced_instance_id)
+                    )
+                    answers.append({"member_id": member_id, "group_instance_id": instance_id,
+                                    "error_code": code})  # fmt: skip
+                    continue
+                member_id = known
+            if member_id not in group.members:
+                answers.append({"member_id": member_id, "group_instance_id": instance_id,
+                                "error_code": ErrorCode.unknown_member_id})  # fmt: skip
+                continue
+            self._background(
+                container.group_id,
+                remove_member(group, member_id, self.topic_counts(), self.config),
+            )
+            answers.append({"member_id": member_id, "group_instance_id": instance_id,
+                            "error_code": 0})  # fmt: skip
+        return answers
+
     # -- load / unload ---------------------------------------------------------------------------
 
     def replay(self, container: Group, key: bytes, value: bytes | None) -> None:
@@ -237,6 +458,12 @@ class ConsumerProtocol:
         record = consumer_records.decode(key, value, names)
         container.consumer = replay(container.consumer, record)
         container.protocol_type = CONSUMER_PROTOCOL_TYPE
+        if container.consumer is not None:
+            # a classic group converted to the consumer protocol: its records supersede the
+            # classic group record (which the conversion leaves in place)
+            container.members = {}
+            container.static_members = {}
+            container.state = GroupState.EMPTY
 
     def loaded(self, container: Group) -> None:
         """A restored group's members get a session to come back in."""

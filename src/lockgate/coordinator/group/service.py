@@ -382,9 +382,13 @@ class GroupCoordinator:
             group = self.groups[group_id] = Group(group_id)
         if group.consumer is not None:
             if group.consumer.members:
-                # a classic member in a consumer-protocol group (Kafka 4's mixed groups) is not
-                # served: docs/deviations.md
-                return error(ErrorCode.inconsistent_group_protocol)
+                # a classic member in a consumer-protocol group (Kafka 4's mixed groups): the
+                # server-side assignor assigns it
+                return await self.consumer.classic_join(
+                    group, member_id, group_instance_id, protocol_type, protocols,
+                    session_timeout_ms, rebalance_timeout_ms, client_id, client_host,
+                    require_known_member_id,
+                )  # fmt: skip
             await self._drop_consumer_protocol(group)
         if not group.supports(protocol_type, protocols):
             return error(ErrorCode.inconsistent_group_protocol)
@@ -671,6 +675,10 @@ class GroupCoordinator:
             return {"error_code": gate}
         if group is None:
             return {"error_code": ErrorCode.unknown_member_id}
+        if group.consumer is not None:
+            return self.consumer.classic_sync(
+                group, generation, member_id, group_instance_id, protocol_type, protocol_name
+            )
         error = group.check_member(member_id, group_instance_id, generation)
         if error:
             return {"error_code": error}
@@ -713,6 +721,8 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if group is None:
             return ErrorCode.unknown_member_id
+        if group.consumer is not None:
+            return self.consumer.classic_heartbeat(group, generation, member_id, group_instance_id)
         error = group.check_member(member_id, group_instance_id, generation)
         if error:
             return error
@@ -729,6 +739,8 @@ class GroupCoordinator:
             return gate, []
         if group is None:
             return ErrorCode.unknown_member_id, []
+        if group.consumer is not None:
+            return ErrorCode.none, self.consumer.classic_leave(group, members)
         answers = []
         left = 0
         for member_id, instance_id in members:

@@ -203,8 +203,9 @@ async def test_offsets_with_member_epochs(broker: Broker) -> None:
     assert GROUP not in broker.groups.groups
 
 
-async def test_classic_and_consumer_protocols_do_not_mix(broker: Broker) -> None:
+async def test_groups_change_protocol_when_empty_or_convertible(broker: Broker) -> None:
     await beat(broker, "m1", 0, join=True)
+    # a classic member whose metadata is no consumer protocol subscription cannot be assigned
     answer = await broker.groups.join(
         GROUP, "", None, "consumer", PROTOCOLS, 6000, 6000, "c", "h", False
     )
@@ -216,5 +217,6 @@ async def test_classic_and_consumer_protocols_do_not_mix(broker: Broker) -> None
     )
     assert answer["error_code"] == ErrorCode.none
     assert broker.groups.groups[GROUP].consumer is None
+    # a classic group with members that cannot be converted (its metadata again)
     refused = await beat(broker, "m2", 0, join=True)
     assert refused.error == ErrorCode.group_id_not_found
