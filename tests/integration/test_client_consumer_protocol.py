@@ -3,7 +3,8 @@ process for the module, heartbeats every 100 ms, sessions of 1.5 s): partitions 
 over on join and leave with every partition owned exactly once, a member past its session loses
 its partitions (no commit) and joins again, a static member that comes back keeps its
 partitions, commits and committed offsets under the member epoch, the admin's describe of the
-group, and a consume-transform-produce transaction with group_metadata()."""
+group, a consume-transform-produce transaction with group_metadata(), and a group shared with
+a confluent-kafka consumer (both on regex subscriptions)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
+from confluent_kafka import Consumer as ConfluentConsumer
 
 from lockgate.client.admin import Admin
 from lockgate.client.cluster import TopicPartition
@@ -233,3 +235,42 @@ async def test_consume_transform_produce_with_the_member_epoch(broker: BrokerPro
         assert done == 10
         committed = await consumer.committed([TopicPartition("kip848-in", p) for p in range(2)])
         assert {tp.partition: o.offset for tp, o in committed.items() if o} == {0: 5, 1: 5}
+
+
+async def test_a_group_shared_with_confluent_kafka_and_a_pattern(broker: BrokerProcess) -> None:
+    create_topic(broker.bootstrap, "kip848-shared-1", 2)
+    create_topic(broker.bootstrap, "kip848-shared-2", 2)
+    ours = member(broker, "g-shared")
+    theirs = ConfluentConsumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": "g-shared",
+            "group.protocol": "consumer",
+        }
+    )
+    theirs.subscribe(["^kip848-shared-.*"])
+    try:
+        async with ours:
+            ours.subscribe(pattern=r"kip848-shared-.*")
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                await ours.poll(50)
+                await asyncio.to_thread(theirs.poll, 0.05)
+                if len(ours.assignment()) == 2 and len(theirs.assignment()) == 2:
+                    break
+            owned = [
+                *ours.assignment(),
+                *(TopicPartition(t.topic, t.partition) for t in theirs.assignment()),
+            ]
+            assert sorted(owned) == [
+                TopicPartition(f"kip848-shared-{n}", p) for n in (1, 2) for p in range(2)
+            ]
+    finally:
+        await asyncio.to_thread(theirs.close)
+
+
+def test_the_group_protocol_is_checked() -> None:
+    with pytest.raises(ValueError, match="group_protocol"):
+        Consumer("127.0.0.1:9", group_id="g", group_protocol="share")
+    with pytest.raises(ValueError, match="group_remote_assignor"):
+        Consumer("127.0.0.1:9", group_id="g", group_remote_assignor="uniform")
