@@ -251,7 +251,6 @@ class ConsumerMember(MemberOffsets):
         if topics != self._topics:
             self._topics = topics
             self._wake.set()  # the new subscription goes out now, not at the next interval
-        lost, self._lost = self._lost, ()
         attempt = 0
         while not self.joined:
             try:
@@ -270,6 +269,8 @@ class ConsumerMember(MemberOffsets):
             await asyncio.sleep(self.cluster.backoff_s(attempt))
             attempt += 1
         self._start_heartbeat()
+        # lost partitions stay the consumer's to release until a join succeeded and says so
+        lost, self._lost = self._lost, ()
         step = await self._reconcile()
         return Rebalance(step.revoked, step.assigned, lost)
 
