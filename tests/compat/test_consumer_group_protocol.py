@@ -9,7 +9,9 @@
   metadata (TxnOffsetCommit with member id and member epoch, KIP-447);
 - a regular expression subscription (SubscribedTopicRegex), and a static member that restarts
   (leaving with epoch -2) and gets its partition back without a rebalance;
-- UNSUPPORTED_ASSIGNOR reaches the application (librdkafka makes it fatal).
+- UNSUPPORTED_ASSIGNOR reaches the application (librdkafka makes it fatal);
+- a mixed group: a classic group converted when a consumer-protocol member joins, then a
+  classic member (cooperative-sticky) joining it, all sharing the partitions.
 """
 
 from __future__ import annotations
@@ -235,3 +237,42 @@ def test_regex_subscription_and_static_member_rejoin(broker: BrokerProcess) -> N
     finally:
         first.close()
         second.close()
+
+
+def test_mixed_group_of_classic_and_consumer_members(broker: BrokerProcess) -> None:
+    topic, group = "kip848-mixed", "kip848-mixed"
+    create_topic(broker.bootstrap, topic, 6)
+    classic_config = {
+        "group.protocol": "classic", "heartbeat.interval.ms": 300, "session.timeout.ms": 6000,
+    }  # fmt: skip
+    members = [consumer(broker, group, **classic_config)]  # classic (eager range,roundrobin)
+    members[0].subscribe([topic])
+
+    def settle(expected: list[int]) -> list[set[int]]:
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline:
+            for c in members:
+                c.poll(0.05)
+            sets = [owned(c) for c in members]
+            if sorted(len(s) for s in sets) == expected and set().union(*sets) == set(range(6)):
+                return sets
+        raise AssertionError([owned(c) for c in members])
+
+    try:
+        settle([6])
+        # a consumer-protocol member joins: the classic group is converted, not refused
+        members.append(consumer(broker, group))
+        members[-1].subscribe([topic])
+        settle([3, 3])
+        assert "converted to the consumer protocol" in broker.log()
+        # a classic member joins the consumer-protocol group: the broker assigns it
+        members.append(consumer(broker, group, **classic_config, **{
+            "partition.assignment.strategy": "cooperative-sticky",
+        }))  # fmt: skip
+        members[-1].subscribe([topic])
+        settle([2, 2, 2])
+        members.pop(1).close()  # the consumer-protocol member leaves; the classic ones share
+        settle([3, 3])
+    finally:
+        for c in members:
+            c.close()
