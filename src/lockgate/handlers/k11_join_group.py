@@ -15,6 +15,11 @@ Behaviour:
 - Errors: INVALID_GROUP_ID (empty id), INVALID_SESSION_TIMEOUT (outside
   group.min/max.session.timeout.ms), INCONSISTENT_GROUP_PROTOCOL, UNKNOWN_MEMBER_ID,
   FENCED_INSTANCE_ID, COORDINATOR_LOAD_IN_PROGRESS.
+- In a consumer-protocol group with members (KIP-848 mixed groups, docs/consumer-groups.md):
+  the member's subscription and owned partitions go through the server-side assignor and it
+  is answered at once as a follower (no leader), its member epoch as the generation; metadata
+  that is no consumer protocol subscription: INCONSISTENT_GROUP_PROTOCOL. An empty
+  consumer-protocol group becomes a classic group again (its offsets stay).
 - Authorization: READ on the group, else GROUP_AUTHORIZATION_FAILED.
 Version notes: v1 rebalance timeout; v4 member id required; v5 group instance id; v6
 flexible; v7 protocol type/name in the answer; v8 reason; v9 skip assignment (always false).

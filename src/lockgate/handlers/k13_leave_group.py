@@ -2,7 +2,8 @@
 
 Behaviour: removes the members and rebalances the rest. v0–2 name one member id; v3+ a batch
 of members by id or group instance id, each answered on its own (UNKNOWN_MEMBER_ID,
-FENCED_INSTANCE_ID when the instance belongs to another member id).
+FENCED_INSTANCE_ID when the instance belongs to another member id). In a consumer-protocol
+group (KIP-848 mixed groups) the classic members leave it and a new group epoch begins.
 - Authorization: READ on the group, else GROUP_AUTHORIZATION_FAILED.
 Version notes: v3 batched; v4 flexible; v5 reason.
 """

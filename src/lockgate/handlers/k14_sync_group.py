@@ -3,7 +3,9 @@
 Behaviour: the leader's assignments are stored and every member waiting in the generation
 gets its own; followers wait for the leader. UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID,
 ILLEGAL_GENERATION (another generation), REBALANCE_IN_PROGRESS (a new rebalance began),
-INCONSISTENT_GROUP_PROTOCOL (v5 protocol type/name differ from the group's).
+INCONSISTENT_GROUP_PROTOCOL (v5 protocol type/name differ from the group's). A classic
+member of a consumer-protocol group (KIP-848 mixed groups) gets its current assignment from
+the server-side assignor at once (ILLEGAL_GENERATION unless it names its member epoch).
 - Authorization: READ on the group, else GROUP_AUTHORIZATION_FAILED.
 Version notes: v3 group instance id; v4 flexible; v5 protocol type/name.
 """
