@@ -8,9 +8,11 @@ import io
 import json
 import logging
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from lockgate.cli import main
 from lockgate.handlers.registry import RequestContext
 from lockgate.protocol.api import ApiKey
 from lockgate.security.session import Session
@@ -141,3 +143,12 @@ def test_plain_text_is_the_default_format() -> None:
     assert stream.getvalue().rstrip().endswith("INFO lockgate.x: hello you")
     with pytest.raises(ValueError):
         log_handler("xml")
+
+
+def test_serve_refuses_an_unknown_log_format(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "data"
+    assert main(["serve", "--data-dir", str(data), "--set", "lockgate.log.format=xml"]) == 2
+    assert "lockgate.log.format='xml'" in capsys.readouterr().err
+    assert not data.exists()  # refused before anything started
