@@ -190,8 +190,13 @@ def test_delete_records_as_kafka(classpath: str, broker: BrokerProcess, tmp_path
     # already is answers the same low watermarks again
     theirs = kafka(classpath, broker, DELETE_RECORDS, "--offset-json-file", str(spec))
     ours = lockgate(broker, "delete-records", "--offset-json-file", str(spec))
-    assert ours.splitlines() == theirs.splitlines()
-    assert theirs.splitlines()[-2:] == [
-        f"partition: {DOOMED}-0\tlow_watermark: 2",
-        f"partition: {DOOMED}-1\tlow_watermark: 3",
-    ]
+    # Kafka lists the partitions in its map's order, lockgate sorted
+    assert ours.splitlines()[:2] == theirs.splitlines()[:2]
+    assert (
+        sorted(ours.splitlines()[2:])
+        == sorted(theirs.splitlines()[2:])
+        == [
+            f"partition: {DOOMED}-0\tlow_watermark: 2",
+            f"partition: {DOOMED}-1\tlow_watermark: 3",
+        ]
+    )
