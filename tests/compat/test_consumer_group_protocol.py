@@ -11,7 +11,8 @@
   (leaving with epoch -2) and gets its partition back without a rebalance;
 - UNSUPPORTED_ASSIGNOR reaches the application (librdkafka makes it fatal);
 - a mixed group: a classic group converted when a consumer-protocol member joins, then a
-  classic member (cooperative-sticky) joining it, all sharing the partitions.
+  classic member (cooperative-sticky) joining it, all sharing the partitions, and converted
+  back when the consumer-protocol member leaves.
 """
 
 from __future__ import annotations
@@ -244,8 +245,9 @@ def test_mixed_group_of_classic_and_consumer_members(broker: BrokerProcess) -> N
     create_topic(broker.bootstrap, topic, 6)
     classic_config = {
         "group.protocol": "classic", "heartbeat.interval.ms": 300, "session.timeout.ms": 6000,
+        "partition.assignment.strategy": "cooperative-sticky",
     }  # fmt: skip
-    members = [consumer(broker, group, **classic_config)]  # classic (eager range,roundrobin)
+    members = [consumer(broker, group, **classic_config)]
     members[0].subscribe([topic])
 
     def settle(expected: list[int]) -> list[set[int]]:
@@ -266,13 +268,14 @@ def test_mixed_group_of_classic_and_consumer_members(broker: BrokerProcess) -> N
         settle([3, 3])
         assert "converted to the consumer protocol" in broker.log()
         # a classic member joins the consumer-protocol group: the broker assigns it
-        members.append(consumer(broker, group, **classic_config, **{
-            "partition.assignment.strategy": "cooperative-sticky",
-        }))  # fmt: skip
+        members.append(consumer(broker, group, **classic_config))
         members[-1].subscribe([topic])
         settle([2, 2, 2])
-        members.pop(1).close()  # the consumer-protocol member leaves; the classic ones share
+        # the consumer-protocol member leaves: only classic members are left and the group
+        # becomes a classic group again, which they share after rejoining
+        members.pop(1).close()
         settle([3, 3])
+        assert "converted to a classic group" in broker.log()
     finally:
         for c in members:
             c.close()

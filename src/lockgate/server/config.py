@@ -75,8 +75,9 @@ BROKER_DEFAULTS: dict[str, str] = {
     "group.consumer.min.heartbeat.interval.ms": "5000",
     "group.consumer.max.heartbeat.interval.ms": "15000",
     "group.consumer.max.size": "2147483647",
-    # Mixed groups (Kafka 4's online migration): bidirectional or upgrade let a stable classic
-    # group with members become a consumer-protocol group when a consumer-protocol member joins
+    # Mixed groups (Kafka 4's online migration): upgrade (a stable classic group converts when a
+    # consumer-protocol member joins), downgrade (back when only classic members are left), both
+    # (bidirectional) or disabled
     "group.consumer.migration.policy": "bidirectional",
     "offset.metadata.max.bytes": "4096",
     # Kafka's offsets.retention.minutes (an alias of this finer lockgate property): offsets of

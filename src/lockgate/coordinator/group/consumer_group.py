@@ -294,7 +294,7 @@ def heartbeat(
                 )  # fmt: skip
             # the restarted static member takes its predecessor's place and assignment
             del members[holder]
-            records += _member_tombstones(group.group_id, holder)
+            records += member_tombstones(group.group_id, holder)
             member = replace(old, member_id=request.member_id, member_epoch=JOIN_EPOCH)
             replaced_static = True
             if holder in target:
@@ -420,7 +420,7 @@ def heartbeat(
     )
 
 
-def _member_tombstones(group_id: str, member_id: str) -> list[ConsumerRecord]:
+def member_tombstones(group_id: str, member_id: str) -> list[ConsumerRecord]:
     return [
         ConsumerRecord(RecordKind.CURRENT_ASSIGNMENT, group_id, member_id, None),
         ConsumerRecord(RecordKind.TARGET_MEMBER, group_id, member_id, None),
@@ -480,7 +480,7 @@ def remove_member(
     members = {m: v for m, v in group.members.items() if m != member_id}
     static_members = {i: m for i, m in group.static_members.items() if m != member_id}
     target = {m: a for m, a in group.target.items() if m != member_id}
-    records = _member_tombstones(group.group_id, member_id)
+    records = member_tombstones(group.group_id, member_id)
     group = replace(group, members=members, static_members=static_members, target=target)
     group, more = _refresh(group, topics, config, force_bump=True)
     return Outcome(

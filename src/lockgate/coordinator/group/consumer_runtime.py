@@ -23,14 +23,17 @@ from lockgate.coordinator.group.consumer_group import (
     ClassicState,
     ConsumerGroup,
     ConsumerGroupConfig,
+    ConsumerMember,
     ConsumerRecord,
     HeartbeatRequest,
     HeartbeatResponse,
     MemberState,
     Outcome,
+    RecordKind,
     convert_classic,
     expire_revocation,
     heartbeat,
+    member_tombstones,
     remove_member,
     replay,
 )
@@ -39,7 +42,7 @@ from lockgate.coordinator.group.embedded import (
     parse_assignment,
     parse_subscription,
 )
-from lockgate.coordinator.group.group import Group
+from lockgate.coordinator.group.group import Group, Member
 from lockgate.coordinator.group.state import GroupState
 from lockgate.protocol.errors import ErrorCode
 from lockgate.server.config import ConfigError
@@ -176,7 +179,60 @@ class ConsumerProtocol:
         if outcome.group.group_epoch != (previous.group_epoch if previous else 0):
             log.info("group %s: epoch %d, %d members (%s)", group_id, outcome.group.group_epoch,
                      len(outcome.group.members), outcome.group.state.value)  # fmt: skip
-        return self._append(group_id, outcome.records)
+        durable = self._append(group_id, outcome.records)
+        left = previous is not None and set(previous.members) - set(outcome.group.members)
+        if left and self._downgradable(outcome.group):
+            return self._downgrade(container, durable)
+        return durable
+
+    def _downgradable(self, group: ConsumerGroup) -> bool:
+        if self.migration_policy not in ("bidirectional", "downgrade") or not group.members:
+            return False
+        if any(m.classic is None for m in group.members.values()):
+            return False
+        # a classic group needs one protocol (assignor) its members all support
+        return bool(set.intersection(*(_protocol_names(m) for m in group.members.values())))
+
+    def _downgrade(self, container: Group, before: asyncio.Future[None]) -> asyncio.Future[None]:
+        """Kafka's online downgrade: the last consumer-protocol member left and only classic
+        members remain: the group becomes a classic group at its epoch (each member with its
+        current assignment) and rebalances, so its members rejoin and elect a leader."""
+        group = container.consumer
+        assert group is not None
+        members = {}
+        for m in group.members.values():
+            assert m.classic is not None
+            self._cancel(container.group_id, m.member_id)
+            members[m.member_id] = Member(
+                m.member_id, m.instance_id, m.client_id, m.client_host,
+                max(m.rebalance_timeout_ms, 0), m.classic.session_timeout_ms,
+                CONSUMER_PROTOCOL_TYPE, list(m.classic.protocols), assignment_bytes(m.assigned),
+            )  # fmt: skip
+        tombstones: list[ConsumerRecord] = []
+        for member_id in group.members:
+            tombstones += member_tombstones(container.group_id, member_id)
+        tombstones += [
+            ConsumerRecord(kind, container.group_id, None, None)
+            for kind in (RecordKind.TARGET_EPOCH, RecordKind.PARTITION_METADATA,
+                         RecordKind.GROUP_EPOCH)
+        ]  # fmt: skip
+        self._append(container.group_id, tuple(tombstones)).add_done_callback(_log_failure)
+        container.consumer = None
+        container.protocol_type = CONSUMER_PROTOCOL_TYPE
+        container.generation = group.group_epoch
+        container.members = members
+        container.static_members = {m.instance_id: m.member_id for m in group.members.values()
+                                    if m.instance_id}  # fmt: skip
+        container.protocol = container.select_protocol()
+        container.leader = next(iter(members))
+        container.state = GroupState.STABLE
+        log.info("group %s: only classic members left: converted to a classic group at "
+                 "generation %d", container.group_id, container.generation)  # fmt: skip
+        durable = self.coordinator._persist_group(container)
+        for member in members.values():
+            self.coordinator._touch(container, member)
+        self.coordinator._prepare_rebalance(container, "converted to a classic group")
+        return durable
 
     def _append(self, group_id: str, records: tuple[ConsumerRecord, ...]) -> asyncio.Future[None]:
         ids = self.topic_ids()
@@ -337,6 +393,14 @@ class ConsumerProtocol:
             subscription = parse_subscription(protocols[0][1])
         except (ValueError, UnicodeDecodeError):
             return {"error_code": ErrorCode.inconsistent_group_protocol, "member_id": member_id}
+        offered = {name for name, _ in protocols}
+        assert container.consumer is not None
+        if any(
+            m.classic is not None and m.member_id != member_id and not offered & _protocol_names(m)
+            for m in container.consumer.members.values()
+        ):
+            # as Kafka: classic members must keep a protocol in common (for a downgrade)
+            return {"error_code": ErrorCode.inconsistent_group_protocol, "member_id": member_id}
         topics = self.topic_counts()
         answer = await self.heartbeat(
             HeartbeatRequest(
@@ -477,6 +541,10 @@ class ConsumerProtocol:
             return
         for member_id in container.consumer.members:
             self._cancel(container.group_id, member_id)
+
+
+def _protocol_names(member: ConsumerMember) -> set[str]:
+    return {name for name, _ in member.classic.protocols} if member.classic else set()
 
 
 def _log_failure(durable: asyncio.Future[None]) -> None:

@@ -1,7 +1,8 @@
 """Mixed groups (Kafka 4's online migration): a stable classic group becomes a consumer-protocol
-group when a consumer-protocol member joins, and classic members (JoinGroup, SyncGroup,
-Heartbeat, LeaveGroup) take part in a consumer-protocol group, assigned by the server-side
-assignor and told to rejoin (REBALANCE_IN_PROGRESS) when their assignment changes."""
+group when a consumer-protocol member joins, classic members (JoinGroup, SyncGroup, Heartbeat,
+LeaveGroup) take part in a consumer-protocol group, assigned by the server-side assignor and
+told to rejoin (REBALANCE_IN_PROGRESS) when their assignment changes, and a group left with
+classic members only becomes a classic group again."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from lockgate.coordinator.group.consumer_group import (
     RecordKind,
 )
 from lockgate.coordinator.group.embedded import assignment_bytes, parse_assignment
+from lockgate.coordinator.group.state import GroupState
 from lockgate.protocol.errors import ErrorCode
 from lockgate.server.broker import Broker
 from lockgate.storage.memory import MemoryEngine
@@ -201,3 +203,53 @@ def test_classic_member_metadata_round_trips() -> None:
     key, value = consumer_records.encode(record, {"t": uuid.uuid4()})
     decoded = consumer_records.decode(key, value, {}).value
     assert isinstance(decoded, ConsumerMember) and decoded.classic == member.classic
+
+
+async def test_a_group_left_with_classic_members_only_is_downgraded(
+    broker: Broker, engine: MemoryEngine
+) -> None:
+    classic, _ = await stable_classic_group(broker)
+    joined = await consumer_join(broker, "new")
+    epoch = broker.groups.groups[GROUP].consumer.group_epoch  # type: ignore[union-attr]
+    left = await broker.groups.consumer.heartbeat(HeartbeatRequest(GROUP, "new", -1))
+    assert left.error == ErrorCode.none and joined.error == ErrorCode.none
+    group = broker.groups.groups[GROUP]
+    assert group.consumer is None and set(group.members) == {classic}
+    assert group.state == GroupState.PREPARING_REBALANCE
+    assert group.generation == epoch + 1  # the epoch of the departure
+    assert broker.groups.heartbeat(GROUP, group.generation, classic, None) == (
+        ErrorCode.rebalance_in_progress
+    )
+    # it rejoins as the leader of a classic group and assigns again
+    rejoined = await classic_join(broker, classic)
+    assert rejoined["error_code"] == 0 and rejoined["leader"] == classic
+    await broker.stop()
+    broker = await start_broker(engine)
+    try:
+        restored = broker.groups.groups[GROUP]
+        assert restored.consumer is None and set(restored.members) == {classic}
+    finally:
+        await broker.stop()
+
+
+async def test_no_downgrade_with_the_upgrade_policy(engine: MemoryEngine) -> None:
+    broker = await start_broker(engine, **{"group.consumer.migration.policy": "upgrade"})
+    try:
+        classic, _ = await stable_classic_group(broker)
+        await consumer_join(broker, "new")
+        await broker.groups.consumer.heartbeat(HeartbeatRequest(GROUP, "new", -1))
+        group = broker.groups.groups[GROUP].consumer
+        assert group is not None and set(group.members) == {classic}
+    finally:
+        await broker.stop()
+
+
+async def test_classic_members_must_share_a_protocol(broker: Broker) -> None:
+    await consumer_join(broker, "c1")
+    assert (await classic_join(broker, ""))["error_code"] == 0  # cooperative-sticky
+    other = await bounded(
+        broker.groups.join(
+            GROUP, "", None, "consumer", [("range", subscription())], 6000, 6000, "c", "h", False
+        )
+    )
+    assert other["error_code"] == ErrorCode.inconsistent_group_protocol
