@@ -12,7 +12,8 @@ Behaviour:
   each topic (TOPIC_AUTHORIZATION_FAILED for its partitions; the others are committed).
 - A consumer-protocol group (KIP-848): the generation field is the member epoch; the member
   must exist (UNKNOWN_MEMBER_ID) at that epoch (STALE_MEMBER_EPOCH); epoch -1 without member
-  only while the group has no members; its members must use v9+ (UNSUPPORTED_VERSION).
+  only while the group has no members; its members must use v9+ (UNSUPPORTED_VERSION); its
+  classic members (mixed groups) commit at any version, ILLEGAL_GENERATION when stale.
 Version notes: v2–4 retention time (ignored: offsets live as long as the group); v6 leader
 epoch; v7 group instance id; v8 flexible; v10 topic ids.
 """

@@ -2,6 +2,8 @@
 # consumer_group.py against the coordinator's groups, appends its records to __consumer_offsets
 # (Kafka's layout, consumer_records.py) before answering, replays them at load, and keeps one
 # session timer per member and one revocation timer per member asked to revoke partitions.
+# Also mixed groups (Kafka 4's online migration): converting a classic group, serving its
+# classic members' JoinGroup/SyncGroup/Heartbeat/LeaveGroup, and converting it back.
 #
 # Invariants: a consumer-protocol group is a classic Group container whose `consumer` is set
 # (the container keeps the committed offsets); the in-memory state changes synchronously with

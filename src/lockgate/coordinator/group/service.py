@@ -1,7 +1,9 @@
 # The group coordinator at run time: classic-protocol membership (join barrier, sync, session
 # expiry, static members), committed offsets persisted in __consumer_offsets (Kafka's record
 # layout, replayed at start-up), and transactional offsets (KIP-447) that become visible only
-# when the transaction's commit marker reaches the offsets partition.
+# when the transaction's commit marker reaches the offsets partition. Consumer-protocol groups
+# (KIP-848) are run by consumer_runtime.py; this module hands them their requests and checks
+# their member epochs in offset commits and fetches.
 from __future__ import annotations
 
 import asyncio
@@ -57,10 +59,17 @@ def now_ms() -> int:
 
 
 def consumer_member_error(
-    group: Group, member_id: str, member_epoch: int, stale: ErrorCode
+    group: Group,
+    member_id: str,
+    member_epoch: int,
+    stale: ErrorCode,
+    api_version: int | None = None,
 ) -> ErrorCode:
     """A commit or fetch naming a member of a consumer-protocol group: an epoch < 0 is
-    accepted only while the group has no members (the admin client, standalone consumers)."""
+    accepted only while the group has no members (the admin client, standalone consumers).
+    A classic member (mixed groups) names its generation, the member epoch: a stale one is
+    ILLEGAL_GENERATION; consumer-protocol members must commit with OffsetCommit v9+
+    (`api_version`, None for other APIs)."""
     consumer = group.consumer
     assert consumer is not None
     if member_epoch < 0 and not consumer.members:
@@ -68,8 +77,10 @@ def consumer_member_error(
     member = consumer.members.get(member_id)
     if member is None:
         return ErrorCode.unknown_member_id
+    if member.classic is None and api_version is not None and api_version < 9:
+        return ErrorCode.unsupported_version
     if member_epoch != member.member_epoch:
-        return stale
+        return ErrorCode.illegal_generation if member.classic is not None else stale
     return ErrorCode.none
 
 
@@ -845,9 +856,9 @@ class GroupCoordinator:
         standalone = generation < 0 and not member_id and group_instance_id is None
         if group is not None and group.consumer is not None:
             # KIP-848: the member epoch instead of the generation; -1 only for an empty group
-            code = consumer_member_error(group, member_id, generation, ErrorCode.stale_member_epoch)
-            if not code and api_version < 9 and generation >= 0:
-                code = ErrorCode.unsupported_version  # consumer members commit with v9+
+            code = consumer_member_error(
+                group, member_id, generation, ErrorCode.stale_member_epoch, api_version
+            )
             if code:
                 return all_(code)
         elif group is None:

@@ -23,6 +23,7 @@ from lockgate.coordinator.group.consumer_group import (
     RecordKind,
 )
 from lockgate.coordinator.group.embedded import assignment_bytes, parse_assignment
+from lockgate.coordinator.group.records import CommittedOffset
 from lockgate.coordinator.group.state import GroupState
 from lockgate.protocol.errors import ErrorCode
 from lockgate.server.broker import Broker
@@ -161,6 +162,15 @@ async def test_a_classic_member_joins_a_consumer_group(broker: Broker) -> None:
     synced = await bounded(broker.groups.sync(GROUP, generation, member_id, None, None, None, {}))
     assert parse_assignment(synced["assignment"])[TOPIC] == ALL - kept[TOPIC]
     assert broker.groups.heartbeat(GROUP, generation, member_id, None) == ErrorCode.none
+    # it commits as a classic member: any OffsetCommit version, ILLEGAL_GENERATION when stale
+    offset = {(TOPIC, 0): CommittedOffset(3, -1, "", 0)}
+    commit = broker.groups.commit
+    assert set((await commit(GROUP, generation, member_id, None, offset, 7)).values()) == {
+        ErrorCode.none
+    }
+    assert set((await commit(GROUP, generation - 1, member_id, None, offset, 7)).values()) == {
+        ErrorCode.illegal_generation
+    }
     # LeaveGroup removes it and its partitions go back to c1
     error, answers = broker.groups.leave(GROUP, [(member_id, None)])
     assert error == ErrorCode.none and answers[0]["error_code"] == 0
