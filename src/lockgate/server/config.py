@@ -47,6 +47,8 @@ BROKER_DEFAULTS: dict[str, str] = {
     "max.connections.per.ip": "2147483647",
     "max.connections.per.ip.overrides": "",
     "fetch.max.bytes": str(55 * 1024 * 1024),
+    # DescribeTopicPartitions answers at most this many partitions per response (Kafka's)
+    "max.request.partition.size.limit": "2000",
     "max.incremental.fetch.session.cache.slots": "1000",
     "transaction.state.log.num.partitions": "50",
     "offsets.topic.num.partitions": "50",
