@@ -68,7 +68,7 @@ class ConsumerProtocol:
         self.coordinator = coordinator
         config = coordinator.broker.config
         assignors = tuple(
-            name.strip()
+            _assignor_name(name)
             for name in config.get("group.consumer.assignors").split(",")
             if name.strip()
         )
@@ -543,6 +543,13 @@ class ConsumerProtocol:
             return
         for member_id in container.consumer.members:
             self._cancel(container.group_id, member_id)
+
+
+def _assignor_name(configured: str) -> str:
+    """Kafka's property lists class names (org.apache.kafka.coordinator.group.assignor.
+    UniformAssignor); members ask by name (uniform): both are accepted."""
+    name = configured.strip().rsplit(".", 1)[-1]
+    return name[: -len("Assignor")].lower() if name.endswith("Assignor") else name.lower()
 
 
 def _protocol_names(member: ConsumerMember) -> set[str]:

@@ -220,3 +220,25 @@ async def test_groups_change_protocol_when_empty_or_convertible(broker: Broker) 
     # a classic group with members that cannot be converted (its metadata again)
     refused = await beat(broker, "m2", 0, join=True)
     assert refused.error == ErrorCode.group_id_not_found
+
+
+async def test_offset_delete_refuses_subscribed_topics(broker: Broker) -> None:
+    answer = await beat(broker, "m1", 0, join=True)
+    offset = {
+        (TOPIC, 0): CommittedOffset(5, -1, "", 0),
+        ("other", 0): CommittedOffset(1, -1, "", 0),
+    }
+    broker.topics.create("other", 1, 1, {})
+    await broker.groups.commit(GROUP, answer.member_epoch, "m1", None, offset)
+    error, results = await broker.groups.delete_offsets(GROUP, [(TOPIC, 0), ("other", 0)])
+    assert error == ErrorCode.none
+    assert results == {(TOPIC, 0): ErrorCode.group_subscribed_to_topic, ("other", 0): 0}
+
+
+async def test_assignors_may_be_configured_by_kafkas_class_names(engine: MemoryEngine) -> None:
+    names = "org.apache.kafka.coordinator.group.assignor.RangeAssignor,uniform"
+    broker = await start_broker(engine, **{"group.consumer.assignors": names})
+    try:
+        assert broker.groups.consumer.config.assignors == ("range", "uniform")
+    finally:
+        await broker.stop()
