@@ -286,7 +286,9 @@ def heartbeat(
         holder = static_members.get(request.instance_id)
         if joining and holder is not None and holder != request.member_id:
             old = members[holder]
-            if old.member_epoch != STATIC_LEAVE_EPOCH:
+            # a classic static member that restarts fences its old incarnation (KIP-345), as
+            # in a classic group; a consumer-protocol one must have left with epoch -2
+            if old.member_epoch != STATIC_LEAVE_EPOCH and request.classic is None:
                 return _error(
                     request, ErrorCode.unreleased_instance_id,
                     f"Static member {holder} with instance id {request.instance_id} is present.",

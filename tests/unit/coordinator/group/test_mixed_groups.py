@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -263,3 +264,23 @@ async def test_classic_members_must_share_a_protocol(broker: Broker) -> None:
         )
     )
     assert other["error_code"] == ErrorCode.inconsistent_group_protocol
+
+
+async def test_a_restarted_static_classic_member_replaces_its_old_self(broker: Broker) -> None:
+    await consumer_join(broker, "c1")
+    protocols = [("cooperative-sticky", subscription())]
+
+    def static_join(member_id: str) -> Any:
+        return bounded(broker.groups.join(
+            GROUP, member_id, "i1", "consumer", protocols, 6000, 6000, "c", "h", True
+        ))  # fmt: skip
+
+    first = await static_join("")
+    assert first["error_code"] == 0
+    second = await static_join("")  # the process restarted: a new member id, same instance
+    assert second["error_code"] == 0 and second["member_id"] != first["member_id"]
+    group = broker.groups.groups[GROUP].consumer
+    assert group is not None and group.static_members == {"i1": second["member_id"]}
+    assert first["member_id"] not in group.members
+    old = broker.groups.heartbeat(GROUP, int(first["generation_id"]), first["member_id"], "i1")
+    assert old == ErrorCode.fenced_instance_id
