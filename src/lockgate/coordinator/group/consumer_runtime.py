@@ -322,22 +322,22 @@ class ConsumerProtocol:
 
     def _upgrade(self, container: Group) -> bool:
         """Kafka's online upgrade (group.consumer.migration.policy bidirectional or upgrade): a
-        stable classic consumer group becomes a consumer-protocol group when the first
-        consumer-protocol member joins; its members stay, as classic members, with their
-        assignments. False when it cannot (policy, state, undecodable metadata)."""
+        classic consumer group becomes a consumer-protocol group when the first
+        consumer-protocol member joins; its members stay, as classic members, with their last
+        assignments (a rebalance under way is abandoned: its waiting JoinGroup and SyncGroup
+        requests get REBALANCE_IN_PROGRESS, and the members rejoin the converted group).
+        False when it cannot (policy, undecodable metadata)."""
         if self.migration_policy not in ("bidirectional", "upgrade"):
             return False
-        if (
-            container.protocol_type != CONSUMER_PROTOCOL_TYPE
-            or container.state != GroupState.STABLE
-        ):
+        if container.protocol_type != CONSUMER_PROTOCOL_TYPE:
             return False
         if len(container.members) >= self.config.max_size:
             return False
         members = []
         try:
             for m in container.members.values():
-                subscription = parse_subscription(m.metadata_for(container.protocol))
+                # (every consumer-type protocol of a member carries the same subscription)
+                subscription = parse_subscription(m.protocols[0][1] if m.protocols else b"")
                 members.append(
                     ClassicState(
                         m.member_id, m.group_instance_id, m.client_id, m.client_host,
@@ -354,12 +354,17 @@ class ConsumerProtocol:
         for m in container.members.values():
             if m.expiry is not None:
                 m.expiry.cancel()
+            for waiter in (m.join_waiter, m.sync_waiter):
+                if waiter is not None and not waiter.done():
+                    waiter.set_result({"error_code": ErrorCode.rebalance_in_progress,
+                                       "member_id": m.member_id})  # fmt: skip
         if container.rebalance_task is not None:
             container.rebalance_task.cancel()
         container.members = {}
         container.static_members = {}
         container.pending_members = set()
         container.leader = None
+        container.state = GroupState.EMPTY  # (the classic view of the group is over)
         container.generation = 0  # (the consumer group's epoch carries it on)
         log.info("group %s: classic group of %d members converted to the consumer protocol at "
                  "epoch %d", container.group_id, len(members), group.group_epoch)  # fmt: skip

@@ -6,6 +6,7 @@ classic members only becomes a classic group again."""
 
 from __future__ import annotations
 
+import asyncio
 import struct
 import uuid
 from collections.abc import AsyncIterator
@@ -29,7 +30,7 @@ from lockgate.coordinator.group.state import GroupState
 from lockgate.protocol.errors import ErrorCode
 from lockgate.server.broker import Broker
 from lockgate.storage.memory import MemoryEngine
-from tests.unit.coordinator.group.support import TOPIC, bounded, start_broker
+from tests.unit.coordinator.group.support import TOPIC, bounded, start_broker, wait_until
 
 GROUP = "mixed"
 ALL = frozenset(range(3))
@@ -284,3 +285,15 @@ async def test_a_restarted_static_classic_member_replaces_its_old_self(broker: B
     assert first["member_id"] not in group.members
     old = broker.groups.heartbeat(GROUP, int(first["generation_id"]), first["member_id"], "i1")
     assert old == ErrorCode.fenced_instance_id
+
+
+async def test_a_rebalancing_classic_group_is_upgraded_too(broker: Broker) -> None:
+    classic, generation = await stable_classic_group(broker)
+    waiting = asyncio.create_task(classic_join(broker, ""))  # starts a rebalance; waits for A
+    await wait_until(lambda: broker.groups.groups[GROUP].state == GroupState.PREPARING_REBALANCE)
+    answer = await consumer_join(broker, "new")
+    assert answer.error == ErrorCode.none
+    assert (await asyncio.wait_for(waiting, 5))["error_code"] == ErrorCode.rebalance_in_progress
+    group = broker.groups.groups[GROUP].consumer
+    assert group is not None and group.members[classic].assigned == {TOPIC: ALL}
+    assert group.members[classic].member_epoch == generation
