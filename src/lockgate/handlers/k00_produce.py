@@ -12,6 +12,10 @@ Behaviour:
 - The records must be exactly one v2 batch with a valid CRC-32C (CORRUPT_MESSAGE otherwise),
   consistent header counts and no control flag (INVALID_RECORD), at most max.message.bytes
   (MESSAGE_TOO_LARGE). A rejected partition appends nothing; other partitions are unaffected.
+- A topic whose compression.type names a codec (not `producer`) gets every batch of another
+  codec re-encoded with it before the append, header fields kept (protocol/recompress.py);
+  inner offsets not running 0..n-1 get INVALID_RECORD, a re-encoded batch over
+  max.message.bytes MESSAGE_TOO_LARGE.
 - Idempotent batches follow the producer-state rules (INVALID_PRODUCER_EPOCH,
   OUT_OF_ORDER_SEQUENCE_NUMBER, DUPLICATE_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID; an exact
   retry of the latest batch gets its original offset). Transactional batches must belong to
@@ -59,6 +63,7 @@ from lockgate.coordinator.txn import coordinator as rules
 from lockgate.handlers.common import check_leader
 from lockgate.handlers.registry import HandlerResult, RawBody, RequestContext, handles
 from lockgate.handlers.txn_common import RETRIABLE_VERIFICATION, map_abortable
+from lockgate.log.config import LogConfig
 from lockgate.log.partition import Partition
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
@@ -70,6 +75,7 @@ from lockgate.protocol.produce import (
     decode_produce,
     encode_produce_response,
 )
+from lockgate.protocol.recompress import recompress
 from lockgate.protocol.records import BatchHeader, validate_produced_batch
 from lockgate.protocol.rewrite import split_records
 from lockgate.security.acls import Operation, ResourceType
@@ -258,6 +264,7 @@ def _append(
     header = validate_produced_batch(records)
     if config.compact:
         _require_keys(records)
+    records, header = _with_topic_codec(records, header, config)
     if header.is_transactional:
         if verified is None:
             checked = _verification(ctx, request, topic_name, data, partition, header, waits)
@@ -275,6 +282,23 @@ def _append(
     result.base_offset = base_offset
     result.log_append_time_ms = append_time
     return result
+
+
+def _with_topic_codec(
+    records: bytes, header: BatchHeader, config: LogConfig
+) -> tuple[bytes, BatchHeader]:
+    """The batch re-encoded when the topic's compression.type names another codec (as Kafka);
+    like Kafka, the re-encoded batch must fit max.message.bytes too (MESSAGE_TOO_LARGE)."""
+    codec = config.compression_codec
+    if codec is None or codec == header.compression:
+        return records, header
+    rebuilt, rebuilt_header = recompress(records, codec)
+    if len(rebuilt) > config.max_message_bytes:
+        raise KafkaProtocolError(
+            ErrorCode.message_too_large,
+            f"batch of {len(rebuilt)} bytes once recompressed exceeds max.message.bytes",
+        )
+    return rebuilt, rebuilt_header
 
 
 def _wait_for(

@@ -26,3 +26,6 @@ class LogConfig:
     # replica outside the ISR may be elected leader when no ISR member is left
     min_insync_replicas: int = 1
     unclean_leader_election: bool = False
+    # compression.type: the codec id every appended batch is re-encoded with when it arrives
+    # with another one; None ("producer") keeps each batch as its producer compressed it
+    compression_codec: int | None = None

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from lockgate.log.config import LogConfig
+from lockgate.protocol.recompress import COMPRESSION_TYPES, target_codec
 
 DAY_MS = 24 * 3600 * 1000
 
@@ -202,7 +203,12 @@ TOPIC_CONFIGS: dict[str, TopicConfigSpec] = {
         TopicConfigSpec(
             "unclean.leader.election.enable", "unclean.leader.election.enable", "false", "bool"
         ),
-        TopicConfigSpec("compression.type", "compression.type", "producer", "choice:producer"),
+        TopicConfigSpec(
+            "compression.type",
+            "compression.type",
+            "producer",
+            "choice:" + ",".join(COMPRESSION_TYPES),
+        ),
     )
 }
 
@@ -352,6 +358,7 @@ class BrokerConfig:
             min_compaction_lag_ms=int(resolved["min.compaction.lag.ms"]),
             min_insync_replicas=int(resolved["min.insync.replicas"]),
             unclean_leader_election=resolved["unclean.leader.election.enable"] == "true",
+            compression_codec=target_codec(resolved["compression.type"]),
         )
 
 

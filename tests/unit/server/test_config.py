@@ -220,7 +220,7 @@ def test_valid_topic_config_values(name: str, value: str, normalised: str) -> No
         ("min.cleanable.dirty.ratio", "1.5", "not in"),
         ("min.cleanable.dirty.ratio", "half", "not a number"),
         ("delete.retention.ms", "-1", "below the minimum"),
-        ("compression.type", "gzip", "not supported"),
+        ("compression.type", "brotli", "not supported"),
     ],
 )
 def test_invalid_topic_config_values(name: str, value: str, message: str) -> None:
