@@ -7,13 +7,14 @@ from lockgate.handlers.registry import RequestContext
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.security.acls import Operation, ResourceType
 from lockgate.security.authorizer import authorize
-from lockgate.server.config import BROKER_DEFAULTS, TOPIC_CONFIGS
+from lockgate.server.config import TOPIC_CONFIGS
+from lockgate.server.dynamic_config import DYNAMIC_BROKER_CONFIGS, broker_target, check_changes
 
 TOPIC = 2
 BROKER = 4
 
 SOURCE_TOPIC = 1
-SOURCE_STATIC_BROKER = 4
+SOURCE_DYNAMIC_DEFAULT_BROKER = 3
 SOURCE_DEFAULT = 5
 
 _TYPES = {"long": 5, "int": 3, "bool": 1, "string": 2, "ratio": 6, "policy": 7}  # Kafka ConfigType
@@ -36,50 +37,85 @@ def config_type(kind: str) -> int:
     return _TYPES.get(kind, 2)
 
 
-def describe_topic(ctx: RequestContext, name: str, keys: Any) -> list[dict[str, Any]]:
+def _synonyms(layers: Any, wanted: bool) -> list[dict[str, Any]]:
+    return [{"name": n, "value": v, "source": src} for n, v, src in layers] if wanted else []
+
+
+def describe_topic(
+    ctx: RequestContext, name: str, keys: Any, synonyms: bool = False
+) -> list[dict[str, Any]]:
+    """Every topic config: the override (DYNAMIC_TOPIC_CONFIG) or the broker property behind
+    it, with that property's own source; synonyms list the override then the broker's layers."""
     topics = ctx.broker.topics
     record = topics.topics.get(name)
     if record is None:
         raise KafkaProtocolError(ErrorCode.unknown_topic_or_partition, f"no topic {name!r}")
     resolved = topics.resolved_configs(name)
+    dynamic = ctx.broker.dynamic_configs
     entries = []
     for key, value in sorted(resolved.items()):
         if keys is not None and key not in keys:
             continue
         spec = TOPIC_CONFIGS[key]
-        broker_set = spec.broker_property is not None and (
-            ctx.broker.config.values.get(spec.broker_property)
-            != BROKER_DEFAULTS.get(spec.broker_property)
-        )
-        source = (
-            SOURCE_TOPIC
-            if key in record.configs
-            else SOURCE_STATIC_BROKER
-            if broker_set
-            else SOURCE_DEFAULT
-        )
-        entries.append(_entry(key, value, False, source, config_type(spec.kind)))
+        layers: list[tuple[str, str | None, int]] = []
+        if key in record.configs:
+            layers.append((key, record.configs[key], SOURCE_TOPIC))
+        if spec.broker_property is not None:
+            below = dynamic.resolve(spec.broker_property)
+            layers += [(spec.broker_property, v, source) for source, v in below.synonyms]
+        else:
+            layers.append((key, spec.default, SOURCE_DEFAULT))
+        entry = _entry(key, value, False, layers[0][2], config_type(spec.kind))
+        entry["synonyms"] = _synonyms(layers, synonyms)
+        entries.append(entry)
     return entries
 
 
-def describe_broker(ctx: RequestContext, name: str, keys: Any) -> list[dict[str, Any]]:
-    if name not in ("", str(ctx.broker.node_id)):
+def describe_broker(
+    ctx: RequestContext, name: str, keys: Any, synonyms: bool = False
+) -> list[dict[str, Any]]:
+    """The cluster default resource ('') lists only the dynamic defaults set, as Kafka; this
+    broker's id lists every property, read-only unless it can change at run time."""
+    dynamic = ctx.broker.dynamic_configs
+    if name == "":
+        return [
+            _entry(key, value, False, SOURCE_DYNAMIC_DEFAULT_BROKER, _broker_type(key))
+            | {"synonyms": _synonyms([(key, value, SOURCE_DYNAMIC_DEFAULT_BROKER)], synonyms)}
+            for key, value in sorted(dynamic.dynamic_default().items())
+            if keys is None or key in keys
+        ]
+    if name != str(ctx.broker.node_id):
         raise KafkaProtocolError(ErrorCode.invalid_request, f"this is broker {ctx.broker.node_id}")
-    values = ctx.broker.config.values
-    return [
-        _entry(
-            key,
-            value,
-            True,
-            SOURCE_STATIC_BROKER if value != BROKER_DEFAULTS.get(key) else SOURCE_DEFAULT,
-            2,
+    entries = []
+    for key in sorted(ctx.broker.config.values):
+        if keys is not None and key not in keys:
+            continue
+        resolved = dynamic.resolve(key)
+        sensitive = _sensitive(key)
+        value = None if sensitive else resolved.value
+        entry = _entry(
+            key, value, key not in DYNAMIC_BROKER_CONFIGS, resolved.source, _broker_type(key)
         )
-        for key, value in sorted(values.items())
-        if keys is None or key in keys
-    ]
+        entry["is_sensitive"] = sensitive
+        layers = [(key, None if sensitive else v, source) for source, v in resolved.synonyms]
+        entry["synonyms"] = _synonyms(layers, synonyms)
+        entries.append(entry)
+    return entries
 
 
-def _entry(name: str, value: str, read_only: bool, source: int, kind: int) -> dict[str, Any]:
+def _sensitive(key: str) -> bool:
+    """Passwords and JAAS configs are never shown, as Kafka (value null, is_sensitive)."""
+    return "password" in key or key.endswith("jaas.config") or key == "ssl.keystore.key"
+
+
+def _broker_type(key: str) -> int:
+    for spec in TOPIC_CONFIGS.values():
+        if spec.broker_property == key:
+            return config_type(spec.kind)
+    return 2
+
+
+def _entry(name: str, value: str | None, read_only: bool, source: int, kind: int) -> dict[str, Any]:
     return {
         "name": name,
         "value": value,
@@ -91,3 +127,20 @@ def _entry(name: str, value: str, read_only: bool, source: int, kind: int) -> di
         "config_type": kind,
         "documentation": None,
     }
+
+
+async def alter_broker(
+    ctx: RequestContext,
+    name: str,
+    set_values: dict[str, str | None],
+    delete: list[str],
+    validate_only: bool,
+    *,
+    replace: bool = False,
+) -> None:
+    """A change of the cluster-wide default ('') or of one broker's dynamic configs, checked
+    whole (INVALID_REQUEST, Kafka's messages) before anything is stored."""
+    target = broker_target(name)
+    checked = check_changes(set_values, delete)
+    if not validate_only:
+        await ctx.broker.dynamic_configs.alter(target, checked, delete, replace=replace)

@@ -2,9 +2,14 @@
 
 Behaviour:
 - Topic resources (type 2): every topic config with its effective value and source (topic
-  override, broker property, or default); unknown topic: UNKNOWN_TOPIC_OR_PARTITION.
-- Broker resources (type 4): the broker's properties, read-only; another broker id:
-  INVALID_REQUEST. Other resource types: INVALID_REQUEST.
+  override, else the source of the broker property behind it: dynamic per broker, dynamic
+  cluster default, static, default); unknown topic: UNKNOWN_TOPIC_OR_PARTITION.
+- Broker resources (type 4): this broker's id lists every property with its source, read-only
+  unless it can change at run time (server/dynamic_config.py), passwords sensitive with a null
+  value; the empty name (cluster default) lists only the dynamic defaults set, as Kafka.
+  Another broker id: INVALID_REQUEST. Other resource types (broker loggers, 8, included):
+  INVALID_REQUEST.
+- Synonyms (v1+, when asked): the layers beneath the value, most important first, as Kafka.
 - Authorization: DESCRIBE_CONFIGS on the topic (TOPIC_AUTHORIZATION_FAILED) or, for a broker,
   on the cluster (CLUSTER_AUTHORIZATION_FAILED).
 Version notes: v1 config source and synonyms; v3 config type and documentation; v4 flexible.
@@ -24,6 +29,7 @@ from lockgate.security.acls import Operation
 @handles(ApiKey.DESCRIBE_CONFIGS, 1, 4)
 async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     results = []
+    synonyms = bool(request.include_synonyms)
     for resource in request.resources:
         entry: dict[str, Any] = {
             "error_code": 0,
@@ -40,9 +46,9 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
             if denied is not None:
                 raise denied
             if resource.resource_type == TOPIC:
-                entry["configs"] = describe_topic(ctx, resource.resource_name, keys)
+                entry["configs"] = describe_topic(ctx, resource.resource_name, keys, synonyms)
             elif resource.resource_type == BROKER:
-                entry["configs"] = describe_broker(ctx, resource.resource_name, keys)
+                entry["configs"] = describe_broker(ctx, resource.resource_name, keys, synonyms)
             else:
                 raise KafkaProtocolError(
                     ErrorCode.invalid_request,

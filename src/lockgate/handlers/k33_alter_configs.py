@@ -1,8 +1,10 @@
 """AlterConfigs (key 33), versions 0–2 (the legacy, replace-everything form).
 
 Behaviour: a topic resource's overrides become exactly the given set (validated like
-CreateTopics: INVALID_CONFIG); unknown topic: UNKNOWN_TOPIC_OR_PARTITION; broker resources:
-INVALID_REQUEST (static properties). validate_only changes nothing.
+CreateTopics: INVALID_CONFIG); unknown topic: UNKNOWN_TOPIC_OR_PARTITION. A broker resource
+('' the cluster default, or a broker id) gets exactly the given dynamic values, the others
+removed, with IncrementalAlterConfigs' rules (INVALID_REQUEST for a property that cannot
+change at run time). validate_only changes nothing.
 - Authorization: ALTER_CONFIGS on the topic (TOPIC_AUTHORIZATION_FAILED) or, for a broker, on
   the cluster (CLUSTER_AUTHORIZATION_FAILED); nothing changes.
 Version notes: v2 flexible.
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lockgate.handlers.configs import TOPIC, config_denied
+from lockgate.handlers.configs import BROKER, TOPIC, alter_broker, config_denied
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
@@ -36,8 +38,22 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
             )
             if denied is not None:
                 raise denied
+            if resource.resource_type == BROKER:
+                await alter_broker(
+                    ctx,
+                    resource.resource_name,
+                    {c.name: c.value for c in resource.configs},
+                    [],
+                    request.validate_only,
+                    replace=True,
+                )
+                responses.append(entry)
+                continue
             if resource.resource_type != TOPIC:
-                raise KafkaProtocolError(ErrorCode.invalid_request, "broker properties are static")
+                raise KafkaProtocolError(
+                    ErrorCode.invalid_request,
+                    f"resource type {resource.resource_type} is not supported",
+                )
             name = resource.resource_name
             record = topics.topics.get(name)
             if record is None:

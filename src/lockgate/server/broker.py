@@ -35,6 +35,7 @@ from lockgate.server.connection import Connection
 from lockgate.server.connection_limits import ConnectionLimits, RequestMemory
 from lockgate.server.coordinator_locator import CoordinatorLocator
 from lockgate.server.durability import GroupCommit
+from lockgate.server.dynamic_config import open_dynamic_configs
 from lockgate.server.fetch_sessions import FetchSessionCache
 from lockgate.server.membership import ClusterMembership, Membership, SingleNode
 from lockgate.server.metrics import BrokerMetrics
@@ -69,8 +70,13 @@ class Broker:
         self.listener_ports = {item.name: item.port for item in self.listeners}  # 0 → bound
         # the first listener's address, as tests and tools know the broker by
         self.host, self.port = self.listeners[0].host, self.listeners[0].port
+        # dynamic broker configs overlay config.values before the topics resolve their settings
+        self.dynamic_configs = open_dynamic_configs(
+            config, self.node_id, self.storage, config.get("lockgate.cluster")
+        )
         self.store = LocalMetadataStore(self.storage)  # the single node's topics
         self.topics = TopicManager(self.storage, self.store, config, now_ms)
+        self.dynamic_configs.listeners.append(self.topics.refresh_log_configs)
         # Cluster mode (lockgate.cluster set): the metadata store is etcd, partitions are
         # replicated and led where the controller says.
         self.cluster: EtcdMetadataStore | None = None
@@ -223,6 +229,7 @@ class Broker:
         self.port = self.listener_ports[self.listeners[0].name]
         await self.quota_store.start()
         await self.credentials.start()
+        await self.dynamic_configs.start()
         if self.cluster is not None:
             await self._join_cluster()
             for server in self._servers:
@@ -350,6 +357,7 @@ class Broker:
         await self.metrics.close()
         await self.quota_store.close()
         await self.credentials.close()
+        await self.dynamic_configs.close()
         if self.authorizer is not None:
             await self.authorizer.close()
         self.cleaner.stop()

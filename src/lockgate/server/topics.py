@@ -172,6 +172,11 @@ class TopicManager:
     def log_config(self, topic: str) -> LogConfig:
         return self._log_configs[topic]
 
+    def refresh_log_configs(self) -> None:
+        """Re-resolves every topic's log settings: a broker default changed at run time."""
+        for name, record in self.topics.items():
+            self._log_configs[name] = self._log_config(record, record.configs)
+
     def get(self, topic: str, index: int) -> Partition | None:
         """The partition's log, if this broker has a replica of it."""
         return self.partitions.get((topic, index))
