@@ -4,19 +4,33 @@
   compression.type=zstd; the stored batches carry zstd (read from the segment file and over
   Fetch) and confluent-kafka, kafka-python, aiokafka and kcat read every record back.
 - DescribeLogDirs through kafka-python's admin describe_log_dirs (confluent-kafka's Python
-  binding has none).
+  binding has none) and `lockgate log-dirs` (table and JSON).
+- Dynamic broker configs through confluent-kafka's AdminClient (incremental_alter_configs and
+  describe_configs on broker 0, a refused static property; librdkafka refuses the unnamed
+  cluster-default resource, which the CLI test covers).
+- `lockgate configs` on topics, brokers (default and --all) and users (client quotas).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer
-from confluent_kafka import Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._config import (
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+)
+from confluent_kafka.admin._resource import ResourceType
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KafkaPythonTopicPartition
 from kafka.admin import KafkaAdminClient
@@ -28,6 +42,7 @@ from tests.support.kafka_wire import KafkaWire, fetch_batches
 
 pytestmark = pytest.mark.compat
 
+SET, DELETE = AlterConfigOpType.SET, AlterConfigOpType.DELETE
 KCAT = shutil.which("kcat") or shutil.which("kafkacat")
 COUNT = 2_000
 VALUES = [b"value-%05d-" % i + b"x" * 80 for i in range(COUNT)]
@@ -173,3 +188,109 @@ def test_kafka_python_describe_log_dirs(
     )
     assert partition["partition_size"] == on_disk > 0
     assert partition["offset_lag"] == 0 and partition["is_future_key"] is False
+
+
+def lockgate(*args: str) -> str:
+    result = subprocess.run(
+        [sys.executable, "-m", "lockgate.cli", *args],
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr.decode(errors="replace")
+    return result.stdout.decode()
+
+
+def test_confluent_kafka_broker_configs(shared_broker: BrokerProcess) -> None:
+    admin = AdminClient({"bootstrap.servers": shared_broker.bootstrap})
+    broker = ConfigResource(ResourceType.BROKER, "0")
+    admin.incremental_alter_configs(
+        [
+            ConfigResource(
+                ResourceType.BROKER,
+                "0",
+                incremental_configs=[
+                    ConfigEntry("log.retention.ms", "86400000", incremental_operation=SET)
+                ],
+            )
+        ]
+    )[broker].result(timeout=20)
+    described = admin.describe_configs([broker])[broker].result(timeout=20)
+    retention = described["log.retention.ms"]
+    assert retention.value == "86400000"
+    assert retention.source == ConfigSource.DYNAMIC_BROKER_CONFIG.value
+    assert not retention.is_read_only and described["log.dirs"].is_read_only
+    refused = ConfigResource(
+        ResourceType.BROKER,
+        "0",
+        incremental_configs=[ConfigEntry("log.dirs", "/elsewhere", incremental_operation=SET)],
+    )
+    with pytest.raises(KafkaException) as raised:
+        admin.incremental_alter_configs([refused])[refused].result(timeout=20)
+    assert raised.value.args[0].code() == KafkaError.INVALID_REQUEST
+    assert "Cannot update these configs dynamically: [log.dirs]" in str(raised.value)
+    admin.incremental_alter_configs(
+        [
+            ConfigResource(
+                ResourceType.BROKER,
+                "0",
+                incremental_configs=[
+                    ConfigEntry("log.retention.ms", None, incremental_operation=DELETE)
+                ],
+            )
+        ]
+    )[broker].result(timeout=20)
+    after = admin.describe_configs([broker])[broker].result(timeout=20)
+    assert after["log.retention.ms"].source == ConfigSource.DEFAULT_CONFIG.value
+
+
+def test_cli_configs_topics_brokers_and_quotas(shared_broker: BrokerProcess) -> None:
+    bootstrap = ["--bootstrap-server", shared_broker.bootstrap]
+    create_topic(shared_broker.bootstrap, "cli-configs", 1)
+    topic = ["--entity-type", "topics", "--entity-name", "cli-configs"]
+    out = lockgate("configs", *bootstrap, "--alter", *topic, "--add-config", "retention.ms=5000")
+    assert out == "Completed updating config for topic cli-configs.\n"
+    out = lockgate("configs", *bootstrap, "--describe", *topic)
+    assert out.splitlines() == [
+        "Dynamic configs for topic cli-configs are:",
+        "  retention.ms=5000 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:retention.ms=5000,"
+        " DEFAULT_CONFIG:log.retention.ms=604800000}",
+    ]
+    brokers = ["--entity-type", "brokers", "--entity-default"]
+    out = lockgate(
+        "configs", *bootstrap, "--alter", *brokers, "--add-config", "log.roll.ms=3600000"
+    )
+    assert out == "Completed updating default config for brokers in the cluster.\n"
+    out = lockgate("configs", *bootstrap, "--describe", *brokers)
+    assert "  log.roll.ms=3600000 sensitive=false synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:" in out
+    out = lockgate("configs", *bootstrap, "--describe", "--entity-type", "brokers", "--all")
+    assert out.startswith("All configs for broker 0 are:\n")
+    assert "  log.roll.ms=3600000 sensitive=false" in out
+    lockgate("configs", *bootstrap, "--alter", *brokers, "--delete-config", "log.roll.ms")
+    users = ["--entity-type", "users", "--entity-name", "alice"]
+    out = lockgate(
+        "configs", *bootstrap, "--alter", *users, "--add-config", "producer_byte_rate=1024"
+    )
+    assert out == "Completed updating config for user alice.\n"
+    out = lockgate("configs", *bootstrap, "--describe", *users)
+    assert out == "Quota configs for user-principal 'alice' are producer_byte_rate=1024.0\n"
+    # the same quota as `lockgate quotas` sees it
+    assert "producer_byte_rate=1024" in lockgate(
+        "quotas", "describe", *bootstrap, "--user", "alice"
+    )
+
+
+def test_cli_log_dirs(shared_broker: BrokerProcess, recompressed_topic: str) -> None:
+    bootstrap = ["--bootstrap-server", shared_broker.bootstrap]
+    document = json.loads(
+        lockgate("log-dirs", *bootstrap, "--topics", recompressed_topic, "--json")
+    )
+    [broker] = document["brokers"]
+    assert document["version"] == 1 and broker["broker"] == 0
+    [log_dir] = broker["logDirs"]
+    assert log_dir["error"] is None
+    [partition] = log_dir["partitions"]
+    assert partition["partition"] == f"{recompressed_topic}-0" and partition["size"] > 0
+    table = lockgate("log-dirs", *bootstrap, "--describe")
+    assert f"{recompressed_topic}-0" in table and "__consumer_offsets-0" in table
+    assert "OffsetLag" in table.splitlines()[0]

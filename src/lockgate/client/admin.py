@@ -15,6 +15,7 @@ from typing import Any
 
 from lockgate.client import admin_acls as acls
 from lockgate.client import admin_groups as groups
+from lockgate.client import admin_log_dirs as log_dirs
 from lockgate.client import admin_quotas as quotas
 from lockgate.client import admin_records as records
 from lockgate.client import admin_scram as scram
@@ -78,6 +79,8 @@ class ConfigEntry:
     source: ConfigSource
     read_only: bool
     sensitive: bool
+    # (name, value, source) beneath the value, most important first; only when asked for
+    synonyms: tuple[tuple[str, str | None, ConfigSource], ...] = ()
 
     @property
     def is_default(self) -> bool:
@@ -271,8 +274,11 @@ class Admin:
         name: str,
         resource_type: ResourceType = ResourceType.TOPIC,
         keys: Sequence[str] | None = None,
+        *,
+        include_synonyms: bool = False,
     ) -> dict[str, ConfigEntry]:
-        """The configs of one topic (or broker, by id as a string); `keys` None = all."""
+        """The configs of one topic (or broker, by id as a string; "" the cluster-wide broker
+        default); `keys` None = all."""
         connection = await self.cluster.any_connection()
         response = await connection.request(
             ApiKey.DESCRIBE_CONFIGS,
@@ -284,7 +290,7 @@ class Admin:
                         "configuration_keys": None if keys is None else list(keys),
                     }
                 ],
-                "include_synonyms": False,
+                "include_synonyms": include_synonyms,
                 "include_documentation": False,
             },
         )
@@ -297,6 +303,10 @@ class Admin:
                 source=_config_source(entry),
                 read_only=bool(entry.read_only),
                 sensitive=bool(entry.is_sensitive),
+                synonyms=tuple(
+                    (synonym.name, synonym.value, _source(synonym.source))
+                    for synonym in getattr(entry, "synonyms", ())
+                ),
             )
             for entry in result.configs
         }
@@ -334,6 +344,18 @@ class Admin:
         )
         result = _only(response.responses, "IncrementalAlterConfigs")
         raise_for(result.error_code, result.error_message, f"{resource_type.name.lower()} {name}")
+
+    # ------------------------------------------------------------------------------------------
+    # Log directories (body in admin_log_dirs.py)
+
+    async def describe_log_dirs(
+        self,
+        broker_ids: Iterable[int] | None = None,
+        topics: Mapping[str, Iterable[int]] | None = None,
+    ) -> dict[int, list[log_dirs.LogDirDescription]]:
+        """DescribeLogDirs: per broker (all when None) its log directories and the replicas
+        they hold (`topics`: name → partitions to list; None lists all)."""
+        return await log_dirs.describe_log_dirs(self.cluster, broker_ids, topics)
 
     # ------------------------------------------------------------------------------------------
 
@@ -500,8 +522,12 @@ def _only(results: Sequence[Any], api: str) -> Any:
 
 
 def _config_source(entry: Any) -> ConfigSource:
+    return _source(getattr(entry, "config_source", -1))
+
+
+def _source(code: int) -> ConfigSource:
     try:
-        return ConfigSource(int(getattr(entry, "config_source", -1)))
+        return ConfigSource(int(code))
     except ValueError:
         # DescribeConfigs v0 had only is_default; lockgate and modern brokers send the source.
         return ConfigSource.UNKNOWN

@@ -12,12 +12,14 @@ import argparse
 from lockgate.spark import demo as spark_demo
 from lockgate.tools import (
     acls,
+    configs,
     consume,
     delete_records,
     devcluster,
     dump_log,
     get_offsets,
     groups,
+    log_dirs,
     produce,
     producers,
     quotas,
@@ -38,6 +40,8 @@ def register_tools(commands: argparse._SubParsersAction[argparse.ArgumentParser]
         transactions,
         users,
         quotas,
+        configs,
+        log_dirs,
         acls,
         delete_records,
         get_offsets,
