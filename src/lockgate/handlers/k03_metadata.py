@@ -143,7 +143,9 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
                 entries.append(topic_entry(ctx, record))
     if field(request, "include_topic_authorized_operations", False):  # KIP-430
         for entry in entries:
-            if entry["error_code"] == 0 or entry["partitions"]:
+            # as Kafka: every named topic but those the session may not describe (an unknown
+            # one included), never disclosing anything about the latter
+            if entry["name"] and entry["error_code"] != ErrorCode.topic_authorization_failed:
                 entry["topic_authorized_operations"] = authorized_operations(
                     ctx, ResourceType.TOPIC, entry["name"]
                 )

@@ -219,3 +219,22 @@ async def test_unknown_illegal_and_unauthorized_topics(broker: Broker) -> None:
     assert bits == (1 << Operation.DESCRIBE) | (1 << Operation.READ)
     listing = await call(broker, ALICE, ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0, describe())
     assert pages(listing) == [("a", [0, 1, 2])]  # all topics: the others are left out
+
+
+async def test_metadata_bitfields_cover_unknown_topics_but_not_denied_ones(broker: Broker) -> None:
+    body = {
+        "topics": [{"name": n, "topic_id": None} for n in ("a", "b", "nope")],
+        "allow_auto_topic_creation": False,
+        "include_topic_authorized_operations": True,
+    }
+    assert broker.authorizer is not None and isinstance(broker.authorizer.store, LocalAclStore)
+    broker.authorizer.store.create_now(
+        [allow_alice(ResourceType.TOPIC, "nope", Operation.DESCRIBE)]
+    )
+    answer = await call(broker, ALICE, ApiKey.METADATA, 12, body)
+    bits = {
+        t["name"]: (t["error_code"], t["topic_authorized_operations"]) for t in answer["topics"]
+    }
+    assert bits["a"] == (0, (1 << Operation.DESCRIBE) | (1 << Operation.READ))
+    assert bits["b"] == (ErrorCode.topic_authorization_failed, -(2**31))
+    assert bits["nope"] == (ErrorCode.unknown_topic_or_partition, 1 << Operation.DESCRIBE)
