@@ -1,0 +1,47 @@
+"""Dynamic broker configs in cluster mode: two brokers' stores on one etcd namespace (a real
+3-member etcd); a change made through one is applied by the other from its watch, the cluster
+default for both and a per-broker value for its broker only."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable
+
+import pytest
+
+from lockgate.server.config import BrokerConfig
+from lockgate.server.dynamic_config import DYNAMIC_BROKER_CONFIG, open_dynamic_configs
+from lockgate.storage.memory import MemoryEngine
+from tests.support.etcd import EtcdCluster
+
+pytestmark = pytest.mark.timeout(120)
+
+
+async def until(condition: Callable[[], bool], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        await asyncio.sleep(0.05)
+
+
+async def test_a_change_through_one_broker_applies_on_the_other(etcd: EtcdCluster) -> None:
+    url = f"etcd://{','.join(etcd.endpoints)}/{uuid.uuid4().hex[:8]}"
+    configs = [BrokerConfig(), BrokerConfig()]
+    stores = [open_dynamic_configs(c, node, MemoryEngine(), url) for node, c in enumerate(configs)]
+    for store in stores:
+        await store.start()
+    try:
+        await stores[0].alter("", {"log.retention.ms": "60000"}, [])
+        await stores[0].alter("1", {"message.max.bytes": "2000000"}, [])
+        await until(lambda: configs[1].values["message.max.bytes"] == "2000000")
+        assert configs[1].values["log.retention.ms"] == "60000"
+        assert configs[0].values["log.retention.ms"] == "60000"
+        assert configs[0].values["message.max.bytes"] == "1048588"  # broker 1's value only
+        assert stores[1].resolve("message.max.bytes").source == DYNAMIC_BROKER_CONFIG
+        await stores[1].alter("", {}, ["log.retention.ms"])
+        await until(lambda: configs[0].values["log.retention.ms"] == str(7 * 24 * 3600 * 1000))
+    finally:
+        for store in stores:
+            await store.close()
