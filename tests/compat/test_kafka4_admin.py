@@ -8,6 +8,7 @@
 - Dynamic broker configs through confluent-kafka's AdminClient (incremental_alter_configs and
   describe_configs on broker 0, a refused static property; librdkafka refuses the unnamed
   cluster-default resource, which the CLI test covers).
+- aiokafka's alter_configs (the legacy AlterConfigs) and describe_configs on broker 0.
 - `lockgate configs` on topics, brokers (default and --all) and users (client quotas).
 """
 
@@ -19,6 +20,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer
@@ -294,3 +296,40 @@ def test_cli_log_dirs(shared_broker: BrokerProcess, recompressed_topic: str) -> 
     table = lockgate("log-dirs", *bootstrap, "--describe")
     assert f"{recompressed_topic}-0" in table and "__consumer_offsets-0" in table
     assert "OffsetLag" in table.splitlines()[0]
+
+
+def test_aiokafka_alters_broker_configs_with_the_legacy_api(shared_broker: BrokerProcess) -> None:
+    """aiokafka's alter_configs is the legacy AlterConfigs: the broker resource's dynamic values
+    become exactly the given set."""
+    from aiokafka.admin import AIOKafkaAdminClient
+    from aiokafka.admin.config_resource import ConfigResource as AioConfigResource
+    from aiokafka.admin.config_resource import ConfigResourceType
+
+    async def run() -> tuple[Any, Any, Any]:
+        admin = AIOKafkaAdminClient(bootstrap_servers=shared_broker.bootstrap)
+        await admin.start()
+        try:
+            broker = ConfigResourceType.BROKER
+            altered = await admin.alter_configs(
+                [AioConfigResource(broker, "0", {"log.segment.bytes": "500000000"})]
+            )
+            described = await admin.describe_configs(
+                [AioConfigResource(broker, "0")], include_synonyms=True
+            )
+            cleared = await admin.alter_configs([AioConfigResource(broker, "0", {})])
+            return altered, described, cleared
+        finally:
+            await admin.close()
+
+    # aiokafka sends topic resources in one request and each broker's in another
+    altered, described, cleared = (
+        [r for r in responses if r.resources] for responses in asyncio.run(run())
+    )
+    assert [resource[0] for resource in altered[0].resources] == [0]
+    [(error, _message, _type, _name, entries)] = described[0].resources
+    assert error == 0
+    segment = next(entry for entry in entries if entry[0] == "log.segment.bytes")
+    # (name, value, read_only, config_source, is_sensitive, synonyms)
+    assert segment[1:4] == ("500000000", False, 2)  # DYNAMIC_BROKER_CONFIG
+    assert [synonym[2] for synonym in segment[5]] == [2, 5]
+    assert [resource[0] for resource in cleared[0].resources] == [0]
