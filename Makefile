@@ -7,6 +7,7 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 # command:apt package — installed when the command is missing (java runs Spark and Apache
 # Kafka; javac runs the single-file Java test programs; mvn resolves Kafka from Maven Central;
 # etcd keeps the cluster metadata of cluster mode, etcdctl checks its health in tests).
+# PostgreSQL (the dual-write tests' database) is probed separately: Debian keeps initdb off PATH.
 APT_PACKAGES := kcat:kcat java:openjdk-17-jre-headless javac:openjdk-17-jdk-headless mvn:maven \
 	etcd:etcd-server etcdctl:etcd-client
 
@@ -32,11 +33,12 @@ setup-dev: $(BIN)/.installed-dev
 $(BIN)/.installed-dev: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,spark]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,spark,postgres]'
 	touch $@ $(BIN)/.installed
 
 system-deps:
 	@missing=""; for p in $(APT_PACKAGES); do command -v $${p%%:*} >/dev/null || missing="$$missing $${p#*:}"; done; \
+	command -v initdb >/dev/null || compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || missing="$$missing postgresql"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing system packages:$$missing"; \
 		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
