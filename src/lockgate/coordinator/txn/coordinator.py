@@ -231,6 +231,10 @@ def verify_partition(
     meta: TxnMetadata | None, producer_id: int, producer_epoch: int, partition: TopicPartition
 ) -> ErrorCode:
     """KIP-890 part 1: a transactional produce must target a partition of the open transaction."""
+    if _answered_but_preparing(meta, producer_id, producer_epoch):
+        # the client's first batch under the epoch EndTxn v5 answered, before the markers are
+        # written: it must wait (retriable), not be taken for a fenced producer
+        return ErrorCode.concurrent_transactions
     error = _check_producer(meta, producer_id, producer_epoch)
     if error:
         return error

@@ -128,6 +128,14 @@ def test_verification_accepts_a_partition_of_the_open_transaction() -> None:
     assert rules.verify_partition(current, PID, 5, TP_A) == ErrorCode.none
 
 
+def test_verification_asks_the_next_epoch_to_wait_while_markers_are_written() -> None:
+    """EndTxn v5 answers with the next epoch before the markers are written; the producer's
+    next batch may come first, and must be retried, not fenced."""
+    preparing = meta(TxnState.PREPARE_COMMIT, epoch=5, next_producer_id=PID, next_producer_epoch=6)
+    assert rules.verify_partition(preparing, PID, 6, TP_A) == ErrorCode.concurrent_transactions
+    assert rules.verify_partition(preparing, PID, 4, TP_A) == ErrorCode.producer_fenced
+
+
 @pytest.mark.parametrize(
     ("current", "producer_id", "epoch", "partition", "expected"),
     [
