@@ -18,6 +18,21 @@ from tests.support.etcd import EtcdCluster, etcd_available
 from tests.support.fault_proxy import FaultProxy, broker_behind
 from tests.support.reference_kafka import spark_kafka_jars
 
+# The slowest directories are collected first: pytest-xdist (--dist loadfile) hands out whole
+# modules in collection order, so a minutes-long Spark module collected last kept one worker busy
+# long after the other had run out of work. Order within each directory is kept.
+SLOW_FIRST = ("tests/spark/", "tests/faults/", "tests/reference/")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        for position, prefix in enumerate(SLOW_FIRST):
+            if item.nodeid.startswith(prefix):
+                return position
+        return len(SLOW_FIRST)
+
+    items.sort(key=rank)
+
 
 @pytest.fixture
 def broker_process(tmp_path: Path) -> Iterator[BrokerProcess]:
