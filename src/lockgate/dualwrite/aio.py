@@ -83,7 +83,7 @@ class AsyncDualWriter:
         self.bootstrap_servers = bootstrap_servers
         self.transactional_id = transactional_id
         self.table = protocol.table_name(state_table)
-        self.producer_options = dict(producer_options or {})
+        self.producer_options = {**protocol.DEFAULT_PRODUCER_OPTIONS, **(producer_options or {})}
         self.on_step = on_step
         self._connection: AsyncConnection | None = None
         self._producer: Producer | None = None

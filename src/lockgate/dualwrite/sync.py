@@ -82,7 +82,7 @@ class DualWriter:
         self.bootstrap_servers = bootstrap_servers
         self.transactional_id = transactional_id
         self.table = protocol.table_name(state_table)
-        self.producer_options = dict(producer_options or {})
+        self.producer_options = {**protocol.DEFAULT_PRODUCER_OPTIONS, **(producer_options or {})}
         self.on_step = on_step
         self._connection: Connection | None = None
         self._producer: Producer | None = None
