@@ -181,7 +181,7 @@ class PostgresServer:
         for child in children:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(child.pid, signal.SIGKILL)
-        psutil.wait_procs(children, timeout=10)
+        _wait_dead(children, timeout=10)
         self.process = None
 
     def restart(self, crash: bool = False) -> PostgresServer:
@@ -194,6 +194,20 @@ class PostgresServer:
     def remove(self) -> None:
         self.crash()
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _wait_dead(processes: list[psutil.Process], timeout: float) -> None:
+    """Until each has exited: a zombie counts (it holds no shared memory any more), which
+    spares waiting for the reparented backends to be reaped by init."""
+    deadline = time.monotonic() + timeout
+    for process in processes:
+        while time.monotonic() < deadline:
+            try:
+                if process.status() == psutil.STATUS_ZOMBIE:
+                    break
+            except psutil.NoSuchProcess:
+                break
+            time.sleep(0.005)
 
 
 @contextlib.contextmanager
