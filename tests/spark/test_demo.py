@@ -24,7 +24,7 @@ def test_driver_killed_mid_batch_then_restarted_from_the_checkpoint_is_exactly_o
     if shutil.which("java") is None:
         pytest.skip("Spark needs Java (make test installs it)")
     done = subprocess.run(
-        [sys.executable, "-m", "lockgate.cli", "demo", "--records", "1200",
+        [sys.executable, "-m", "lockgate.cli", "demo", "--records", "600",
          "--per-trigger", "150", "--partitions", "2", "--kill-after-batches", "1",
          "--work-dir", str(tmp_path / "demo")],
         capture_output=True, text=True, timeout=260,
@@ -48,7 +48,7 @@ def test_a_broker_and_the_driver_killed_mid_batch_on_a_cluster_is_exactly_once(
         pytest.skip(reason)
     done = subprocess.run(
         [sys.executable, "-m", "lockgate.cli", "demo", "--cluster", "--kill", "both",
-         "--records", "1200", "--per-trigger", "150", "--partitions", "2",
+         "--records", "600", "--per-trigger", "150", "--partitions", "2",
          "--kill-after-batches", "1", "--work-dir", str(tmp_path / "demo")],
         capture_output=True, text=True, timeout=380,
     )  # fmt: skip
