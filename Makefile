@@ -52,9 +52,6 @@ typecheck: setup-dev
 
 # Two workers: most tests wait on sockets and child processes, so the 2-core machine halves
 # the wall time; --dist loadfile keeps each module (and its module-scoped broker) on one worker.
-# --no-loadscope-reorder: modules are handed out in collection order (tests/conftest.py puts the
-# slow Spark, fault and reference modules first) instead of by test count, which left the
-# one-test, minutes-long modules for the end with the other worker idle.
 PYTEST_WORKERS ?= 2
 
 # The reference peers (Apache Kafka's broker and tools, Spark's Kafka connector) from Maven
@@ -83,7 +80,7 @@ $(SPARK_KAFKA_CLASSPATH): tests/reference/spark-kafka/pom.xml | system-deps
 # once crashed a worker there (SystemError: AST constructor recursion depth mismatch), hiding
 # which test had failed. --durations: the slowest tests, to keep the suite well under 20 minutes
 test: setup-dev system-deps reference-deps lint typecheck
-	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --tb=native --durations=20 $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile --tb=native --durations=20 $(PYTEST_ARGS)
 
 # The long fault-injection run (tests/faults): `make soak SEEDS=200 [DURATION=20] [LIFECYCLE=1]`;
 # LIFECYCLE=1 adds small segments, retention and more broker kills; CLUSTER=1 runs the seeds on
