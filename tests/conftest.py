@@ -18,9 +18,9 @@ from tests.support.etcd import EtcdCluster, etcd_available
 from tests.support.fault_proxy import FaultProxy, broker_behind
 from tests.support.reference_kafka import spark_kafka_jars
 
-# The slowest directories are collected first: pytest-xdist (--dist loadfile) hands out whole
-# modules in collection order, so a minutes-long Spark module collected last kept one worker busy
-# long after the other had run out of work. Order within each directory is kept.
+# The slowest directories are collected first. pytest-xdist's loadfile mode still orders modules by
+# their test count (largest first), so this only decides ties among modules of equal size; the
+# stable order keeps runs comparable. Order within each directory is kept.
 SLOW_FIRST = ("tests/spark/", "tests/faults/", "tests/reference/")
 
 
