@@ -1,7 +1,9 @@
-"""`lockgate demo` end to end: the pipeline's Spark driver (its own JVM and workers) is killed
-with SIGKILL while a micro-batch's output is written but uncommitted, restarted from its
-checkpoint, and every committed input record must be in the output exactly once. On a
-3-broker cluster, the broker coordinating one of the sink's transactions is killed too."""
+"""`lockgate demo` end to end on a 3-broker cluster with local Spark: the broker coordinating one
+of the sink's transactions and the pipeline's Spark driver (its own JVM and workers) are killed
+with SIGKILL while a micro-batch's output is written but uncommitted, the driver is restarted
+from its checkpoint, and every committed input record must be in the output exactly once.
+(The driver kill alone on one broker is tests/spark/test_cluster.py's, there on a Spark
+cluster.)"""
 
 from __future__ import annotations
 
@@ -16,24 +18,6 @@ import pytest
 from tests.support.etcd import etcd_available
 
 pytestmark = pytest.mark.timeout(400)
-
-
-def test_driver_killed_mid_batch_then_restarted_from_the_checkpoint_is_exactly_once(
-    tmp_path: Path,
-) -> None:
-    if shutil.which("java") is None:
-        pytest.skip("Spark needs Java (make test installs it)")
-    done = subprocess.run(
-        [sys.executable, "-m", "lockgate.cli", "demo", "--records", "600",
-         "--per-trigger", "150", "--partitions", "2", "--kill-after-batches", "1",
-         "--work-dir", str(tmp_path / "demo")],
-        capture_output=True, text=True, timeout=260,
-    )  # fmt: skip
-    report = done.stdout + done.stderr
-    assert done.returncode == 0, report
-    assert "killed the Spark driver (kill -9, JVM and workers) in micro-batch" in report, report
-    assert "EXACTLY ONCE: every committed order appears once in the output" in report, report
-    assert "duplicated ids                     0" in report
 
 
 def test_a_broker_and_the_driver_killed_mid_batch_on_a_cluster_is_exactly_once(
