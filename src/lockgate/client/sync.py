@@ -1,6 +1,7 @@
 # client/sync.py — a blocking facade over the asyncio producer, shaped like confluent-kafka's
-# Producer: a config dict with Kafka's property names, produce() with delivery callbacks served
-# by poll()/flush(), and the transaction calls (timeouts in seconds).
+# Producer: a config dict with Kafka's property names, produce() and produce_batch() with a
+# delivery callback per record served by poll()/flush(), and the transaction calls (timeouts in
+# seconds).
 #
 # Invariants: the asyncio producer lives on its own event loop in one daemon thread, and only
 # that thread touches it; the caller's thread submits coroutines and waits for them with a
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 from lockgate.client.cluster import TopicPartition
-from lockgate.client.errors import KafkaError, KafkaTimeoutError
+from lockgate.client.errors import KafkaError, KafkaTimeoutError, UnknownTopicOrPartitionError
 from lockgate.client.loop_thread import GRACE_SECONDS, LoopThread
 from lockgate.client.producer import Producer as AsyncProducer
 from lockgate.client.producer import RecordMetadata
@@ -28,7 +29,13 @@ from lockgate.client.transactions import (
     PreparedTxnState,
 )
 
-__all__ = ["ConsumerGroupMetadata", "DeliveredMessage", "PreparedTxnState", "Producer"]
+__all__ = [
+    "ConsumerGroupMetadata",
+    "DeliveredMessage",
+    "DeliveryCallback",
+    "PreparedTxnState",
+    "Producer",
+]
 
 T = TypeVar("T")
 DeliveryCallback = Callable[[KafkaError | None, "DeliveredMessage"], None]
@@ -138,6 +145,44 @@ class DeliveredMessage:
         return self._error
 
 
+# (value, key, partition, headers, timestamp_ms, delivery callback) of one produce_batch() message
+_BatchMessage = tuple[
+    bytes | None,
+    bytes | None,
+    int | None,
+    list[tuple[str, bytes | None]],
+    int | None,
+    DeliveryCallback | None,
+]
+
+
+def _bytes(value: bytes | str | None) -> bytes | None:
+    return value.encode() if isinstance(value, str) else value
+
+
+def _batch_message(
+    message: dict[str, Any],
+    partition: int,
+    timestamp: int,
+    report: DeliveryCallback | None,
+) -> _BatchMessage:
+    if not isinstance(message, dict):
+        raise TypeError(f"each message must be a dict, not {type(message).__name__}")
+    for name in ("value", "key"):
+        if not isinstance(message.get(name), bytes | str | None):
+            raise TypeError(f"a message's {name} must be bytes, str or None")
+    chosen = message.get("partition", partition)
+    headers = message.get("headers") or ()
+    return (
+        _bytes(message.get("value")),
+        _bytes(message.get("key")),
+        None if chosen is None or chosen < 0 else chosen,
+        list(headers.items()) if isinstance(headers, Mapping) else list(headers),
+        message.get("timestamp", timestamp) or None,
+        message.get("callback") or message.get("on_delivery") or report,
+    )
+
+
 class Producer:
     """`Producer({"bootstrap.servers": "127.0.0.1:9092", "transactional.id": "t"})`.
 
@@ -192,8 +237,8 @@ class Producer:
         callback: DeliveryCallback | None = None,
     ) -> None:
         """Queues a record; its delivery callback runs from a later poll() or flush()."""
-        raw_value = value.encode() if isinstance(value, str) else value
-        raw_key = key.encode() if isinstance(key, str) else key
+        raw_value = _bytes(value)
+        raw_key = _bytes(key)
         header_list = list(headers.items()) if isinstance(headers, Mapping) else list(headers or ())
         report = on_delivery or callback
         with self._settled:
@@ -228,6 +273,18 @@ class Producer:
         future = await self._producer.send(
             topic, value, key, partition=partition, headers=headers, timestamp_ms=timestamp_ms
         )
+        future.add_done_callback(self._reporter(topic, key, value, partition, report))
+
+    def _reporter(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        partition: int | None,
+        report: DeliveryCallback | None,
+    ) -> Callable[[asyncio.Future[RecordMetadata]], None]:
+        """The done-callback (run on the loop's thread) that queues a record's delivery report
+        for the caller's next poll() or flush()."""
 
         def delivered(done: asyncio.Future[RecordMetadata]) -> None:
             error: KafkaError | None = None
@@ -255,7 +312,65 @@ class Producer:
                 self._callbacks.put((report, message))
             self._settle()
 
-        future.add_done_callback(delivered)
+        return delivered
+
+    def produce_batch(
+        self,
+        topic: str,
+        messages: list[dict[str, Any]],
+        partition: int = -1,
+        on_delivery: DeliveryCallback | None = None,
+        timestamp: int = 0,
+        *,
+        callback: DeliveryCallback | None = None,
+    ) -> int:
+        """Queues `messages` in order, as produce() would one by one, in one call to the
+        producer's thread; each record gets its own delivery report (the message's
+        'callback', else `on_delivery`) from a later poll() or flush(). A message is a dict
+        with any of 'value', 'key', 'partition', 'timestamp', 'headers', 'callback'. One that
+        cannot be queued (unknown partition, too large, outside a transaction, ...) gets its
+        error in '_error' and no report; the others are still queued. Returns how many were
+        queued (confluent-kafka's shape)."""
+        if not isinstance(messages, list):
+            raise TypeError("messages must be a list of dicts")
+        default_report = on_delivery or callback
+        prepared = [
+            _batch_message(message, partition, timestamp, default_report) for message in messages
+        ]
+        errors: list[KafkaError | None] = []  # one per message handled, filled as it goes
+        self._run(self._send_batch(topic, prepared, errors), self._block)
+        for message, error in zip(messages, errors, strict=False):
+            if error is not None:
+                message["_error"] = error
+        return errors.count(None)
+
+    async def _send_batch(
+        self, topic: str, prepared: list[_BatchMessage], errors: list[KafkaError | None]
+    ) -> None:
+        """Sends each message, noting per message the error that kept it from being queued."""
+        send = self._producer.send
+        missing_topic: KafkaError | None = None  # found for one message: no need to ask again
+        for value, key, partition, headers, timestamp_ms, report in prepared:
+            if missing_topic is not None:
+                errors.append(missing_topic)
+                continue
+            try:
+                future = await send(
+                    topic, value, key, partition=partition, headers=headers,
+                    timestamp_ms=timestamp_ms,
+                )  # fmt: skip
+            except UnknownTopicOrPartitionError as exc:
+                errors.append(exc)
+                if partition is None:
+                    missing_topic = exc
+                continue
+            except Exception as exc:
+                errors.append(exc if isinstance(exc, KafkaError) else KafkaError(str(exc)))
+                continue
+            with self._settled:  # counted before its report can settle it
+                self._outstanding += 1
+            future.add_done_callback(self._reporter(topic, key, value, partition, report))
+            errors.append(None)
 
     def _settle(self) -> None:
         with self._settled:
