@@ -93,22 +93,35 @@ def init_producer_id(
     if meta.state in PREPARING or meta.state == TxnState.PREPARE_EPOCH_FENCE:
         return fail(ErrorCode.concurrent_transactions)
     if meta.state == TxnState.ONGOING:
+        if (
+            producer_id != NO_PRODUCER_ID
+            and producer_epoch != meta.producer_epoch
+            and producer_id != meta.next_producer_id
+        ):
+            # a fenced instance (KIP-360 bump with a stale epoch) must not abort the
+            # transaction of the instance that fenced it; Kafka would (it checks the id only)
+            return fail(ErrorCode.producer_fenced)
         if keep_prepared:
             return _keep_prepared(meta, now_ms, allocate, enable_2pc)
         return _fence_and_abort(meta, now_ms)
     # Empty, CompleteCommit, CompleteAbort
     if producer_id != NO_PRODUCER_ID:
+        timed_out = producer_id == meta.producer_id and _timed_out_epoch(meta, producer_epoch)
         is_retry = producer_epoch == meta.last_producer_epoch and producer_id in (
             meta.producer_id,
             meta.prev_producer_id,
         )
-        if is_retry:
+        # the epoch the timeout aborter bumped to was never handed out: give it, unless it is
+        # the last one, which only a fence may use (then a new producer id, as for a bump)
+        if is_retry and not (timed_out and _epoch_exhausted(meta.producer_epoch)):
             return Outcome(ErrorCode.none, None, meta.producer_id, meta.producer_epoch)
-        if producer_id != meta.producer_id or producer_epoch != meta.producer_epoch:
+        if not timed_out and (
+            producer_id != meta.producer_id or producer_epoch != meta.producer_epoch
+        ):
             return fail(ErrorCode.producer_fenced)
     # the epoch a retry of this bump carries; after (-1, -1) the epoch before the bump is the
     # fenced instance's, which must not pass for a retry (Kafka records none either)
-    last_epoch = meta.producer_epoch if producer_id != NO_PRODUCER_ID else NO_EPOCH
+    last_epoch = producer_epoch if producer_id != NO_PRODUCER_ID else NO_EPOCH
     if _epoch_exhausted(meta.producer_epoch):
         new = meta.to(
             TxnState.EMPTY,
@@ -287,6 +300,13 @@ def end_txn(
     if producer_id != meta.producer_id:
         return fail(ErrorCode.invalid_producer_id_mapping)
     if producer_epoch != meta.producer_epoch:
+        if not commit and _timed_out_epoch(meta, producer_epoch):
+            # the abort this producer asks for is the one the timeout aborter did (or is doing)
+            return fail(
+                ErrorCode.none
+                if meta.state == TxnState.COMPLETE_ABORT
+                else ErrorCode.concurrent_transactions
+            )
         return fail(ErrorCode.producer_fenced)
     target = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
     done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
@@ -332,6 +352,10 @@ def _end_txn_v2(
     is_retry = retry_of_bump or retry_of_rotation or retry_while_preparing
     if meta.state == TxnState.ONGOING and meta.next_producer_id != NO_PRODUCER_ID:
         return _end_kept(meta, producer_id, producer_epoch, target, now_ms, allocate)
+    if commit and producer_id == meta.producer_id and _timed_out_epoch(meta, producer_epoch):
+        # not a retry of a commit: the timeout aborter bumped the epoch (fenced, as in Kafka;
+        # the producer's abort then learns it was a timeout)
+        return fail(ErrorCode.producer_fenced)
     if _answered_but_preparing(meta, producer_id, producer_epoch):
         return fail(ErrorCode.concurrent_transactions)
     if meta.state in COMPLETE and is_retry:
@@ -432,12 +456,28 @@ def complete(meta: TxnMetadata, now_ms: int) -> TxnMetadata:
 
 def abort_if_timed_out(meta: TxnMetadata, now_ms: int) -> TxnMetadata | None:
     """An Ongoing transaction older than its timeout is aborted with an epoch bump, so the
-    producer that let it time out is fenced."""
+    producer that let it time out is fenced. Unlike a new instance's fence, the bump remembers
+    the timed-out epoch as the last one (KIP-588's idea; Kafka records none here): that
+    producer's KIP-360 InitProducerId, or its EndTxn(abort), is then recognised and answered
+    instead of fenced, so it learns its transaction timed out and goes on. A new instance's
+    InitProducerId clears the mark, after which the old epoch is fenced for good."""
     if meta.state != TxnState.ONGOING or now_ms - meta.start_ms <= meta.timeout_ms:
         return None
     if meta.two_phase_commit:
         return None  # KIP-939: only the external transaction manager decides
-    return _fence_and_abort(meta, now_ms).transition
+    aborting = _fence_and_abort(meta, now_ms).transition
+    assert aborting is not None
+    return replace(aborting, last_producer_epoch=meta.producer_epoch)
+
+
+def _timed_out_epoch(meta: TxnMetadata, producer_epoch: int) -> bool:
+    """Whether `producer_epoch` is the one the timeout aborter fenced, with no new instance
+    since (abort_if_timed_out records it; InitProducerId (-1, -1) clears it)."""
+    return (
+        meta.state in (TxnState.PREPARE_ABORT, TxnState.COMPLETE_ABORT)
+        and producer_epoch == meta.last_producer_epoch
+        and producer_epoch == meta.producer_epoch - 1
+    )
 
 
 def expire_if_idle(meta: TxnMetadata, now_ms: int, expiration_ms: int) -> bool:
