@@ -80,6 +80,7 @@ from lockgate.client.sequences import (
     classify,
 )
 from lockgate.client.transactions import (
+    EPOCH_BUMPED,
     FATAL,
     ConsumerGroupMetadata,
     OffsetAndMetadata,
@@ -697,12 +698,14 @@ class Producer:
         its error is raised and abort_transaction() must follow. A timeout leaves the commit
         to be called again."""
         txn = self._require_transactional()
+        deadline = self._deadline(timeout_ms)
         if txn.state is TransactionState.IN_TRANSACTION:
             await self.flush()
             if txn.state is not TransactionState.IN_TRANSACTION:
+                await self._settle_epoch_bump(deadline)
                 txn.raise_error()
         txn.transition(TransactionState.COMMITTING)
-        await self._end_transaction(commit=True, deadline=self._deadline(timeout_ms))
+        await self._end_transaction(commit=True, deadline=deadline)
 
     async def abort_transaction(self, *, timeout_ms: int | None = None) -> None:
         """Drops the records not yet sent, lets those in flight come back, then aborts."""
@@ -713,6 +716,24 @@ class Producer:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(max(0.0, deadline - asyncio.get_running_loop().time())):
                 await self._idle.wait()
+        await self._settle_epoch_bump(deadline)
+        if txn.needs_new_producer_id:
+            # the coordinator forgot the id: it refuses EndTxn, and nothing of the transaction
+            # can be durable (its partitions were never added, its batches never verified)
+            try:
+                identity, _ = await txn.init_producer_id(
+                    deadline=deadline, current=self._current_identity()
+                )
+            except KafkaTimeoutError:
+                raise
+            except KafkaError as exc:
+                txn.fail_fatally(exc)
+                raise
+            self._use_identity(identity)
+            txn.needs_new_producer_id = False
+            txn.transaction.partitions.clear()
+            txn.transaction.adding.clear()
+            txn.transaction.offsets_sent = False
         await self._end_transaction(commit=False, deadline=deadline)
 
     async def prepare_transaction(self) -> PreparedTxnState:
@@ -768,7 +789,20 @@ class Producer:
                 raise  # still COMMITTING / ABORTING: the call may be repeated
             except KafkaError as exc:
                 self._transaction_failed(exc)
-                raise
+                if (
+                    commit
+                    and exc.code == ErrorCode.invalid_txn_state
+                    and txn.state is TransactionState.ABORTABLE_ERROR
+                    and not txn.two_phase_commit
+                ):
+                    # Kafka's answer (TV2) when the timeout aborter ended the transaction
+                    txn.epoch_bump_unsettled = True
+                if not txn.epoch_bump_unsettled:
+                    raise
+                await self._settle_epoch_bump(deadline)  # a fence raises ProducerFencedError
+                if commit:
+                    txn.raise_error()  # TransactionTimedOutError: abort_transaction() next
+                next_identity = self._current_identity()
             if txn.tv2:
                 self._use_identity(next_identity)
         if not txn.tv2 and self._sequence_gap:
@@ -789,11 +823,44 @@ class Producer:
 
     def _transaction_failed(self, error: KafkaError) -> None:
         txn = self._require_transactional()
-        if error.code in FATAL:
-            txn.fail_fatally(error)
-        else:
-            txn.fail_abortably(error)
+        txn.fail(error)
         self._fail_queued(TransactionAbortedError(f"the transaction must be aborted: {error}"))
+
+    async def _settle_epoch_bump(self, deadline: float) -> None:
+        """After an epoch bump in the open transaction: was it the coordinator's timeout abort
+        (go on) or a newer instance (fatal)? EndTxn(abort) under the old epoch first: lockgate's
+        coordinator answers it when its timeout aborter made the bump, and any coordinator
+        refuses it after a newer instance's InitProducerId (Kafka refuses it in both cases).
+        Sent first, it also keeps the KIP-360 InitProducerId that follows (classic protocol:
+        for an epoch to go on with) from aborting a newer instance's open transaction, which
+        Kafka's coordinator would do. TV2's EndTxn v5 answer carries the next epoch itself."""
+        txn = self._require_transactional()
+        if not txn.epoch_bump_unsettled:
+            return
+        identity = self._current_identity()
+        try:
+            next_identity = await txn.end_txn(identity, False, deadline)
+            if not txn.tv2:
+                next_identity, _ = await txn.init_producer_id(deadline=deadline, current=identity)
+        except KafkaTimeoutError:
+            raise  # still unsettled: abort_transaction() may be called again
+        except KafkaError as exc:
+            if exc.code in EPOCH_BUMPED:
+                raise txn.epoch_bump_was_fence(exc) from exc
+            # cannot tell: the abort goes on as for any abortable error
+            log.warning("transactional id %r: %s", txn.transactional_id, exc)
+            txn.epoch_bump_unsettled = False
+            return
+        log.warning(
+            "transactional id %r: the coordinator aborted the transaction after %d ms; "
+            "going on as %d/%d",
+            txn.transactional_id,
+            txn.transaction_timeout_ms,
+            next_identity.producer_id,
+            next_identity.producer_epoch,
+        )
+        txn.epoch_bump_was_timeout()
+        self._use_identity(next_identity)
 
     def _require_transactional(self) -> TransactionManager:
         if self._txn is None:
@@ -1306,8 +1373,9 @@ class Producer:
         elif outcome is Outcome.FATAL:
             self._give_up(batch, error)
             if self._txn is not None:
-                self._txn.fail_fatally(error)
-            self._fail_queued(error)
+                self._transaction_failed(error)  # an epoch bump may be abortable (see fail)
+            else:
+                self._fail_queued(error)
         elif outcome is Outcome.ABORTABLE:
             self._give_up(batch, error)
             if self._txn is not None and self._txn.state is TransactionState.IN_TRANSACTION:
@@ -1348,6 +1416,20 @@ class Producer:
             else:
                 self._sequence_gap = True
         self._release(batch)
+        txn = self._txn
+        if (
+            txn is not None
+            and txn.state is TransactionState.IN_TRANSACTION
+            and not isinstance(error, TransactionAbortedError)
+        ):
+            # e.g. its delivery timeout passed (the request may still land): committing the
+            # rest would lose these records, so the transaction can only be aborted now. A
+            # retriable error is wrapped: from commit_transaction it would read "call again".
+            self._transaction_failed(
+                TransactionAbortableError(f"records of {batch.topic_partition} failed: {error}")
+                if error.retriable
+                else error
+            )
 
     # ------------------------------------------------------------------------------------------
     # Outcomes

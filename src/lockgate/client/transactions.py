@@ -36,6 +36,8 @@ from lockgate.client.errors import (
     KafkaConnectionError,
     KafkaError,
     KafkaTimeoutError,
+    ProducerFencedError,
+    TransactionAbortableError,
     UnsupportedVersionError,
     error_for,
 )
@@ -74,6 +76,11 @@ FATAL = frozenset(
 )
 
 
+# The epoch moved under the producer: a newer instance fenced it, or (lockgate's coordinator
+# tells the two apart) the coordinator aborted its transaction for running too long.
+EPOCH_BUMPED = frozenset({ErrorCode.producer_fenced, ErrorCode.invalid_producer_epoch})
+
+
 class TransactionState(enum.Enum):
     UNINITIALIZED = "uninitialized"
     INITIALIZING = "initializing"
@@ -110,6 +117,18 @@ class TransactionAbortedError(KafkaError):
     """A record that was still queued when its transaction was aborted (never sent)."""
 
     code = ErrorCode.transaction_abortable
+
+
+class TransactionTimedOutError(TransactionAbortableError):
+    """The coordinator aborted the open transaction because it stayed open longer than
+    transaction_timeout_ms, and bumped the producer's epoch; no other instance fenced this
+    one. Abortable: abort_transaction() (nothing is sent) and go on with the same producer."""
+
+
+class ProducerIdExpiredError(TransactionAbortableError):
+    """The coordinator no longer knows this producer's transactional id (it expired after
+    transactional.id.expiration.ms idle): the transaction failed before anything of it could
+    become durable. Abortable: abort_transaction() gets a new producer id, then go on."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +214,11 @@ class TransactionManager:
         self.error: KafkaError | None = None  # the abortable or fatal error
         self.prepared: PreparedTxnState | None = None
         self.kept_nothing = False  # init_transactions(keep_prepared_txn=True) found none
+        # ABORTABLE_ERROR after an epoch bump not yet told apart (see settle_epoch_bump)
+        self.epoch_bump_unsettled = False
+        # ABORTABLE_ERROR because the coordinator forgot the transactional id: the abort
+        # skips EndTxn (refused) and asks for a new producer id
+        self.needs_new_producer_id = False
         self.transaction = _Transaction()
         self._coordinators: dict[tuple[int, str], int] = {}
 
@@ -252,15 +276,69 @@ class TransactionManager:
             self.state = TransactionState.ABORTABLE_ERROR
 
     def fail(self, error: KafkaError) -> None:
-        if error.code in FATAL:
+        """A request of the open transaction failed with `error`. Two errors that Kafka's
+        clients take as fatal are abortable here while a transaction is open (not a
+        KIP-939 one, which never times out): an epoch bump, which may be the coordinator's
+        timeout abort rather than a newer instance (settled by the abort), and a lost
+        transactional id (INVALID_PRODUCER_ID_MAPPING), which nothing durable can depend on."""
+        in_transaction = (
+            self.state in (TransactionState.IN_TRANSACTION, TransactionState.COMMITTING)
+            and not self.two_phase_commit
+        )
+        if error.code in EPOCH_BUMPED and not self.two_phase_commit and self.state in (
+            TransactionState.ABORTABLE_ERROR,
+            TransactionState.ABORTING,
+        ):
+            # more batches of the same transaction, or the abort's own wait for them: the
+            # abort settles it (settle_epoch_bump)
+            self.epoch_bump_unsettled = True
+        elif in_transaction and error.code in EPOCH_BUMPED:
+            self.fail_abortably(
+                TransactionAbortableError(
+                    f"the producer's epoch was bumped ({error}): the coordinator timed the "
+                    "transaction out, or another instance fenced this one; "
+                    "abort_transaction() tells which"
+                )
+            )
+            self.epoch_bump_unsettled = True
+        elif in_transaction and error.code == ErrorCode.invalid_producer_id_mapping:
+            self.fail_abortably(
+                ProducerIdExpiredError(
+                    f"the coordinator no longer knows transactional id "
+                    f"{self.transactional_id!r} ({error}); abort_transaction() gets a new "
+                    "producer id"
+                )
+            )
+            self.needs_new_producer_id = True
+        elif error.code in FATAL:
             self.fail_fatally(error)
         else:
             self.fail_abortably(error)
+
+    def epoch_bump_was_timeout(self) -> None:
+        """settle_epoch_bump's happy end: the coordinator had aborted the transaction itself."""
+        self.epoch_bump_unsettled = False
+        self.transaction = _Transaction()  # already aborted: nothing left to end
+        self.error = TransactionTimedOutError(
+            f"transactional id {self.transactional_id!r}: the coordinator aborted the "
+            f"transaction after transaction_timeout_ms ({self.transaction_timeout_ms} ms)"
+        )
+
+    def epoch_bump_was_fence(self, error: KafkaError) -> ProducerFencedError:
+        self.epoch_bump_unsettled = False
+        fenced = ProducerFencedError(
+            f"transactional id {self.transactional_id!r}: fenced by a newer instance "
+            f"(or by a broker that cannot tell a timeout from one): {error}"
+        )
+        self.fail_fatally(fenced)
+        return fenced
 
     def begin(self) -> None:
         self.transition(TransactionState.IN_TRANSACTION)
         self.transaction = _Transaction()
         self.error = None
+        self.epoch_bump_unsettled = False
+        self.needs_new_producer_id = False
         self.prepared = None
         self.kept_nothing = False
 

@@ -88,6 +88,8 @@ def test_fenced_is_final() -> None:
     txn.transition(S.READY)
     txn.begin()
     txn.fail(ProducerFencedError("a newer instance"))
+    assert state(txn) is S.ABORTABLE_ERROR and txn.epoch_bump_unsettled  # a timeout, maybe
+    txn.epoch_bump_was_fence(ProducerFencedError("a newer instance"))  # the abort found out
     assert state(txn) is S.FATAL_ERROR
     for call in (txn.begin, txn.check_sendable, lambda: txn.transition(S.ABORTING)):
         with pytest.raises(ProducerFencedError, match="a newer instance"):

@@ -1,0 +1,535 @@
+"""Issue 22, pains 1-4 against lockgate, each triggered for real and each checked in the log
+with a read_committed consumer (every record the application saw committed is there once,
+nothing of an aborted transaction is):
+
+1. a transaction left open by a producer that was SIGKILLed pins the last stable offset until
+   the coordinator aborts it after its timeout, or at once when the same transactional id
+   comes back;
+2. idle producers whose transactional id or producer id expired go on after an abortable error;
+3. a transaction that outlived its timeout is reported as TransactionTimedOutError (abortable,
+   the same producer goes on), while a real second instance still fences the first;
+4. commit/init/send_offsets calls that timed out (broker frozen with SIGSTOP) are called again
+   and take effect once; a delivery timeout inside a transaction makes it abortable.
+
+The reference broker runs the broker-side parts in tests/reference/test_txn_pains_timeouts.py."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer
+from confluent_kafka import TopicPartition as ConfluentTopicPartition
+
+from lockgate.client.admin import Admin
+from lockgate.client.cluster import TopicPartition
+from lockgate.client.errors import (
+    KafkaTimeoutError,
+    ProducerFencedError,
+    TransactionAbortableError,
+    TransactionalIdNotFoundError,
+    UnknownProducerIdError,
+)
+from lockgate.client.producer import Producer
+from lockgate.client.transactions import (
+    ProducerIdExpiredError,
+    TransactionState,
+    TransactionTimedOutError,
+)
+from lockgate.server.broker import Broker
+from lockgate.server.config import BrokerConfig
+from lockgate.storage.memory import MemoryEngine
+from tests.support.broker import BrokerProcess
+from tests.support.clients import create_topic
+
+WAIT = 20.0  # an upper bound for anything below; nothing waits this long when all is well
+FAST_TIMEOUTS = {
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "100",
+    "transaction.remove.expired.transaction.cleanup.interval.ms": "100",
+}
+_names = itertools.count()
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{next(_names)}-{uuid.uuid4().hex[:6]}"
+
+
+async def start_broker(settings: dict[str, str]) -> Broker:
+    broker = Broker(
+        BrokerConfig({"listeners": "127.0.0.1:0", **FAST_TIMEOUTS, **settings}), MemoryEngine()
+    )
+    await broker.start()
+    for _ in range(500):
+        if broker.transactions.loaded:
+            break
+        await asyncio.sleep(0.01)
+    return broker
+
+
+@pytest.fixture
+async def broker() -> AsyncIterator[Broker]:
+    instance = await start_broker({})
+    try:
+        yield instance
+    finally:
+        await instance.stop()
+
+
+def address(broker: Broker) -> str:
+    return f"127.0.0.1:{broker.port}"
+
+
+def committed(bootstrap: str, topic: str, expected: int, settle: float = 0.3) -> list[bytes]:
+    """Values a read_committed consumer reads from partition 0: until `expected` came, then
+    `settle` seconds more to catch anything extra."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": unique("reader"),
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
+    try:
+        consumer.assign([ConfluentTopicPartition(topic, 0, OFFSET_BEGINNING)])
+        values: list[bytes] = []
+        deadline = time.monotonic() + WAIT
+        quiet_until: float | None = None
+        while time.monotonic() < deadline:
+            if len(values) >= expected:
+                quiet_until = quiet_until or time.monotonic() + settle
+                if time.monotonic() >= quiet_until:
+                    break
+            message = consumer.poll(0.05)
+            if message is None or message.error() is not None:
+                continue
+            value = message.value()
+            assert value is not None
+            values.append(value)
+        return values
+    finally:
+        consumer.close()
+
+
+def stable_offset(bootstrap: str, topic: str) -> int:
+    """The last stable offset of partition 0, as a read_committed consumer asks for it."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": unique("lso"),
+            "isolation.level": "read_committed",
+        }
+    )
+    try:
+        _low, high = consumer.get_watermark_offsets(
+            ConfluentTopicPartition(topic, 0), timeout=10, cached=False
+        )
+        return int(high)
+    finally:
+        consumer.close()
+
+
+async def wait_until(condition: object, what: str, timeout: float = WAIT) -> float:
+    """Polls `condition()` (sync, run in a thread) until true; returns the seconds it took."""
+    start = time.monotonic()
+    while True:
+        if await asyncio.to_thread(condition):  # type: ignore[arg-type]
+            return time.monotonic() - start
+        assert time.monotonic() - start < timeout, f"{what} within {timeout} s"
+        await asyncio.sleep(0.05)
+
+
+async def commit_values(producer: Producer, topic: str, *values: bytes) -> None:
+    producer.begin_transaction()
+    for value in values:
+        await producer.send(topic, value, partition=0)
+    await producer.commit_transaction()
+
+
+# -- pain 1: a hanging transaction pins the last stable offset ---------------------------------
+
+HANGING_PRODUCER = """
+import asyncio, sys
+from lockgate.client.producer import Producer
+
+async def main(bootstrap, topic, transactional_id, timeout_ms):
+    producer = Producer(
+        bootstrap, transactional_id=transactional_id, transaction_timeout_ms=timeout_ms,
+        linger_ms=0,
+    )
+    await producer.start()
+    await producer.init_transactions()
+    producer.begin_transaction()
+    await producer.send(topic, b"committed-before", partition=0)
+    await producer.commit_transaction()
+    producer.begin_transaction()
+    for i in range(3):
+        await (await producer.send(topic, b"hanging-%d" % i, partition=0))
+    print("sent", flush=True)
+    await asyncio.sleep(3600)  # killed long before
+
+asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])))
+"""
+
+
+def run_and_kill_producer(
+    bootstrap: str, topic: str, transactional_id: str, timeout_ms: int
+) -> None:
+    """A producer in a child process commits one record, writes three more in a transaction,
+    and is SIGKILLed with that transaction open."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", HANGING_PRODUCER, bootstrap, topic, transactional_id,
+         str(timeout_ms)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        assert child.stdout is not None
+        line = child.stdout.readline()  # bounded: the child exits on failure, closing stdout
+        assert line.strip() == b"sent", line + child.stdout.read()
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(10)
+
+
+async def hanging_transaction_is_aborted_by_its_timeout(bootstrap: str, topic: str) -> None:
+    """Shared with the reference module: the coordinator aborts the dead producer's
+    transaction after transaction.timeout.ms and the last stable offset moves on."""
+    await asyncio.to_thread(run_and_kill_producer, bootstrap, topic, unique("dies"), 1_000)
+    pinned = await asyncio.to_thread(stable_offset, bootstrap, topic)
+    assert pinned == 2, "the committed record and its marker; the open transaction pins the rest"
+    await wait_until(
+        lambda: stable_offset(bootstrap, topic) > pinned, "the timeout aborts the transaction"
+    )
+    async with Producer(bootstrap, transactional_id=unique("after"), linger_ms=0) as later:
+        await later.init_transactions()
+        await commit_values(later, topic, b"committed-after")
+    assert await asyncio.to_thread(committed, bootstrap, topic, 2) == [
+        b"committed-before",
+        b"committed-after",
+    ]
+
+
+async def restarted_producer_aborts_the_hanging_transaction(bootstrap: str, topic: str) -> None:
+    """Shared with the reference module: with a long timeout the transaction would pin the
+    last stable offset for a minute; the same transactional id coming back aborts it in
+    init_transactions."""
+    transactional_id = unique("restarts")
+    await asyncio.to_thread(run_and_kill_producer, bootstrap, topic, transactional_id, 60_000)
+    pinned = await asyncio.to_thread(stable_offset, bootstrap, topic)
+    await asyncio.sleep(1.0)
+    assert await asyncio.to_thread(stable_offset, bootstrap, topic) == pinned
+    async with Producer(bootstrap, transactional_id=transactional_id, linger_ms=0) as restarted:
+        started = time.monotonic()
+        await restarted.init_transactions()
+        assert time.monotonic() - started < 10, "aborted at once, not after the 60 s timeout"
+        assert await asyncio.to_thread(stable_offset, bootstrap, topic) > pinned
+        await commit_values(restarted, topic, b"committed-after")
+    assert await asyncio.to_thread(committed, bootstrap, topic, 2) == [
+        b"committed-before",
+        b"committed-after",
+    ]
+
+
+async def test_a_killed_producer_s_transaction_is_aborted_after_its_timeout(broker: Broker) -> None:
+    broker.topics.create("hanging-timeout", 1, 1, {})
+    await hanging_transaction_is_aborted_by_its_timeout(address(broker), "hanging-timeout")
+
+
+async def test_a_restarted_producer_aborts_the_hanging_transaction_at_once(broker: Broker) -> None:
+    broker.topics.create("hanging-restart", 1, 1, {})
+    await restarted_producer_aborts_the_hanging_transaction(address(broker), "hanging-restart")
+
+
+# -- pain 2: idle producers whose ids expired -------------------------------------------------
+
+
+async def forgotten(admin: Admin, transactional_id: str) -> bool:
+    try:
+        await admin.describe_transactions([transactional_id])
+    except TransactionalIdNotFoundError:
+        return True
+    return False
+
+
+async def expired_transactional_id_goes_on(bootstrap: str, topic: str, version: int | None) -> None:
+    """Shared with the reference module (the broker expires idle ids quickly)."""
+    transactional_id = unique("idle")
+    async with (
+        Producer(
+            bootstrap, transactional_id=transactional_id, transaction_version=version, linger_ms=0
+        ) as producer,
+        Admin(bootstrap) as admin,
+    ):
+        await producer.init_transactions()
+        await commit_values(producer, topic, b"before")
+        before = producer.identity
+        deadline = time.monotonic() + WAIT
+        while not await forgotten(admin, transactional_id):
+            assert time.monotonic() < deadline, "the idle transactional id did not expire"
+            await asyncio.sleep(0.1)
+
+        producer.begin_transaction()
+        pending = await producer.send(topic, b"lost-attempt", partition=0)
+        with pytest.raises(ProducerIdExpiredError):
+            await producer.commit_transaction()
+        with pytest.raises(Exception):  # noqa: B017 - its error depends on the path
+            await pending
+        await producer.abort_transaction()  # gets a new producer id
+        assert producer.identity is not None and before is not None
+        assert producer.identity.producer_id != before.producer_id
+        await commit_values(producer, topic, b"after")
+    assert await asyncio.to_thread(committed, bootstrap, topic, 2) == [b"before", b"after"]
+
+
+@pytest.mark.parametrize("version", [1, 2])
+async def test_an_expired_transactional_id_is_renewed_after_an_abortable_error(
+    version: int,
+) -> None:
+    broker = await start_broker({"transactional.id.expiration.ms": "500"})
+    try:
+        topic = unique("expired-id")
+        broker.topics.create(topic, 1, 1, {})
+        await expired_transactional_id_goes_on(address(broker), topic, version)
+    finally:
+        await broker.stop()
+
+
+async def test_an_expired_producer_id_is_bumped_after_an_abortable_error() -> None:
+    """Classic protocol, where sequences run on across transactions: the partition forgot the
+    idle producer (producer.id.expiration.ms), its next batch gets UNKNOWN_PRODUCER_ID, the
+    transaction is abortable, and the abort bumps the epoch (KIP-360) for the next one."""
+    broker = await start_broker(
+        {"producer.id.expiration.ms": "300", "producer.id.expiration.check.interval.ms": "100"}
+    )
+    try:
+        topic = unique("expired-producer")
+        broker.topics.create(topic, 1, 1, {})
+        log = broker.topics.get(topic, 0)
+        assert log is not None
+        async with Producer(
+            address(broker), transactional_id=unique("idle"), transaction_version=1, linger_ms=0
+        ) as producer:
+            await producer.init_transactions()
+            await commit_values(producer, topic, b"before")
+            before = producer.identity
+            await wait_until(lambda: len(log.producers) == 0, "the producer state expires")
+            producer.begin_transaction()
+            pending = await producer.send(topic, b"lost-attempt", partition=0)
+            with pytest.raises(UnknownProducerIdError):
+                await producer.commit_transaction()
+            assert producer.transaction_state is TransactionState.ABORTABLE_ERROR
+            with pytest.raises(UnknownProducerIdError):
+                await pending
+            await producer.abort_transaction()
+            assert producer.identity != before and producer.stats.epoch_bumps == 1
+            await commit_values(producer, topic, b"after")
+        assert await asyncio.to_thread(committed, address(broker), topic, 2) == [
+            b"before",
+            b"after",
+        ]
+    finally:
+        await broker.stop()
+
+
+# -- pain 3: ProducerFenced with a single producer --------------------------------------------
+
+
+async def timed_out_transaction_is_abortable(
+    bootstrap: str, topic: str, version: int | None, timeout_error: type[Exception]
+) -> None:
+    """Shared with the reference module: a transaction outlives transaction_timeout_ms, the
+    coordinator aborts it; the producer learns it from commit_transaction (`timeout_error`),
+    aborts, and (when that error is abortable) goes on with the same instance."""
+    async with Producer(
+        bootstrap,
+        transactional_id=unique("slow"),
+        transaction_version=version,
+        transaction_timeout_ms=500,
+        linger_ms=0,
+    ) as producer:
+        await producer.init_transactions()
+        producer.begin_transaction()
+        await (await producer.send(topic, b"too-slow", partition=0))
+        await asyncio.sleep(1.5)  # the coordinator aborts it meanwhile
+        with pytest.raises(timeout_error):
+            await producer.commit_transaction()
+        if timeout_error is ProducerFencedError:  # the broker cannot tell: fatal
+            assert producer.transaction_state is TransactionState.FATAL_ERROR
+        else:
+            assert producer.transaction_state is TransactionState.ABORTABLE_ERROR
+            await producer.abort_transaction()
+            await commit_values(producer, topic, b"next")
+            await commit_values(producer, topic, b"and-the-next")
+    expected = [] if timeout_error is ProducerFencedError else [b"next", b"and-the-next"]
+    assert await asyncio.to_thread(committed, bootstrap, topic, len(expected)) == expected
+
+
+async def second_instance_still_fences(bootstrap: str, topic: str, version: int | None) -> None:
+    """Shared with the reference module: the first instance's transaction times out, then a
+    second instance starts one of its own; the first learns it is fenced (fatal) and its
+    attempt to find out must not disturb the second's open transaction."""
+    transactional_id = unique("twice")
+    first = Producer(
+        bootstrap,
+        transactional_id=transactional_id,
+        transaction_version=version,
+        transaction_timeout_ms=500,
+        linger_ms=0,
+    )
+    second = Producer(
+        bootstrap, transactional_id=transactional_id, transaction_version=version, linger_ms=0
+    )
+    async with first, second:
+        await first.init_transactions()
+        first.begin_transaction()
+        await (await first.send(topic, b"zombie", partition=0))
+        await asyncio.sleep(1.5)  # timed out and aborted
+        await second.init_transactions()
+        second.begin_transaction()
+        await (await second.send(topic, b"live", partition=0))
+        with pytest.raises(ProducerFencedError):
+            await first.commit_transaction()
+        with pytest.raises(ProducerFencedError):
+            await first.abort_transaction()
+        await second.commit_transaction()  # untouched by the first one's attempts
+    assert await asyncio.to_thread(committed, bootstrap, topic, 1) == [b"live"]
+
+
+@pytest.mark.parametrize("version", [1, 2])
+async def test_a_timed_out_transaction_is_abortable_not_fenced(
+    broker: Broker, version: int
+) -> None:
+    topic = unique("timed-out")
+    broker.topics.create(topic, 1, 1, {})
+    await timed_out_transaction_is_abortable(
+        address(broker), topic, version, TransactionTimedOutError
+    )
+
+
+@pytest.mark.parametrize("version", [1, 2])
+async def test_a_real_second_instance_is_still_fenced(broker: Broker, version: int) -> None:
+    topic = unique("second")
+    broker.topics.create(topic, 1, 1, {})
+    await second_instance_still_fences(address(broker), topic, version)
+
+
+# -- pain 4: a timeout leaves the producer unrecoverable --------------------------------------
+
+
+@pytest.fixture(scope="module")
+def frozen_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """A broker in a child process, frozen with SIGSTOP by the tests and resumed."""
+    broker = BrokerProcess(tmp_path_factory.mktemp("frozen") / "data").start()
+    try:
+        yield broker
+    finally:
+        broker.resume()
+        broker.kill()
+
+
+def frozen_producer(broker: BrokerProcess, **options: object) -> Producer:
+    return Producer(
+        broker.bootstrap,
+        transactional_id=unique("frozen"),
+        request_timeout_ms=1_000,
+        retry_backoff_ms=50,
+        linger_ms=0,
+        **options,  # type: ignore[arg-type]
+    )
+
+
+async def test_a_commit_that_timed_out_is_called_again_and_commits_once(
+    frozen_broker: BrokerProcess,
+) -> None:
+    topic = unique("commit-again")
+    await asyncio.to_thread(create_topic, frozen_broker.bootstrap, topic, 1)
+    async with frozen_producer(frozen_broker) as producer:
+        await producer.init_transactions()
+        producer.begin_transaction()
+        await (await producer.send(topic, b"once", partition=0))
+        frozen_broker.pause()
+        try:
+            with pytest.raises(KafkaTimeoutError):
+                await producer.commit_transaction(timeout_ms=1_500)
+            assert producer.transaction_state is TransactionState.COMMITTING
+        finally:
+            frozen_broker.resume()
+        await producer.commit_transaction()  # the same call again: no second commit
+        await commit_values(producer, topic, b"next")
+    assert await asyncio.to_thread(committed, frozen_broker.bootstrap, topic, 2) == [
+        b"once",
+        b"next",
+    ]
+
+
+async def test_init_and_send_offsets_that_timed_out_are_called_again(
+    frozen_broker: BrokerProcess,
+) -> None:
+    topic = unique("init-again")
+    await asyncio.to_thread(create_topic, frozen_broker.bootstrap, topic, 1)
+    group = unique("group")
+    async with frozen_producer(frozen_broker) as producer:
+        frozen_broker.pause()
+        try:
+            with pytest.raises(KafkaTimeoutError):
+                await producer.init_transactions(timeout_ms=1_500)
+        finally:
+            frozen_broker.resume()
+        await producer.init_transactions()
+        producer.begin_transaction()
+        await producer.send(topic, b"with-offsets", partition=0)
+        frozen_broker.pause()
+        try:
+            with pytest.raises(KafkaTimeoutError):
+                await producer.send_offsets_to_transaction(
+                    {TopicPartition(topic, 0): 7}, group, timeout_ms=1_500
+                )
+        finally:
+            frozen_broker.resume()
+        await producer.send_offsets_to_transaction({TopicPartition(topic, 0): 7}, group)
+        await producer.commit_transaction()
+    assert await asyncio.to_thread(committed, frozen_broker.bootstrap, topic, 1) == [
+        b"with-offsets"
+    ]
+    consumer = Consumer({"bootstrap.servers": frozen_broker.bootstrap, "group.id": group})
+    try:
+        [position] = await asyncio.to_thread(
+            consumer.committed, [ConfluentTopicPartition(topic, 0)], 10
+        )
+        assert position.offset == 7
+    finally:
+        consumer.close()
+
+
+async def test_a_delivery_timeout_makes_the_transaction_abortable(
+    frozen_broker: BrokerProcess,
+) -> None:
+    """Records that outlived delivery_timeout_ms while the broker was frozen may still land
+    when it resumes: committing the rest of the transaction would lose them, so the commit
+    fails (abortable) and the application redoes the whole transaction."""
+    topic = unique("delivery-timeout")
+    await asyncio.to_thread(create_topic, frozen_broker.bootstrap, topic, 1)
+    async with frozen_producer(frozen_broker, delivery_timeout_ms=1_500) as producer:
+        await producer.init_transactions()
+        producer.begin_transaction()
+        await (await producer.send(topic, b"a", partition=0))
+        frozen_broker.pause()
+        try:
+            late = await producer.send(topic, b"b", partition=0)
+            with pytest.raises(KafkaTimeoutError):
+                await asyncio.wait_for(late, WAIT)
+        finally:
+            frozen_broker.resume()
+        with pytest.raises(TransactionAbortableError):
+            await producer.commit_transaction()
+        await producer.abort_transaction()
+        await commit_values(producer, topic, b"a", b"b")
+    assert await asyncio.to_thread(committed, frozen_broker.bootstrap, topic, 2) == [b"a", b"b"]

@@ -1,0 +1,115 @@
+# Issue 22, the transactional producer's rules for pains 2-4 without a broker: which errors
+# leave an open transaction abortable rather than fatal, and what the abort then has to do.
+from __future__ import annotations
+
+import pytest
+
+from lockgate.client.cluster import Cluster
+from lockgate.client.errors import (
+    InvalidProducerEpochError,
+    InvalidProducerIdMappingError,
+    ProducerFencedError,
+    TransactionAbortableError,
+)
+from lockgate.client.transactions import (
+    ProducerIdExpiredError,
+    TransactionManager,
+    TransactionState,
+    TransactionTimedOutError,
+)
+
+S = TransactionState
+
+
+def in_transaction(two_phase_commit: bool = False) -> TransactionManager:
+    txn = TransactionManager(
+        Cluster("127.0.0.1:1"),
+        "txn",
+        transaction_timeout_ms=1_000,
+        transaction_version=None,
+        retry_backoff_ms=100,
+        request_timeout_ms=30_000,
+    )
+    txn.transition(S.INITIALIZING)
+    txn.transition(S.READY)
+    txn.two_phase_commit = two_phase_commit
+    txn.begin()
+    return txn
+
+
+def state(txn: TransactionManager) -> TransactionState:
+    return txn.state  # a call, so that type checkers do not narrow across transitions
+
+
+@pytest.mark.parametrize("error", [ProducerFencedError, InvalidProducerEpochError])
+@pytest.mark.parametrize("during", [S.IN_TRANSACTION, S.COMMITTING])
+def test_an_epoch_bump_in_a_transaction_is_abortable_until_settled(
+    error: type[Exception], during: TransactionState
+) -> None:
+    txn = in_transaction()
+    if during is S.COMMITTING:
+        txn.transition(S.COMMITTING)
+    txn.fail(error("bumped"))  # type: ignore[arg-type]
+    assert state(txn) is S.ABORTABLE_ERROR and txn.epoch_bump_unsettled
+    with pytest.raises(TransactionAbortableError, match="abort_transaction"):
+        txn.check_sendable()
+    txn.fail(ProducerFencedError("the next batch"))  # more answers of the same bump
+    assert state(txn) is S.ABORTABLE_ERROR and txn.epoch_bump_unsettled
+    txn.transition(S.ABORTING)
+    txn.fail(ProducerFencedError("a batch the abort waited for"))
+    assert state(txn) is S.ABORTING and txn.epoch_bump_unsettled
+
+
+def test_a_settled_timeout_leaves_nothing_to_end() -> None:
+    txn = in_transaction()
+    txn.transaction.partitions.add(("orders", 0))  # type: ignore[arg-type]
+    txn.fail(ProducerFencedError("bumped"))
+    txn.epoch_bump_was_timeout()
+    assert not txn.epoch_bump_unsettled and not txn.has_anything
+    assert state(txn) is S.ABORTABLE_ERROR
+    with pytest.raises(TransactionTimedOutError, match="transaction_timeout_ms"):
+        txn.raise_error()
+    txn.transition(S.ABORTING)
+    txn.transition(S.READY)
+    txn.begin()
+    assert txn.error is None
+
+
+def test_a_settled_fence_is_fatal() -> None:
+    txn = in_transaction()
+    txn.fail(ProducerFencedError("bumped"))
+    txn.epoch_bump_was_fence(ProducerFencedError("refused"))
+    assert state(txn) is S.FATAL_ERROR and not txn.epoch_bump_unsettled
+    with pytest.raises(ProducerFencedError, match="newer instance"):
+        txn.begin()
+
+
+def test_an_epoch_bump_is_fatal_outside_a_transaction_and_for_two_phase_commit() -> None:
+    txn = in_transaction()
+    txn.transition(S.ABORTING)
+    txn.transition(S.READY)
+    txn.fail(ProducerFencedError("between transactions"))
+    assert state(txn) is S.FATAL_ERROR
+    two_phase = in_transaction(two_phase_commit=True)  # never timed out: a real fence
+    two_phase.fail(ProducerFencedError("fenced"))
+    assert state(two_phase) is S.FATAL_ERROR
+
+
+def test_a_forgotten_transactional_id_is_abortable_and_asks_for_a_new_producer_id() -> None:
+    txn = in_transaction()
+    txn.fail(InvalidProducerIdMappingError("expired"))
+    assert state(txn) is S.ABORTABLE_ERROR and txn.needs_new_producer_id
+    with pytest.raises(ProducerIdExpiredError):
+        txn.raise_error()
+    txn.transition(S.ABORTING)
+    txn.transition(S.READY)
+    txn.begin()
+    assert not txn.needs_new_producer_id and not txn.epoch_bump_unsettled
+
+
+def test_a_forgotten_transactional_id_is_fatal_outside_a_transaction() -> None:
+    txn = in_transaction()
+    txn.transition(S.ABORTING)
+    txn.transition(S.READY)
+    txn.fail(InvalidProducerIdMappingError("expired"))
+    assert state(txn) is S.FATAL_ERROR
