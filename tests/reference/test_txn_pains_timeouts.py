@@ -2,7 +2,7 @@
 tests/integration/test_txn_pains_timeouts.py, with lockgate's client, against Apache Kafka 4.x
 and a lockgate broker started with the same small settings. Both must abort a dead producer's
 transaction after its timeout and at once when its transactional id comes back (pain 1), and
-both expire an idle transactional id after which lockgate's client goes on (pain 2). A
+both expire an idle transactional id, which lockgate's client reports as such (pain 2). A
 transaction that outlived its timeout (pain 3) is where they differ by design: lockgate's
 coordinator tells the timeout apart from a newer instance, Kafka's cannot, so the same client
 goes on against lockgate and is fatally fenced against Kafka; against both a real second
@@ -19,7 +19,7 @@ import pytest
 from lockgate.client.errors import ProducerFencedError
 from lockgate.client.transactions import TransactionTimedOutError
 from tests.integration.test_txn_pains_timeouts import (
-    expired_transactional_id_goes_on,
+    expired_transactional_id_is_reported,
     hanging_transaction_is_aborted_by_its_timeout,
     restarted_producer_aborts_the_hanging_transaction,
     second_instance_still_fences,
@@ -94,11 +94,11 @@ async def test_a_restarted_producer_aborts_the_hanging_transaction_at_once(
     await restarted_producer_aborts_the_hanging_transaction(bootstrap, topic)
 
 
-async def test_an_expired_transactional_id_is_renewed_after_an_abortable_error(
+async def test_an_expired_transactional_id_is_reported_as_such(
     bootstrap: str,
 ) -> None:
     topic = await asyncio.to_thread(new_topic, bootstrap, "expired-id")
-    await expired_transactional_id_goes_on(bootstrap, topic, version=None)
+    await expired_transactional_id_is_reported(bootstrap, topic, version=None)
 
 
 @pytest.mark.parametrize("version", [1, 2])

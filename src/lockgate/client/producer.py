@@ -717,23 +717,6 @@ class Producer:
             async with asyncio.timeout(max(0.0, deadline - asyncio.get_running_loop().time())):
                 await self._idle.wait()
         await self._settle_epoch_bump(deadline)
-        if txn.needs_new_producer_id:
-            # the coordinator forgot the id: it refuses EndTxn, and nothing of the transaction
-            # can be durable (its partitions were never added, its batches never verified)
-            try:
-                identity, _ = await txn.init_producer_id(
-                    deadline=deadline, current=self._current_identity()
-                )
-            except KafkaTimeoutError:
-                raise
-            except KafkaError as exc:
-                txn.fail_fatally(exc)
-                raise
-            self._use_identity(identity)
-            txn.needs_new_producer_id = False
-            txn.transaction.partitions.clear()
-            txn.transaction.adding.clear()
-            txn.transaction.offsets_sent = False
         await self._end_transaction(commit=False, deadline=deadline)
 
     async def prepare_transaction(self) -> PreparedTxnState:

@@ -9,6 +9,10 @@
 #   use the transactional id): every later call raises the error that caused it.
 # - In ABORTABLE_ERROR the open transaction can only be aborted; the error that caused it is
 #   raised by any other call.
+# - An epoch bump inside a transaction (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH) is abortable,
+#   not fatal, until the abort (or the commit that met it) settles whether the coordinator
+#   timed the transaction out (go on) or a newer instance fenced this one (fatal). KIP-939
+#   transactions never time out: there a fence is always fatal.
 # - Coordinator requests are retried (with backoff, rediscovering the coordinator when told
 #   it moved) only while the caller's deadline lasts; CONCURRENT_TRANSACTIONS is retried
 #   quickly because it usually only means the previous transaction's markers are being
@@ -32,6 +36,7 @@ from lockgate.client.cluster import Cluster, TopicPartition
 from lockgate.client.connection import BrokerConnection
 from lockgate.client.errors import (
     ErrorCode,
+    InvalidProducerIdMappingError,
     InvalidTxnStateError,
     KafkaConnectionError,
     KafkaError,
@@ -125,10 +130,12 @@ class TransactionTimedOutError(TransactionAbortableError):
     one. Abortable: abort_transaction() (nothing is sent) and go on with the same producer."""
 
 
-class ProducerIdExpiredError(TransactionAbortableError):
+class ProducerIdExpiredError(InvalidProducerIdMappingError):
     """The coordinator no longer knows this producer's transactional id (it expired after
-    transactional.id.expiration.ms idle): the transaction failed before anything of it could
-    become durable. Abortable: abort_transaction() gets a new producer id, then go on."""
+    transactional.id.expiration.ms idle). Fatal: nothing remembers whether a newer instance
+    had fenced this one before the id expired, and a zombie that took a new producer id would
+    write again (KAFKA-18019). Nothing of the failed transaction is durable. If this is the
+    only instance, close the producer and start a new one with the same id."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,9 +223,6 @@ class TransactionManager:
         self.kept_nothing = False  # init_transactions(keep_prepared_txn=True) found none
         # ABORTABLE_ERROR after an epoch bump not yet told apart (see settle_epoch_bump)
         self.epoch_bump_unsettled = False
-        # ABORTABLE_ERROR because the coordinator forgot the transactional id: the abort
-        # skips EndTxn (refused) and asks for a new producer id
-        self.needs_new_producer_id = False
         self.transaction = _Transaction()
         self._coordinators: dict[tuple[int, str], int] = {}
 
@@ -276,18 +280,23 @@ class TransactionManager:
             self.state = TransactionState.ABORTABLE_ERROR
 
     def fail(self, error: KafkaError) -> None:
-        """A request of the open transaction failed with `error`. Two errors that Kafka's
-        clients take as fatal are abortable here while a transaction is open (not a
-        KIP-939 one, which never times out): an epoch bump, which may be the coordinator's
-        timeout abort rather than a newer instance (settled by the abort), and a lost
-        transactional id (INVALID_PRODUCER_ID_MAPPING), which nothing durable can depend on."""
+        """A request of the open transaction failed with `error`. An epoch bump, fatal in
+        Kafka's clients, is abortable here while a transaction is open (not a KIP-939 one,
+        which never times out): it may be the coordinator's timeout abort rather than a newer
+        instance, which the abort settles. A lost transactional id stays fatal, with an error
+        that says so."""
         in_transaction = (
             self.state in (TransactionState.IN_TRANSACTION, TransactionState.COMMITTING)
             and not self.two_phase_commit
         )
-        if error.code in EPOCH_BUMPED and not self.two_phase_commit and self.state in (
-            TransactionState.ABORTABLE_ERROR,
-            TransactionState.ABORTING,
+        if (
+            error.code in EPOCH_BUMPED
+            and not self.two_phase_commit
+            and self.state
+            in (
+                TransactionState.ABORTABLE_ERROR,
+                TransactionState.ABORTING,
+            )
         ):
             # more batches of the same transaction, or the abort's own wait for them: the
             # abort settles it (settle_epoch_bump)
@@ -301,15 +310,14 @@ class TransactionManager:
                 )
             )
             self.epoch_bump_unsettled = True
-        elif in_transaction and error.code == ErrorCode.invalid_producer_id_mapping:
-            self.fail_abortably(
+        elif error.code == ErrorCode.invalid_producer_id_mapping:
+            self.fail_fatally(
                 ProducerIdExpiredError(
                     f"the coordinator no longer knows transactional id "
-                    f"{self.transactional_id!r} ({error}); abort_transaction() gets a new "
-                    "producer id"
+                    f"{self.transactional_id!r} (idle past transactional.id.expiration.ms?): "
+                    f"{error}; if no other instance runs, start a new producer"
                 )
             )
-            self.needs_new_producer_id = True
         elif error.code in FATAL:
             self.fail_fatally(error)
         else:
@@ -338,7 +346,6 @@ class TransactionManager:
         self.transaction = _Transaction()
         self.error = None
         self.epoch_bump_unsettled = False
-        self.needs_new_producer_id = False
         self.prepared = None
         self.kept_nothing = False
 
