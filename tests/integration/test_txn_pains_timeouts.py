@@ -26,7 +26,8 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException
+from confluent_kafka import Producer as ConfluentProducer
 from confluent_kafka import TopicPartition as ConfluentTopicPartition
 
 from lockgate.client.admin import Admin
@@ -360,13 +361,13 @@ async def timed_out_transaction_is_abortable(
         bootstrap,
         transactional_id=unique("slow"),
         transaction_version=version,
-        transaction_timeout_ms=500,
+        transaction_timeout_ms=300,
         linger_ms=0,
     ) as producer:
         await producer.init_transactions()
         producer.begin_transaction()
         await (await producer.send(topic, b"too-slow", partition=0))
-        await asyncio.sleep(1.5)  # the coordinator aborts it meanwhile
+        await asyncio.sleep(0.8)  # the coordinator aborts it meanwhile
         with pytest.raises(timeout_error):
             await producer.commit_transaction()
         if timeout_error is ProducerFencedError:  # the broker cannot tell: fatal
@@ -389,7 +390,7 @@ async def second_instance_still_fences(bootstrap: str, topic: str, version: int 
         bootstrap,
         transactional_id=transactional_id,
         transaction_version=version,
-        transaction_timeout_ms=500,
+        transaction_timeout_ms=300,
         linger_ms=0,
     )
     second = Producer(
@@ -399,7 +400,7 @@ async def second_instance_still_fences(bootstrap: str, topic: str, version: int 
         await first.init_transactions()
         first.begin_transaction()
         await (await first.send(topic, b"zombie", partition=0))
-        await asyncio.sleep(1.5)  # timed out and aborted
+        await asyncio.sleep(0.8)  # timed out and aborted
         await second.init_transactions()
         second.begin_transaction()
         await (await second.send(topic, b"live", partition=0))
@@ -427,6 +428,38 @@ async def test_a_real_second_instance_is_still_fenced(broker: Broker, version: i
     topic = unique("second")
     broker.topics.create(topic, 1, 1, {})
     await second_instance_still_fences(address(broker), topic, version)
+
+
+def librdkafka_timed_out_transaction(bootstrap: str, topic: str) -> KafkaException:
+    """The pain as librdkafka shows it: its transaction outlives transaction.timeout.ms and
+    the commit fails with a fatal "fenced" error, although no other instance exists."""
+    producer = ConfluentProducer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": unique("librdkafka"),
+            "transaction.timeout.ms": 1000,
+            "message.timeout.ms": 1000,
+        }
+    )
+    producer.init_transactions(10)
+    producer.begin_transaction()
+    producer.produce(topic, b"too-slow", partition=0)
+    producer.flush(10)
+    time.sleep(1.5)  # the coordinator aborts it meanwhile
+    try:
+        producer.commit_transaction(10)
+    except KafkaException as exc:
+        return exc
+    raise AssertionError("the commit of a timed-out transaction succeeded")
+
+
+async def test_librdkafka_goes_fatal_where_lockgate_s_client_goes_on(broker: Broker) -> None:
+    topic = unique("librdkafka")
+    broker.topics.create(topic, 1, 1, {})
+    raised = await asyncio.to_thread(librdkafka_timed_out_transaction, address(broker), topic)
+    assert raised.args[0].fatal(), raised
+    assert "fenced" in str(raised).lower()
+    assert await asyncio.to_thread(committed, address(broker), topic, 0) == []
 
 
 # -- pain 4: a timeout leaves the producer unrecoverable --------------------------------------

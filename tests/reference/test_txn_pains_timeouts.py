@@ -1,12 +1,14 @@
-"""Issue 22, pains 1-3 where the behaviour is the broker's: the same scenarios as
-tests/integration/test_txn_pains_timeouts.py, with lockgate's client, against Apache Kafka 4.x
-and a lockgate broker started with the same small settings. Both must abort a dead producer's
-transaction after its timeout and at once when its transactional id comes back (pain 1), and
-both expire an idle transactional id, which lockgate's client reports as such (pain 2). A
-transaction that outlived its timeout (pain 3) is where they differ by design: lockgate's
-coordinator tells the timeout apart from a newer instance, Kafka's cannot, so the same client
-goes on against lockgate and is fatally fenced against Kafka; against both a real second
-instance is fenced and keeps its own transaction. No loss, no duplicate in either log."""
+"""Issue 22, pains 1-3 where the behaviour is the broker's: the scenarios of
+tests/integration/test_txn_pains_timeouts.py (which runs them against lockgate), with the same
+helpers and lockgate's client, against Apache Kafka 4.x with the same small settings. Both
+brokers abort a dead producer's transaction after its timeout and at once when its
+transactional id comes back (pain 1), and both expire an idle transactional id, which
+lockgate's client reports as such (pain 2). A transaction that outlived its timeout (pain 3)
+is where they differ: lockgate's coordinator tells the timeout apart from a newer instance
+under either protocol; Kafka answers the timed-out producer's abort as a retry under
+transaction version 2 but fences it under the classic protocol, where the client goes fatal.
+On both a real second instance is fenced and keeps its own transaction. No loss, no duplicate
+in either log."""
 
 from __future__ import annotations
 
@@ -26,7 +28,6 @@ from tests.integration.test_txn_pains_timeouts import (
     timed_out_transaction_is_abortable,
     unique,
 )
-from tests.support.broker import BrokerProcess
 from tests.support.clients import create_topic
 from tests.support.reference_kafka import ReferenceKafka, reference_classpath
 
@@ -58,20 +59,9 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceKafka]:
         broker.stop()
 
 
-@pytest.fixture(scope="module")
-def lockgate(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    broker = BrokerProcess(tmp_path_factory.mktemp("pains-lockgate") / "data", SMALL_SETTINGS)
-    broker.start()
-    try:
-        yield broker
-    finally:
-        broker.kill()
-
-
-@pytest.fixture(params=["lockgate", "kafka"])
-def bootstrap(request: pytest.FixtureRequest) -> str:
-    broker = request.getfixturevalue(request.param)
-    return str(broker.bootstrap)
+@pytest.fixture
+def bootstrap(kafka: ReferenceKafka) -> str:
+    return kafka.bootstrap
 
 
 def new_topic(bootstrap: str, prefix: str) -> str:
@@ -101,20 +91,19 @@ async def test_an_expired_transactional_id_is_reported_as_such(
     await expired_transactional_id_is_reported(bootstrap, topic, version=None)
 
 
-@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize(
+    ("version", "outcome"), [(1, ProducerFencedError), (2, TransactionTimedOutError)]
+)
 async def test_a_timed_out_transaction(
-    request: pytest.FixtureRequest, bootstrap: str, version: int
+    bootstrap: str, version: int, outcome: type[Exception]
 ) -> None:
-    """lockgate, either protocol, and Kafka under transaction version 2 (which answers the
-    abort under the timed-out epoch as a retry): TransactionTimedOutError, and the producer
-    goes on. Kafka under the classic protocol: the epoch bump is indistinguishable from a
-    newer instance's, so ProducerFencedError (fatal), as the Java client and librdkafka report
-    it. Nothing of the timed-out transaction is visible on either."""
-    fenced = "kafka" in request.node.callspec.id and version == 1
+    """Under transaction version 2 Kafka answers the abort under the timed-out epoch as a
+    retry: TransactionTimedOutError, and the producer goes on (as against lockgate). Under the
+    classic protocol the bump is indistinguishable from a newer instance's: ProducerFencedError
+    (fatal), as the Java client and librdkafka report it (lockgate: TransactionTimedOutError).
+    Nothing of the timed-out transaction is visible."""
     topic = await asyncio.to_thread(new_topic, bootstrap, "timed-out")
-    await timed_out_transaction_is_abortable(
-        bootstrap, topic, version, ProducerFencedError if fenced else TransactionTimedOutError
-    )
+    await timed_out_transaction_is_abortable(bootstrap, topic, version, outcome)
 
 
 async def test_a_real_second_instance_is_still_fenced(bootstrap: str) -> None:
