@@ -511,6 +511,25 @@ async def test_a_commit_that_timed_out_is_called_again_and_commits_once(
     ]
 
 
+async def test_an_abort_that_timed_out_is_called_again(frozen_broker: BrokerProcess) -> None:
+    topic = unique("abort-again")
+    await asyncio.to_thread(create_topic, frozen_broker.bootstrap, topic, 1)
+    async with frozen_producer(frozen_broker) as producer:
+        await producer.init_transactions()
+        producer.begin_transaction()
+        await (await producer.send(topic, b"aborted", partition=0))
+        frozen_broker.pause()
+        try:
+            with pytest.raises(KafkaTimeoutError):
+                await producer.abort_transaction(timeout_ms=1_000)
+            assert producer.transaction_state is TransactionState.ABORTING
+        finally:
+            frozen_broker.resume()
+        await producer.abort_transaction()
+        await commit_values(producer, topic, b"next")
+    assert await asyncio.to_thread(committed, frozen_broker.bootstrap, topic, 1) == [b"next"]
+
+
 async def test_init_and_send_offsets_that_timed_out_are_called_again(
     frozen_broker: BrokerProcess,
 ) -> None:

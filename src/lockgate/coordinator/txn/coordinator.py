@@ -328,16 +328,20 @@ def _end_txn_v2(
     allocate: AllocateId,
 ) -> Outcome:
     """TV2: every commit/abort bumps the epoch; the answer names the id/epoch to use next.
-    A retry whose first attempt completed (carrying the epoch before the bump, or the id
-    before an exhaustion rotation) is recognised and answered with success."""
+    A retry whose first attempt completed (carrying the epoch before the bump, recorded as the
+    last epoch, or the id before an exhaustion rotation) is recognised and answered with
+    success."""
     target = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
     done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
     # a Complete state at the last epoch comes from a fence (a TV2 bump to it rotates the id):
     # taking the fenced producer's abort for a retry would hand it that epoch, with none left
     # above it for the next transaction's markers
+    # the last bump must have been this producer's EndTxn (or the timeout aborter's, which
+    # records the epoch too): after a newer instance's fence the old epoch is a zombie's
     retry_of_bump = (
         producer_id == meta.producer_id
         and producer_epoch == meta.producer_epoch - 1
+        and producer_epoch == meta.last_producer_epoch
         and not (meta.state in COMPLETE and meta.producer_epoch >= MAX_EPOCH)
     )
     retry_of_rotation = (
@@ -352,10 +356,6 @@ def _end_txn_v2(
     is_retry = retry_of_bump or retry_of_rotation or retry_while_preparing
     if meta.state == TxnState.ONGOING and meta.next_producer_id != NO_PRODUCER_ID:
         return _end_kept(meta, producer_id, producer_epoch, target, now_ms, allocate)
-    if commit and producer_id == meta.producer_id and _timed_out_epoch(meta, producer_epoch):
-        # not a retry of a commit: the timeout aborter bumped the epoch (fenced, as in Kafka;
-        # the producer's abort then learns it was a timeout)
-        return fail(ErrorCode.producer_fenced)
     if _answered_but_preparing(meta, producer_id, producer_epoch):
         return fail(ErrorCode.concurrent_transactions)
     if meta.state in COMPLETE and is_retry:
@@ -384,6 +384,7 @@ def _end_txn_v2(
         "last_update_ms": now_ms,
         "client_transaction_version": TV2,
         "prev_producer_id": NO_PRODUCER_ID,
+        "last_producer_epoch": producer_epoch,
     }
     if bumped >= MAX_EPOCH:
         changes["next_producer_id"] = allocate()

@@ -57,10 +57,23 @@ def test_the_timed_out_producer_s_abort_is_answered(version: int) -> None:
         assert (done.producer_id, done.producer_epoch) == (PID, 6)  # EndTxn v5: go on with it
 
 
-@pytest.mark.parametrize("version", [0, TV2])
-def test_the_timed_out_producer_s_commit_is_fenced(version: int) -> None:
+@pytest.mark.parametrize(
+    ("version", "error"),
+    [(0, ErrorCode.producer_fenced), (TV2, ErrorCode.invalid_txn_state)],  # Kafka's answers
+)
+def test_the_timed_out_producer_s_commit_is_refused(version: int, error: ErrorCode) -> None:
     done = rules.complete(timed_out(5, version), LATER)
-    assert end(done, PID, 5, True, version=version).error == ErrorCode.producer_fenced
+    assert end(done, PID, 5, True, version=version).error == error
+
+
+def test_under_tv2_a_zombie_s_abort_is_no_retry_after_a_newer_instance_s_fence() -> None:
+    """The newer instance's InitProducerId fenced (epoch 6, abort written) and has not yet
+    retried for its own epoch: the old instance's EndTxn(abort) under 5 is not a retry of a
+    bump of its own, so it is fenced (and never handed epoch 6)."""
+    fencing = installed(init(meta(TxnState.ONGOING, epoch=5, client_transaction_version=TV2)))
+    fenced = rules.complete(fencing, LATER)
+    assert (fenced.producer_epoch, fenced.last_producer_epoch) == (6, NO_EPOCH)
+    assert end(fenced, PID, 5, False, version=TV2).error == ErrorCode.producer_fenced
 
 
 def test_the_timed_out_producer_s_init_gets_the_fenced_epoch_s_successor() -> None:
