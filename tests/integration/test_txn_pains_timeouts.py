@@ -430,6 +430,32 @@ async def test_a_real_second_instance_is_still_fenced(broker: Broker, version: i
     await second_instance_still_fences(address(broker), topic, version)
 
 
+@pytest.mark.parametrize("version", [1, 2])
+async def test_offsets_sent_after_the_timeout_are_abortable_too(
+    broker: Broker, version: int
+) -> None:
+    topic = unique("offsets-timed-out")
+    broker.topics.create(topic, 1, 1, {})
+    async with Producer(
+        address(broker),
+        transactional_id=unique("slow-offsets"),
+        transaction_version=version,
+        transaction_timeout_ms=300,
+        linger_ms=0,
+    ) as producer:
+        await producer.init_transactions()
+        producer.begin_transaction()
+        await (await producer.send(topic, b"too-slow", partition=0))
+        await asyncio.sleep(0.8)
+        with pytest.raises(TransactionAbortableError, match="abort_transaction"):
+            await producer.send_offsets_to_transaction(
+                {TopicPartition(topic, 0): 1}, unique("group")
+            )
+        await producer.abort_transaction()  # settles it: a timeout
+        await commit_values(producer, topic, b"next")
+    assert await asyncio.to_thread(committed, address(broker), topic, 1) == [b"next"]
+
+
 def librdkafka_timed_out_transaction(bootstrap: str, topic: str) -> KafkaException:
     """The pain as librdkafka shows it: its transaction outlives transaction.timeout.ms and
     the commit fails with a fatal "fenced" error, although no other instance exists."""

@@ -691,6 +691,8 @@ class Producer:
             raise  # may be called again
         except KafkaError as exc:
             self._transaction_failed(exc)
+            if txn.epoch_bump_unsettled:
+                txn.raise_error()  # abortable until abort_transaction() tells fence or timeout
             raise
 
     async def commit_transaction(self, *, timeout_ms: int | None = None) -> None:
