@@ -46,17 +46,21 @@ from lockgate.client.transactions import (
     TransactionState,
     TransactionTimedOutError,
 )
+from lockgate.protocol.errors import ErrorCode
+from lockgate.protocol.records import build_batch
 from lockgate.server.broker import Broker
 from lockgate.server.config import BrokerConfig
 from lockgate.storage.memory import MemoryEngine
 from tests.support.broker import BrokerProcess
 from tests.support.clients import create_topic
+from tests.support.kafka_wire import KafkaWire, produce
 
 WAIT = 20.0  # an upper bound for anything below; nothing waits this long when all is well
 FAST_TIMEOUTS = {
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "100",
     "transaction.remove.expired.transaction.cleanup.interval.ms": "100",
 }
+TRANSACTIONAL_ATTRIBUTE = 0x10  # record batch attributes bit 4
 _names = itertools.count()
 
 
@@ -239,6 +243,55 @@ async def restarted_producer_aborts_the_hanging_transaction(bootstrap: str, topi
         b"committed-before",
         b"committed-after",
     ]
+
+
+async def unadded_partition_is_refused(bootstrap: str, topic: str) -> None:
+    """Shared with the reference module: Kafka's hanging transaction proper (KAFKA-12671) is a
+    transactional batch on a partition the coordinator never added, which no timeout ever
+    aborts. With the partition check (KIP-890 part 1) the leader refuses such a batch: here a
+    raw classic-protocol Produce of the producer's own id and epoch to partition 1, which its
+    transaction never added; partition 1's last stable offset stays free."""
+    async with Producer(
+        bootstrap, transactional_id=unique("checked"), transaction_version=1, linger_ms=0
+    ) as producer:
+        await producer.init_transactions()
+        producer.begin_transaction()
+        await (await producer.send(topic, b"added", partition=0))
+        identity = producer.identity
+        assert identity is not None
+        batch = build_batch(
+            [(None, b"never-added")],
+            attributes=TRANSACTIONAL_ATTRIBUTE,
+            producer_id=identity.producer_id,
+            producer_epoch=identity.producer_epoch,
+            base_sequence=0,
+        )
+
+        def produce_unadded() -> int:
+            with KafkaWire(bootstrap) as wire:
+                result = produce(
+                    wire, 9, topic, {1: batch}, transactional_id=producer.transactional_id
+                )
+            return result.topics[topic][0].error_code
+
+        error = await asyncio.to_thread(produce_unadded)
+        assert error == ErrorCode.invalid_txn_state  # TRANSACTION_ABORTABLE before Produce v11
+        await producer.commit_transaction()
+    assert await asyncio.to_thread(committed, bootstrap, topic, 1) == [b"added"]
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("lso")})
+    try:
+        low, high = await asyncio.to_thread(
+            consumer.get_watermark_offsets, ConfluentTopicPartition(topic, 1), 10, False
+        )
+        assert (low, high) == (0, 0), "nothing was appended to partition 1"
+    finally:
+        consumer.close()
+
+
+async def test_a_partition_never_added_to_the_transaction_is_refused(broker: Broker) -> None:
+    topic = unique("unadded")
+    broker.topics.create(topic, 2, 1, {})
+    await unadded_partition_is_refused(address(broker), topic)
 
 
 async def test_a_killed_producer_s_transaction_is_aborted_after_its_timeout(broker: Broker) -> None:

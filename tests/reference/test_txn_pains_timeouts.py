@@ -2,13 +2,14 @@
 tests/integration/test_txn_pains_timeouts.py (which runs them against lockgate), with the same
 helpers and lockgate's client, against Apache Kafka 4.x with the same small settings. Both
 brokers abort a dead producer's transaction after its timeout and at once when its
-transactional id comes back (pain 1), and both expire an idle transactional id, which
-lockgate's client reports as such (pain 2). A transaction that outlived its timeout (pain 3)
-is where they differ: lockgate's coordinator tells the timeout apart from a newer instance
-under either protocol; Kafka answers the timed-out producer's abort as a retry under
-transaction version 2 but fences it under the classic protocol, where the client goes fatal.
-On both a real second instance is fenced and keeps its own transaction. No loss, no duplicate
-in either log."""
+transactional id comes back, and refuse a transactional batch for a partition the transaction
+never added, so Kafka's hanging transaction proper cannot start (pain 1); both expire an idle
+transactional id, which lockgate's client reports as such (pain 2). A transaction that
+outlived its timeout (pain 3) is where they differ: lockgate's coordinator tells the timeout
+apart from a newer instance under either protocol; Kafka answers the timed-out producer's
+abort as a retry under transaction version 2 but fences it under the classic protocol, where
+the client goes fatal. On both a real second instance is fenced and keeps its own
+transaction. No loss, no duplicate in either log."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from tests.integration.test_txn_pains_timeouts import (
     restarted_producer_aborts_the_hanging_transaction,
     second_instance_still_fences,
     timed_out_transaction_is_abortable,
+    unadded_partition_is_refused,
     unique,
 )
 from tests.support.clients import create_topic
@@ -64,9 +66,9 @@ def bootstrap(kafka: ReferenceKafka) -> str:
     return kafka.bootstrap
 
 
-def new_topic(bootstrap: str, prefix: str) -> str:
+def new_topic(bootstrap: str, prefix: str, partitions: int = 1) -> str:
     topic = unique(prefix)
-    create_topic(bootstrap, topic, 1)
+    create_topic(bootstrap, topic, partitions)
     return topic
 
 
@@ -82,6 +84,11 @@ async def test_a_restarted_producer_aborts_the_hanging_transaction_at_once(
 ) -> None:
     topic = await asyncio.to_thread(new_topic, bootstrap, "hanging-restart")
     await restarted_producer_aborts_the_hanging_transaction(bootstrap, topic)
+
+
+async def test_a_partition_never_added_to_the_transaction_is_refused(bootstrap: str) -> None:
+    topic = await asyncio.to_thread(new_topic, bootstrap, "unadded", 2)
+    await unadded_partition_is_refused(bootstrap, topic)
 
 
 async def test_an_expired_transactional_id_is_reported_as_such(
