@@ -104,13 +104,36 @@ def build_producer_batch(
     if not records:
         raise ValueError("a record batch needs at least one record")
     base_timestamp = records[0][3]
+    return build_framed_batch(
+        encode_records(records, base_timestamp),
+        len(records),
+        base_timestamp,
+        max(record[3] for record in records),
+        codec=codec,
+        identity=identity,
+        base_sequence=base_sequence,
+    )
+
+
+def build_framed_batch(
+    encoded: bytes,
+    record_count: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    *,
+    codec: int = 0,
+    identity: ProducerIdentity = NON_IDEMPOTENT,
+    base_sequence: int = NO_SEQUENCE,
+) -> bytes:
+    """The batch around records already framed (encode_records, or the producer's fast path's
+    RecordRun.frame), compressed with `codec` (0 = none)."""
     attributes = codec | (TRANSACTIONAL_BIT if identity.transactional else 0)
     return build_batch(
         [],
-        encoded=compress(codec, encode_records(records, base_timestamp)),
-        record_count=len(records),
+        encoded=compress(codec, encoded),
+        record_count=record_count,
         timestamp_ms=base_timestamp,
-        max_timestamp_ms=max(record[3] for record in records),
+        max_timestamp_ms=max_timestamp,
         attributes=attributes,
         producer_id=identity.producer_id,
         producer_epoch=identity.producer_epoch,

@@ -92,7 +92,11 @@ class DefaultPartitioner:
                     cache.clear()
                 chosen = cache[key] = partition_for_key(key, partition_count)
             return chosen
+        return next(self.counter(topic)) % partition_count
+
+    def counter(self, topic: str) -> Iterator[int]:
+        """The topic's round-robin counter (shared with the producer's fast path)."""
         counter = self._counters.get(topic)
         if counter is None:
             counter = self._counters[topic] = itertools.count()
-        return next(counter) % partition_count
+        return counter

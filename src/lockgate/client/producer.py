@@ -38,20 +38,16 @@ import bisect
 import contextlib
 import itertools
 import logging
-import operator
 import time
-from collections import Counter, deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import accumulate, islice, repeat
 from typing import Any, NamedTuple
 
+from lockgate.client import fastpath
 from lockgate.client.batches import (
     NON_IDEMPOTENT,
-    RECORD_OVERHEAD_BOUND,
-    OutgoingRecord,
     ProducerIdentity,
-    build_producer_batch,
+    build_framed_batch,
     size_bound,
 )
 from lockgate.client.cluster import Cluster, PartitionInfo, TopicInfo, TopicPartition
@@ -69,6 +65,7 @@ from lockgate.client.errors import (
     error_for,
     raise_for,
 )
+from lockgate.client.fastpath import RecordQueue, RecordRun
 from lockgate.client.partitioner import DefaultPartitioner
 from lockgate.client.security import ClientSecurity
 from lockgate.client.sequences import (
@@ -146,47 +143,10 @@ class ProducerStats:
     transactions_aborted: int = 0
 
 
-class _RecordGroup:
-    """The records of one send_batch() call, behind one future."""
-
-    __slots__ = ("future", "remaining", "results")
-
-    def __init__(self, future: asyncio.Future[list[RecordMetadata]], count: int) -> None:
-        self.future = future
-        self.results: list[Any] = [None] * count
-        self.remaining = count
-
-    def deliver(self, index: int, metadata: RecordMetadata) -> None:
-        self.results[index] = metadata
-        self.remaining -= 1
-        if not self.remaining and not self.future.done():
-            self.future.set_result(self.results)
-
-    def fail(self, error: BaseException) -> None:
-        if not self.future.done():
-            self.future.set_exception(error)
-
-
-class _Pending(NamedTuple):
-    record: OutgoingRecord
-    size: int
-    waiter: asyncio.Future[RecordMetadata] | _RecordGroup
-    enqueued: float  # loop time
-    slot: int  # its place in its _RecordGroup; -1 with a future of its own
-
-
-# Named tuples built without their (Python-level) constructors: send() and the completion of
-# every record run once per record, and the plain constructors cost several times more.
-_new_tuple = tuple.__new__
-_SIZE = operator.attrgetter("size")
-_RECORD = operator.itemgetter(0)
-_TIMESTAMP = operator.itemgetter(3)
-
-
 @dataclass(slots=True)
 class _Batch:
     topic_partition: TopicPartition
-    records: list[_Pending]
+    records: RecordRun
     deadline: float  # loop time after which a retriable failure is final
     serial: int  # creation order: the order of the partition's batches
     base_sequence: int = NO_SEQUENCE
@@ -198,8 +158,7 @@ class _Batch:
 @dataclass(slots=True)
 class _PartitionQueue:
     topic_partition: TopicPartition
-    pending: deque[_Pending] = field(default_factory=deque)
-    pending_bytes: int = 0
+    pending: RecordQueue  # records not yet in a batch (its `size`: their size bounds)
     retries: list[_Batch] = field(default_factory=list)  # sorted by serial; before `pending`
     in_flight: list[_Batch] = field(default_factory=list)
     not_before: float = 0.0  # retry backoff
@@ -319,18 +278,28 @@ class Producer:
         self._reset_reason: str | None = None  # an epoch bump is wanted (idempotent only)
         self._sequence_gap = False  # transactional, classic protocol: bump after the abort
         self._queues: dict[TopicPartition, _PartitionQueue] = {}
-        self._queues_by_topic: dict[str, dict[int, _PartitionQueue]] = {}  # send()'s lookup
         self._serials = itertools.count()
-        self._buffered_bytes = 0
         self._space_freed = asyncio.Event()
         self._wakeup = asyncio.Event()
+        # The per-record work of send() and send_batch() (compiled when built, see fastpath.py;
+        # chosen per producer, so that LOCKGATE_PURE_PYTHON=1 takes effect for new ones): the
+        # queues, buffered_bytes (size bounds of every record not yet completed), and every
+        # record's future until it is done (`unfinished`, for flush and close), pruned as it
+        # grows rather than through a done-callback per record.
+        self._fastpath = fastpath.load()
+        self._accumulator: fastpath.Accumulator = self._fastpath.Accumulator(
+            cluster,
+            self._new_queue,
+            self._wakeup.set,
+            None if self._txn is None else self._txn.check_sendable,
+            batch_size,
+            max_request_size,
+            buffer_memory,
+            PRUNE_UNFINISHED_AT,
+        )
         self._idle = asyncio.Event()
         self._idle.set()
         self._in_flight_total = 0
-        # Every record's future until it is done; pruned as it grows rather than through a
-        # done-callback per record, which would cost a loop callback per delivery.
-        self._unfinished: list[asyncio.Future[Any]] = []
-        self._prune_unfinished_at = PRUNE_UNFINISHED_AT
         self._topic_infos: dict[str, TopicInfo] = {}
         self._flushing = 0
         self._sender: asyncio.Task[None] | None = None
@@ -352,6 +321,13 @@ class Producer:
         if self._owns_cluster:
             await self.cluster.start()
         self._sender = asyncio.create_task(self._run(), name="lockgate-producer-sender")
+        self._accumulator.start(asyncio.get_running_loop())
+
+    @property
+    def implementation(self) -> str:
+        """Which implementation does the per-record work: "compiled" (lockgate's C extension)
+        or "pure" (Python: the extension was not built, or LOCKGATE_PURE_PYTHON=1)."""
+        return str(self._fastpath.IMPLEMENTATION)
 
     @property
     def identity(self) -> ProducerIdentity | None:
@@ -382,49 +358,63 @@ class Producer:
         """Queues one record and returns the future of its RecordMetadata. Waits only when the
         buffer is full; raises at once for an unknown topic or partition or an oversized record,
         and (transactional producers) outside a transaction."""
+        # The common record in one call (compiled when built); None: the general path decides.
+        accumulator = self._accumulator
+        future = accumulator.append(topic, value, key, partition, headers, timestamp_ms)
+        if future is None:
+            return await self._send(topic, value, key, partition, headers, timestamp_ms)
+        if accumulator.filled:
+            # A batch just filled: let the sender write it now rather than after the caller's
+            # loop, so that the broker works on it while the caller queues more.
+            accumulator.filled = False
+            await asyncio.sleep(0)
+        return future
+
+    async def _send(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None,
+        partition: int | None,
+        headers: Iterable[tuple[str, bytes | None]],
+        timestamp_ms: int | None,
+    ) -> asyncio.Future[RecordMetadata]:
+        """send() for what its fast path leaves out: a topic not looked up yet (or whose
+        metadata changed), headers, checks that raise, a full buffer."""
         self._check_sendable()
-        info = self._cached_topic(topic) or await self._look_up_topic(topic)
+        info = await self._sendable_topic(topic)
+        key, value = _as_bytes(key), _as_bytes(value)
+        accumulator = self._accumulator
         if partition is None:
-            chosen = self.partitioner(topic, key, len(info.partitions))
+            chosen = accumulator.partition_of(topic, key)
         else:
             chosen = self._checked_partition(info, partition)
-        if headers:
-            record_headers = tuple(headers)
-            size = size_bound(key, value, record_headers)
-        else:
-            record_headers = ()
-            size = RECORD_OVERHEAD_BOUND + len(key or b"") + len(value or b"")
+        record_headers = tuple((str(name), _as_bytes(header)) for name, header in headers)
+        size = size_bound(key, value, record_headers)
         if timestamp_ms is None:
             timestamp_ms = int(time.time() * 1000)
+        elif not -(2**63) <= timestamp_ms < 2**63:
+            raise ValueError(f"timestamp_ms {timestamp_ms} is not a 64-bit integer")
         if size > self.max_request_size:
             raise MessageTooLargeError(
                 f"a record of about {size} bytes exceeds max_request_size {self.max_request_size}"
             )
-        if self._buffered_bytes and self._buffered_bytes + size > self.buffer_memory:
+        if accumulator.buffered_bytes and accumulator.buffered_bytes + size > self.buffer_memory:
             await self._wait_for_space(size)
             if self._txn is not None:
                 self._txn.check_sendable()  # the transaction may have failed while we waited
         loop = asyncio.get_running_loop()
         # Future(), not loop.create_future(): the default loop's is a Python-level wrapper.
         future: asyncio.Future[RecordMetadata] = asyncio.Future(loop=loop)
-        self._track(future)
-        by_partition = self._queues_by_topic.get(topic)
-        queue = None if by_partition is None else by_partition.get(chosen)
-        if queue is None:
-            queue = self._new_queue(topic, chosen)
-        pending = ((key, value, record_headers, timestamp_ms), size, future, loop.time(), -1)
-        queue.pending.append(_new_tuple(_Pending, pending))
-        queue.pending_bytes += size
-        self._buffered_bytes += size
-        if (
-            queue.pending_bytes // self.batch_size
-            != (queue.pending_bytes - size) // self.batch_size
-        ):
-            # A batch just filled: let the sender write it now rather than after the caller's
-            # loop, so that the broker works on it while the caller queues more.
-            self._wakeup.set()
+        accumulator.track(future)
+        queue = accumulator.queue_for(topic, chosen)
+        before = queue.size
+        queue.append(key, value, record_headers, int(timestamp_ms), size, future, loop.time())
+        accumulator.buffered_bytes += size
+        if before // self.batch_size != queue.size // self.batch_size:
+            self._wakeup.set()  # a batch just filled: as above
             await asyncio.sleep(0)
-        elif len(queue.pending) == 1:
+        elif len(queue) == 1:
             self._wakeup.set()
         return future
 
@@ -457,29 +447,39 @@ class Producer:
         delivered, as with separate sends). Records with headers go through send(). An
         oversized record refuses the whole call before anything is queued."""
         self._check_sendable()
-        info = self._cached_topic(topic) or await self._look_up_topic(topic)
+        info = await self._sendable_topic(topic)
         fixed = None if partition is None else self._checked_partition(info, partition)
         items = list(records)
-        sizes = [
-            RECORD_OVERHEAD_BOUND + len(key or b"") + len(value or b"") for key, value in items
-        ]
-        if max(sizes, default=0) > self.max_request_size:
+        accumulator = self._accumulator
+        total, largest = accumulator.measure(items)  # TypeError for anything but bytes / None
+        if largest > self.max_request_size:
             raise MessageTooLargeError(
-                f"a record of about {max(sizes)} bytes exceeds max_request_size "
+                f"a record of about {largest} bytes exceeds max_request_size "
                 f"{self.max_request_size}"
             )
         if timestamp_ms is None:
             timestamp_ms = int(time.time() * 1000)
+        elif not -(2**63) <= timestamp_ms < 2**63:
+            raise ValueError(f"timestamp_ms {timestamp_ms} is not a 64-bit integer")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[RecordMetadata]] = asyncio.Future(loop=loop)
         if not items:
             future.set_result([])
             return future
-        self._track(future)
-        group = _RecordGroup(future, len(items))
+        accumulator.track(future)
+        group: fastpath.RecordGroup = self._fastpath.RecordGroup(future, len(items))
         try:
-            count = len(info.partitions)
-            await self._queue_group(topic, count, fixed, items, sizes, timestamp_ms, group)
+            if accumulator.buffered_bytes and (
+                accumulator.buffered_bytes + total > self.buffer_memory
+            ):
+                await self._wait_for_space(total)
+                if self._txn is not None:
+                    self._txn.check_sendable()
+            # Every record in one call (compiled when built): partition, queue, accounting.
+            accumulator.append_group(topic, fixed, items, int(timestamp_ms), group)
+            if accumulator.filled:
+                accumulator.filled = False
+                await asyncio.sleep(0)  # as in send(): the sender writes the full batch now
         except asyncio.CancelledError:  # the rest was never queued: the group cannot complete
             future.cancel()
             raise
@@ -488,49 +488,6 @@ class Producer:
             future.exception()  # raised to the caller here; nobody else needs to see it
             raise
         return future
-
-    async def _queue_group(
-        self,
-        topic: str,
-        count: int,
-        fixed: int | None,
-        items: list[tuple[bytes | None, bytes | None]],
-        sizes: list[int],
-        timestamp_ms: int,
-        group: _RecordGroup,
-    ) -> None:
-        """Queues the call's records one partition at a time, each run in one C-level pass
-        (map/zip, no Python code per record): the per-record cost is what bounds throughput."""
-        loop = asyncio.get_running_loop()
-        if fixed is not None:
-            runs: dict[int, Sequence[int]] = {fixed: range(len(items))}
-        else:
-            if isinstance(self.partitioner, DefaultPartitioner):
-                partitions = self.partitioner.partition_keys(topic, [k for k, _v in items], count)
-            else:
-                partitions = [self.partitioner(topic, key, count) for key, _value in items]
-            runs = _slots_by_partition(partitions)
-        tail = ((), timestamp_ms)  # (key, value) + tail = the OutgoingRecord
-        for chosen, slots in runs.items():
-            queue = self._queues_by_topic.get(topic, {}).get(chosen)
-            if queue is None:
-                queue = self._new_queue(topic, chosen)
-            run_sizes = list(map(sizes.__getitem__, slots))
-            records = map(operator.add, map(items.__getitem__, slots), repeat(tail))
-            now = loop.time()
-            fields = zip(records, run_sizes, repeat(group), repeat(now), slots, strict=False)
-            queue.pending.extend(map(_new_tuple, repeat(_Pending), fields))
-            before, size = queue.pending_bytes, sum(run_sizes)
-            queue.pending_bytes += size
-            self._buffered_bytes += size
-            self._wakeup.set()
-            if before // self.batch_size != queue.pending_bytes // self.batch_size or (
-                self._buffered_bytes > self.buffer_memory
-            ):
-                await asyncio.sleep(0)  # as in send(): the sender writes the full batch now
-                await self._wait_for_space(0)
-                if self._txn is not None:
-                    self._txn.check_sendable()
 
     def _check_sendable(self) -> None:
         self._check_open()
@@ -551,19 +508,28 @@ class Producer:
         self._topic_infos[topic] = info
         return info
 
-    def _track(self, future: asyncio.Future[Any]) -> None:
-        """Keeps `future` for flush() and close() until it is done."""
-        unfinished = self._unfinished
-        unfinished.append(future)
-        if len(unfinished) >= self._prune_unfinished_at:
-            self._unfinished = [f for f in unfinished if not f.done()]
-            self._prune_unfinished_at = max(PRUNE_UNFINISHED_AT, 2 * len(self._unfinished))
+    async def _sendable_topic(self, topic: str) -> TopicInfo:
+        """The topic's metadata, registered for send()'s fast path with the snapshot it came
+        from (a refresh sends the next record of the topic through here again)."""
+        info = self._cached_topic(topic) or await self._look_up_topic(topic)
+        metadata = self.cluster.metadata
+        if metadata.topics.get(topic) is info:
+            partitioner = self.partitioner
+            default = isinstance(partitioner, DefaultPartitioner)
+            self._accumulator.register(
+                topic,
+                metadata,
+                len(info.partitions),
+                partitioner.counter(topic) if default else itertools.count(),
+                None if default else partitioner,
+            )
+        return info
 
     async def flush(self) -> None:
         """Sends everything queued now, ignoring linger, and waits until each record has its
         outcome (errors stay in the records' futures)."""
-        waiting = [f for f in self._unfinished if not f.done()]
-        self._unfinished = waiting
+        waiting = [f for f in self._accumulator.unfinished if not f.done()]
+        self._accumulator.unfinished = waiting
         if not waiting:
             return
         self._flushing += 1
@@ -588,6 +554,7 @@ class Producer:
                 await self.flush()
         finally:
             self._closing = True
+            self._accumulator.sendable = False
             self._wakeup.set()
             if self._sender is not None:
                 self._sender.cancel()
@@ -874,11 +841,12 @@ class Producer:
         if self._closing or self._sender is None:
             raise KafkaConnectionError("the producer is closed" if self._closing else "not started")
 
-    def _new_queue(self, topic: str, partition: int) -> _PartitionQueue:
+    def _new_queue(self, topic: str, partition: int) -> RecordQueue:
+        """The accumulator asks for a partition's queue the first time it has a record for it."""
+        records: RecordQueue = self._fastpath.RecordQueue(topic, partition)
         topic_partition = TopicPartition(topic, partition)
-        queue = self._queues[topic_partition] = _PartitionQueue(topic_partition)
-        self._queues_by_topic.setdefault(topic, {})[partition] = queue
-        return queue
+        self._queues[topic_partition] = _PartitionQueue(topic_partition, records)
+        return records
 
     def _checked_partition(self, info: TopicInfo, partition: int) -> int:
         count = len(info.partitions)
@@ -890,7 +858,8 @@ class Producer:
 
     async def _wait_for_space(self, size: int) -> None:
         # A record larger than the whole buffer still goes once the buffer is empty.
-        while self._buffered_bytes and self._buffered_bytes + size > self.buffer_memory:
+        accumulator = self._accumulator
+        while accumulator.buffered_bytes and accumulator.buffered_bytes + size > self.buffer_memory:
             self._space_freed.clear()
             await self._space_freed.wait()
 
@@ -1028,8 +997,8 @@ class Producer:
         if txn is not None and not txn.tv2 and topic_partition not in txn.transaction.partitions:
             self._add_to_transaction(topic_partition)
             return None, None
-        oldest = queue.pending[0].enqueued
-        full = queue.pending_bytes >= self.batch_size
+        oldest = queue.pending.first_enqueued
+        full = queue.pending.size >= self.batch_size
         if not (full or self._flushing or now - oldest >= self.linger):
             return None, oldest + self.linger - now
         limit: int | None = None
@@ -1063,30 +1032,17 @@ class Producer:
             f"the sequence of {topic_partition} would pass "
             f"{self.sequence_overflow_threshold} within one transaction"
         )
-        overflowing = list(queue.pending)
-        queue.pending.clear()
-        queue.pending_bytes = 0
-        self._give_up(_Batch(topic_partition, overflowing, 0.0, -1), error)
+        overflowing = queue.pending.take_all()
+        if overflowing is not None:
+            self._give_up(_Batch(topic_partition, overflowing, 0.0, -1), error)
         self._transaction_failed(error)
 
     def _take_batch(
         self, topic_partition: TopicPartition, queue: _PartitionQueue, limit: int | None
     ) -> _Batch:
-        pending = queue.pending
-        if queue.pending_bytes <= self.batch_size and (limit is None or len(pending) <= limit):
-            records = list(pending)  # all of it: the common case, without a loop per record
-            pending.clear()
-            size = queue.pending_bytes
-        else:  # the longest prefix within both bounds (at least one record), found at C speed
-            most = self.batch_size // RECORD_OVERHEAD_BOUND + 1  # no more can fit
-            bound = most if limit is None else min(most, limit)
-            cumulative = list(accumulate(map(_SIZE, islice(pending, bound))))
-            take = max(1, bisect.bisect_right(cumulative, self.batch_size))
-            popleft = pending.popleft
-            records = [popleft() for _ in range(take)]
-            size = cumulative[take - 1]
-        queue.pending_bytes -= size
-        deadline = records[0].enqueued + self.delivery_timeout
+        # The longest prefix within both bounds, at least one record (compiled when built).
+        records = queue.pending.take(self.batch_size, limit)
+        deadline = records.first_enqueued + self.delivery_timeout
         return _Batch(topic_partition, records, deadline, next(self._serials))
 
     def _batch_bytes(self, batch: _Batch) -> bytes:
@@ -1094,8 +1050,12 @@ class Producer:
         assert identity is not None
         built_for = (identity, batch.base_sequence)
         if batch.data is None or batch.built_for != built_for:
-            batch.data = build_producer_batch(
-                [p.record for p in batch.records],
+            encoded, base_timestamp, max_timestamp = batch.records.frame()
+            batch.data = build_framed_batch(
+                encoded,
+                len(batch.records),
+                base_timestamp,
+                max_timestamp,
                 codec=self.codec,
                 identity=identity,
                 base_sequence=batch.base_sequence,
@@ -1384,9 +1344,7 @@ class Producer:
 
     def _give_up(self, batch: _Batch, error: KafkaError) -> None:
         """The batch's records fail with `error`."""
-        for pending in batch.records:
-            waiter = pending.waiter
-            future = waiter.future if isinstance(waiter, _RecordGroup) else waiter
+        for future in batch.records.futures():
             if future.done():
                 continue
             future.set_exception(type(error)(error.message))
@@ -1429,38 +1387,27 @@ class Producer:
         self._wakeup.set()
 
     def _complete(self, batch: _Batch, base_offset: int, log_append_time: int) -> None:
-        records = batch.records
-        offsets = repeat(NO_OFFSET) if base_offset < 0 else itertools.count(base_offset)
-        if log_append_time >= 0:
-            timestamps: Iterable[int] = repeat(log_append_time)
-        else:
-            timestamps = map(_TIMESTAMP, map(_RECORD, records))
-        where = repeat(batch.topic_partition.topic), repeat(batch.topic_partition.partition)
-        fields = zip(*where, offsets, timestamps, strict=False)
-        # The RecordMetadata built at C speed; the loop only hands them out.
-        metadatas = map(_new_tuple, repeat(RecordMetadata), fields)
-        for pending, metadata in zip(records, metadatas, strict=False):
-            waiter = pending[2]
-            if isinstance(waiter, _RecordGroup):
-                waiter.deliver(pending[4], metadata)
-            elif not waiter.done():
-                waiter.set_result(metadata)
+        # RecordMetadata built and futures completed in one call (compiled when built).
+        topic_partition = batch.topic_partition
+        batch.records.complete(
+            RecordMetadata,
+            topic_partition.topic,
+            topic_partition.partition,
+            base_offset,
+            log_append_time,
+        )
         self._release(batch)
 
     def _release(self, batch: _Batch) -> None:
-        self._buffered_bytes -= sum(map(_SIZE, batch.records))
+        self._accumulator.buffered_bytes -= batch.records.size
         self._space_freed.set()
         self._wakeup.set()
 
     def _expire(self, now: float) -> None:
         """Fails records whose delivery timeout passed while they waited to be sent."""
         for topic_partition, queue in self._queues.items():
-            expired: list[_Pending] = []
-            while queue.pending and queue.pending[0].enqueued + self.delivery_timeout <= now:
-                pending = queue.pending.popleft()
-                queue.pending_bytes -= pending.size
-                expired.append(pending)
-            if expired:
+            expired = queue.pending.take_expired(now - self.delivery_timeout)
+            if expired is not None:
                 error = KafkaTimeoutError(
                     f"{len(expired)} records for {topic_partition} found no leader or "
                     "connection within the delivery timeout"
@@ -1473,10 +1420,8 @@ class Producer:
     def _fail_queued(self, error: KafkaError) -> None:
         """Fails every record not in flight (queued, or waiting to be resent)."""
         for topic_partition, queue in self._queues.items():
-            if queue.pending:
-                leftovers = list(queue.pending)
-                queue.pending.clear()
-                queue.pending_bytes = 0
+            leftovers = queue.pending.take_all()
+            if leftovers is not None:
                 self._give_up(_Batch(topic_partition, leftovers, 0.0, -1), error)
             retries, queue.retries = queue.retries, []
             for batch in retries:
@@ -1484,20 +1429,15 @@ class Producer:
 
     def _fail_everything(self, error: KafkaError) -> None:
         self._fail_queued(error)
-        for future in list(self._unfinished):
+        for future in list(self._accumulator.unfinished):
             if not future.done():
                 future.set_exception(type(error)(error.message))
 
 
-def _slots_by_partition(partitions: list[int]) -> dict[int, Sequence[int]]:
-    """Each partition's slots, in order: a stable sort and slices rather than a Python loop."""
-    order = sorted(range(len(partitions)), key=partitions.__getitem__)
-    runs: dict[int, Sequence[int]] = {}
-    start = 0
-    for partition, size in sorted(Counter(partitions).items()):
-        runs[partition] = order[start : start + size]
-        start += size
-    return runs
+def _as_bytes(data: Any) -> bytes | None:
+    """A key, value or header value as bytes (a bytearray or memoryview is copied now: the
+    record must not change while it waits to be sent)."""
+    return data if data is None or type(data) is bytes else bytes(data)
 
 
 def _earliest(current: float | None, candidate: float) -> float:

@@ -6,20 +6,18 @@ import random
 import warnings
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 with warnings.catch_warnings():  # kafka-python's import-time DeprecationWarnings are not ours
     warnings.simplefilter("ignore", DeprecationWarning)
     from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
+from lockgate.client.fastpath import load
 from lockgate.client.partitioner import (
     DefaultPartitioner,
     murmur2,
     partition_for_key,
     to_positive,
 )
-from lockgate.client.producer import _slots_by_partition
 
 # org.apache.kafka.common.utils.UtilsTest#testMurmur2
 JAVA_VECTORS = {
@@ -86,9 +84,12 @@ def test_partition_keys_places_each_record_as_one_call_each_would() -> None:
     assert at_once.partition_keys("t", [b"foobar"], 10) == [6]
 
 
-@given(st.lists(st.integers(min_value=0, max_value=7), max_size=300))
-def test_a_batch_calls_slots_are_grouped_by_partition_in_call_order(partitions: list[int]) -> None:
-    runs = _slots_by_partition(partitions)
-    assert sorted(runs) == sorted(set(partitions))
-    for partition, slots in runs.items():
-        assert list(slots) == [i for i, p in enumerate(partitions) if p == partition]
+def test_the_compiled_murmur2_matches_kafka_utils_and_the_pure_one() -> None:
+    compiled = load(pure=False)
+    if compiled.IMPLEMENTATION != "compiled":
+        pytest.skip("the compiled fast path is not built (tests/unit/client/test_fastpath.py)")
+    for key, expected in JAVA_VECTORS.items():
+        assert compiled.murmur2(key) == expected
+    generator = random.Random(20261126)
+    for key in (generator.randbytes(generator.randrange(0, 40)) for _ in range(2000)):
+        assert compiled.murmur2(key) == murmur2(key), key

@@ -1,0 +1,377 @@
+# client/_purepath.py — the producer's per-record work in pure Python: the twin of the compiled
+# lockgate.client._fastpath, with the same classes, methods and results (client/fastpath.py
+# chooses one). Both are checked against each other (tests/unit/client/test_fastpath.py).
+#
+# What it owns, per record: queueing a send() or send_batch() record in its partition's
+# RecordQueue (partition choice, size and buffer accounting, timestamp, future, tracking for
+# flush), cutting a batch's records off the front of a queue (a RecordRun), framing them as
+# v2 records, and completing their futures with RecordMetadata.
+#
+# Invariants:
+# - A queue keeps its records in the order they were queued; a run is always a prefix of it.
+# - `RecordQueue.size` and `Accumulator.buffered_bytes` are sums of the records' size bounds
+#   (batches.size_bound), which never undercount the encoded record.
+# - Accumulator.append() either queues the record and returns its future, or (None) changes
+#   nothing: the producer then takes its general path, which raises or waits as needed.
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from itertools import count as count_from
+from itertools import repeat
+from typing import Any
+
+from lockgate.client.batches import RECORD_OVERHEAD_BOUND, OutgoingRecord, encode_records
+from lockgate.client.partitioner import murmur2
+
+IMPLEMENTATION = "pure"
+
+# A queued record: (key, value, headers, timestamp, size, waiter, enqueued, slot). The waiter
+# is the record's own future (slot -1) or the RecordGroup of its send_batch() call.
+_Entry = tuple[bytes | None, bytes | None, tuple[Any, ...], int, int, Any, float, int]
+_new_tuple = tuple.__new__
+
+
+class RecordGroup:
+    """The records of one send_batch() call, behind one future."""
+
+    __slots__ = ("future", "remaining", "results")
+
+    def __init__(self, future: asyncio.Future[Any], count: int) -> None:
+        self.future = future
+        self.results: list[Any] = [None] * count
+        self.remaining = count
+
+    def deliver(self, index: int, metadata: Any) -> None:
+        self.results[index] = metadata
+        self.remaining -= 1
+        if not self.remaining and not self.future.done():
+            self.future.set_result(self.results)
+
+    def fail(self, error: BaseException) -> None:
+        if not self.future.done():
+            self.future.set_exception(error)
+
+
+class RecordRun:
+    """Records cut from a queue for one batch (or failed together), in order."""
+
+    __slots__ = ("_entries", "size")
+
+    def __init__(self, entries: list[_Entry]) -> None:
+        self._entries = entries
+        self.size = sum(entry[4] for entry in entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def first_enqueued(self) -> float:
+        return self._entries[0][6]
+
+    def records(self) -> list[OutgoingRecord]:
+        return [(e[0], e[1], e[2], e[3]) for e in self._entries]
+
+    def frame(self) -> tuple[bytes, int, int]:
+        """(the records' v2 encodings with offset deltas from 0, base timestamp, max timestamp)."""
+        records = self.records()
+        base = records[0][3]
+        return encode_records(records, base), base, max(record[3] for record in records)
+
+    def futures(self) -> list[asyncio.Future[Any]]:
+        """Each record's future (a send_batch() call's one future for each of its records)."""
+        return [e[5].future if isinstance(e[5], RecordGroup) else e[5] for e in self._entries]
+
+    def complete(
+        self,
+        metadata_type: type[tuple[Any, ...]],
+        topic: str,
+        partition: int,
+        base_offset: int,
+        log_append_time: int,
+    ) -> None:
+        """Delivers `metadata_type(topic, partition, offset, timestamp)` to every record: offsets
+        from `base_offset` (all -1 when it is negative), the record's timestamp unless
+        `log_append_time` is one (≥ 0)."""
+        offsets: Iterator[int] = repeat(-1) if base_offset < 0 else count_from(base_offset)
+        for entry, offset in zip(self._entries, offsets, strict=False):
+            timestamp = log_append_time if log_append_time >= 0 else entry[3]
+            metadata = _new_tuple(metadata_type, (topic, partition, offset, timestamp))
+            waiter = entry[5]
+            if isinstance(waiter, RecordGroup):
+                waiter.deliver(entry[7], metadata)
+            elif not waiter.done():
+                waiter.set_result(metadata)
+
+
+class RecordQueue:
+    """A partition's records waiting to be batched."""
+
+    __slots__ = ("_entries", "partition", "size", "topic")
+
+    def __init__(self, topic: str, partition: int) -> None:
+        self.topic = topic
+        self.partition = partition
+        self._entries: deque[_Entry] = deque()
+        self.size = 0  # the sum of the queued records' size bounds
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def first_enqueued(self) -> float:
+        return self._entries[0][6]
+
+    def append(
+        self,
+        key: bytes | None,
+        value: bytes | None,
+        headers: tuple[Any, ...],
+        timestamp: int,
+        size: int,
+        waiter: Any,
+        enqueued: float,
+        slot: int = -1,
+    ) -> None:
+        if not (key is None or type(key) is bytes) or not (value is None or type(value) is bytes):
+            raise TypeError("a record's key and value are bytes or None")
+        if not isinstance(headers, tuple):
+            raise TypeError("headers must be a tuple")
+        self._entries.append((key, value, headers, timestamp, size, waiter, enqueued, slot))
+        self.size += size
+
+    def take(self, max_bytes: int, limit: int | None) -> RecordRun:
+        """The longest prefix within `max_bytes` and `limit` records; at least one record."""
+        entries = self._entries
+        if not entries:
+            raise IndexError("take from an empty queue")
+        if self.size <= max_bytes and (limit is None or len(entries) <= limit):
+            run = RecordRun(list(entries))
+            entries.clear()
+        else:
+            taken: list[_Entry] = [entries.popleft()]
+            total = taken[0][4]
+            while entries and (limit is None or len(taken) < limit):
+                if total + entries[0][4] > max_bytes:
+                    break
+                total += entries[0][4]
+                taken.append(entries.popleft())
+            run = RecordRun(taken)
+        self.size -= run.size
+        return run
+
+    def take_expired(self, cutoff: float) -> RecordRun | None:
+        """The records queued at or before `cutoff` (a prefix: queueing times only grow)."""
+        entries = self._entries
+        taken: list[_Entry] = []
+        while entries and entries[0][6] <= cutoff:
+            taken.append(entries.popleft())
+        if not taken:
+            return None
+        run = RecordRun(taken)
+        self.size -= run.size
+        return run
+
+    def take_all(self) -> RecordRun | None:
+        if not self._entries:
+            return None
+        run = RecordRun(list(self._entries))
+        self._entries.clear()
+        self.size = 0
+        return run
+
+
+class Accumulator:
+    """send()'s and send_batch()'s per-record work. The producer registers each topic it has
+    looked up (`register`) with the metadata snapshot it came from; a record for a topic whose
+    snapshot has been replaced since goes back to the producer's general path."""
+
+    __slots__ = (
+        "_clock",
+        "_loop",
+        "batch_size",
+        "buffer_memory",
+        "buffered_bytes",
+        "cluster",
+        "filled",
+        "max_request_size",
+        "new_queue",
+        "prune_at",
+        "prune_base",
+        "sendable",
+        "topics",
+        "txn_check",
+        "unfinished",
+        "wakeup",
+    )
+
+    def __init__(
+        self,
+        cluster: Any,
+        new_queue: Callable[[str, int], RecordQueue],
+        wakeup: Callable[[], None],
+        txn_check: Callable[[], None] | None,
+        batch_size: int,
+        max_request_size: int,
+        buffer_memory: int,
+        prune_at: int,
+    ) -> None:
+        self.cluster = cluster
+        self.new_queue = new_queue
+        self.wakeup = wakeup
+        self.txn_check = txn_check
+        self.batch_size = batch_size
+        self.max_request_size = max_request_size
+        self.buffer_memory = buffer_memory
+        self.prune_at = self.prune_base = prune_at
+        self.buffered_bytes = 0
+        self.filled = False  # the last append filled a batch: the caller should yield
+        self.sendable = False  # started and not closing
+        self.unfinished: list[asyncio.Future[Any]] = []
+        # topic → [metadata snapshot, partition count, queues by partition, round-robin
+        # counter, custom partitioner or None]
+        self.topics: dict[str, list[Any]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._clock: Callable[[], float] = time.monotonic
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._clock = loop.time
+        self.sendable = True
+
+    def register(
+        self,
+        topic: str,
+        metadata: Any,
+        partition_count: int,
+        counter: Iterator[int],
+        custom_partitioner: Callable[[str, bytes | None, int], int] | None,
+    ) -> None:
+        entry = self.topics.get(topic)
+        queues: list[RecordQueue | None] = [None] * partition_count
+        if entry is not None:
+            for index, queue in enumerate(entry[2][:partition_count]):
+                queues[index] = queue
+        self.topics[topic] = [metadata, partition_count, queues, counter, custom_partitioner]
+
+    def track(self, future: asyncio.Future[Any]) -> None:
+        """Keeps `future` for flush() and close() until it is done."""
+        unfinished = self.unfinished
+        unfinished.append(future)
+        if len(unfinished) >= self.prune_at:
+            self.unfinished = unfinished = [f for f in unfinished if not f.done()]
+            self.prune_at = max(self.prune_base, 2 * len(unfinished))
+
+    def queue_for(self, topic: str, partition: int) -> RecordQueue:
+        queues: list[RecordQueue | None] = self.topics[topic][2]
+        queue = queues[partition]
+        if queue is None:
+            queue = queues[partition] = self.new_queue(topic, partition)
+        return queue
+
+    def partition_of(self, topic: str, key: bytes | None) -> int:
+        _metadata, partition_count, _queues, counter, custom = self.topics[topic]
+        count: int = partition_count
+        if custom is not None:
+            chosen = int(custom(topic, key, count))
+            if not 0 <= chosen < count:
+                raise ValueError("the partitioner chose no partition of the topic")
+            return chosen
+        if key is None:
+            return int(next(counter)) % count
+        return (murmur2(key) & 0x7FFFFFFF) % count
+
+    def append(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None,
+        partition: int | None,
+        headers: Any,
+        timestamp_ms: int | None,
+    ) -> asyncio.Future[Any] | None:
+        """send()'s whole per-record body for the common record; None (nothing done) for
+        anything else."""
+        if not self.sendable or headers:
+            return None
+        entry = self.topics.get(topic)
+        if entry is None or entry[0] is not self.cluster.metadata:
+            return None
+        if not (key is None or type(key) is bytes) or not (value is None or type(value) is bytes):
+            return None
+        size = RECORD_OVERHEAD_BOUND + len(key or b"") + len(value or b"")
+        if size > self.max_request_size:
+            return None
+        if self.buffered_bytes and self.buffered_bytes + size > self.buffer_memory:
+            return None
+        if partition is not None and not (type(partition) is int and 0 <= partition < entry[1]):
+            return None
+        if timestamp_ms is None:
+            timestamp_ms = int(time.time() * 1000)
+        elif type(timestamp_ms) is not int or not -(2**63) <= timestamp_ms < 2**63:
+            return None
+        if self.txn_check is not None:
+            self.txn_check()  # raises outside a transaction
+        # after the checks: a record going the general way must not move the round robin
+        chosen = self.partition_of(topic, key) if partition is None else partition
+        future: asyncio.Future[Any] = asyncio.Future(loop=self._loop)
+        self.track(future)
+        self._queue(topic, chosen, key, value, timestamp_ms, size, future, -1, self._clock())
+        return future
+
+    def _queue(
+        self,
+        topic: str,
+        chosen: int,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp_ms: int,
+        size: int,
+        waiter: Any,
+        slot: int,
+        enqueued: float,
+    ) -> None:
+        queue = self.queue_for(topic, chosen)
+        before = queue.size
+        queue.append(key, value, (), timestamp_ms, size, waiter, enqueued, slot)
+        self.buffered_bytes += size
+        if before // self.batch_size != queue.size // self.batch_size:
+            self.filled = True  # the sender should write the full batch now
+            self.wakeup()
+        elif len(queue) == 1:
+            self.wakeup()
+
+    def measure(self, items: list[tuple[bytes | None, bytes | None]]) -> tuple[int, int]:
+        """(the sum, the largest) of the records' size bounds; TypeError for anything but
+        (key, value) pairs of bytes or None."""
+        total = largest = 0
+        for item in items:
+            if not isinstance(item, tuple) or len(item) != 2:
+                raise TypeError("send_batch() takes (key, value) pairs")
+            key, value = item
+            if not (key is None or type(key) is bytes) or not (
+                value is None or type(value) is bytes
+            ):
+                raise TypeError("send_batch() takes (key, value) pairs of bytes or None")
+            size = RECORD_OVERHEAD_BOUND + len(key or b"") + len(value or b"")
+            total += size
+            largest = max(largest, size)
+        return total, largest
+
+    def append_group(
+        self,
+        topic: str,
+        partition: int | None,
+        items: list[tuple[bytes | None, bytes | None]],
+        timestamp_ms: int,
+        group: RecordGroup,
+    ) -> None:
+        """Queues send_batch()'s records in order, each in its partition (`partition` when
+        given), the i-th delivered to `group` as its i-th result; items are measured first."""
+        enqueued = self._clock()  # one time for the call's records
+        for slot, (key, value) in enumerate(items):
+            chosen = self.partition_of(topic, key) if partition is None else partition
+            size = RECORD_OVERHEAD_BOUND + len(key or b"") + len(value or b"")
+            self._queue(topic, chosen, key, value, timestamp_ms, size, group, slot, enqueued)
