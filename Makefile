@@ -11,7 +11,7 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 APT_PACKAGES := kcat:kcat java:openjdk-17-jre-headless javac:openjdk-17-jdk-headless mvn:maven \
 	etcd:etcd-server etcdctl:etcd-client
 
-.PHONY: serve cluster-up setup setup-dev system-deps reference-deps test lint typecheck unit bench bench-cluster soak fuzz fuzz-decoder clean
+.PHONY: serve cluster-up setup setup-dev system-deps compiler-deps reference-deps test lint typecheck unit bench bench-cluster soak fuzz fuzz-decoder clean
 
 serve: setup
 	$(BIN)/lockgate serve $(ARGS)
@@ -22,7 +22,11 @@ cluster-up: setup system-deps
 
 setup: $(BIN)/.installed
 
-$(BIN)/.installed: pyproject.toml
+# The producer's compiled fast path (src/lockgate/client/_fastpath.c, built by pip through
+# setup.py): a change to it or to the build reinstalls, which compiles it again.
+FASTPATH_SOURCES := setup.py src/lockgate/client/_fastpath.c
+
+$(BIN)/.installed: pyproject.toml $(FASTPATH_SOURCES) | compiler-deps
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e .
@@ -30,13 +34,25 @@ $(BIN)/.installed: pyproject.toml
 
 setup-dev: $(BIN)/.installed-dev
 
-$(BIN)/.installed-dev: pyproject.toml
+$(BIN)/.installed-dev: pyproject.toml $(FASTPATH_SOURCES) | compiler-deps
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev,spark,postgres]'
 	touch $@ $(BIN)/.installed
 
-system-deps:
+# gcc and Python's headers for the compiled fast path: without them the install still works
+# (pure Python), but CI's test of the compiled path fails. Debian's python3 keeps its headers
+# in python3-dev; a Python built from source (pyenv) ships them.
+compiler-deps:
+	@missing=""; command -v gcc >/dev/null || missing="gcc"; \
+	$(PYTHON) -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+		|| missing="$$missing python3-dev"; \
+	if [ -n "$$missing" ]; then \
+		echo "installing system packages:$$missing"; \
+		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	fi
+
+system-deps: compiler-deps
 	@missing=""; for p in $(APT_PACKAGES); do command -v $${p%%:*} >/dev/null || missing="$$missing $${p#*:}"; done; \
 	command -v initdb >/dev/null || compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || missing="$$missing postgresql"; \
 	if [ -n "$$missing" ]; then \
@@ -107,4 +123,4 @@ bench-cluster: setup-dev system-deps
 	$(BIN)/python -m bench.cluster $(ARGS)
 
 clean:
-	rm -rf $(VENV) lockgate-data .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) lockgate-data .pytest_cache .mypy_cache .ruff_cache build src/lockgate/client/*.so
