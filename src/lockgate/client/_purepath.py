@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import deque
-from collections.abc import Callable, Iterator
+from collections import Counter, deque
+from collections.abc import Callable, Iterator, Sequence
 from itertools import count as count_from
 from itertools import repeat
+from operator import itemgetter
 from typing import Any
 
 from lockgate.client.batches import RECORD_OVERHEAD_BOUND, OutgoingRecord, encode_records
-from lockgate.client.partitioner import murmur2
+from lockgate.client.partitioner import KEY_CACHE_SIZE, murmur2
 
 IMPLEMENTATION = "pure"
 
@@ -32,6 +33,10 @@ IMPLEMENTATION = "pure"
 # is the record's own future (slot -1) or the RecordGroup of its send_batch() call.
 _Entry = tuple[bytes | None, bytes | None, tuple[Any, ...], int, int, Any, float, int]
 _new_tuple = tuple.__new__
+# Per-record work below goes through map/zip where it can: C speed without a Python loop.
+_SIZE = itemgetter(4)
+_RECORD = itemgetter(0, 1, 2, 3)
+_TIMESTAMP = itemgetter(3)
 
 
 class RecordGroup:
@@ -62,7 +67,7 @@ class RecordRun:
 
     def __init__(self, entries: list[_Entry]) -> None:
         self._entries = entries
-        self.size = sum(entry[4] for entry in entries)
+        self.size = sum(map(_SIZE, entries))
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -72,7 +77,7 @@ class RecordRun:
         return self._entries[0][6]
 
     def records(self) -> list[OutgoingRecord]:
-        return [(e[0], e[1], e[2], e[3]) for e in self._entries]
+        return list(map(_RECORD, self._entries))
 
     def frame(self) -> tuple[bytes, int, int]:
         """(the records' v2 encodings with offset deltas from 0, base timestamp, max timestamp)."""
@@ -95,12 +100,17 @@ class RecordRun:
         """Delivers `metadata_type(topic, partition, offset, timestamp)` to every record: offsets
         from `base_offset` (all -1 when it is negative), the record's timestamp unless
         `log_append_time` is one (≥ 0)."""
+        entries = self._entries
         offsets: Iterator[int] = repeat(-1) if base_offset < 0 else count_from(base_offset)
-        for entry, offset in zip(self._entries, offsets, strict=False):
-            timestamp = log_append_time if log_append_time >= 0 else entry[3]
-            metadata = _new_tuple(metadata_type, (topic, partition, offset, timestamp))
+        timestamps: Iterator[int] = (
+            repeat(log_append_time) if log_append_time >= 0 else map(_TIMESTAMP, entries)
+        )
+        fields = zip(repeat(topic), repeat(partition), offsets, timestamps, strict=False)
+        # The metadata built at C speed; the loop only hands them out.
+        metadatas = map(_new_tuple, repeat(metadata_type), fields)
+        for entry, metadata in zip(entries, metadatas, strict=False):
             waiter = entry[5]
-            if isinstance(waiter, RecordGroup):
+            if type(waiter) is RecordGroup:
                 waiter.deliver(entry[7], metadata)
             elif not waiter.done():
                 waiter.set_result(metadata)
@@ -123,6 +133,32 @@ class RecordQueue:
     @property
     def first_enqueued(self) -> float:
         return self._entries[0][6]
+
+    def extend(
+        self,
+        keys: Sequence[bytes | None],
+        values: Sequence[bytes | None],
+        sizes: Sequence[int],
+        timestamp: int,
+        waiter: Any,
+        enqueued: float,
+        slots: Sequence[int],
+    ) -> None:
+        """Appends records whose keys, values and sizes are checked already, in one pass."""
+        self._entries.extend(
+            zip(
+                keys,
+                values,
+                repeat(()),
+                repeat(timestamp),
+                sizes,
+                repeat(waiter),
+                repeat(enqueued),
+                slots,
+                strict=False,
+            )
+        )
+        self.size += sum(sizes)
 
     def append(
         self,
@@ -190,6 +226,7 @@ class Accumulator:
 
     __slots__ = (
         "_clock",
+        "_key_caches",
         "_loop",
         "batch_size",
         "buffer_memory",
@@ -235,6 +272,8 @@ class Accumulator:
         self.topics: dict[str, list[Any]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._clock: Callable[[], float] = time.monotonic
+        # murmur2 is slow in Python and keys repeat: partition count → key → partition
+        self._key_caches: dict[int, dict[bytes | None, int]] = {}
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -281,7 +320,32 @@ class Accumulator:
             return chosen
         if key is None:
             return int(next(counter)) % count
-        return (murmur2(key) & 0x7FFFFFFF) % count
+        cache = self._key_cache(count)
+        cached = cache.get(key)
+        if cached is None:
+            if len(cache) >= KEY_CACHE_SIZE:
+                cache.clear()
+            cached = cache[key] = (murmur2(key) & 0x7FFFFFFF) % count
+        return cached
+
+    def _key_cache(self, count: int) -> dict[bytes | None, int]:
+        cache = self._key_caches.get(count)
+        if cache is None:
+            cache = self._key_caches[count] = {}
+        return cache
+
+    def _partitions(self, topic: str, keys: list[bytes | None]) -> list[int]:
+        """partition_of() for many records: the cached keys in one pass at C speed, the rest
+        (and the round robin of records without a key) in order."""
+        entry = self.topics[topic]
+        if entry[4] is not None:
+            return [self.partition_of(topic, key) for key in keys]
+        chosen: list[int | None] = list(map(self._key_cache(entry[1]).get, keys))
+        if None in chosen:
+            for index, partition in enumerate(chosen):
+                if partition is None:
+                    chosen[index] = self.partition_of(topic, keys[index])
+        return chosen  # type: ignore[return-value]  # no None is left
 
     def append(
         self,
@@ -371,7 +435,42 @@ class Accumulator:
         """Queues send_batch()'s records in order, each in its partition (`partition` when
         given), the i-th delivered to `group` as its i-th result; items are measured first."""
         enqueued = self._clock()  # one time for the call's records
-        for slot, (key, value) in enumerate(items):
-            chosen = self.partition_of(topic, key) if partition is None else partition
-            size = RECORD_OVERHEAD_BOUND + len(key or b"") + len(value or b"")
-            self._queue(topic, chosen, key, value, timestamp_ms, size, group, slot, enqueued)
+        keys = [key for key, _value in items]
+        values = [value for _key, value in items]
+        sizes = [RECORD_OVERHEAD_BOUND + len(k or b"") + len(v or b"") for k, v in items]
+        if partition is not None:
+            runs: dict[int, Sequence[int]] = {partition: range(len(items))}
+        else:
+            runs = _slots_by_partition(self._partitions(topic, keys))
+        for chosen, slots in runs.items():
+            queue = self.queue_for(topic, chosen)
+            before = queue.size
+            if isinstance(slots, range):  # the whole call
+                queue.extend(keys, values, sizes, timestamp_ms, group, enqueued, slots)
+            else:
+                queue.extend(
+                    list(map(keys.__getitem__, slots)),
+                    list(map(values.__getitem__, slots)),
+                    list(map(sizes.__getitem__, slots)),
+                    timestamp_ms,
+                    group,
+                    enqueued,
+                    slots,
+                )
+            self.buffered_bytes += queue.size - before
+            if before // self.batch_size != queue.size // self.batch_size:
+                self.filled = True
+                self.wakeup()
+            elif before == 0:
+                self.wakeup()
+
+
+def _slots_by_partition(partitions: list[int]) -> dict[int, Sequence[int]]:
+    """Each partition's slots, in order: a stable sort and slices rather than a Python loop."""
+    order = sorted(range(len(partitions)), key=partitions.__getitem__)
+    runs: dict[int, Sequence[int]] = {}
+    start = 0
+    for partition, size in sorted(Counter(partitions).items()):
+        runs[partition] = order[start : start + size]
+        start += size
+    return runs
