@@ -8,9 +8,11 @@ spread over the partitions, and count until every delivery is acknowledged. Repo
 messages/s per client and size, and lockgate ÷ confluent-kafka.
 
 Each size runs twice: one call per record (send / produce), then calls of 1,000 records
-(send_batch / produce_batch).
+(send_batch / produce_batch). lockgate's producer runs with the implementation it would pick
+(the compiled fast path when built); --pure adds a run of its pure-Python twin
+(LOCKGATE_PURE_PYTHON=1) to each round. Python's garbage collector keeps its defaults.
 
-    python -m bench.client [--messages N] [--sizes 100,1024] [--rounds R] [--json PATH]
+    python -m bench.client [--messages N] [--sizes 100,1024] [--rounds R] [--pure] [--json PATH]
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -31,6 +34,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from bench.transactions import free_port, wait_for_port
+from lockgate.client.fastpath import PURE_PYTHON_VARIABLE
 from lockgate.client.producer import Producer
 
 PARTITIONS = 3
@@ -89,11 +93,15 @@ def run_confluent(bootstrap: str, topic: str, count: int, size: int, batched: bo
     return count / (time.perf_counter() - start)
 
 
-async def run_lockgate(bootstrap: str, topic: str, count: int, size: int, batched: bool) -> float:
+async def run_lockgate(
+    bootstrap: str, topic: str, count: int, size: int, batched: bool, pure: bool
+) -> float:
     value = b"x" * size
     keys = [str(i).encode() for i in range(1024)]
     records = [(keys[i % 1024], value) for i in range(count)] if batched else []
+    os.environ[PURE_PYTHON_VARIABLE] = "1" if pure else "0"  # read when a producer is built
     async with Producer(bootstrap, linger_ms=5, acks=-1, batch_size=BATCH_SIZE) as producer:
+        assert (producer.implementation == "pure") == pure
         await producer.send_and_wait(topic, value, keys[0])  # metadata and producer id first
         start = time.perf_counter()
         if batched:
@@ -106,28 +114,37 @@ async def run_lockgate(bootstrap: str, topic: str, count: int, size: int, batche
         return count / (time.perf_counter() - start)
 
 
-def compare(bootstrap: str, size: int, batched: bool, count: int, rounds: int) -> dict[str, float]:
-    """Alternating rounds of both clients: per-record calls (send / produce) or calls of
+def compare(
+    bootstrap: str, size: int, batched: bool, count: int, rounds: int, pure: bool
+) -> dict[str, float]:
+    """Alternating rounds of the clients: per-record calls (send / produce) or calls of
     CALL_SIZE records (send_batch / produce_batch)."""
     api = "batch calls" if batched else "record calls"
-    rates: dict[str, list[float]] = {"lockgate": [], "confluent-kafka": []}
+    clients = ["confluent-kafka", "lockgate"] + (["lockgate-pure"] if pure else [])
+    rates: dict[str, list[float]] = {client: [] for client in clients}
     for round_number in range(rounds):
-        for client in ("confluent-kafka", "lockgate"):
+        for client in clients:
             topic = f"bench-client-{size}-{client}-{int(batched)}-{round_number}"
             create_topic(bootstrap, topic)
-            if client == "lockgate":
-                rate = asyncio.run(run_lockgate(bootstrap, topic, count, size, batched))
+            if client.startswith("lockgate"):
+                rate = asyncio.run(
+                    run_lockgate(bootstrap, topic, count, size, batched, client == "lockgate-pure")
+                )
             else:
                 rate = run_confluent(bootstrap, topic, count, size, batched)
             rates[client].append(rate)
             print(f"{size:>5} B  {api}  {client:<16} round {round_number}: {rate:>10,.0f} msg/s")
-    ours = statistics.median(rates["lockgate"])
     theirs = statistics.median(rates["confluent-kafka"])
-    print(
-        f"{size:>5} B  {api}  median lockgate {ours:,.0f} msg/s, confluent-kafka "
-        f"{theirs:,.0f} msg/s: ratio {ours / theirs:.2f}"
-    )
-    return {"lockgate_msg_per_s": ours, "confluent_kafka_msg_per_s": theirs, "ratio": ours / theirs}
+    result = {"confluent_kafka_msg_per_s": theirs}
+    for client in clients[1:]:
+        ours = statistics.median(rates[client])
+        name = client.replace("-", "_")
+        result |= {f"{name}_msg_per_s": ours, f"{name}_ratio": ours / theirs}
+        print(
+            f"{size:>5} B  {api}  median {client} {ours:,.0f} msg/s, confluent-kafka "
+            f"{theirs:,.0f} msg/s: ratio {ours / theirs:.2f}"
+        )
+    return result
 
 
 def main() -> None:
@@ -135,6 +152,7 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--sizes", default="100,1024")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--pure", action="store_true", help="also run the pure-Python twin")
     parser.add_argument("--json", type=Path)
     options = parser.parse_args()
     sizes = [int(s) for s in options.sizes.split(",")]
@@ -145,7 +163,7 @@ def main() -> None:
             for size in sizes:
                 for batched in (False, True):
                     results[f"{size}{' batch' if batched else ''}"] = compare(
-                        bootstrap, size, batched, options.messages, options.rounds
+                        bootstrap, size, batched, options.messages, options.rounds, options.pure
                     )
         finally:
             process.terminate()
