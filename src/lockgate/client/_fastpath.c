@@ -966,8 +966,9 @@ static PyObject *accumulator_partition_of(Accumulator *self, PyObject *const *ar
 static int64_t now_ms(void) {
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
-    /* int(time.time() * 1000): the same double arithmetic, truncated */
-    double seconds = (double)now.tv_sec + (double)now.tv_nsec * 1e-9;
+    /* int(time.time() * 1000) with time.time()'s own arithmetic: nanoseconds as an integer,
+     * then seconds as a double, then milliseconds truncated */
+    double seconds = (double)((int64_t)now.tv_sec * 1000000000 + now.tv_nsec) / 1e9;
     return (int64_t)(seconds * 1000.0);
 }
 
@@ -1025,6 +1026,11 @@ static PyObject *accumulator_append(Accumulator *self, PyObject *const *args, Py
         if (truth < 0) return NULL;
         if (truth) Py_RETURN_NONE;
     }
+    if (self->txn_check != NULL) { /* first, as on the general path */
+        PyObject *r = PyObject_CallNoArgs(self->txn_check); /* raises outside a transaction */
+        if (r == NULL) return NULL;
+        Py_DECREF(r);
+    }
     PyObject *entry = topic_entry(self, topic);
     if (entry == NULL) {
         if (PyErr_Occurred()) return NULL;
@@ -1063,24 +1069,22 @@ static PyObject *accumulator_append(Accumulator *self, PyObject *const *args, Py
         if (overflow) Py_RETURN_NONE;
         if (timestamp == -1 && PyErr_Occurred()) return NULL;
     }
-    if (self->txn_check != NULL) {
-        PyObject *r = PyObject_CallNoArgs(self->txn_check); /* raises outside a transaction */
-        if (r == NULL) return NULL;
-        Py_DECREF(r);
+    Py_INCREF(entry); /* Python code runs below: the entry must outlive a re-registration */
+    if (chosen == -2) chosen = partition_of(topic, entry, key);
+    PyObject *future = chosen < 0 ? NULL : PyObject_CallNoArgs(future_type); /* the loop's */
+    if (future == NULL) {
+        Py_DECREF(entry);
+        return NULL;
     }
-    if (chosen == -2) {
-        chosen = partition_of(topic, entry, key);
-        if (chosen < 0) return NULL;
-    }
-    PyObject *future = PyObject_CallNoArgs(future_type); /* the running loop's */
-    if (future == NULL) return NULL;
     double enqueued = loop_time(self);
     if ((enqueued == -1.0 && PyErr_Occurred()) ||
         queue_record(self, topic, entry, chosen, key, value, timestamp, size, future, -1,
                      enqueued) < 0) {
+        Py_DECREF(entry);
         Py_DECREF(future);
         return NULL;
     }
+    Py_DECREF(entry);
     /* Queued: the queue keeps the future alive whatever the collector finds, so scanning it
      * is wasted work — and futures live long enough (linger, a round trip) to be promoted to
      * the oldest generation, whose growth sets off full collections over every object of the
@@ -1153,18 +1157,37 @@ static PyObject *accumulator_append_group(Accumulator *self, PyObject *const *ar
     }
     double enqueued = loop_time(self); /* one time for the call's records */
     if (enqueued == -1.0 && PyErr_Occurred()) return NULL;
-    for (Py_ssize_t slot = 0; slot < PyList_GET_SIZE(items); slot++) {
-        PyObject *item = PyList_GET_ITEM(items, slot); /* measured: (bytes|None, bytes|None) */
+    /* Python code may run below (new_queue, a partitioner, wakeup): hold the entry and the
+     * list, and check each item again (a list another thread of Python code could change). */
+    Py_INCREF(entry);
+    Py_INCREF(items);
+    int failed = 0;
+    for (Py_ssize_t slot = 0; !failed && slot < PyList_GET_SIZE(items); slot++) {
+        PyObject *item = PyList_GET_ITEM(items, slot);
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2) {
+            PyErr_SetString(PyExc_TypeError, "send_batch() takes (key, value) pairs");
+            failed = 1;
+            break;
+        }
+        Py_INCREF(item);
         PyObject *key = PyTuple_GET_ITEM(item, 0), *value = PyTuple_GET_ITEM(item, 1);
-        Py_ssize_t chosen = fixed >= 0 ? fixed : partition_of(topic, entry, key);
-        if (chosen < 0) return NULL;
-        Py_ssize_t size = RECORD_OVERHEAD_BOUND;
-        if (key != Py_None) size += PyBytes_GET_SIZE(key);
-        if (value != Py_None) size += PyBytes_GET_SIZE(value);
-        if (queue_record(self, topic, entry, chosen, key, value, timestamp, size, group, slot,
-                         enqueued) < 0)
-            return NULL;
+        if ((key != Py_None && !PyBytes_CheckExact(key)) ||
+            (value != Py_None && !PyBytes_CheckExact(value))) {
+            PyErr_SetString(PyExc_TypeError, "send_batch() takes pairs of bytes or None");
+            failed = 1;
+        } else {
+            Py_ssize_t chosen = fixed >= 0 ? fixed : partition_of(topic, entry, key);
+            Py_ssize_t size = RECORD_OVERHEAD_BOUND;
+            if (key != Py_None) size += PyBytes_GET_SIZE(key);
+            if (value != Py_None) size += PyBytes_GET_SIZE(value);
+            failed = chosen < 0 || queue_record(self, topic, entry, chosen, key, value, timestamp,
+                                                size, group, slot, enqueued) < 0;
+        }
+        Py_DECREF(item);
     }
+    Py_DECREF(items);
+    Py_DECREF(entry);
+    if (failed) return NULL;
     Py_RETURN_NONE;
 }
 

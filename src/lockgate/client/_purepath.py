@@ -360,6 +360,8 @@ class Accumulator:
         anything else."""
         if not self.sendable or headers:
             return None
+        if self.txn_check is not None:  # first, as on the general path
+            self.txn_check()  # raises outside a transaction
         entry = self.topics.get(topic)
         if entry is None or entry[0] is not self.cluster.metadata:
             return None
@@ -376,8 +378,6 @@ class Accumulator:
             timestamp_ms = int(time.time() * 1000)
         elif type(timestamp_ms) is not int or not -(2**63) <= timestamp_ms < 2**63:
             return None
-        if self.txn_check is not None:
-            self.txn_check()  # raises outside a transaction
         # after the checks: a record going the general way must not move the round robin
         chosen = self.partition_of(topic, key) if partition is None else partition
         future: asyncio.Future[Any] = asyncio.Future(loop=self._loop)
