@@ -40,11 +40,17 @@ static PyObject *future_type; /* asyncio.Future */
 static PyObject *base_loop_time; /* asyncio.BaseEventLoop.time: time.monotonic() */
 static PyObject *empty_tuple;
 
+/* An entry's slot once run_complete has given its own future a RecordMetadata. */
+#define SLOT_SETTLED -2
+
 /* The futures of send() are left out of the collector's scans while a queue or run holds them
- * (see accumulator_append): tracked again when the entry lets go of them. */
+ * (see accumulator_append), and tracked again when the entry lets go of them — unless the
+ * run completed them with a result: a done future holds no callbacks any more, only its loop
+ * and its RecordMetadata (a str and ints), so it can be in no reference cycle and dies by its
+ * reference count; tracked, it would be scanned while the caller and flush() keep it. */
 static void entry_clear(Entry *e) {
-    if (e->waiter != NULL && Py_IS_TYPE(e->waiter, (PyTypeObject *)future_type) &&
-        !PyObject_GC_IsTracked(e->waiter))
+    if (e->waiter != NULL && e->slot != SLOT_SETTLED &&
+        Py_IS_TYPE(e->waiter, (PyTypeObject *)future_type) && !PyObject_GC_IsTracked(e->waiter))
         PyObject_GC_Track(e->waiter);
     Py_CLEAR(e->key);
     Py_CLEAR(e->value);
@@ -444,6 +450,8 @@ static PyObject *run_complete(RecordRun *self, PyObject *const *args, Py_ssize_t
                 PyObject *r = PyObject_CallMethodOneArg(e->waiter, str_set_result, metadata);
                 failed = r == NULL;
                 Py_XDECREF(r);
+                if (!failed && Py_IS_TYPE(e->waiter, (PyTypeObject *)future_type))
+                    e->slot = SLOT_SETTLED;
             }
         }
         Py_DECREF(metadata);

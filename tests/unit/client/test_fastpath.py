@@ -434,18 +434,26 @@ async def test_a_custom_partitioner_is_asked(impl: ModuleType) -> None:
 
 
 @pytest.mark.skipif(not BUILT, reason="the extension is not built")
-async def test_compiled_futures_are_tracked_again_when_their_records_leave() -> None:
+async def test_compiled_futures_stay_out_of_the_collector_unless_they_fail() -> None:
     setup = accumulate(COMPILED)
     setup.accumulator.start(asyncio.get_running_loop())
-    future = setup.accumulator.append("t", b"v", None, 0, (), 1)
-    assert not gc.is_tracked(future)  # held by its queue: nothing for the collector to find
+    delivered = setup.accumulator.append("t", b"v", None, 0, (), 1)
+    failed = setup.accumulator.append("t", b"v", None, 1, (), 1)
+    assert not gc.is_tracked(delivered)  # held by its queue: nothing for the collector to find
     run = setup.queues["t", 0].take_all()
-    assert not gc.is_tracked(future)
     run.complete(RecordMetadata, "t", 0, 5, -1)
-    metadata = future.result()
+    metadata = delivered.result()
     assert not gc.is_tracked(metadata)  # a str and ints: in no cycle
     del run
-    assert gc.is_tracked(future)
+    assert not gc.is_tracked(delivered)  # done with a result: no callbacks, no cycle
+    # a record failed from Python: its exception (and traceback) may form cycles
+    leftovers = setup.queues["t", 1].take_all()
+    for future in leftovers.futures():
+        future.set_exception(ValueError("failed"))
+    del leftovers
+    assert gc.is_tracked(failed)
+    with pytest.raises(ValueError):
+        failed.result()
 
 
 def test_the_collector_breaks_cycles_through_queued_records(impl: ModuleType) -> None:
