@@ -757,15 +757,19 @@ class Producer:
                 next_identity = self._current_identity()
             if txn.tv2:
                 self._use_identity(next_identity)
-        if not txn.tv2 and self._sequence_gap:
+        if not txn.tv2 and (self._sequence_gap or txn.end_txn_in_doubt):
             # Sequences were used that the partitions may never have seen: start a new epoch
-            # (KIP-360) rather than run into OUT_OF_ORDER_SEQUENCE_NUMBER next time.
+            # (KIP-360) rather than run into OUT_OF_ORDER_SEQUENCE_NUMBER next time. An EndTxn
+            # whose answer was lost may still arrive, and under the same epoch it would end
+            # the next transaction: the new epoch makes the coordinator refuse it (TV2's
+            # EndTxn bumps the epoch itself).
             try:
                 bumped, _ = await txn.init_producer_id(deadline=deadline, current=identity)
             except KafkaError as exc:
                 self._transaction_failed(exc)
                 raise
             self._use_identity(bumped)
+            txn.end_txn_in_doubt = False
             self.stats.epoch_bumps += 1
         if commit:
             self.stats.transactions_committed += 1

@@ -223,6 +223,10 @@ class TransactionManager:
         self.kept_nothing = False  # init_transactions(keep_prepared_txn=True) found none
         # ABORTABLE_ERROR after an epoch bump not yet told apart (see settle_epoch_bump)
         self.epoch_bump_unsettled = False
+        # An EndTxn went out and its answer was lost (timeout, connection cut): the request may
+        # still reach the coordinator later, so the classic protocol needs a new epoch before
+        # the next transaction (see Producer._end_transaction)
+        self.end_txn_in_doubt = False
         self.transaction = _Transaction()
         self._coordinators: dict[tuple[int, str], int] = {}
 
@@ -384,10 +388,12 @@ class TransactionManager:
         key: str | None = None,
         min_version: int = 0,
         max_version: int | None = None,
+        on_lost_answer: Callable[[], None] | None = None,
     ) -> tuple[Any, int]:
         """Sends a coordinator request until it succeeds, retrying retriable errors until
         `deadline` (loop time). Returns (response, version); raises the first non-retriable
-        error, or KafkaTimeoutError with the last retriable one."""
+        error, or KafkaTimeoutError with the last retriable one. `on_lost_answer` is called
+        when an attempt may have reached the coordinator but its answer did not come back."""
         loop = asyncio.get_running_loop()
         key = self.transactional_id if key is None else key
         last: KafkaError | None = None
@@ -425,8 +431,12 @@ class TransactionManager:
             except UnsupportedVersionError:
                 raise
             except TimeoutError:
+                if on_lost_answer is not None:
+                    on_lost_answer()
                 break
             except (KafkaConnectionError, KafkaTimeoutError) as exc:
+                if on_lost_answer is not None:
+                    on_lost_answer()
                 self.forget_coordinator(key_type, key)
                 last = exc
             except KafkaError as exc:
@@ -615,6 +625,9 @@ class TransactionManager:
             max_version=None if self.tv2 else FIRST_TV2_TXN_OFFSET_COMMIT - 1,
         )
 
+    def _end_txn_lost(self) -> None:
+        self.end_txn_in_doubt = True
+
     async def end_txn(
         self, identity: ProducerIdentity, commit: bool, deadline: float
     ) -> ProducerIdentity:
@@ -636,6 +649,7 @@ class TransactionManager:
             deadline=deadline,
             min_version=FIRST_TV2_END_TXN if self.tv2 else 0,
             max_version=None if self.tv2 else FIRST_TV2_END_TXN - 1,
+            on_lost_answer=self._end_txn_lost,
         )
         if version >= FIRST_TV2_END_TXN and int(response.producer_id) >= 0:
             return ProducerIdentity(int(response.producer_id), int(response.producer_epoch), True)
