@@ -5,7 +5,7 @@ under both protocols (the new epoch after N's end). A late EndTxn(commit) of N u
 classic protocol carries the same epoch as N+1 and Kafka would commit N+1 halfway with it:
 lockgate's client bumps its epoch (KIP-360) after an EndTxn whose answer was lost, so Kafka
 refuses the late copy too. (lockgate's broker also refuses an EndTxn from a connection its
-client has left.)"""
+client has left.) Pain 6's lost Produce request: Kafka too gets every record once, in order."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from tests.integration.test_txn_pains_late_requests import (
     late_end_txn_is_refused,
     late_produce_is_refused,
 )
+from tests.integration.test_txn_pains_sequences import dropped_request_is_resent_in_order
 from tests.integration.test_txn_pains_timeouts import unique
 from tests.support.broker import free_port
 from tests.support.clients import create_topic
@@ -75,3 +76,11 @@ async def test_kafka_refuses_a_late_end_txn_after_the_client_s_bump(
     topic = unique("late-end")
     create_topic(proxy.address, topic, 1)
     await late_end_txn_is_refused(proxy, topic, version)
+
+
+async def test_kafka_gets_the_batches_behind_a_lost_request_once_in_order(
+    proxy: FaultProxy,
+) -> None:
+    topic = unique("lost-request")
+    create_topic(proxy.address, topic, 1)
+    await dropped_request_is_resent_in_order(proxy, topic)
