@@ -1,13 +1,19 @@
 # Issue 22, the transactional producer's rules for pains 2-3 without a broker: which errors
-# leave an open transaction abortable rather than fatal, and what the abort then has to do.
+# leave an open transaction abortable rather than fatal, and what the abort then has to do;
+# pain 5: an EndTxn whose answer was lost leaves the next transaction in need of a new epoch.
 from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
 
 import pytest
 
+from lockgate.client.batches import ProducerIdentity
 from lockgate.client.cluster import Cluster
 from lockgate.client.errors import (
     InvalidProducerEpochError,
     InvalidProducerIdMappingError,
+    KafkaTimeoutError,
     ProducerFencedError,
     TransactionAbortableError,
 )
@@ -111,3 +117,37 @@ def test_a_forgotten_transactional_id_is_fatal_and_says_why(during: TransactionS
         txn.begin()
     with pytest.raises(InvalidProducerIdMappingError):  # its code's class, for old handlers
         txn.raise_error()
+
+
+class _LosesFirstAnswer:
+    """A coordinator connection whose first EndTxn answer is lost (a timeout)."""
+
+    def __init__(self) -> None:
+        self.attempts = 0
+
+    def version_for(self, api_key: int, *, min_version: int, max_version: int | None) -> int:
+        return 4
+
+    async def request(self, api_key: int, body: object, *, version: int) -> object:
+        self.attempts += 1
+        if self.attempts == 1:
+            raise KafkaTimeoutError("no answer")
+        return SimpleNamespace(error_code=0, producer_id=-1, producer_epoch=-1)
+
+
+@pytest.mark.parametrize("lose", [True, False])
+async def test_an_end_txn_whose_answer_was_lost_is_in_doubt(lose: bool) -> None:
+    """Pain 5: the lost attempt may still reach the coordinator during the next transaction,
+    so the classic-protocol producer bumps its epoch before it (Producer._end_transaction)."""
+    txn = in_transaction()
+    connection = _LosesFirstAnswer()
+    connection.attempts = 0 if lose else 1
+
+    async def coordinator(_key_type: int, _key: str) -> _LosesFirstAnswer:
+        return connection
+
+    txn.coordinator = coordinator  # type: ignore[method-assign,assignment]
+    deadline = asyncio.get_running_loop().time() + 5
+    identity = ProducerIdentity(7, 0, True)
+    assert await txn.end_txn(identity, True, deadline) == identity
+    assert txn.end_txn_in_doubt is lose
