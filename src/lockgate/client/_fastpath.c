@@ -721,7 +721,7 @@ static PyTypeObject RecordQueueType = {
 
 typedef struct {
     PyObject_HEAD
-    PyObject *cluster, *new_queue, *wakeup, *txn_check, *unfinished, *topics, *clock;
+    PyObject *cluster, *new_queue, *wakeup, *txn_check, *unfinished, *topics, *clock, *loop;
     char monotonic; /* the loop's clock is time.monotonic(): read it here, not through a call */
     Py_ssize_t batch_size, max_request_size, buffer_memory, prune_at, prune_base;
     long long buffered_bytes;
@@ -780,6 +780,7 @@ static int accumulator_traverse(Accumulator *self, visitproc visit, void *arg) {
     Py_VISIT(self->unfinished);
     Py_VISIT(self->topics);
     Py_VISIT(self->clock);
+    Py_VISIT(self->loop);
     return 0;
 }
 
@@ -791,6 +792,7 @@ static int accumulator_clear(Accumulator *self) {
     Py_CLEAR(self->unfinished);
     Py_CLEAR(self->topics);
     Py_CLEAR(self->clock);
+    Py_CLEAR(self->loop);
     return 0;
 }
 
@@ -804,6 +806,8 @@ static PyObject *accumulator_start(Accumulator *self, PyObject *loop) {
     PyObject *clock = PyObject_GetAttrString(loop, "time");
     if (clock == NULL) return NULL;
     Py_XSETREF(self->clock, clock);
+    Py_INCREF(loop);
+    Py_XSETREF(self->loop, loop);
     PyObject *method = PyObject_GetAttrString((PyObject *)Py_TYPE(loop), "time");
     if (method == NULL) return NULL;
     self->monotonic = method == base_loop_time;
@@ -1028,7 +1032,7 @@ static PyObject *accumulator_append(Accumulator *self, PyObject *const *args, Py
     }
     PyObject *topic = args[0], *value = args[1], *key = args[2], *partition = args[3];
     PyObject *headers = args[4], *timestamp_object = args[5];
-    if (!self->sendable || self->clock == NULL) Py_RETURN_NONE;
+    if (!self->sendable || self->loop == NULL) Py_RETURN_NONE;
     if (!(PyTuple_CheckExact(headers) && PyTuple_GET_SIZE(headers) == 0)) {
         int truth = PyObject_IsTrue(headers);
         if (truth < 0) return NULL;
@@ -1079,7 +1083,9 @@ static PyObject *accumulator_append(Accumulator *self, PyObject *const *args, Py
     }
     Py_INCREF(entry); /* Python code runs below: the entry must outlive a re-registration */
     if (chosen == -2) chosen = partition_of(topic, entry, key);
-    PyObject *future = chosen < 0 ? NULL : PyObject_CallNoArgs(future_type); /* the loop's */
+    /* Future(), not Future(loop=loop): the keyword costs more (a dict, then its parsing) than
+     * the constructor's own look-up of the running loop, the same loop here */
+    PyObject *future = chosen < 0 ? NULL : PyObject_CallNoArgs(future_type);
     if (future == NULL) {
         Py_DECREF(entry);
         return NULL;
