@@ -99,6 +99,10 @@ async def test_records_arrive_in_order_with_their_metadata(
                 memoryview(b"key"),  # type: ignore[arg-type]
             ),
         ]
+        with pytest.raises(TypeError):  # refused when sent, not when the batch is framed
+            await producer.send(topic, b"v", headers=[(b"name", b"x")])  # type: ignore[list-item]
+        with pytest.raises(TypeError):
+            await producer.send_batch(topic, [(b"k", "text")])  # type: ignore[list-item]
         await producer.flush()  # more records than one prune of its futures: waits for all
         assert all(future.done() for future in [*sent, *odd]) and group.done()
         metadata = [future.result() for future in sent] + group.result()

@@ -389,7 +389,9 @@ class Producer:
             chosen = accumulator.partition_of(topic, key)
         else:
             chosen = self._checked_partition(info, partition)
-        record_headers = tuple((str(name), _as_bytes(header)) for name, header in headers)
+        record_headers = tuple((name, _as_bytes(header)) for name, header in headers)
+        if not all(isinstance(name, str) for name, _header in record_headers):
+            raise TypeError("a header is (str, bytes | None)")
         size = size_bound(key, value, record_headers)
         if timestamp_ms is None:
             timestamp_ms = int(time.time() * 1000)
