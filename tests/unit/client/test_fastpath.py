@@ -468,3 +468,44 @@ def test_the_collector_breaks_cycles_through_queued_records(impl: ModuleType) ->
     del queue, holder
     gc.collect()
     assert reference() is None
+
+
+sends = st.lists(
+    st.tuples(
+        st.one_of(st.none(), st.binary(max_size=12)),  # key
+        st.one_of(st.none(), st.binary(max_size=40)),  # value
+        st.one_of(st.none(), st.integers(-1, 3)),  # partition (3 and -1: the general path)
+        st.integers(0, 2**44),  # timestamp
+        st.booleans(),  # one send() or part of a send_batch() call
+    ),
+    max_size=40,
+)
+
+
+@pytest.mark.skipif(not BUILT, reason="the extension is not built")
+@settings(max_examples=100, deadline=None)
+@given(calls=sends)
+def test_both_accumulators_queue_the_same_records(calls: list[Any]) -> None:
+    async def queue_all(module: ModuleType) -> tuple[Any, ...]:
+        setup = accumulate(module, batch_size=100, max_request_size=10**6, buffer_memory=10**9)
+        setup.accumulator.start(asyncio.get_running_loop())
+        taken: list[Any] = []
+        group: list[tuple[bytes | None, bytes | None]] = []
+        for key, value, partition, timestamp, batched in calls:
+            if batched:
+                group.append((key, value))
+                continue
+            future = setup.accumulator.append("t", value, key, partition, (), timestamp)
+            taken.append(future is None)
+        if group:
+            future = asyncio.get_running_loop().create_future()
+            setup.accumulator.append_group(
+                "t", None, group, 7, module.RecordGroup(future, len(group))
+            )
+        queued = {
+            where: queue.take_all().records() for where, queue in sorted(setup.queues.items())
+        }
+        return taken, queued, setup.accumulator.buffered_bytes, setup.accumulator.filled
+
+    compiled, pure = (asyncio.run(queue_all(module)) for module in (COMPILED, _purepath))
+    assert compiled == pure
