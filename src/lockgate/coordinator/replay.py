@@ -1,17 +1,21 @@
 # Replays an internal partition for a coordinator without holding the event loop: batches are
-# read lazily, in order, and the loop is yielded to every REPLAY_CHUNK batches. The replay ends
+# read lazily, in order, and the loop is yielded to every REPLAY_CHUNK batches and after every
+# REPLAY_SLICE_S of replaying (batches of many records, offset commits of many partitions say,
+# would otherwise hold it for long: requests meanwhile, Metadata included, wait). The replay ends
 # only after a pass from where it stopped finds nothing new, with no await in that pass, so a
 # coordinator that marks the partition loaded right after has seen every record appended
 # meanwhile (markers written to an offsets partition while it loads, say).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 
 from lockgate.log.partition import Partition
 from lockgate.protocol.records import BatchHeader
 
 REPLAY_CHUNK = 200
+REPLAY_SLICE_S = 0.01
 
 BatchVisitor = Callable[[BatchHeader, bytes], None]
 
@@ -29,6 +33,7 @@ async def replay(partition: Partition, visit: BatchVisitor, start: int | None = 
 async def _replay(partition: Partition, visit: BatchVisitor, start: int | None) -> int:
     next_offset = max(partition.log_start_offset, start or 0)
     visited = 0
+    slice_ends = time.monotonic() + REPLAY_SLICE_S
     while True:
         progressed = False
         for segment in list(partition.segments[partition.segment_for(next_offset) :]):
@@ -42,7 +47,8 @@ async def _replay(partition: Partition, visit: BatchVisitor, start: int | None) 
                 next_offset = header.last_offset + 1
                 visited += 1
                 progressed = True
-                if visited % REPLAY_CHUNK == 0:
+                if visited % REPLAY_CHUNK == 0 or time.monotonic() >= slice_ends:
                     await asyncio.sleep(0)
+                    slice_ends = time.monotonic() + REPLAY_SLICE_S
         if not progressed:
             return visited
