@@ -13,7 +13,7 @@ import itertools
 import logging
 import random
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -216,15 +216,20 @@ class Cluster:
             self._connections[node_id] = connection
             return connection
 
-    async def any_connection(self) -> BrokerConnection:
-        """Some live connection: a known broker's, else a bootstrap server's."""
+    async def any_connection(self, avoid: Collection[int] = ()) -> BrokerConnection:
+        """Some live connection: a known broker's, else a bootstrap server's. A broker in
+        `avoid` only when no other one can be reached."""
         self._check_open()
-        for connection in self._connections.values():
-            if connection.connected:
+        for node_id, connection in self._connections.items():
+            if connection.connected and node_id not in avoid:
                 return connection
         for node_id in _shuffled(self.metadata.brokers):
+            if node_id in avoid:
+                continue
             with contextlib.suppress(KafkaConnectionError, KafkaTimeoutError):
                 return await self.connection(node_id)
+        if avoid:
+            return await self.any_connection()
         return await self._bootstrap()
 
     async def controller_connection(self) -> BrokerConnection:
@@ -239,12 +244,16 @@ class Cluster:
         """The broker id coordinating a group (key type 0) or transactional id (1). A
         coordinator not available yet (its internal topic being created, its partition
         without a leader or loading) is asked again with backoff for up to request_timeout_ms,
-        as Kafka's clients do; then, or for any other error, the answer's error is raised."""
+        as Kafka's clients do; then, or for any other error, the answer's error is raised.
+        Each attempt asks a broker not asked yet while there is one: a broker cut off from the
+        cluster (its coordinator role just moved away) knows no coordinator and would say so
+        for as long as it stays cut, while the others know the new one."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.request_timeout_ms / 1000
+        asked: set[int] = set()
         for attempt in itertools.count():
             try:
-                return await self._find_coordinator_once(key_type, key)
+                return await self._find_coordinator_once(key_type, key, asked)
             except KafkaError as exc:
                 pause = self.backoff_s(attempt)
                 if exc.code not in COORDINATOR_PENDING or loop.time() + pause > deadline:
@@ -253,8 +262,16 @@ class Cluster:
                 await asyncio.sleep(pause)
         raise AssertionError("itertools.count() does not end")
 
-    async def _find_coordinator_once(self, key_type: int, key: str) -> int:
-        connection = await self.any_connection()
+    async def _find_coordinator_once(
+        self, key_type: int, key: str, asked: set[int] | None = None
+    ) -> int:
+        """One FindCoordinator, to a broker outside `asked` when one can be reached; the
+        broker asked is added to `asked` (emptied again once every known broker is in it)."""
+        connection = await self.any_connection(() if asked is None else asked)
+        if asked is not None and connection.node_id is not None:
+            asked.add(connection.node_id)
+            if asked.issuperset(self.metadata.brokers):
+                asked.clear()
         response = await connection.request(
             ApiKey.FIND_COORDINATOR, {"key": key, "key_type": key_type, "coordinator_keys": [key]}
         )

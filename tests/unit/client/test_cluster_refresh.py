@@ -1,15 +1,18 @@
 """Cluster's retry backoff (exponential, capped, jittered), its periodic metadata refresh,
-which notices partitions added behind the client's back, and FindCoordinator's waits."""
+which notices partitions added behind the client's back, and FindCoordinator's waits (each
+attempt to a broker not asked yet)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
 from lockgate.client.admin import Admin
-from lockgate.client.cluster import Cluster
+from lockgate.client.cluster import BrokerAddress, Cluster, ClusterMetadata
 from lockgate.client.errors import CoordinatorNotAvailableError, ErrorCode, KafkaError, error_for
 from lockgate.server.broker import Broker
 
@@ -42,7 +45,7 @@ async def test_find_coordinator_asks_again_while_the_coordinator_is_pending(
     partition loading after a failover) are waited out, up to request_timeout_ms."""
     answers = [ErrorCode.coordinator_not_available, ErrorCode.coordinator_load_in_progress]
 
-    async def once(_cluster: Cluster, _key_type: int, key: str) -> int:
+    async def once(_cluster: Cluster, _key_type: int, key: str, *_asked: object) -> int:
         if answers:
             raise error_for(answers.pop(0), None, f"coordinator for {key!r}")
         return 2
@@ -59,3 +62,45 @@ async def test_find_coordinator_asks_again_while_the_coordinator_is_pending(
     with pytest.raises(KafkaError, match="GROUP_AUTHORIZATION_FAILED"):  # not retried
         await cluster.find_coordinator(0, "g")
     assert not answers
+
+
+class AnsweringConnection:
+    """A connected broker that answers FindCoordinator (v4) with `answer`: a node id or an
+    error code."""
+
+    def __init__(self, node_id: int, answer: int | ErrorCode) -> None:
+        self.node_id = node_id
+        self.answer = answer
+        self.connected = True
+        self.asked = 0
+
+    async def request(self, _api_key: object, body: dict[str, Any]) -> SimpleNamespace:
+        self.asked += 1
+        error = self.answer if isinstance(self.answer, ErrorCode) else ErrorCode.none
+        node = -1 if isinstance(self.answer, ErrorCode) else self.answer
+        coordinator = SimpleNamespace(key=body["key"], error_code=error, error_message=None,
+                                      node_id=node)  # fmt: skip
+        return SimpleNamespace(coordinators=[coordinator])
+
+
+async def test_find_coordinator_asks_another_broker_after_not_available() -> None:
+    """Pain 7 (issue 22): the broker the client already talks to (the old coordinator, cut off
+    from the cluster) answers COORDINATOR_NOT_AVAILABLE for as long as it is cut; the next
+    attempt goes to another broker, which knows the new coordinator. When every broker was
+    asked, the round starts again."""
+    cluster = Cluster("127.0.0.1:1", retry_backoff_ms=1, request_timeout_ms=5_000)
+    brokers = {n: BrokerAddress(n, "127.0.0.1", 1) for n in (0, 1, 2)}
+    cluster.metadata = ClusterMetadata(brokers=brokers)
+    cut = AnsweringConnection(0, ErrorCode.coordinator_not_available)
+    others = [AnsweringConnection(1, ErrorCode.coordinator_load_in_progress),
+              AnsweringConnection(2, 1)]  # fmt: skip
+    cluster._connections = {0: cut, 1: others[0], 2: others[1]}  # type: ignore[dict-item]
+    assert await cluster.find_coordinator(1, "t") == 1
+    assert (cut.asked, others[0].asked, others[1].asked) == (1, 1, 1)
+
+    for connection in (cut, *others):
+        connection.answer = ErrorCode.coordinator_not_available
+    cluster.request_timeout_ms = 300
+    with pytest.raises(CoordinatorNotAvailableError):
+        await cluster.find_coordinator(1, "t")
+    assert cut.asked > 2 and others[0].asked > 2 and others[1].asked > 2  # round after round
