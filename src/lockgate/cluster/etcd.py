@@ -377,8 +377,12 @@ class EtcdMetadataStore:
         self._deadline_timer = asyncio.get_running_loop().call_later(delay, self._check_deadline)
 
     def _check_deadline(self) -> None:
-        if not self.live:
-            self._set_live(False)
+        if self.live:  # the loop runs a timer up to its clock resolution early: wait again
+            delay = max(0.0, self._lease_deadline - self.clock())
+            loop = asyncio.get_running_loop()
+            self._deadline_timer = loop.call_later(delay, self._check_deadline)
+            return
+        self._set_live(False)
 
     def _set_live(self, live: bool) -> None:
         if live == self._live:
