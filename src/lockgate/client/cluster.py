@@ -158,6 +158,7 @@ class Cluster:
         self._connect_locks: dict[int, asyncio.Lock] = {}
         self._bootstrap_connection: BrokerConnection | None = None
         self._bootstrap_lock = asyncio.Lock()
+        self._metadata_from: int | None = None  # the broker the last Metadata went to
         self._closed = False
 
     async def __aenter__(self) -> Cluster:
@@ -326,7 +327,12 @@ class Cluster:
         """Asks for metadata: `topics` None = every topic, () = brokers only. Known topics that
         were not asked about are kept from the previous snapshot."""
         wanted = None if topics is None else sorted(set(topics))
-        connection = await self.any_connection()
+        # Another broker than the last one asked, when one can be reached: a broker cut off
+        # from the cluster answers its last view for as long as it stays cut (leaders it no
+        # longer is), and a client asking it every time would never learn the new leaders.
+        last = self._metadata_from
+        connection = await self.any_connection(() if last is None else (last,))
+        self._metadata_from = connection.node_id
         version = connection.version_for(ApiKey.METADATA)
         requested: list[dict[str, Any]] | None
         if wanted is None or (not wanted and version == 0):

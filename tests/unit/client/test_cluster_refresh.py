@@ -74,7 +74,7 @@ class AnsweringConnection:
         self.connected = True
         self.asked = 0
 
-    async def request(self, _api_key: object, body: dict[str, Any]) -> SimpleNamespace:
+    async def request(self, _api_key: object, body: dict[str, Any], **_: Any) -> SimpleNamespace:
         self.asked += 1
         error = self.answer if isinstance(self.answer, ErrorCode) else ErrorCode.none
         node = -1 if isinstance(self.answer, ErrorCode) else self.answer
@@ -104,3 +104,26 @@ async def test_find_coordinator_asks_another_broker_after_not_available() -> Non
     with pytest.raises(CoordinatorNotAvailableError):
         await cluster.find_coordinator(1, "t")
     assert cut.asked > 2 and others[0].asked > 2 and others[1].asked > 2  # round after round
+
+
+class MetadataConnection(AnsweringConnection):
+    def version_for(self, _api_key: object) -> int:
+        return 12
+
+    async def request(self, _api_key: object, body: dict[str, Any], **_: Any) -> SimpleNamespace:
+        self.asked += 1
+        return SimpleNamespace(brokers=[], topics=[], error_code=ErrorCode.none)
+
+
+async def test_metadata_is_asked_of_another_broker_than_last_time() -> None:
+    """Pain 7 (issue 22): a broker cut off from the cluster answers its last view (leaders it
+    no longer is) for as long as it stays cut; refreshes after NOT_LEADER_OR_FOLLOWER must not
+    all go to it."""
+    cluster = Cluster("127.0.0.1:1")
+    brokers = {n: BrokerAddress(n, "127.0.0.1", 1) for n in (0, 1)}
+    cut, other = MetadataConnection(0, 0), MetadataConnection(1, 1)
+    for _ in range(4):
+        cluster.metadata = ClusterMetadata(brokers=brokers)
+        cluster._connections = {0: cut, 1: other}  # type: ignore[dict-item]
+        await cluster.refresh_metadata(())
+    assert (cut.asked, other.asked) == (2, 2)
