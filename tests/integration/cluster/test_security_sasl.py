@@ -15,7 +15,7 @@ import asyncio
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Collection, Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -135,7 +135,7 @@ class _PinnedCluster(Cluster):
         super().__init__(bootstrap, security=security)
         self.node = node
 
-    async def any_connection(self) -> BrokerConnection:
+    async def any_connection(self, avoid: Collection[int] = ()) -> BrokerConnection:  # pinned
         if self.node not in self.metadata.brokers:  # starting: the bootstrap server is `node`
             return await super().any_connection()
         return await self.connection(self.node)
