@@ -327,11 +327,12 @@ class Cluster:
         """Asks for metadata: `topics` None = every topic, () = brokers only. Known topics that
         were not asked about are kept from the previous snapshot."""
         wanted = None if topics is None else sorted(set(topics))
-        # Another broker than the last one asked, when one can be reached: a broker cut off
-        # from the cluster answers its last view for as long as it stays cut (leaders it no
-        # longer is), and a client asking it every time would never learn the new leaders.
-        last = self._metadata_from
-        connection = await self.any_connection(() if last is None else (last,))
+        # Another connected broker than the last one asked, if any: a broker cut off from the
+        # cluster answers its last view for as long as it stays cut (leaders it no longer
+        # is), and a client asking it every time would never learn the new leaders. (No new
+        # connection for this: one to a frozen broker would hold the refresh up.)
+        others = [c for n, c in self._connections.items() if n != self._metadata_from]
+        connection = next((c for c in others if c.connected), None) or await self.any_connection()
         self._metadata_from = connection.node_id
         version = connection.version_for(ApiKey.METADATA)
         requested: list[dict[str, Any]] | None

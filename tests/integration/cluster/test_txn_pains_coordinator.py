@@ -19,6 +19,7 @@ from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Producer as ConfluentProducer
+from confluent_kafka.admin import AdminClient
 
 from lockgate.client.producer import Producer
 from lockgate.coordinator.txn.log import partition_for
@@ -73,9 +74,14 @@ def coordinator_of(cluster: BrokerCluster, transactional_id: str) -> int:
 
 def led_coordinator(cluster: BrokerCluster, transactional_id: str) -> int:
     """The coordinator of `transactional_id` once its partition has a leader."""
-    cluster.wait_for(lambda: coordinator_of(cluster, transactional_id) >= 0,
-                     f"a coordinator for {transactional_id}")  # fmt: skip
-    return coordinator_of(cluster, transactional_id)
+    found: list[int] = []
+
+    def led() -> bool:
+        found[:] = [coordinator_of(cluster, transactional_id)]
+        return found[0] >= 0
+
+    cluster.wait_for(led, f"a coordinator for {transactional_id}")
+    return found[0]
 
 
 def moved_away(cuttable: CuttableCluster, transactional_id: str, old: int) -> None:
@@ -95,8 +101,13 @@ def moved_away(cuttable: CuttableCluster, transactional_id: str, old: int) -> No
 def rejoin(cuttable: CuttableCluster, old: int, topic: str) -> None:
     cluster = cuttable.brokers
     cuttable.proxies[old].cut(False)
-    cluster.wait_for(lambda: len(cluster.admin().list_topics(timeout=5).brokers) == 3,
-                     f"broker {old} registered again")  # fmt: skip
+    others = [b.bootstrap for n, b in cluster.brokers.items() if n != old]
+
+    def registered() -> bool:  # as the others see it (its own view counts itself anyway)
+        admins = [AdminClient({"bootstrap.servers": b, "log_level": 3}) for b in others]
+        return all(len(admin.list_topics(timeout=5).brokers) == 3 for admin in admins)
+
+    cluster.wait_for(registered, f"broker {old} registered again")
     cluster.wait_full_isr(topic)
     cluster.wait_full_isr(TRANSACTION_LOG)
 
