@@ -94,8 +94,7 @@ class ReferenceKafka:
                     "kafka.tools.StorageTool",
                     "format",
                     "--standalone",
-                    "-t",
-                    cluster_id,
+                    f"--cluster-id={cluster_id}",  # an id may start with "-"
                     "-c",
                     str(self.properties),
                 ),
