@@ -1,6 +1,6 @@
 """Issue 22, pain 5 — a delayed Produce or EndTxn contaminates the next transaction — against
 lockgate through a FaultProxy that really holds the request on the wire (the scenarios are
-shared with tests/reference/test_txn_pains_late_requests.py, which runs them against Apache
+shared with tests/reference/test_txn_pains.py, which runs them against Apache
 Kafka). The client gives up on the held request (its timeout), the application ends
 transaction N, starts N+1, and the held request reaches the broker while N+1 is open:
 

@@ -1,6 +1,6 @@
 """Issue 22, pain 6 — an epoch bump after OUT_OF_ORDER_SEQUENCE silently drops earlier sends —
 against lockgate (the lost-request scenario runs against Apache Kafka too, in
-tests/reference/test_txn_pains_late_requests.py's proxied broker). lockgate's idempotent
+tests/reference/test_txn_pains.py's proxied broker). lockgate's idempotent
 producer keeps every unacknowledged batch until the broker has answered it: batches behind a
 lost one are resent after it, in order, with their sequences; and an epoch bump (KIP-360, here
 after the broker forgot the producer while batches were pipelined: UNKNOWN_PRODUCER_ID, which

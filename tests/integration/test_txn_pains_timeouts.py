@@ -12,7 +12,7 @@ nothing of an aborted transaction is):
 4. commit/init/send_offsets calls that timed out (broker frozen with SIGSTOP) are called again
    and take effect once; a delivery timeout inside a transaction makes it abortable.
 
-The reference broker runs the broker-side parts in tests/reference/test_txn_pains_timeouts.py."""
+The reference broker runs the broker-side parts in tests/reference/test_txn_pains.py."""
 
 from __future__ import annotations
 
