@@ -15,36 +15,15 @@ import time
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer
-from confluent_kafka import TopicPartition as ConfluentTopicPartition
 
 from lockgate.client.producer import Producer, ProducerStats
 from lockgate.protocol.api import ApiKey
 from lockgate.server.broker import Broker
 from tests.integration.test_client_producer import start_broker, unique
+from tests.integration.test_txn_pains_late_requests import read_all
 from tests.support.fault_proxy import Direction, FaultProxy
 
 RECORDS = 40
-
-
-def values_of(bootstrap: str, topic: str, expected: int) -> list[bytes]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("seq-reader")})
-    try:
-        consumer.assign([ConfluentTopicPartition(topic, 0, OFFSET_BEGINNING)])
-        values: list[bytes] = []
-        deadline = time.monotonic() + 15
-        quiet_until: float | None = None
-        while time.monotonic() < deadline:
-            if len(values) >= expected:
-                quiet_until = quiet_until or time.monotonic() + 0.5
-                if time.monotonic() >= quiet_until:
-                    break
-            message = consumer.poll(0.1)
-            if message is not None and message.error() is None:
-                values.append(message.value() or b"")
-        return values
-    finally:
-        consumer.close()
 
 
 def pipelining_producer(bootstrap: str) -> Producer:
@@ -79,7 +58,7 @@ async def dropped_request_is_resent_in_order(proxy: FaultProxy, topic: str) -> P
     assert stats.retries >= 1, stats
     assert offsets == list(range(offsets[0], offsets[0] + RECORDS)), offsets
     expected = [f"record-{i:03d}".encode() + b"." * 90 for i in range(RECORDS)]
-    assert await asyncio.to_thread(values_of, proxy.address, topic, RECORDS) == expected
+    assert await asyncio.to_thread(read_all, proxy.address, topic, False, RECORDS) == expected
     return stats
 
 
@@ -131,6 +110,6 @@ async def test_an_epoch_bump_with_batches_in_flight_renumbers_them_all() -> None
             assert producer.stats.epoch_bumps == 1, producer.stats
         assert offsets == list(range(1, RECORDS)), offsets
         expected = [f"record-{i:03d}".encode() + b"." * 90 for i in range(RECORDS)]
-        assert await asyncio.to_thread(values_of, address, topic, RECORDS) == expected
+        assert await asyncio.to_thread(read_all, address, topic, False, RECORDS) == expected
     finally:
         await broker.stop()
