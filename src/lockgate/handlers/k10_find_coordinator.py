@@ -5,10 +5,10 @@ Behaviour:
   partition of __transaction_state / __consumer_offsets is still loading, as Kafka answers:
   the requests sent to the coordinator get COORDINATOR_LOAD_IN_PROGRESS meanwhile, which
   clients retry (librdkafka does not expect that error from FindCoordinator itself).
-- Cluster mode, groups: the leader of the group's partition of __consumer_offsets. The first
-  lookup creates the topic (offsets.topic.replication.factor replicas);
-  COORDINATOR_NOT_AVAILABLE until it exists and while the partition has no leader.
-  Transactions: COORDINATOR_NOT_AVAILABLE (not across brokers yet: docs/cluster-mode.md).
+- Cluster mode: the leader of the key's partition of __consumer_offsets (groups) or
+  __transaction_state (transactional ids). The first lookup creates the topic (its
+  replication-factor setting); COORDINATOR_NOT_AVAILABLE until it exists and while the
+  partition has no leader.
 - Other key types: INVALID_REQUEST.
 - The coordinator's endpoint is that of the listener the request came in on; a coordinator
   without that listener: COORDINATOR_NOT_AVAILABLE (as Kafka).
