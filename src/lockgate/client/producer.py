@@ -396,25 +396,19 @@ class Producer:
         if not all(isinstance(name, str) for name, _header in record_headers):
             raise TypeError("a header is (str, bytes | None)")
         size = size_bound(key, value, record_headers)
-        if timestamp_ms is None:
-            timestamp_ms = int(time.time() * 1000)
-        elif not -(2**63) <= timestamp_ms < 2**63:
-            raise ValueError(f"timestamp_ms {timestamp_ms} is not a 64-bit integer")
+        timestamp_ms = _timestamp(timestamp_ms)
         if size > self.max_request_size:
             raise MessageTooLargeError(
                 f"a record of about {size} bytes exceeds max_request_size {self.max_request_size}"
             )
-        if accumulator.buffered_bytes and accumulator.buffered_bytes + size > self.buffer_memory:
-            await self._wait_for_space(size)
-            if self._txn is not None:
-                self._txn.check_sendable()  # the transaction may have failed while we waited
+        await self._make_room(size)
         loop = asyncio.get_running_loop()
         # Future(), not loop.create_future(): the default loop's is a Python-level wrapper.
         future: asyncio.Future[RecordMetadata] = asyncio.Future(loop=loop)
         accumulator.track(future)
         queue = accumulator.queue_for(topic, chosen)
         before = queue.size
-        queue.append(key, value, record_headers, int(timestamp_ms), size, future, loop.time())
+        queue.append(key, value, record_headers, timestamp_ms, size, future, loop.time())
         accumulator.buffered_bytes += size
         if before // self.batch_size != queue.size // self.batch_size:
             self._wakeup.set()  # a batch just filled: as above
@@ -462,10 +456,7 @@ class Producer:
                 f"a record of about {largest} bytes exceeds max_request_size "
                 f"{self.max_request_size}"
             )
-        if timestamp_ms is None:
-            timestamp_ms = int(time.time() * 1000)
-        elif not -(2**63) <= timestamp_ms < 2**63:
-            raise ValueError(f"timestamp_ms {timestamp_ms} is not a 64-bit integer")
+        timestamp_ms = _timestamp(timestamp_ms)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[RecordMetadata]] = asyncio.Future(loop=loop)
         if not items:
@@ -474,14 +465,9 @@ class Producer:
         accumulator.track(future)
         group: fastpath.RecordGroup = self._fastpath.RecordGroup(future, len(items))
         try:
-            if accumulator.buffered_bytes and (
-                accumulator.buffered_bytes + total > self.buffer_memory
-            ):
-                await self._wait_for_space(total)
-                if self._txn is not None:
-                    self._txn.check_sendable()
+            await self._make_room(total)
             # Every record in one call (compiled when built): partition, queue, accounting.
-            accumulator.append_group(topic, fixed, items, int(timestamp_ms), group)
+            accumulator.append_group(topic, fixed, items, timestamp_ms, group)
             if accumulator.filled:
                 accumulator.filled = False
                 await asyncio.sleep(0)  # as in send(): the sender writes the full batch now
@@ -864,6 +850,15 @@ class Producer:
                 f"topic {info.name} has {count} partitions; there is no partition {partition}"
             )
         return partition
+
+    async def _make_room(self, size: int) -> None:
+        """Waits while the buffer cannot take `size` more bytes; the transaction may have
+        failed meanwhile."""
+        accumulator = self._accumulator
+        if accumulator.buffered_bytes and accumulator.buffered_bytes + size > self.buffer_memory:
+            await self._wait_for_space(size)
+            if self._txn is not None:
+                self._txn.check_sendable()
 
     async def _wait_for_space(self, size: int) -> None:
         # A record larger than the whole buffer still goes once the buffer is empty.
@@ -1330,11 +1325,7 @@ class Producer:
                 self._transaction_failed(error)  # an epoch bump may be abortable (see fail)
             else:
                 self._fail_queued(error)
-        elif outcome is Outcome.ABORTABLE:
-            self._give_up(batch, error)
-            if self._txn is not None and self._txn.state is TransactionState.IN_TRANSACTION:
-                self._transaction_failed(error)
-        else:
+        else:  # ABORTABLE, FAILED: giving up makes an open transaction abortable
             self._give_up(batch, error)
 
     def _retry(self, batch: _Batch, error: KafkaError) -> None:
@@ -1441,6 +1432,15 @@ class Producer:
         for future in list(self._accumulator.unfinished):
             if not future.done():
                 future.set_exception(type(error)(error.message))
+
+
+def _timestamp(timestamp_ms: int | None) -> int:
+    """A record's timestamp: now when not given; a given one must fit the int64 field."""
+    if timestamp_ms is None:
+        return int(time.time() * 1000)
+    if not -(2**63) <= timestamp_ms < 2**63:
+        raise ValueError(f"timestamp_ms {timestamp_ms} is not a 64-bit integer")
+    return int(timestamp_ms)
 
 
 def _as_bytes(data: Any) -> bytes | None:

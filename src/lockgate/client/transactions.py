@@ -289,23 +289,15 @@ class TransactionManager:
         which never times out): it may be the coordinator's timeout abort rather than a newer
         instance, which the abort settles. A lost transactional id stays fatal, with an error
         that says so."""
-        in_transaction = (
-            self.state in (TransactionState.IN_TRANSACTION, TransactionState.COMMITTING)
-            and not self.two_phase_commit
-        )
-        if (
-            error.code in EPOCH_BUMPED
-            and not self.two_phase_commit
-            and self.state
-            in (
-                TransactionState.ABORTABLE_ERROR,
-                TransactionState.ABORTING,
-            )
-        ):
+        bumped = error.code in EPOCH_BUMPED and not self.two_phase_commit
+        if bumped and self.state in (TransactionState.ABORTABLE_ERROR, TransactionState.ABORTING):
             # more batches of the same transaction, or the abort's own wait for them: the
             # abort settles it (settle_epoch_bump)
             self.epoch_bump_unsettled = True
-        elif in_transaction and error.code in EPOCH_BUMPED:
+        elif bumped and self.state in (
+            TransactionState.IN_TRANSACTION,
+            TransactionState.COMMITTING,
+        ):
             self.fail_abortably(
                 TransactionAbortableError(
                     f"the producer's epoch was bumped ({error}): the coordinator timed the "
