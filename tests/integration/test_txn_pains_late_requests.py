@@ -21,14 +21,12 @@ import time
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer
-from confluent_kafka import TopicPartition as ConfluentTopicPartition
 
 from lockgate.client.errors import KafkaError
 from lockgate.client.producer import Producer
 from lockgate.protocol.api import ApiKey
 from lockgate.server.broker import Broker
-from tests.integration.test_client_producer import start_broker, unique
+from tests.integration.test_client_producer import read, start_broker, unique
 from tests.support.fault_proxy import Direction, FaultProxy
 
 HELD_SECONDS = 2.5  # how long the proxy holds the request; the client gives up after 1 s
@@ -37,31 +35,9 @@ REQUEST_TIMEOUT_MS = 1000
 
 def read_all(bootstrap: str, topic: str, committed: bool, expected: int) -> list[bytes]:
     """Every value of partition 0 from the start, read_committed or not (markers are not
-    records): until `expected` came and 0.5 s more passed, or 15 s."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": unique("late-reader"),
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed" if committed else "read_uncommitted",
-        }
-    )
-    try:
-        consumer.assign([ConfluentTopicPartition(topic, 0, OFFSET_BEGINNING)])
-        values: list[bytes] = []
-        deadline = time.monotonic() + 15
-        quiet_until: float | None = None
-        while time.monotonic() < deadline:
-            if len(values) >= expected:
-                quiet_until = quiet_until or time.monotonic() + 0.5
-                if time.monotonic() >= quiet_until:
-                    break
-            message = consumer.poll(0.1)
-            if message is not None and message.error() is None:
-                values.append(message.value() or b"")
-        return values
-    finally:
-        consumer.close()
+    records): until `expected` came and 0.5 s more passed."""
+    records = read(bootstrap, topic, 1, expected, read_committed=committed)
+    return [value or b"" for _partition, _key, value in records]
 
 
 def held_producer(bootstrap: str, version: int) -> Producer:

@@ -26,7 +26,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException
+from confluent_kafka import Consumer, KafkaException
 from confluent_kafka import Producer as ConfluentProducer
 from confluent_kafka import TopicPartition as ConfluentTopicPartition
 
@@ -51,6 +51,7 @@ from lockgate.protocol.records import build_batch
 from lockgate.server.broker import Broker
 from lockgate.server.config import BrokerConfig
 from lockgate.storage.memory import MemoryEngine
+from tests.integration.test_client_producer import read
 from tests.support.broker import BrokerProcess
 from tests.support.clients import create_topic
 from tests.support.kafka_wire import KafkaWire, produce
@@ -96,33 +97,8 @@ def address(broker: Broker) -> str:
 def committed(bootstrap: str, topic: str, expected: int, settle: float = 0.3) -> list[bytes]:
     """Values a read_committed consumer reads from partition 0: until `expected` came, then
     `settle` seconds more to catch anything extra."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": unique("reader"),
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-        }
-    )
-    try:
-        consumer.assign([ConfluentTopicPartition(topic, 0, OFFSET_BEGINNING)])
-        values: list[bytes] = []
-        deadline = time.monotonic() + WAIT
-        quiet_until: float | None = None
-        while time.monotonic() < deadline:
-            if len(values) >= expected:
-                quiet_until = quiet_until or time.monotonic() + settle
-                if time.monotonic() >= quiet_until:
-                    break
-            message = consumer.poll(0.05)
-            if message is None or message.error() is not None:
-                continue
-            value = message.value()
-            assert value is not None
-            values.append(value)
-        return values
-    finally:
-        consumer.close()
+    records = read(bootstrap, topic, 1, expected, settle=settle)
+    return [value or b"" for _partition, _key, value in records]
 
 
 def stable_offset(bootstrap: str, topic: str) -> int:
