@@ -89,7 +89,11 @@ def test_an_idle_transactional_id_expires_and_stays_expired(broker: BrokerProces
 
     fresh = transactional(broker.bootstrap, "idle-writer")
     commit_one(fresh, b"fresh start")
-    assert listed(broker.bootstrap)["idle-writer"].endswith("COMPLETE_COMMIT")
+    # EndTxn is answered once PrepareCommit is logged; the markers and CompleteCommit follow
+    deadline = time.monotonic() + 20
+    while not listed(broker.bootstrap)["idle-writer"].endswith("COMPLETE_COMMIT"):
+        assert time.monotonic() < deadline, "the commit never completed"
+        time.sleep(0.1)
     consumer = confluent_consumer(broker.bootstrap, **{"isolation.level": "read_committed"})
     consumer.subscribe(["expiry"])
     values: list[bytes | None] = []
