@@ -130,7 +130,13 @@ async def test_the_manager_crashes_and_recovers_from_its_decision_log(
     seen = Counter(await read_committed(broker.bootstrap, topic))
     assert seen == (expected(1, 2) if crash_at in DECIDED else expected(2))
     assert max(seen.values()) == 1  # never twice
-    assert await check_open(broker.bootstrap, prefix) == ["CompleteCommit"] * PARTICIPANTS
+    # the markers are visible before CompleteCommit is logged: wait for it, boundedly
+    deadline = time.monotonic() + 10
+    while (states := await check_open(broker.bootstrap, prefix)) != [
+        "CompleteCommit"
+    ] * PARTICIPANTS:
+        assert time.monotonic() < deadline, states
+        await asyncio.sleep(0.05)
 
 
 @pytest.mark.parametrize("crash_at", ["after-prepare-3", "after-decision", "after-complete-1"])
