@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from typing import cast
 
 _M = 0x5BD1E995
 _SEED = 0x9747B28C
 _MASK32 = 0xFFFFFFFF
 
 
-# Keys repeat and the hash is pure Python: the partitioner remembers recent keys' partitions.
+# Keys repeat: the producer's fast path (both twins) remembers up to this many keys' partitions.
 KEY_CACHE_SIZE = 16_384
 
 
@@ -64,34 +63,11 @@ class DefaultPartitioner:
 
     def __init__(self) -> None:
         self._counters: dict[str, Iterator[int]] = {}
-        self._by_count: dict[int, dict[bytes | None, int]] = {}  # partition count → key → partition
-
-    def partition_keys(
-        self, topic: str, keys: list[bytes | None], partition_count: int
-    ) -> list[int]:
-        """The partitions of many records at once: the cached keys in one pass at C speed."""
-        chosen = list(map(self._cache(partition_count).get, keys))  # None: not cached, or no key
-        if None in chosen:
-            for index, partition in enumerate(chosen):
-                if partition is None:
-                    chosen[index] = self(topic, keys[index], partition_count)
-        return cast(list[int], chosen)  # no None is left
-
-    def _cache(self, partition_count: int) -> dict[bytes | None, int]:
-        cache = self._by_count.get(partition_count)
-        if cache is None:
-            cache = self._by_count[partition_count] = {}
-        return cache
 
     def __call__(self, topic: str, key: bytes | None, partition_count: int) -> int:
+        # The producer partitions in its fast path and uses only counter(); this is for callers.
         if key is not None:
-            cache = self._by_count.get(partition_count) or self._cache(partition_count)
-            chosen = cache.get(key)
-            if chosen is None:
-                if len(cache) >= KEY_CACHE_SIZE:
-                    cache.clear()
-                chosen = cache[key] = partition_for_key(key, partition_count)
-            return chosen
+            return partition_for_key(key, partition_count)
         return next(self.counter(topic)) % partition_count
 
     def counter(self, topic: str) -> Iterator[int]:

@@ -73,17 +73,6 @@ def test_keyed_records_ignore_the_round_robin() -> None:
     assert {partitioner("a", b"foobar", 10) for _ in range(5)} == {6}
 
 
-def test_partition_keys_places_each_record_as_one_call_each_would() -> None:
-    keys = [b"foobar", None, b"abc", b"foobar", None, b"", None]
-    one_by_one = DefaultPartitioner()
-    expected = [one_by_one("t", key, 7) for key in keys]
-    at_once = DefaultPartitioner()
-    assert at_once.partition_keys("t", keys, 7) == expected
-    assert at_once.partition_keys("t", keys, 7) == [one_by_one("t", key, 7) for key in keys]
-    # the cache is per partition count: the same key on a topic of another size
-    assert at_once.partition_keys("t", [b"foobar"], 10) == [6]
-
-
 def test_the_compiled_murmur2_matches_kafka_utils_and_the_pure_one() -> None:
     compiled = load(pure=False)
     if compiled.IMPLEMENTATION != "compiled":
