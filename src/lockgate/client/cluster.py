@@ -14,7 +14,7 @@ import logging
 import random
 import uuid
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from lockgate.client.connection import DEFAULT_CLIENT_ID, BrokerConnection
@@ -159,6 +159,9 @@ class Cluster:
         self._bootstrap_connection: BrokerConnection | None = None
         self._bootstrap_lock = asyncio.Lock()
         self._metadata_from: int | None = None  # the broker the last Metadata went to
+        # KIP-320: topic → (topic id, partition → the highest leader epoch seen); kept when a
+        # topic's metadata is invalidated, so that a lagging broker's answer is still caught.
+        self._leader_epochs: dict[str, tuple[uuid.UUID, dict[int, int]]] = {}
         self._closed = False
 
     async def __aenter__(self) -> Cluster:
@@ -367,13 +370,53 @@ class Cluster:
         topics: dict[str, TopicInfo] = {} if replace_all else dict(self.metadata.topics)
         for topic in response.topics:
             if topic.name is not None:
-                topics[topic.name] = _topic_info(topic)
+                topics[topic.name] = self._not_older(_topic_info(topic))
         return ClusterMetadata(
             cluster_id=getattr(response, "cluster_id", None),
             controller_id=int(getattr(response, "controller_id", -1)),
             brokers=brokers,
             topics=topics,
         )
+
+    def _not_older(self, info: TopicInfo) -> TopicInfo:
+        """KIP-320: a broker that has not yet seen the last election names an older leader. A
+        partition answered with a leader epoch below the highest seen keeps what this client
+        knew, or has no leader (so the next lookup asks again) if that was forgotten. A topic
+        recreated under its name (a new topic id) starts afresh; without topic ids (Metadata
+        < v10) or leader epochs (< v7) every answer is taken as it is."""
+        if info.topic_id is None or info.error_code != ErrorCode.none:
+            return info
+        seen = self._leader_epochs.get(info.name)
+        if seen is None or seen[0] != info.topic_id:
+            seen = self._leader_epochs[info.name] = (info.topic_id, {})
+        epochs = seen[1]
+        known = self.metadata.topics.get(info.name)
+        if known is not None and known.topic_id != info.topic_id:
+            known = None
+        partitions = []
+        for answered in info.partitions:
+            last = epochs.get(answered.partition, NO_LEADER_EPOCH)
+            if answered.leader_epoch < 0 or answered.leader_epoch >= last:
+                epochs[answered.partition] = max(last, answered.leader_epoch)
+                partitions.append(answered)
+                continue
+            log.info(
+                "ignoring %s-%d's leader %d of epoch %d: epoch %d was seen already",
+                info.name,
+                answered.partition,
+                answered.leader_id,
+                answered.leader_epoch,
+                last,
+            )
+            kept = (
+                next((p for p in known.partitions if p.partition == answered.partition), None)
+                if known is not None
+                else None
+            )
+            if kept is None or kept.leader_epoch != last:
+                kept = replace(answered, leader_id=NO_LEADER)
+            partitions.append(kept)
+        return replace(info, partitions=tuple(partitions))
 
     async def topic(
         self, name: str, *, refresh: bool = False, allow_auto_topic_creation: bool = False
