@@ -6,6 +6,7 @@ Behaviour:
   single node, the cluster metadata's state in a cluster (every registered broker listed).
 - A missing topic is created when the request allows it (v4+) and auto.create.topics.enable is
   true; otherwise UNKNOWN_TOPIC_OR_PARTITION. An illegal name gets INVALID_TOPIC_EXCEPTION.
+  One created meanwhile that this broker does not know yet gets LEADER_NOT_AVAILABLE.
 - v10+ may name topics by id; an unknown id gets UNKNOWN_TOPIC_ID.
 - A partition without a leader (its log not open; offline in a cluster) gets
   LEADER_NOT_AVAILABLE with leader -1 (never a crash).
@@ -135,7 +136,12 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
                 try:
                     record = await broker.admin.create(name, -1, -1, {})
                 except KafkaProtocolError as exc:
-                    entries.append(error_entry(name, None, exc.code))
+                    # created meanwhile (by another broker, in a cluster, before this one's
+                    # view has it): being created, as Kafka answers, so the client asks again
+                    code = exc.code
+                    if code == ErrorCode.topic_already_exists:
+                        code = ErrorCode.leader_not_available
+                    entries.append(error_entry(name, None, code))
                     continue
             if record is None:
                 entries.append(error_entry(name, None, ErrorCode.unknown_topic_or_partition))
