@@ -131,10 +131,8 @@ async def test_the_manager_crashes_and_recovers_from_its_decision_log(
     assert seen == (expected(1, 2) if crash_at in DECIDED else expected(2))
     assert max(seen.values()) == 1  # never twice
     # the markers are visible before CompleteCommit is logged: wait for it, boundedly
-    deadline = time.monotonic() + 10
-    while (states := await check_open(broker.bootstrap, prefix)) != [
-        "CompleteCommit"
-    ] * PARTICIPANTS:
+    deadline, logged = time.monotonic() + 10, ["CompleteCommit"] * PARTICIPANTS
+    while (states := await check_open(broker.bootstrap, prefix)) != logged:
         assert time.monotonic() < deadline, states
         await asyncio.sleep(0.05)
 
