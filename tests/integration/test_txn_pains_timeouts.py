@@ -542,47 +542,37 @@ def frozen_producer(broker: BrokerProcess, **options: object) -> Producer:
     )
 
 
-async def test_a_commit_that_timed_out_is_called_again_and_commits_once(
+@pytest.mark.parametrize(
+    ("ending", "state", "timeout_ms", "expected"),
+    [
+        ("commit", TransactionState.COMMITTING, 1_500, [b"once", b"next"]),
+        ("abort", TransactionState.ABORTING, 1_000, [b"next"]),
+    ],
+)
+async def test_a_commit_or_abort_that_timed_out_is_called_again_and_ends_once(
     frozen_broker: BrokerProcess,
+    ending: str,
+    state: TransactionState,
+    timeout_ms: int,
+    expected: list[bytes],
 ) -> None:
-    topic = unique("commit-again")
+    topic = unique(f"{ending}-again")
     await asyncio.to_thread(create_topic, frozen_broker.bootstrap, topic, 1)
     async with frozen_producer(frozen_broker) as producer:
+        end = getattr(producer, f"{ending}_transaction")
         await producer.init_transactions()
         producer.begin_transaction()
         await (await producer.send(topic, b"once", partition=0))
-        frozen_broker.pause()
-        try:
+        with frozen_broker.paused():
             with pytest.raises(KafkaTimeoutError):
-                await producer.commit_transaction(timeout_ms=1_500)
-            assert producer.transaction_state is TransactionState.COMMITTING
-        finally:
-            frozen_broker.resume()
-        await producer.commit_transaction()  # the same call again: no second commit
+                await end(timeout_ms=timeout_ms)
+            assert producer.transaction_state is state
+        await end()  # the same call again: the transaction ends once
         await commit_values(producer, topic, b"next")
-    assert await asyncio.to_thread(committed, frozen_broker.bootstrap, topic, 2) == [
-        b"once",
-        b"next",
-    ]
-
-
-async def test_an_abort_that_timed_out_is_called_again(frozen_broker: BrokerProcess) -> None:
-    topic = unique("abort-again")
-    await asyncio.to_thread(create_topic, frozen_broker.bootstrap, topic, 1)
-    async with frozen_producer(frozen_broker) as producer:
-        await producer.init_transactions()
-        producer.begin_transaction()
-        await (await producer.send(topic, b"aborted", partition=0))
-        frozen_broker.pause()
-        try:
-            with pytest.raises(KafkaTimeoutError):
-                await producer.abort_transaction(timeout_ms=1_000)
-            assert producer.transaction_state is TransactionState.ABORTING
-        finally:
-            frozen_broker.resume()
-        await producer.abort_transaction()
-        await commit_values(producer, topic, b"next")
-    assert await asyncio.to_thread(committed, frozen_broker.bootstrap, topic, 1) == [b"next"]
+    assert (
+        await asyncio.to_thread(committed, frozen_broker.bootstrap, topic, len(expected))
+        == expected
+    )
 
 
 async def test_init_and_send_offsets_that_timed_out_are_called_again(
@@ -592,23 +582,15 @@ async def test_init_and_send_offsets_that_timed_out_are_called_again(
     await asyncio.to_thread(create_topic, frozen_broker.bootstrap, topic, 1)
     group = unique("group")
     async with frozen_producer(frozen_broker) as producer:
-        frozen_broker.pause()
-        try:
-            with pytest.raises(KafkaTimeoutError):
-                await producer.init_transactions(timeout_ms=1_500)
-        finally:
-            frozen_broker.resume()
+        with frozen_broker.paused(), pytest.raises(KafkaTimeoutError):
+            await producer.init_transactions(timeout_ms=1_500)
         await producer.init_transactions()
         producer.begin_transaction()
         await producer.send(topic, b"with-offsets", partition=0)
-        frozen_broker.pause()
-        try:
-            with pytest.raises(KafkaTimeoutError):
-                await producer.send_offsets_to_transaction(
-                    {TopicPartition(topic, 0): 7}, group, timeout_ms=1_500
-                )
-        finally:
-            frozen_broker.resume()
+        with frozen_broker.paused(), pytest.raises(KafkaTimeoutError):
+            await producer.send_offsets_to_transaction(
+                {TopicPartition(topic, 0): 7}, group, timeout_ms=1_500
+            )
         await producer.send_offsets_to_transaction({TopicPartition(topic, 0): 7}, group)
         await producer.commit_transaction()
     assert await asyncio.to_thread(committed, frozen_broker.bootstrap, topic, 1) == [
@@ -636,13 +618,10 @@ async def test_a_delivery_timeout_makes_the_transaction_abortable(
         await producer.init_transactions()
         producer.begin_transaction()
         await (await producer.send(topic, b"a", partition=0))
-        frozen_broker.pause()
-        try:
+        with frozen_broker.paused():
             late = await producer.send(topic, b"b", partition=0)
             with pytest.raises(KafkaTimeoutError):
                 await asyncio.wait_for(late, WAIT)
-        finally:
-            frozen_broker.resume()
         with pytest.raises(TransactionAbortableError):
             await producer.commit_transaction()
         await producer.abort_transaction()

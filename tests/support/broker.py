@@ -116,6 +116,15 @@ class BrokerProcess:
         if self.process is not None:
             os.kill(self.process.pid, signal.SIGCONT)
 
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Frozen for the block, resumed however it ends."""
+        self.pause()
+        try:
+            yield
+        finally:
+            self.resume()
+
     def restart(self, clean: bool = True) -> BrokerProcess:
         if clean:
             self.stop()
