@@ -14,7 +14,7 @@ import asyncio
 import itertools
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -136,40 +136,30 @@ def values(records: list[tuple[int, bytes | None, bytes | None]]) -> list[bytes 
 # -- idempotence -------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def proxy() -> Iterator[FaultProxy]:
-    with FaultProxy() as started:
-        yield started
-
-
-async def test_resent_batches_are_not_appended_twice(proxy: FaultProxy) -> None:
+async def test_resent_batches_are_not_appended_twice(
+    proxied_memory_broker: Broker, fault_proxy: FaultProxy
+) -> None:
     """Five batches in flight; the answer to the first is lost, so the connection gets out of
     step and every batch is resent with its sequence: the broker answers the copies it already
     has with DUPLICATE_SEQUENCE_NUMBER (or the latest one's original offset)."""
-    broker = await start_broker({"advertised.listeners": proxy.address})
-    proxy.set_upstream(broker.port)
-    try:
-        broker.topics.create("dedup", 1, 1, {})
-        lost = proxy.drop(Direction.RESPONSE, api_keys=[0], limit=1)
-        async with Producer(
-            proxy.address, batch_size=256, linger_ms=0, retry_backoff_ms=50
-        ) as producer:
-            futures = [
-                await producer.send("dedup", f"record-{i:03d}".encode() + b"." * 60)
-                for i in range(30)
-            ]
-            await asyncio.wait_for(producer.flush(), TIMEOUT)
-            delivered = [f.result() for f in futures]
-            stats = producer.stats
-        assert lost.applied == 1
-        assert stats.retries >= 2, stats
-        assert stats.duplicates >= 1, stats
-        offsets = [m.offset for m in delivered if m.offset >= 0]
-        assert offsets == sorted(set(offsets))  # whatever has an offset has its own
-        records = await asyncio.to_thread(read, proxy.address, "dedup", 1, 30)
-        assert values(records) == [f"record-{i:03d}".encode() + b"." * 60 for i in range(30)]
-    finally:
-        await broker.stop()
+    proxied_memory_broker.topics.create("dedup", 1, 1, {})
+    lost = fault_proxy.drop(Direction.RESPONSE, api_keys=[0], limit=1)
+    async with Producer(
+        fault_proxy.address, batch_size=256, linger_ms=0, retry_backoff_ms=50
+    ) as producer:
+        futures = [
+            await producer.send("dedup", f"record-{i:03d}".encode() + b"." * 60) for i in range(30)
+        ]
+        await asyncio.wait_for(producer.flush(), TIMEOUT)
+        delivered = [f.result() for f in futures]
+        stats = producer.stats
+    assert lost.applied == 1
+    assert stats.retries >= 2, stats
+    assert stats.duplicates >= 1, stats
+    offsets = [m.offset for m in delivered if m.offset >= 0]
+    assert offsets == sorted(set(offsets))  # whatever has an offset has its own
+    records = await asyncio.to_thread(read, fault_proxy.address, "dedup", 1, 30)
+    assert values(records) == [f"record-{i:03d}".encode() + b"." * 60 for i in range(30)]
 
 
 async def test_sequence_overflow_bumps_the_epoch_instead_of_wrapping(broker: Broker) -> None:

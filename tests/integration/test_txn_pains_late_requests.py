@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
@@ -26,7 +25,7 @@ from lockgate.client.errors import KafkaError
 from lockgate.client.producer import Producer
 from lockgate.protocol.api import ApiKey
 from lockgate.server.broker import Broker
-from tests.integration.test_client_producer import read, start_broker, unique
+from tests.integration.test_client_producer import read, unique
 from tests.support.fault_proxy import Direction, FaultProxy
 
 HELD_SECONDS = 2.5  # how long the proxy holds the request; the client gives up after 1 s
@@ -106,35 +105,19 @@ async def late_end_txn_is_refused(proxy: FaultProxy, topic: str, version: int) -
     assert await asyncio.to_thread(read_all, bootstrap, topic, True, 2) == [b"N", b"N+2"]
 
 
-@pytest.fixture
-def proxy() -> Iterator[FaultProxy]:
-    with FaultProxy() as started:
-        yield started
-
-
-@pytest.fixture
-async def broker(proxy: FaultProxy) -> AsyncIterator[Broker]:
-    instance = await start_broker({"advertised.listeners": proxy.address})
-    proxy.set_upstream(instance.port)
-    try:
-        yield instance
-    finally:
-        await instance.stop()
-
-
 @pytest.mark.parametrize("version", [1, 2])
 async def test_a_late_produce_of_the_last_transaction_is_refused(
-    broker: Broker, proxy: FaultProxy, version: int
+    proxied_memory_broker: Broker, fault_proxy: FaultProxy, version: int
 ) -> None:
     topic = unique("late-produce")
-    broker.topics.create(topic, 1, 1, {})
-    await late_produce_is_refused(proxy, topic, version)
+    proxied_memory_broker.topics.create(topic, 1, 1, {})
+    await late_produce_is_refused(fault_proxy, topic, version)
 
 
 @pytest.mark.parametrize("version", [1, 2])
 async def test_a_late_end_txn_of_the_last_transaction_is_refused(
-    broker: Broker, proxy: FaultProxy, version: int
+    proxied_memory_broker: Broker, fault_proxy: FaultProxy, version: int
 ) -> None:
     topic = unique("late-end")
-    broker.topics.create(topic, 1, 1, {})
-    await late_end_txn_is_refused(proxy, topic, version)
+    proxied_memory_broker.topics.create(topic, 1, 1, {})
+    await late_end_txn_is_refused(fault_proxy, topic, version)

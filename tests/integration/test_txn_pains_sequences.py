@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator
-
-import pytest
 
 from lockgate.client.producer import Producer, ProducerStats
 from lockgate.protocol.api import ApiKey
@@ -62,28 +59,12 @@ async def dropped_request_is_resent_in_order(proxy: FaultProxy, topic: str) -> P
     return stats
 
 
-@pytest.fixture
-def proxy() -> Iterator[FaultProxy]:
-    with FaultProxy() as started:
-        yield started
-
-
-@pytest.fixture
-async def proxied_broker(proxy: FaultProxy) -> AsyncIterator[Broker]:
-    instance = await start_broker({"advertised.listeners": proxy.address})
-    proxy.set_upstream(instance.port)
-    try:
-        yield instance
-    finally:
-        await instance.stop()
-
-
 async def test_a_lost_request_s_followers_are_resent_after_it_not_dropped(
-    proxied_broker: Broker, proxy: FaultProxy
+    proxied_memory_broker: Broker, fault_proxy: FaultProxy
 ) -> None:
     topic = unique("lost-request")
-    proxied_broker.topics.create(topic, 1, 1, {})
-    stats = await dropped_request_is_resent_in_order(proxy, topic)
+    proxied_memory_broker.topics.create(topic, 1, 1, {})
+    stats = await dropped_request_is_resent_in_order(fault_proxy, topic)
     assert stats.epoch_bumps == 0, stats  # a gap behind a lost batch needs no new epoch
 
 
