@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from lockgate.server.broker import Broker
-from tests.integration.test_client_producer import start_broker
+from tests.integration.test_client_producer import FORGETFUL, start_broker
 from tests.support.fault_proxy import FaultProxy
 
 
@@ -17,6 +17,16 @@ async def proxied_memory_broker(fault_proxy: FaultProxy) -> AsyncIterator[Broker
     address, so that clients reconnect through the proxy too."""
     instance = await start_broker({"advertised.listeners": fault_proxy.address})
     fault_proxy.set_upstream(instance.port)
+    try:
+        yield instance
+    finally:
+        await instance.stop()
+
+
+@pytest.fixture
+async def forgetful_broker() -> AsyncIterator[Broker]:
+    """An in-process broker whose partitions forget producers idle for 300 ms."""
+    instance = await start_broker(FORGETFUL)
     try:
         yield instance
     finally:

@@ -55,6 +55,8 @@ SETTINGS = {
     "offsets.topic.num.partitions": "3",
     "transaction.two.phase.commit.enable": "true",
 }
+# partitions forget a producer idle for 300 ms (checked every 100 ms)
+FORGETFUL = {"producer.id.expiration.ms": "300", "producer.id.expiration.check.interval.ms": "100"}
 _names = itertools.count()
 
 
@@ -180,33 +182,31 @@ async def test_sequence_overflow_bumps_the_epoch_instead_of_wrapping(broker: Bro
     assert values(records) == [f"{i}".encode() for i in range(25)]
 
 
-async def test_unknown_producer_id_after_expiry_bumps_the_epoch() -> None:
+async def until_producers_forgotten(broker: Broker, topic: str) -> None:
+    """Waits (10 s at most) until partition 0 of `topic` has forgotten every producer."""
+    log = broker.topics.get(topic, 0)
+    assert log is not None
+    deadline = time.monotonic() + 10
+    while len(log.producers):
+        assert time.monotonic() < deadline, "the producer state did not expire"
+        await asyncio.sleep(0.05)
+
+
+async def test_unknown_producer_id_after_expiry_bumps_the_epoch(forgetful_broker: Broker) -> None:
     """KIP-360: the broker forgot the producer (its state expired), so a batch at a sequence
     above 0 gets UNKNOWN_PRODUCER_ID; the producer bumps its epoch, renumbers and resends."""
-    broker = await start_broker(
-        {"producer.id.expiration.ms": "300", "producer.id.expiration.check.interval.ms": "100"}
-    )
-    try:
-        broker.topics.create("expiring", 1, 1, {})
-        log = broker.topics.get("expiring", 0)
-        assert log is not None
-        async with Producer(bootstrap(broker), linger_ms=0) as producer:
-            for i in range(3):
-                await producer.send_and_wait("expiring", f"{i}".encode())
-            before = producer.identity
-            for _ in range(100):
-                if len(log.producers) == 0:
-                    break
-                await asyncio.sleep(0.05)
-            assert len(log.producers) == 0, "the producer state did not expire"
-            for i in range(3, 6):
-                await asyncio.wait_for(producer.send_and_wait("expiring", f"{i}".encode()), 10)
-            assert producer.identity != before
-            assert producer.stats.epoch_bumps == 1, producer.stats
-        records = await asyncio.to_thread(read, bootstrap(broker), "expiring", 1, 6)
-        assert values(records) == [f"{i}".encode() for i in range(6)]
-    finally:
-        await broker.stop()
+    forgetful_broker.topics.create("expiring", 1, 1, {})
+    async with Producer(bootstrap(forgetful_broker), linger_ms=0) as producer:
+        for i in range(3):
+            await producer.send_and_wait("expiring", f"{i}".encode())
+        before = producer.identity
+        await until_producers_forgotten(forgetful_broker, "expiring")
+        for i in range(3, 6):
+            await asyncio.wait_for(producer.send_and_wait("expiring", f"{i}".encode()), 10)
+        assert producer.identity != before
+        assert producer.stats.epoch_bumps == 1, producer.stats
+    records = await asyncio.to_thread(read, bootstrap(forgetful_broker), "expiring", 1, 6)
+    assert values(records) == [f"{i}".encode() for i in range(6)]
 
 
 # -- KIP-359 -----------------------------------------------------------------------------------

@@ -11,12 +11,11 @@ own offset, and the log holds each record once, in the order sent."""
 from __future__ import annotations
 
 import asyncio
-import time
 
 from lockgate.client.producer import Producer, ProducerStats
 from lockgate.protocol.api import ApiKey
 from lockgate.server.broker import Broker
-from tests.integration.test_client_producer import start_broker, unique
+from tests.integration.test_client_producer import unique, until_producers_forgotten
 from tests.integration.test_txn_pains_late_requests import read_all
 from tests.support.fault_proxy import Direction, FaultProxy
 
@@ -68,29 +67,20 @@ async def test_a_lost_request_s_followers_are_resent_after_it_not_dropped(
     assert stats.epoch_bumps == 0, stats  # a gap behind a lost batch needs no new epoch
 
 
-async def test_an_epoch_bump_with_batches_in_flight_renumbers_them_all() -> None:
+async def test_an_epoch_bump_with_batches_in_flight_renumbers_them_all(
+    forgetful_broker: Broker,
+) -> None:
     """The broker forgets the idle producer (producer.id.expiration.ms); the next batches go
     out pipelined, the first is answered UNKNOWN_PRODUCER_ID and the others with errors too;
     the producer bumps its epoch once and resends every one of them, renumbered from 0."""
-    broker = await start_broker(
-        {"producer.id.expiration.ms": "300", "producer.id.expiration.check.interval.ms": "100"}
-    )
-    try:
-        topic = unique("forgotten")
-        broker.topics.create(topic, 1, 1, {})
-        log = broker.topics.get(topic, 0)
-        assert log is not None
-        address = f"127.0.0.1:{broker.port}"
-        async with pipelining_producer(address) as producer:
-            await producer.send_and_wait(topic, b"record-000" + b"." * 90, partition=0)
-            deadline = time.monotonic() + 10
-            while len(log.producers):
-                assert time.monotonic() < deadline, "the producer state did not expire"
-                await asyncio.sleep(0.05)
-            offsets = await send_all(producer, topic, 1)
-            assert producer.stats.epoch_bumps == 1, producer.stats
-        assert offsets == list(range(1, RECORDS)), offsets
-        expected = [f"record-{i:03d}".encode() + b"." * 90 for i in range(RECORDS)]
-        assert await asyncio.to_thread(read_all, address, topic, False, RECORDS) == expected
-    finally:
-        await broker.stop()
+    topic = unique("forgotten")
+    forgetful_broker.topics.create(topic, 1, 1, {})
+    address = f"127.0.0.1:{forgetful_broker.port}"
+    async with pipelining_producer(address) as producer:
+        await producer.send_and_wait(topic, b"record-000" + b"." * 90, partition=0)
+        await until_producers_forgotten(forgetful_broker, topic)
+        offsets = await send_all(producer, topic, 1)
+        assert producer.stats.epoch_bumps == 1, producer.stats
+    assert offsets == list(range(1, RECORDS)), offsets
+    expected = [f"record-{i:03d}".encode() + b"." * 90 for i in range(RECORDS)]
+    assert await asyncio.to_thread(read_all, address, topic, False, RECORDS) == expected

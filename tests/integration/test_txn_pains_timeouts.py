@@ -51,7 +51,7 @@ from lockgate.protocol.records import build_batch
 from lockgate.server.broker import Broker
 from lockgate.server.config import BrokerConfig
 from lockgate.storage.memory import MemoryEngine
-from tests.integration.test_client_producer import read
+from tests.integration.test_client_producer import read, until_producers_forgotten
 from tests.support.broker import BrokerProcess
 from tests.support.clients import create_topic
 from tests.support.kafka_wire import KafkaWire, produce
@@ -340,41 +340,38 @@ async def test_an_expired_transactional_id_is_reported_as_such(
         await broker.stop()
 
 
-async def test_an_expired_producer_id_is_bumped_after_an_abortable_error() -> None:
+async def test_an_expired_producer_id_is_bumped_after_an_abortable_error(
+    forgetful_broker: Broker,
+) -> None:
     """Classic protocol, where sequences run on across transactions: the partition forgot the
     idle producer (producer.id.expiration.ms), its next batch gets UNKNOWN_PRODUCER_ID, the
     transaction is abortable, and the abort bumps the epoch (KIP-360) for the next one."""
-    broker = await start_broker(
-        {"producer.id.expiration.ms": "300", "producer.id.expiration.check.interval.ms": "100"}
-    )
-    try:
-        topic = unique("expired-producer")
-        broker.topics.create(topic, 1, 1, {})
-        log = broker.topics.get(topic, 0)
-        assert log is not None
-        async with Producer(
-            address(broker), transactional_id=unique("idle"), transaction_version=1, linger_ms=0
-        ) as producer:
-            await producer.init_transactions()
-            await commit_values(producer, topic, b"before")
-            before = producer.identity
-            await wait_until(lambda: len(log.producers) == 0, "the producer state expires")
-            producer.begin_transaction()
-            pending = await producer.send(topic, b"lost-attempt", partition=0)
-            with pytest.raises(UnknownProducerIdError):
-                await producer.commit_transaction()
-            assert producer.transaction_state is TransactionState.ABORTABLE_ERROR
-            with pytest.raises(UnknownProducerIdError):
-                await pending
-            await producer.abort_transaction()
-            assert producer.identity != before and producer.stats.epoch_bumps == 1
-            await commit_values(producer, topic, b"after")
-        assert await asyncio.to_thread(committed, address(broker), topic, 2) == [
-            b"before",
-            b"after",
-        ]
-    finally:
-        await broker.stop()
+    topic = unique("expired-producer")
+    forgetful_broker.topics.create(topic, 1, 1, {})
+    async with Producer(
+        address(forgetful_broker),
+        transactional_id=unique("idle"),
+        transaction_version=1,
+        linger_ms=0,
+    ) as producer:
+        await producer.init_transactions()
+        await commit_values(producer, topic, b"before")
+        before = producer.identity
+        await until_producers_forgotten(forgetful_broker, topic)
+        producer.begin_transaction()
+        pending = await producer.send(topic, b"lost-attempt", partition=0)
+        with pytest.raises(UnknownProducerIdError):
+            await producer.commit_transaction()
+        assert producer.transaction_state is TransactionState.ABORTABLE_ERROR
+        with pytest.raises(UnknownProducerIdError):
+            await pending
+        await producer.abort_transaction()
+        assert producer.identity != before and producer.stats.epoch_bumps == 1
+        await commit_values(producer, topic, b"after")
+    assert await asyncio.to_thread(committed, address(forgetful_broker), topic, 2) == [
+        b"before",
+        b"after",
+    ]
 
 
 # -- pain 3: ProducerFenced with a single producer --------------------------------------------
