@@ -22,8 +22,7 @@ from lockgate.client.partitioner import partition_for_key
 from lockgate.client.producer import Producer, RecordMetadata
 from lockgate.client.transactions import TransactionAbortedError
 from lockgate.server.broker import Broker
-from lockgate.server.config import BrokerConfig
-from lockgate.storage.memory import MemoryEngine
+from tests.integration.test_client_producer import bootstrap, start_broker
 
 TIMEOUT = 20.0
 BUILT = load(pure=False).IMPLEMENTATION == "compiled"
@@ -48,23 +47,11 @@ def implementation(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPat
 
 @pytest.fixture
 async def broker() -> AsyncIterator[Broker]:
-    config = BrokerConfig(
-        {
-            "listeners": "127.0.0.1:0",
-            "lockgate.durability": "page-cache",
-            "transaction.state.log.num.partitions": "1",
-        }
-    )
-    instance = Broker(config, MemoryEngine())
-    await instance.start()
+    instance = await start_broker()
     try:
         yield instance
     finally:
         await instance.stop()
-
-
-def bootstrap(broker: Broker) -> str:
-    return f"127.0.0.1:{broker.port}"
 
 
 async def read_back(broker: Broker, topic: str, partitions: int, expected: int) -> list[Message]:

@@ -34,7 +34,8 @@ from lockgate.coordinator.txn.state import TxnState
 from lockgate.protocol.records import build_batch, validate_produced_batch
 from lockgate.server.broker import Broker
 from lockgate.server.config import BrokerConfig
-from tests.integration.test_txn_pains_timeouts import committed, unique
+from tests.integration.test_client_producer import unique
+from tests.integration.test_txn_pains_timeouts import committed
 from tests.support.broker import BrokerProcess
 from tests.support.clients import create_topic
 

@@ -17,12 +17,10 @@ The reference broker runs the broker-side parts in tests/reference/test_txn_pain
 from __future__ import annotations
 
 import asyncio
-import itertools
 import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -49,9 +47,13 @@ from lockgate.client.transactions import (
 from lockgate.protocol.errors import ErrorCode
 from lockgate.protocol.records import build_batch
 from lockgate.server.broker import Broker
-from lockgate.server.config import BrokerConfig
-from lockgate.storage.memory import MemoryEngine
-from tests.integration.test_client_producer import read, until_producers_forgotten
+from tests.integration.test_client_producer import (
+    bootstrap,
+    read,
+    unique,
+    until_producers_forgotten,
+)
+from tests.integration.test_client_producer import start_broker as start_memory_broker
 from tests.support.broker import BrokerProcess
 from tests.support.clients import create_topic
 from tests.support.kafka_wire import KafkaWire, produce
@@ -62,23 +64,10 @@ FAST_TIMEOUTS = {
     "transaction.remove.expired.transaction.cleanup.interval.ms": "100",
 }
 TRANSACTIONAL_ATTRIBUTE = 0x10  # record batch attributes bit 4
-_names = itertools.count()
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{next(_names)}-{uuid.uuid4().hex[:6]}"
 
 
 async def start_broker(settings: dict[str, str]) -> Broker:
-    broker = Broker(
-        BrokerConfig({"listeners": "127.0.0.1:0", **FAST_TIMEOUTS, **settings}), MemoryEngine()
-    )
-    await broker.start()
-    for _ in range(500):
-        if broker.transactions.loaded:
-            break
-        await asyncio.sleep(0.01)
-    return broker
+    return await start_memory_broker({**FAST_TIMEOUTS, **settings})
 
 
 @pytest.fixture
@@ -88,10 +77,6 @@ async def broker() -> AsyncIterator[Broker]:
         yield instance
     finally:
         await instance.stop()
-
-
-def address(broker: Broker) -> str:
-    return f"127.0.0.1:{broker.port}"
 
 
 def committed(bootstrap: str, topic: str, expected: int, settle: float = 0.3) -> list[bytes]:
@@ -267,17 +252,17 @@ async def unadded_partition_is_refused(bootstrap: str, topic: str) -> None:
 async def test_a_partition_never_added_to_the_transaction_is_refused(broker: Broker) -> None:
     topic = unique("unadded")
     broker.topics.create(topic, 2, 1, {})
-    await unadded_partition_is_refused(address(broker), topic)
+    await unadded_partition_is_refused(bootstrap(broker), topic)
 
 
 async def test_a_killed_producer_s_transaction_is_aborted_after_its_timeout(broker: Broker) -> None:
     broker.topics.create("hanging-timeout", 1, 1, {})
-    await hanging_transaction_is_aborted_by_its_timeout(address(broker), "hanging-timeout")
+    await hanging_transaction_is_aborted_by_its_timeout(bootstrap(broker), "hanging-timeout")
 
 
 async def test_a_restarted_producer_aborts_the_hanging_transaction_at_once(broker: Broker) -> None:
     broker.topics.create("hanging-restart", 1, 1, {})
-    await restarted_producer_aborts_the_hanging_transaction(address(broker), "hanging-restart")
+    await restarted_producer_aborts_the_hanging_transaction(bootstrap(broker), "hanging-restart")
 
 
 # -- pain 2: idle producers whose ids expired -------------------------------------------------
@@ -335,7 +320,7 @@ async def test_an_expired_transactional_id_is_reported_as_such(
     try:
         topic = unique("expired-id")
         broker.topics.create(topic, 1, 1, {})
-        await expired_transactional_id_is_reported(address(broker), topic, version)
+        await expired_transactional_id_is_reported(bootstrap(broker), topic, version)
     finally:
         await broker.stop()
 
@@ -349,7 +334,7 @@ async def test_an_expired_producer_id_is_bumped_after_an_abortable_error(
     topic = unique("expired-producer")
     forgetful_broker.topics.create(topic, 1, 1, {})
     async with Producer(
-        address(forgetful_broker),
+        bootstrap(forgetful_broker),
         transactional_id=unique("idle"),
         transaction_version=1,
         linger_ms=0,
@@ -368,7 +353,7 @@ async def test_an_expired_producer_id_is_bumped_after_an_abortable_error(
         await producer.abort_transaction()
         assert producer.identity != before and producer.stats.epoch_bumps == 1
         await commit_values(producer, topic, b"after")
-    assert await asyncio.to_thread(committed, address(forgetful_broker), topic, 2) == [
+    assert await asyncio.to_thread(committed, bootstrap(forgetful_broker), topic, 2) == [
         b"before",
         b"after",
     ]
@@ -445,7 +430,7 @@ async def test_a_timed_out_transaction_is_abortable_not_fenced(
     topic = unique("timed-out")
     broker.topics.create(topic, 1, 1, {})
     await timed_out_transaction_is_abortable(
-        address(broker), topic, version, TransactionTimedOutError
+        bootstrap(broker), topic, version, TransactionTimedOutError
     )
 
 
@@ -453,7 +438,7 @@ async def test_a_timed_out_transaction_is_abortable_not_fenced(
 async def test_a_real_second_instance_is_still_fenced(broker: Broker, version: int) -> None:
     topic = unique("second")
     broker.topics.create(topic, 1, 1, {})
-    await second_instance_still_fences(address(broker), topic, version)
+    await second_instance_still_fences(bootstrap(broker), topic, version)
 
 
 @pytest.mark.parametrize("version", [1, 2])
@@ -463,7 +448,7 @@ async def test_offsets_sent_after_the_timeout_are_abortable_too(
     topic = unique("offsets-timed-out")
     broker.topics.create(topic, 1, 1, {})
     async with Producer(
-        address(broker),
+        bootstrap(broker),
         transactional_id=unique("slow-offsets"),
         transaction_version=version,
         transaction_timeout_ms=300,
@@ -479,7 +464,7 @@ async def test_offsets_sent_after_the_timeout_are_abortable_too(
             )
         await producer.abort_transaction()  # settles it: a timeout
         await commit_values(producer, topic, b"next")
-    assert await asyncio.to_thread(committed, address(broker), topic, 1) == [b"next"]
+    assert await asyncio.to_thread(committed, bootstrap(broker), topic, 1) == [b"next"]
 
 
 def librdkafka_timed_out_transaction(bootstrap: str, topic: str) -> KafkaException:
@@ -508,10 +493,10 @@ def librdkafka_timed_out_transaction(bootstrap: str, topic: str) -> KafkaExcepti
 async def test_librdkafka_goes_fatal_where_lockgate_s_client_goes_on(broker: Broker) -> None:
     topic = unique("librdkafka")
     broker.topics.create(topic, 1, 1, {})
-    raised = await asyncio.to_thread(librdkafka_timed_out_transaction, address(broker), topic)
+    raised = await asyncio.to_thread(librdkafka_timed_out_transaction, bootstrap(broker), topic)
     assert raised.args[0].fatal(), raised
     assert "fenced" in str(raised).lower()
-    assert await asyncio.to_thread(committed, address(broker), topic, 0) == []
+    assert await asyncio.to_thread(committed, bootstrap(broker), topic, 0) == []
 
 
 # -- pain 4: a timeout leaves the producer unrecoverable --------------------------------------

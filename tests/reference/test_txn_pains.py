@@ -31,6 +31,7 @@ import pytest
 
 from lockgate.client.errors import ProducerFencedError
 from lockgate.client.transactions import TransactionTimedOutError
+from tests.integration.test_client_producer import unique
 from tests.integration.test_txn_pains_late_requests import (
     late_end_txn_is_refused,
     late_produce_is_refused,
@@ -43,7 +44,6 @@ from tests.integration.test_txn_pains_timeouts import (
     second_instance_still_fences,
     timed_out_transaction_is_abortable,
     unadded_partition_is_refused,
-    unique,
 )
 from tests.support.broker import free_port
 from tests.support.clients import create_topic
