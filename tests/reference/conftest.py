@@ -13,13 +13,21 @@ from tests.support.reference_kafka import ReferenceKafka, reference_classpath
 
 
 @pytest.fixture(scope="session")
-def reference_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceKafka]:
-    classpath = reference_classpath()
-    if classpath is None:
+def classpath() -> str:
+    """Apache Kafka's resolved classpath."""
+    found = reference_classpath()
+    if found is None:
         reason = "Apache Kafka's jars are not resolved: run `make reference-deps`"
         if os.environ.get("CI"):
             pytest.fail(reason)
         pytest.skip(reason)
+    return found
+
+
+@pytest.fixture(scope="session")
+def reference_kafka(
+    tmp_path_factory: pytest.TempPathFactory, classpath: str
+) -> Iterator[ReferenceKafka]:
     kafka = ReferenceKafka(tmp_path_factory.mktemp("reference") / "data", classpath).start()
     try:
         yield kafka

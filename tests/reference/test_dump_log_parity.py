@@ -11,7 +11,6 @@ import contextlib
 import glob
 import io
 import json
-import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -23,24 +22,13 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from lockgate.cli import main
 from tests.support.broker import BrokerProcess
 from tests.support.clients import create_topic
-from tests.support.reference_kafka import JAVA_OPTIONS, reference_classpath
+from tests.support.reference_kafka import JAVA_OPTIONS
 
 pytestmark = pytest.mark.compat
 
 TOPIC = "dump-parity"
 GROUP = "dump-parity-group"
 KAFKA_DUMP = "org.apache.kafka.tools.DumpLogSegments"
-
-
-@pytest.fixture(scope="module")
-def classpath() -> str:
-    found = reference_classpath()
-    if found is None:
-        reason = "Apache Kafka's jars are not resolved: run `make reference-deps`"
-        if os.environ.get("CI"):
-            pytest.fail(reason)
-        pytest.skip(reason)
-    return found
 
 
 @pytest.fixture(scope="module")

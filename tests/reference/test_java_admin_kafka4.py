@@ -12,7 +12,6 @@ import pytest
 
 from tests.reference.test_java_client import run_checks
 from tests.support.broker import running_broker
-from tests.support.reference_kafka import reference_classpath
 
 pytestmark = pytest.mark.compat
 
@@ -24,10 +23,7 @@ class _Classpath:
         self.classpath = classpath
 
 
-def test_java_admin_kafka4_apis(tmp_path: Path) -> None:
-    classpath = reference_classpath()
-    if classpath is None:
-        pytest.skip("Apache Kafka's jars are not resolved: run `make reference-deps`")
+def test_java_admin_kafka4_apis(tmp_path: Path, classpath: str) -> None:
     with running_broker(tmp_path / "data") as lockgate:
         results = run_checks(_Classpath(classpath), lockgate.bootstrap, PROGRAM)  # type: ignore[arg-type]
     assert results["dtp.partitions"] == "0:0:1:0,1:0:1:0,2:0:1:0,3:0:1:0,4:0:1:0"

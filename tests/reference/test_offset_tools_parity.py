@@ -11,7 +11,6 @@ import contextlib
 import datetime
 import io
 import json
-import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -23,7 +22,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from lockgate.cli import main
 from tests.support.broker import BrokerProcess
 from tests.support.clients import create_topic
-from tests.support.reference_kafka import JAVA_OPTIONS, reference_classpath
+from tests.support.reference_kafka import JAVA_OPTIONS
 
 pytestmark = pytest.mark.compat
 
@@ -36,17 +35,6 @@ GET_OFFSETS = "org.apache.kafka.tools.GetOffsetShell"
 CONSUMER_GROUPS = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
 DELETE_RECORDS = "org.apache.kafka.tools.DeleteRecordsCommand"
 DOOMED = "delete-parity"  # 2 partitions of 3 records
-
-
-@pytest.fixture(scope="module")
-def classpath() -> str:
-    found = reference_classpath()
-    if found is None:
-        reason = "Apache Kafka's jars are not resolved: run `make reference-deps`"
-        if os.environ.get("CI"):
-            pytest.fail(reason)
-        pytest.skip(reason)
-    return found
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,6 @@ behind a lost Produce request reach Kafka once, in order. No loss, no duplicate 
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Iterator
 
 import pytest
@@ -48,7 +47,7 @@ from tests.integration.test_txn_pains_timeouts import (
 from tests.support.broker import free_port
 from tests.support.clients import create_topic
 from tests.support.fault_proxy import FaultProxy
-from tests.support.reference_kafka import ReferenceKafka, reference_classpath
+from tests.support.reference_kafka import ReferenceKafka
 
 pytestmark = pytest.mark.compat
 
@@ -61,15 +60,9 @@ SMALL_SETTINGS = {
 
 
 @pytest.fixture(scope="module")
-def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultProxy]:
+def kafka(tmp_path_factory: pytest.TempPathFactory, classpath: str) -> Iterator[FaultProxy]:
     """Apache Kafka with the small settings (the session's reference broker has defaults),
     advertising the proxy's address; the proxy forwards to Kafka's port."""
-    classpath = reference_classpath()
-    if classpath is None:
-        reason = "Apache Kafka's jars are not resolved: run `make reference-deps`"
-        if os.environ.get("CI"):
-            pytest.fail(reason)
-        pytest.skip(reason)
     proxy = FaultProxy(listen_port=free_port()).start()
     try:
         settings = {**SMALL_SETTINGS, "advertised.listeners": f"PLAINTEXT://{proxy.address}"}
