@@ -373,16 +373,17 @@ class EtcdMetadataStore:
         self._lease_deadline = sent + self.ttl
         if self._deadline_timer is not None:
             self._deadline_timer.cancel()
+        self._arm_deadline()
+
+    def _arm_deadline(self) -> None:
         delay = max(0.0, self._lease_deadline - self.clock())
         self._deadline_timer = asyncio.get_running_loop().call_later(delay, self._check_deadline)
 
     def _check_deadline(self) -> None:
         if self.live:  # the loop runs a timer up to its clock resolution early: wait again
-            delay = max(0.0, self._lease_deadline - self.clock())
-            loop = asyncio.get_running_loop()
-            self._deadline_timer = loop.call_later(delay, self._check_deadline)
-            return
-        self._set_live(False)
+            self._arm_deadline()
+        else:
+            self._set_live(False)
 
     def _set_live(self, live: bool) -> None:
         if live == self._live:
