@@ -20,13 +20,16 @@ Behaviour:
   OUT_OF_ORDER_SEQUENCE_NUMBER, DUPLICATE_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID; an exact
   retry of the latest batch gets its original offset). Transactional batches must belong to
   the producer's open transaction on a partition added to it: INVALID_TXN_STATE (v≤10) or
-  TRANSACTION_ABORTABLE (v11+) otherwise, INVALID_PRODUCER_EPOCH for a stale epoch,
-  NOT_ENOUGH_REPLICAS (retriable) while the transaction is changing state; v12+ adds the
-  partition implicitly (TV2). In a cluster whose coordinator for the transactional id is
-  another broker, the first batch of a transaction on a partition waits while the leader asks
-  that broker (AddPartitionsToTxn v4+, VerifyOnly, or adding the partition for v12+); an
-  unreachable, loading or moving coordinator gives NOT_ENOUGH_REPLICAS. The producer's later
-  batches to the partition wait behind it, so its batches keep their order.
+  TRANSACTION_ABORTABLE (v11+) otherwise, INVALID_PRODUCER_EPOCH for a stale epoch; v12+ adds
+  the partition implicitly (TV2). A batch arriving while the producer's previous transaction
+  still has its markers written here is held until they are (at most the request's timeout;
+  the producer's later batches to the partition wait behind it), then checked; a check that
+  still cannot pass answers CONCURRENT_TRANSACTIONS for v12+ (as Kafka 4.0+, KAFKA-18662) and
+  NOT_ENOUGH_REPLICAS (retriable, no metadata refresh) for older versions. In a cluster whose
+  coordinator for the transactional id is another broker, the first batch of a transaction on
+  a partition waits while the leader asks that broker (AddPartitionsToTxn v4+, VerifyOnly, or
+  adding the partition for v12+, which that broker holds the same way); an unreachable,
+  loading or moving coordinator gives NOT_ENOUGH_REPLICAS.
 - acks=-1 is answered after the data is durable (fsync, group commit) in the default
   durability mode; acks=1 after it is written.
 - Cluster mode: only the partition's leader appends (NOT_LEADER_OR_FOLLOWER elsewhere, also
@@ -168,23 +171,34 @@ def _verification(
     header: BatchHeader,
     waits: Waits,
 ) -> ErrorCode | asyncio.Task[PartitionResult]:
-    """The transaction check's answer, or in a cluster whose coordinator for the id is another
-    broker the task appending the batch once that broker has answered. Batches already in the
-    producer's open transaction on this partition need no question (Kafka's rule)."""
+    """The transaction check's answer, or the task appending the batch once it can be checked:
+    in a cluster whose coordinator for the id is another broker, once that broker has answered;
+    while the producer's previous transaction is still writing its markers here, once they are
+    written. Batches already in the producer's open transaction on this partition need no
+    question (Kafka's rule); a batch behind a waiting one waits too, to keep their order."""
     transactional_id = request.transactional_id
     if transactional_id is None:
         return ErrorCode.invalid_txn_state
-    verifier = ctx.broker.verifier
-    if verifier is not None:
-        key = (topic_name, data.index, header.producer_id)
-        remote = ctx.broker.transactions.gate(transactional_id) == ErrorCode.not_coordinator
-        if verifier.waiting(key) or (remote and not _in_open_transaction(partition, header)):
-            return verifier.in_order(
-                key, lambda: _append_when_verified(ctx, request, topic_name, data, header, waits)
-            )
-        if remote:
+    key = (topic_name, data.index, header.producer_id)
+    order = ctx.broker.append_order
+    if order.waiting(key):
+        return order.in_order(key, lambda: _append_when_verified(ctx, request, topic_name, data,
+                                                                 header, waits))  # fmt: skip
+    coordinator = ctx.broker.transactions
+    if ctx.broker.verifier is not None and coordinator.gate(transactional_id) == (
+        ErrorCode.not_coordinator
+    ):
+        if _in_open_transaction(partition, header):
             return ErrorCode.none
-    return _verify_locally(ctx, transactional_id, (topic_name, data.index), header, waits.durable)
+        return order.in_order(key, lambda: _append_when_verified(ctx, request, topic_name, data,
+                                                                 header, waits))  # fmt: skip
+    error = _verify_locally(ctx, transactional_id, (topic_name, data.index), header, waits.durable)
+    if error == ErrorCode.concurrent_transactions and coordinator.completing(transactional_id):
+        # the previous transaction's markers are being written: hold the batch until they are
+        # rather than bounce it, so a chain of transactions never waits on client backoff
+        return order.in_order(key, lambda: _append_when_verified(ctx, request, topic_name, data,
+                                                                 header, waits))  # fmt: skip
+    return error
 
 
 def _in_open_transaction(partition: Partition, header: BatchHeader) -> bool:
@@ -204,21 +218,31 @@ async def _append_when_verified(
     header: BatchHeader,
     waits: Waits,
 ) -> PartitionResult:
-    """Asks the remote coordinator (unless an earlier batch of the producer opened the
-    transaction here meanwhile), then appends with every check made again."""
-    verifier = ctx.broker.verifier
-    assert verifier is not None and request.transactional_id is not None
+    """Once the batches ahead of it are appended: asks the coordinator (another broker's, unless
+    an earlier batch of the producer opened the transaction here meanwhile; or this broker's
+    once the previous transaction's markers are written, bounded by the request's timeout),
+    then appends with every check made again."""
+    transactional_id = request.transactional_id
+    assert transactional_id is not None
     partition = ctx.broker.topics.get(topic_name, data.index)
+    timeout_s = max(request.timeout_ms, 1000) / 1000
+    coordinator = ctx.broker.transactions
+    verifier = ctx.broker.verifier
     if partition is not None and _in_open_transaction(partition, header):
         verified = ErrorCode.none
-    else:
+    elif verifier is not None and coordinator.gate(transactional_id) == ErrorCode.not_coordinator:
         verified = await verifier.ask(
-            request.transactional_id,
+            transactional_id,
             header.producer_id,
             header.producer_epoch,
             (topic_name, data.index),
             add=ctx.api_version >= FIRST_IMPLICIT_ADD_VERSION,
-            timeout_s=max(request.timeout_ms, 1000) / 1000,
+            timeout_s=timeout_s,
+        )
+    else:
+        await coordinator.settle(transactional_id, timeout_s)
+        verified = _verify_locally(
+            ctx, transactional_id, (topic_name, data.index), header, waits.durable
         )
     outcome = _attempt(ctx, request, topic_name, data, waits, verified)
     assert isinstance(outcome, PartitionResult)  # a verified batch is never deferred again
@@ -226,8 +250,13 @@ async def _append_when_verified(
 
 
 def _transaction_error(error: ErrorCode, version: int) -> ErrorCode:
-    """Produce's answer for a failed transaction check: what clients retry becomes the
-    retriable NOT_ENOUGH_REPLICAS, as in Kafka."""
+    """Produce's answer for a failed transaction check. What clients retry becomes the retriable
+    NOT_ENOUGH_REPLICAS, as in Kafka, except that a transaction-version-2 Produce (v12+) is told
+    CONCURRENT_TRANSACTIONS while the previous transaction completes, as Kafka 4.0+ does
+    (KAFKA-18662): clients retry that at once, where NOT_ENOUGH_REPLICAS costs some (franz-go)
+    a metadata refresh."""
+    if error == ErrorCode.concurrent_transactions and version >= FIRST_IMPLICIT_ADD_VERSION:
+        return error
     if error in RETRIABLE_VERIFICATION:
         return ErrorCode.not_enough_replicas
     if error == ErrorCode.producer_fenced:

@@ -20,6 +20,7 @@ from lockgate.coordinator.snapshots import Snapshotter
 from lockgate.coordinator.txn.service import TRANSACTION_STATE_TOPIC, TransactionCoordinator
 from lockgate.coordinator.txn.verifier import TxnVerifier
 from lockgate.handlers import load_all
+from lockgate.log.append_order import AppendOrder
 from lockgate.log.cleaner import MAP_ENTRY_BYTES, LogCleaner
 from lockgate.log.partition import Partition
 from lockgate.replication.manager import ReplicaManager
@@ -86,6 +87,8 @@ class Broker:
         self.admin: TopicAdmin
         self.producer_ids: ProducerIdManager | ClusterProducerIds
         self.verifier: TxnVerifier | None = None  # asks other brokers' txn coordinators
+        # a producer's batches to a partition that wait (for a coordinator) keep their order
+        self.append_order = AppendOrder()
         cluster_url = config.get("lockgate.cluster")
         # how this broker's own connections to its peers are secured (cluster mode only)
         self.inter_broker_security: ClientSecurity | None = None

@@ -298,6 +298,11 @@ class TransactionCoordinator:
         if self._completions.get(transactional_id) is task:  # (not a later term's completion)
             del self._completions[transactional_id]
 
+    def completing(self, transactional_id: str) -> bool:
+        """Whether the id's last decision is still having its markers written (see settle)."""
+        task = self._completions.get(transactional_id)
+        return task is not None and not task.done()
+
     async def settle(self, transactional_id: str, timeout_s: float = 1.0) -> None:
         """Waits (bounded) for the id's markers to be written and its Complete state logged.
         A producer's next request usually arrives right after its commit was answered; waiting

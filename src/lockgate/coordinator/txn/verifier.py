@@ -3,15 +3,14 @@
 # producer's first transactional batch of a transaction is appended to a partition, the leader
 # asks whether the partition is in the open transaction (AddPartitionsToTxn v4+, VerifyOnly),
 # or with TV2 (Produce v12+) has it added. Questions asked in one turn of the event loop go
-# to each coordinator in one request. Batches of one producer to one partition are appended
-# in the order they arrived: a batch behind a question waits for it (`in_order`).
+# to each coordinator in one request. A batch behind a question waits for it
+# (log/append_order.py).
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING
 
 from lockgate.client.errors import KafkaError
 from lockgate.coordinator.txn.log import partition_for
@@ -25,8 +24,6 @@ if TYPE_CHECKING:
     from lockgate.server.broker import Broker
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 FIRST_BATCHED_VERSION = 4  # v4+: sent by brokers, several transactions, VerifyOnly
 REQUEST_TIMEOUT_MS = 30_000
@@ -51,36 +48,7 @@ class TxnVerifier:
         )
         self._pending: dict[int, _Pending] = {}
         self._sends: set[asyncio.Task[None]] = set()
-        self._tails: dict[tuple[str, int, int], asyncio.Task[Any]] = {}
         self._last_log = -LOG_INTERVAL_S
-
-    # -- ordering -------------------------------------------------------------------------------
-
-    def waiting(self, key: tuple[str, int, int]) -> bool:
-        """Whether a batch of this (topic, partition, producer id) is still waiting."""
-        return key in self._tails
-
-    def in_order(
-        self, key: tuple[str, int, int], step: Callable[[], Awaitable[T]]
-    ) -> asyncio.Task[T]:
-        """Runs `step` once the earlier steps of `key` have finished."""
-        previous = self._tails.get(key)
-
-        async def run() -> T:
-            if previous is not None:
-                await asyncio.wait({previous})
-            return await step()
-
-        task = asyncio.get_running_loop().create_task(run())
-        self._tails[key] = task
-        task.add_done_callback(lambda done: self._release(key, done))
-        return task
-
-    def _release(self, key: tuple[str, int, int], task: asyncio.Task[Any]) -> None:
-        if self._tails.get(key) is task:
-            del self._tails[key]
-
-    # -- questions ------------------------------------------------------------------------------
 
     def coordinator(self, transactional_id: str) -> int | None:
         """The broker leading the id's partition of __transaction_state, per the view."""

@@ -168,10 +168,10 @@ async def test_a_delayed_end_txn_cannot_end_the_next_transaction(cluster: Cluste
         await producer.send(TOPIC, b"first", partition=0)
         await producer.commit_transaction()  # (its epoch is bumped for the next transaction)
         producer.begin_transaction()
-        await producer.send(TOPIC, b"second", partition=0)
-        # (the first commit's markers are written after its answer; the second transaction
-        # begins at the coordinator once they are)
-        await wait_until(lambda: state(brokers[0]) == TxnState.ONGOING)
+        # its delivery means the coordinator's record of the second transaction (added by
+        # this Produce) is on both replicas: the next coordinator must read it
+        await (await producer.send(TOPIC, b"second", partition=0))
+        assert state(brokers[0]) == TxnState.ONGOING
         await move_coordinator(store, brokers)
         # the first commit's request, held back in the network, reaches the next coordinator
         async with connected(brokers[1]) as connection:
