@@ -1,13 +1,14 @@
 # Shared by the config APIs: resource types, config sources and how a topic's configs appear.
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from lockgate.handlers.registry import RequestContext
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.security.acls import Operation, ResourceType
 from lockgate.security.authorizer import authorize
-from lockgate.server.config import TOPIC_CONFIGS
+from lockgate.server.config import CONFIG_TYPES, TOPIC_CONFIGS
 from lockgate.server.dynamic_config import DYNAMIC_BROKER_CONFIGS, broker_target, check_changes
 
 TOPIC = 2
@@ -17,7 +18,8 @@ SOURCE_TOPIC = 1
 SOURCE_DYNAMIC_DEFAULT_BROKER = 3
 SOURCE_DEFAULT = 5
 
-_TYPES = {"long": 5, "int": 3, "bool": 1, "string": 2, "ratio": 6, "policy": 7}  # Kafka ConfigType
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3  # IncrementalAlterConfigs' operations
+_OPERATION_NAMES = {APPEND: "APPEND", SUBTRACT: "SUBTRACT"}
 
 
 def config_denied(
@@ -34,7 +36,84 @@ def config_denied(
 
 
 def config_type(kind: str) -> int:
-    return _TYPES.get(kind, 2)
+    return CONFIG_TYPES.get(kind, 2)
+
+
+def _list_items(value: str | None) -> list[str]:
+    return [item for item in (value or "").split(",") if item]
+
+
+def incremental_topic_changes(
+    changes: Any, current: Mapping[str, str]
+) -> tuple[dict[str, str], list[str]]:
+    """A topic's IncrementalAlterConfigs operations as values to set and names to delete, as
+    Kafka's controller computes them: APPEND adds the items not there yet and SUBTRACT
+    removes the items given, both on the topic's override or, without one, on Kafka's own
+    default of the config (not the broker's); APPEND/SUBTRACT of a config that is not a LIST:
+    INVALID_CONFIG."""
+    set_values: dict[str, str] = {}
+    delete: list[str] = []
+    for change in changes:
+        name, operation = change.name, change.config_operation
+        if operation == SET:
+            set_values[name] = change.value
+        elif operation == DELETE:
+            delete.append(name)
+        else:
+            spec = TOPIC_CONFIGS.get(name)
+            if spec is None or spec.kind != "list":
+                raise KafkaProtocolError(
+                    ErrorCode.invalid_config,
+                    f"Can't {_OPERATION_NAMES[operation]} to key {name} because its type is "
+                    "not LIST.",
+                )
+            items = _list_items(current.get(name, spec.default))
+            given = change.value.split(",")
+            if operation == APPEND:
+                items += [item for item in dict.fromkeys(given) if item not in items]
+            else:
+                for item in given:
+                    if item in items:
+                        items.remove(item)
+            set_values[name] = ",".join(items)
+    return set_values, delete
+
+
+def incremental_broker_changes(
+    changes: Any, current: Mapping[str, str]
+) -> tuple[dict[str, str], list[str]]:
+    """A broker resource's operations, as Kafka's broker prepares them: APPEND/SUBTRACT on
+    the resource's dynamic value or, without one, the property's default; a property that is
+    not a LIST: INVALID_CONFIG ("Config value append is not allowed ...")."""
+    lists = {s.broker_property: s for s in TOPIC_CONFIGS.values() if s.kind == "list"}
+    set_values: dict[str, str] = {}
+    delete: list[str] = []
+    for change in changes:
+        name, operation = change.name, change.config_operation
+        if operation == SET:
+            set_values[name] = change.value
+        elif operation == DELETE:
+            delete.append(name)
+        else:
+            verb = _OPERATION_NAMES[operation].lower()
+            spec = lists.get(name)
+            if spec is None:
+                raise KafkaProtocolError(
+                    ErrorCode.invalid_config,
+                    f"Config value {verb} is not allowed for config key: {name}",
+                )
+            value = current.get(name, spec.default)
+            old = value.split(",") if value else []
+            given = change.value.split(",")
+            if operation == APPEND:
+                items = old + [item for item in given if item not in old]
+            else:
+                items = list(old)
+                for item in given:
+                    if item in items:
+                        items.remove(item)
+            set_values[name] = ",".join(items)
+    return set_values, delete
 
 
 def _synonyms(layers: Any, wanted: bool) -> list[dict[str, Any]]:

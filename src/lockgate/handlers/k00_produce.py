@@ -5,13 +5,18 @@ Behaviour:
   advertised anyway because librdkafka disables compression when Produce v0 is missing.
 - acks other than 0, 1, -1: INVALID_REQUIRED_ACKS. acks=0 gets no response at all.
 - Unknown topic: created when auto.create.topics.enable is true, else
-  UNKNOWN_TOPIC_OR_PARTITION; unknown partition: UNKNOWN_TOPIC_OR_PARTITION; unknown topic
-  id (v13): UNKNOWN_TOPIC_ID.
+  UNKNOWN_TOPIC_OR_PARTITION (also for an illegal name, as Kafka); unknown partition:
+  UNKNOWN_TOPIC_OR_PARTITION; unknown topic id (v13): UNKNOWN_TOPIC_ID.
 - KIP-359: a CurrentLeaderEpoch tagged field older than the leader's epoch gets
   FENCED_LEADER_EPOCH, newer UNKNOWN_LEADER_EPOCH, and nothing is appended.
 - The records must be exactly one v2 batch with a valid CRC-32C (CORRUPT_MESSAGE otherwise),
   consistent header counts and no control flag (INVALID_RECORD), at most max.message.bytes
   (MESSAGE_TOO_LARGE). A rejected partition appends nothing; other partitions are unaffected.
+- A CreateTime record further from the broker's clock than message.timestamp.before.max.ms /
+  message.timestamp.after.max.ms (1 hour ahead by default, as Kafka 4.4): INVALID_TIMESTAMP;
+  a compressed record larger once decompressed than max.decompressed.message.bytes:
+  INVALID_RECORD (log/record_limits.py; the record's message is the partition's
+  error_message, lockgate sends no record_errors).
 - A topic whose compression.type names a codec (not `producer`) gets every batch of another
   codec re-encoded with it before the append, header fields kept (protocol/recompress.py);
   inner offsets not running 0..n-1 get INVALID_RECORD, a re-encoded batch over
@@ -68,6 +73,7 @@ from lockgate.handlers.registry import HandlerResult, RawBody, RequestContext, h
 from lockgate.handlers.txn_common import RETRIABLE_VERIFICATION, map_abortable
 from lockgate.log.config import LogConfig
 from lockgate.log.partition import Partition
+from lockgate.log.record_limits import check_records
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.protocol.produce import (
@@ -293,6 +299,7 @@ def _append(
     header = validate_produced_batch(records)
     if config.compact:
         _require_keys(records)
+    check_records(records, header, config, ctx.received_ms)
     records, header = _with_topic_codec(records, header, config)
     if header.is_transactional:
         if verified is None:
@@ -321,7 +328,7 @@ def _with_topic_codec(
     codec = config.compression_codec
     if codec is None or codec == header.compression:
         return records, header
-    rebuilt, rebuilt_header = recompress(records, codec)
+    rebuilt, rebuilt_header = recompress(records, codec, config.compression_level)
     if len(rebuilt) > config.max_message_bytes:
         raise KafkaProtocolError(
             ErrorCode.message_too_large,
@@ -371,6 +378,10 @@ def _topic_name(ctx: RequestContext, topic: ProduceTopic) -> tuple[str | None, E
         try:
             topics.create(topic.name, -1, -1, {})
         except KafkaProtocolError as exc:
+            # an illegal name is no topic: Kafka answers a Produce to it as to any missing
+            # topic (Metadata is where clients learn INVALID_TOPIC_EXCEPTION)
+            if exc.code == ErrorCode.invalid_topic_exception:
+                return None, ErrorCode.unknown_topic_or_partition
             return None, exc.code
     return topic.name, ErrorCode.none
 

@@ -5,7 +5,8 @@ Behaviour:
   leader epoch (v7+), replicas, ISR and offline replicas: this broker for all of them on a
   single node, the cluster metadata's state in a cluster (every registered broker listed).
 - A missing topic is created when the request allows it (v4+) and auto.create.topics.enable is
-  true; otherwise UNKNOWN_TOPIC_OR_PARTITION. An illegal name gets INVALID_TOPIC_EXCEPTION.
+  true; otherwise UNKNOWN_TOPIC_OR_PARTITION. An illegal name (empty, '.', '..', over 249
+  characters, or outside [a-zA-Z0-9._-]) gets INVALID_TOPIC_EXCEPTION either way.
   One created meanwhile that this broker does not know yet gets LEADER_NOT_AVAILABLE.
 - v10+ may name topics by id; an unknown id gets UNKNOWN_TOPIC_ID.
 - A partition without a leader (its log not open; offline in a cluster) gets
@@ -33,6 +34,7 @@ from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.security.acls import CLUSTER_NAME, Operation, ResourceType
 from lockgate.security.authorizer import authorize, authorized_operations, filter_authorized
 from lockgate.server.membership import on_listener
+from lockgate.server.topics import validate_topic_name
 
 NO_AUTHORIZED_OPERATIONS = -(2**31)
 
@@ -96,6 +98,16 @@ def error_entry(name: str | None, topic_id: uuid.UUID | None, code: ErrorCode) -
     }
 
 
+def _missing(name: str) -> ErrorCode:
+    """A topic that does not exist: INVALID_TOPIC_EXCEPTION if its name is illegal (so clients
+    report an invalid topic, not an unknown one), else UNKNOWN_TOPIC_OR_PARTITION, as Kafka."""
+    try:
+        validate_topic_name(name)
+    except KafkaProtocolError as exc:
+        return ErrorCode(exc.code)
+    return ErrorCode.unknown_topic_or_partition
+
+
 @handles(ApiKey.METADATA, 0, 13)
 async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     broker = ctx.broker
@@ -144,7 +156,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
                     entries.append(error_entry(name, None, code))
                     continue
             if record is None:
-                entries.append(error_entry(name, None, ErrorCode.unknown_topic_or_partition))
+                entries.append(error_entry(name, None, _missing(name)))
             else:
                 entries.append(topic_entry(ctx, record))
     if field(request, "include_topic_authorized_operations", False):  # KIP-430

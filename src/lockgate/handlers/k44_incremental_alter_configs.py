@@ -1,16 +1,24 @@
 """IncrementalAlterConfigs (key 44), versions 0–1.
 
 Behaviour:
+- A resource naming a config twice, or giving a null value to anything but DELETE:
+  INVALID_REQUEST ("Error due to duplicate config keys", "Null value not supported for : ..."),
+  as Kafka checks before anything else; an unknown operation: INVALID_REQUEST.
 - Topic resources: SET (0) and DELETE (1) change topic overrides, validated like CreateTopics
-  (INVALID_CONFIG); APPEND (2) and SUBTRACT (3) apply only to list configs, and no topic
-  config lockgate supports is a list, so they get INVALID_CONFIG. Unknown topic:
-  UNKNOWN_TOPIC_OR_PARTITION. validate_only changes nothing.
+  (INVALID_CONFIG with Kafka's messages). APPEND (2) adds list items not there yet and
+  SUBTRACT (3) removes the items given, on the topic's override or, without one, on Kafka's
+  default of the config, as Kafka's controller does; on a config that is not a LIST
+  (cleanup.policy and the throttled-replica lists are): INVALID_CONFIG "Can't APPEND to key X
+  because its type is not LIST.". Unknown topic: UNKNOWN_TOPIC_OR_PARTITION. validate_only
+  changes nothing.
 - Broker resources: the empty name changes the cluster-wide default, a broker id that
   broker's own values (KIP-226), stored durably and cluster-wide, applied at run time
   without a restart. Only the properties lockgate re-reads at run time may change (the broker
   defaults of topic configs: log.retention.ms, log.segment.bytes, message.max.bytes,
-  compression.type, ...); any other, a bad value or APPEND/SUBTRACT: INVALID_REQUEST
-  ("Cannot update these configs dynamically: [...]"), the whole resource unchanged.
+  compression.type, ...); any other or a bad value: INVALID_REQUEST ("Cannot update these
+  configs dynamically: [...]"), the whole resource unchanged. APPEND/SUBTRACT apply to
+  log.cleanup.policy (on the resource's value, else its default); on any other property:
+  INVALID_CONFIG ("Config value append is not allowed for config key: X"), as Kafka's broker.
   Broker loggers (type 8) and other types: INVALID_REQUEST.
 - Authorization: ALTER_CONFIGS on the topic (TOPIC_AUTHORIZATION_FAILED) or, for a broker, on
   the cluster (CLUSTER_AUTHORIZATION_FAILED); nothing changes.
@@ -21,13 +29,39 @@ from __future__ import annotations
 
 from typing import Any
 
-from lockgate.handlers.configs import BROKER, TOPIC, alter_broker, config_denied
+from lockgate.handlers.configs import (
+    APPEND,
+    BROKER,
+    DELETE,
+    SET,
+    SUBTRACT,
+    TOPIC,
+    alter_broker,
+    config_denied,
+    incremental_broker_changes,
+    incremental_topic_changes,
+)
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.security.acls import Operation
+from lockgate.server.dynamic_config import broker_target
 
-SET, DELETE = 0, 1
+
+def _check_request(resource: Any) -> None:
+    names = [change.name for change in resource.configs]
+    if len(set(names)) != len(names):
+        raise KafkaProtocolError(ErrorCode.invalid_request, "Error due to duplicate config keys")
+    nulls = [c.name for c in resource.configs if c.config_operation != DELETE and c.value is None]
+    if nulls:
+        raise KafkaProtocolError(
+            ErrorCode.invalid_request, "Null value not supported for : " + ", ".join(nulls)
+        )
+    for change in resource.configs:
+        if change.config_operation not in (SET, DELETE, APPEND, SUBTRACT):
+            raise KafkaProtocolError(
+                ErrorCode.invalid_request, f"Unknown operations type {change.config_operation}"
+            )
 
 
 async def _alter(ctx: RequestContext, resource: Any, validate_only: bool) -> None:
@@ -41,26 +75,20 @@ async def _alter(ctx: RequestContext, resource: Any, validate_only: bool) -> Non
             ErrorCode.invalid_request,
             f"resource type {resource.resource_type} is not supported",
         )
-    set_values: dict[str, str] = {}
-    delete: list[str] = []
-    for change in resource.configs:
-        if change.config_operation == SET:
-            if change.value is None:
-                raise KafkaProtocolError(ErrorCode.invalid_config, f"{change.name} has no value")
-            set_values[change.name] = change.value
-        elif change.config_operation == DELETE:
-            delete.append(change.name)
-        else:
-            code = ErrorCode.invalid_config
-            if resource.resource_type == BROKER:
-                code = ErrorCode.invalid_request
-            raise KafkaProtocolError(
-                code, f"operation {change.config_operation} needs a list config"
-            )
+    _check_request(resource)
+    name = resource.resource_name
     if resource.resource_type == BROKER:
-        await alter_broker(ctx, resource.resource_name, dict(set_values), delete, validate_only)
+        dynamic = ctx.broker.dynamic_configs
+        target = broker_target(name)
+        current = dynamic.default if target == "" else dynamic.brokers.get(target, {})
+        set_values, delete = incremental_broker_changes(resource.configs, current)
+        await alter_broker(ctx, name, dict(set_values), delete, validate_only)
         return
-    await ctx.broker.admin.alter_configs(resource.resource_name, set_values, delete, validate_only)
+    record = ctx.broker.topics.topics.get(name)
+    if record is None:
+        raise KafkaProtocolError(ErrorCode.unknown_topic_or_partition, f"no topic {name!r}")
+    set_values, delete = incremental_topic_changes(resource.configs, record.configs)
+    await ctx.broker.admin.alter_configs(name, set_values, delete, validate_only)
 
 
 @handles(ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, 1)

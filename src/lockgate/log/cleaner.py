@@ -2,13 +2,16 @@
 #
 # A pass over one partition: the cleanable range is the whole segments below the first
 # uncleanable offset (the active segment, the last stable offset, min.compaction.lag.ms); its
-# dirty part starts at the checkpoint the previous pass left. The dirty part is read into an
-# offset map (key → its latest offset; control batches and aborted data skipped), then every
-# cleanable segment is rewritten in groups of up to segment.bytes, keeping a record only if it
-# is the latest for its key. Tombstones and the markers of transactions with no data left get
-# a delete horizon (KIP-534) the first time they are cleaned and are removed by the first pass
-# after it; aborted data goes at once, its marker once no batch of it is left. A producer's
-# last data batch stays (emptied if need be), so its sequence survives a replay of the log.
+# dirty part starts at the checkpoint the previous pass left. A partition is due a pass at
+# min.cleanable.dirty.ratio, or below it once a dirty segment's first batch is older than
+# max.compaction.lag.ms (the active segment of a compacted topic rolls by then: LogConfig).
+# The dirty part is read into an offset map (key → its latest offset; control batches and
+# aborted data skipped), then every cleanable segment is rewritten in groups of up to
+# segment.bytes, keeping a record only if it is the latest for its key. Tombstones and the
+# markers of transactions with no data left get a delete horizon (KIP-534) the first time
+# they are cleaned and are removed by the first pass after it; aborted data goes at once, its
+# marker once no batch of it is left. A producer's last data batch stays (emptied if need be),
+# so its sequence survives a replay of the log.
 #
 # Threading: `plan` and `install` run on the event loop; `execute` (the reading and writing)
 # runs in a worker thread and touches only the planned segments, which nothing else changes
@@ -162,11 +165,27 @@ def cleanable_segments(partition: Partition, now_ms: int) -> list[Segment]:
     return found
 
 
+def compaction_overdue(partition: Partition, checkpoint: int, now_ms: int) -> bool:
+    """max.compaction.lag.ms, as Kafka's cleaner manager: whether a sealed segment holding
+    dirty offsets starts with a batch (its max timestamp) older than the lag."""
+    cut = now_ms - max(partition.config.max_compaction_lag_ms, 0)
+    if cut <= 0:  # the default (Long.MAX_VALUE): never; no segment need be read
+        return False
+    for segment in partition.segments[:-1]:
+        if segment.next_offset <= checkpoint:
+            continue
+        first = next(segment.headers(), None)
+        if first is not None and 0 < first[1].max_timestamp < cut:
+            return True
+    return False
+
+
 def cleaning_priority(
     partition: Partition, checkpoint: int, now_ms: int, horizon: int | None
 ) -> float | None:
     """The partition's dirty ratio (dirty bytes over cleanable bytes) if it is due a pass:
-    at min.cleanable.dirty.ratio, or with tombstones or markers past their delete horizon."""
+    at min.cleanable.dirty.ratio, with dirty records older than max.compaction.lag.ms
+    whatever the ratio, or with tombstones or markers past their delete horizon."""
     segments = cleanable_segments(partition, now_ms)
     total = sum(s.size for s in segments)
     if not total:
@@ -174,7 +193,10 @@ def cleaning_priority(
     ratio = sum(s.size for s in segments if s.base_offset >= checkpoint) / total
     if horizon is not None and horizon <= now_ms:
         return ratio
-    if ratio > 0 and ratio >= partition.config.min_cleanable_dirty_ratio:
+    if ratio > 0 and (
+        ratio >= partition.config.min_cleanable_dirty_ratio
+        or compaction_overdue(partition, checkpoint, now_ms)
+    ):
         return ratio
     return None
 

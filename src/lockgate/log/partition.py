@@ -315,8 +315,15 @@ class Partition:
         if active.is_empty:
             return
         too_big = active.size + incoming > config.segment_bytes
-        too_old = now_ms - active.created_ms >= config.segment_ms
-        if too_big or too_old:
+        jitter = config.roll_jitter_ms(active.base_offset)
+        too_old = now_ms - active.created_ms >= config.segment_ms - jitter
+        # segment.index.bytes: Kafka rolls when the offset (8-byte entries) or the time index
+        # (12-byte entries) is full
+        index_full = (
+            len(active.offset_index.positions) >= config.segment_index_bytes // 8
+            or len(active.time_index.timestamps) >= config.segment_index_bytes // 12
+        )
+        if too_big or too_old or index_full:
             self.roll(now_ms)
 
     def roll(self, now_ms: int) -> None:

@@ -65,8 +65,9 @@ def _records_end(body: bytes, count: int) -> int:
     return position
 
 
-def recompress(batch: bytes, codec: int) -> tuple[bytes, BatchHeader]:
-    """The batch re-encoded with `codec`, and its header. Raises KafkaProtocolError
+def recompress(batch: bytes, codec: int, level: int | None = None) -> tuple[bytes, BatchHeader]:
+    """The batch re-encoded with `codec` (at `level`: the topic's compression.*.level), and
+    its header. Raises KafkaProtocolError
     (CORRUPT_MESSAGE) if its records do not decompress or parse, INVALID_RECORD if their
     offset deltas are not consecutive from 0."""
     header = parse_header(batch)
@@ -76,7 +77,7 @@ def recompress(batch: bytes, codec: int) -> tuple[bytes, BatchHeader]:
         problem = f"records do not decompress: {exc}"
         raise KafkaProtocolError(ErrorCode.corrupt_message, problem) from None
     end = _records_end(body, header.record_count)
-    payload = compress(codec, body[:end])
+    payload = compress(codec, body[:end], level)
     attributes = (header.attributes & ~COMPRESSION_MASK) | codec
     after_crc = bytearray(batch[ATTRIBUTES_OFFSET:HEADER_SIZE])
     struct.pack_into(">h", after_crc, 0, attributes)

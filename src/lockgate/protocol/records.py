@@ -387,8 +387,9 @@ def control_record(batch: bytes) -> tuple[int, int]:
 COMPRESSION_CODECS: dict[str, int] = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
 
-def compress(codec: int, data: bytes) -> bytes:
-    """Compresses encoded records for a batch whose attributes carry `codec`.
+def compress(codec: int, data: bytes, level: int | None = None) -> bytes:
+    """Compresses encoded records for a batch whose attributes carry `codec`, at `level`
+    (gzip, lz4 and zstd; None: the library's default).
 
     Snappy is written raw rather than xerial-framed: librdkafka, kafka-python and `decompress`
     above read it, and so does the Java client, whose snappy-java SnappyInputStream treats
@@ -399,13 +400,13 @@ def compress(codec: int, data: bytes) -> bytes:
     if codec == 0:
         return data
     if codec == 1:
-        return bytes(cramjam.gzip.compress(data))
+        return bytes(cramjam.gzip.compress(data, level=level))
     if codec == 2:
         return bytes(cramjam.snappy.compress_raw(data))
     if codec == 3:
-        return bytes(cramjam.lz4.compress(data))
+        return bytes(cramjam.lz4.compress(data, level=level))
     if codec == 4:
-        return bytes(cramjam.zstd.compress(data))
+        return bytes(cramjam.zstd.compress(data, level=level))
     raise ValueError(f"unknown compression codec {codec}")
 
 

@@ -4,11 +4,12 @@
 # Topic configs resolve as topic override < the broker property that backs it < default.
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from lockgate.log.config import LogConfig
-from lockgate.protocol.recompress import COMPRESSION_TYPES, target_codec
+from lockgate.protocol.recompress import target_codec
 
 DAY_MS = 24 * 3600 * 1000
 
@@ -35,6 +36,25 @@ BROKER_DEFAULTS: dict[str, str] = {
     "log.cleaner.delete.retention.ms": str(DAY_MS),
     "log.cleaner.min.cleanable.ratio": "0.5",
     "log.cleaner.min.compaction.lag.ms": "0",
+    "log.cleaner.max.compaction.lag.ms": str(2**63 - 1),
+    # Kafka 4.4's broker defaults of the other topic configs (TOPIC_CONFIGS says which of
+    # them change nothing in lockgate)
+    "log.roll.jitter.ms": "0",
+    "log.index.size.max.bytes": "10485760",
+    "log.flush.interval.messages": str(2**63 - 1),
+    "log.flush.interval.ms": str(2**63 - 1),
+    "log.segment.delete.delay.ms": "60000",
+    "log.preallocate": "false",
+    "log.message.timestamp.before.max.ms": str(2**63 - 1),
+    "log.message.timestamp.after.max.ms": "3600000",
+    "max.decompressed.message.bytes": "2147483639",
+    "compression.gzip.level": "-1",
+    "compression.lz4.level": "9",
+    "compression.zstd.level": "3",
+    "log.local.retention.ms": "-2",
+    "log.local.retention.bytes": "-2",
+    "log.remote.copy.lag.ms": "0",
+    "log.remote.copy.lag.bytes": "-1",
     "message.max.bytes": "1048588",
     "min.insync.replicas": "1",
     "compression.type": "producer",
@@ -163,54 +183,216 @@ _ALIASES = {
     "log.retention.minutes": ("log.retention.ms", 60 * 1000),
     "log.retention.hours": ("log.retention.ms", 3600 * 1000),
     "log.roll.hours": ("log.roll.ms", 3600 * 1000),
+    "log.roll.jitter.hours": ("log.roll.jitter.ms", 3600 * 1000),
     "log.dir": ("log.dirs", 0),
     "offsets.retention.minutes": ("offsets.retention.ms", 60 * 1000),
 }
 
 
+LONG_MAX = 2**63 - 1
+INT_MAX = 2**31 - 1
+
+
 @dataclass(frozen=True, slots=True)
 class TopicConfigSpec:
+    """One of Kafka 4.4's topic configs (LogConfig), as Kafka defines it: its type
+    (ConfigDef's: boolean, string, int, long, double, list), default, validator and the broker
+    property that supplies the default (Kafka's first server synonym; None: the default is
+    fixed). `effect` is empty where lockgate applies the config; otherwise it says why the
+    config is accepted and shown but changes nothing (docs/operator-guide.md lists them)."""
+
     name: str
     broker_property: str | None
     default: str
-    kind: str  # "long", "int", "string", "choice:a,b", "bool", "policy" (a list), "ratio"
+    kind: str
+    minimum: int | float | None = None
+    maximum: int | float | None = None
+    choices: tuple[str, ...] = ()
+    validator: str = ""  # "gzip-level", "throttled-replicas": Kafka's special validators
+    effect: str = ""
 
+
+_NO_REMOTE = "tiered storage is not implemented: remote.storage.enable=true is refused"
+_NO_THROTTLE = "lockgate has no replication throttle (no leader/follower throttled rate)"
+_NO_SHARE_GROUPS = "lockgate serves no share groups"
 
 TOPIC_CONFIGS: dict[str, TopicConfigSpec] = {
     spec.name: spec
     for spec in (
-        TopicConfigSpec("cleanup.policy", "log.cleanup.policy", "delete", "policy"),
         TopicConfigSpec(
-            "delete.retention.ms", "log.cleaner.delete.retention.ms", str(DAY_MS), "long"
+            "cleanup.policy", "log.cleanup.policy", "delete", "list", choices=("compact", "delete")
         ),
         TopicConfigSpec(
-            "min.cleanable.dirty.ratio", "log.cleaner.min.cleanable.ratio", "0.5", "ratio"
+            "compression.gzip.level",
+            "compression.gzip.level",
+            "-1",
+            "int",
+            1,
+            9,
+            validator="gzip-level",
         ),
-        TopicConfigSpec("min.compaction.lag.ms", "log.cleaner.min.compaction.lag.ms", "0", "long"),
-        TopicConfigSpec("retention.ms", "log.retention.ms", str(7 * DAY_MS), "long"),
-        TopicConfigSpec("retention.bytes", "log.retention.bytes", "-1", "long"),
-        TopicConfigSpec("segment.bytes", "log.segment.bytes", str(1 << 30), "int"),
-        TopicConfigSpec("segment.ms", "log.roll.ms", str(7 * DAY_MS), "long"),
-        TopicConfigSpec("index.interval.bytes", "log.index.interval.bytes", "4096", "int"),
-        TopicConfigSpec(
-            "message.timestamp.type",
-            "log.message.timestamp.type",
-            "CreateTime",
-            "choice:CreateTime,LogAppendTime",
-        ),
-        TopicConfigSpec("max.message.bytes", "message.max.bytes", "1048588", "int"),
-        TopicConfigSpec("min.insync.replicas", "min.insync.replicas", "1", "int"),
-        TopicConfigSpec(
-            "unclean.leader.election.enable", "unclean.leader.election.enable", "false", "bool"
-        ),
+        TopicConfigSpec("compression.lz4.level", "compression.lz4.level", "9", "int", 1, 17),
         TopicConfigSpec(
             "compression.type",
             "compression.type",
             "producer",
-            "choice:" + ",".join(COMPRESSION_TYPES),
+            "string",
+            choices=("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"),
+        ),
+        TopicConfigSpec(
+            "compression.zstd.level", "compression.zstd.level", "3", "int", -131072, 22
+        ),
+        TopicConfigSpec(
+            "delete.retention.ms", "log.cleaner.delete.retention.ms", str(DAY_MS), "long", 0
+        ),
+        TopicConfigSpec(
+            "errors.deadletterqueue.group.enable",
+            None,
+            "false",
+            "boolean",
+            effect=_NO_SHARE_GROUPS,
+        ),
+        TopicConfigSpec(
+            "file.delete.delay.ms",
+            "log.segment.delete.delay.ms",
+            "60000",
+            "long",
+            0,
+            effect="a deleted segment's files are removed at once; reads in progress keep "
+            "their open descriptors",
+        ),
+        TopicConfigSpec(
+            "flush.messages",
+            "log.flush.interval.messages",
+            str(LONG_MAX),
+            "long",
+            1,
+            effect="lockgate.durability decides: fsync (the default) flushes every append "
+            "before the high watermark passes it; page-cache leaves writing back to the OS",
+        ),
+        TopicConfigSpec(
+            "flush.ms",
+            "log.flush.interval.ms",
+            str(LONG_MAX),
+            "long",
+            0,
+            effect="lockgate.durability decides, as for flush.messages",
+        ),
+        TopicConfigSpec(
+            "follower.replication.throttled.replicas",
+            None,
+            "",
+            "list",
+            validator="throttled-replicas",
+            effect=_NO_THROTTLE,
+        ),
+        TopicConfigSpec("index.interval.bytes", "log.index.interval.bytes", "4096", "int", 0),
+        # an internal config (ConfigDef.defineInternal): segment.bytes without its minimum,
+        # for tests, as in Kafka
+        TopicConfigSpec("internal.segment.bytes", None, "", "int"),
+        TopicConfigSpec(
+            "leader.replication.throttled.replicas",
+            None,
+            "",
+            "list",
+            validator="throttled-replicas",
+            effect=_NO_THROTTLE,
+        ),
+        TopicConfigSpec(
+            "local.retention.bytes",
+            "log.local.retention.bytes",
+            "-2",
+            "long",
+            -2,
+            effect=_NO_REMOTE,
+        ),
+        TopicConfigSpec(
+            "local.retention.ms", "log.local.retention.ms", "-2", "long", -2, effect=_NO_REMOTE
+        ),
+        TopicConfigSpec(
+            "max.compaction.lag.ms",
+            "log.cleaner.max.compaction.lag.ms",
+            str(LONG_MAX),
+            "long",
+            1,
+        ),
+        TopicConfigSpec(
+            "max.decompressed.message.bytes",
+            "max.decompressed.message.bytes",
+            "2147483639",
+            "int",
+            1,
+            2147483639,
+        ),
+        TopicConfigSpec("max.message.bytes", "message.max.bytes", "1048588", "int", 0),
+        TopicConfigSpec(
+            "message.timestamp.after.max.ms",
+            "log.message.timestamp.after.max.ms",
+            "3600000",
+            "long",
+            0,
+        ),
+        TopicConfigSpec(
+            "message.timestamp.before.max.ms",
+            "log.message.timestamp.before.max.ms",
+            str(LONG_MAX),
+            "long",
+            0,
+        ),
+        TopicConfigSpec(
+            "message.timestamp.type",
+            "log.message.timestamp.type",
+            "CreateTime",
+            "string",
+            choices=("CreateTime", "LogAppendTime"),
+        ),
+        TopicConfigSpec(
+            "min.cleanable.dirty.ratio", "log.cleaner.min.cleanable.ratio", "0.5", "double", 0, 1
+        ),
+        TopicConfigSpec(
+            "min.compaction.lag.ms", "log.cleaner.min.compaction.lag.ms", "0", "long", 0
+        ),
+        TopicConfigSpec("min.insync.replicas", "min.insync.replicas", "1", "int", 1),
+        TopicConfigSpec(
+            "preallocate",
+            "log.preallocate",
+            "false",
+            "boolean",
+            effect="segment files grow as they are written; preallocating them changes no answer",
+        ),
+        TopicConfigSpec(
+            "remote.copy.lag.bytes",
+            "log.remote.copy.lag.bytes",
+            "-1",
+            "long",
+            -1,
+            effect=_NO_REMOTE,
+        ),
+        TopicConfigSpec(
+            "remote.copy.lag.ms", "log.remote.copy.lag.ms", "0", "long", -1, effect=_NO_REMOTE
+        ),
+        TopicConfigSpec("remote.log.copy.disable", None, "false", "boolean", effect=_NO_REMOTE),
+        TopicConfigSpec(
+            "remote.log.delete.on.disable", None, "false", "boolean", effect=_NO_REMOTE
+        ),
+        TopicConfigSpec("remote.storage.enable", None, "false", "boolean", effect=_NO_REMOTE),
+        TopicConfigSpec("retention.bytes", "log.retention.bytes", "-1", "long"),
+        TopicConfigSpec("retention.ms", "log.retention.ms", str(7 * DAY_MS), "long", -1),
+        TopicConfigSpec("segment.bytes", "log.segment.bytes", str(1 << 30), "int", 1 << 20),
+        TopicConfigSpec("segment.index.bytes", "log.index.size.max.bytes", "10485760", "int", 4),
+        TopicConfigSpec("segment.jitter.ms", "log.roll.jitter.ms", "0", "long", 0),
+        TopicConfigSpec("segment.ms", "log.roll.ms", str(7 * DAY_MS), "long", 1),
+        TopicConfigSpec(
+            "unclean.leader.election.enable", "unclean.leader.election.enable", "false", "boolean"
         ),
     )
 }
+
+# Kafka's ConfigDef.Type values, as DescribeConfigs (v3+) reports them
+CONFIG_TYPES = {"boolean": 1, "string": 2, "int": 3, "long": 5, "double": 6, "list": 7}
+# Configs Kafka's LogConfig defines as internal: accepted, but DescribeConfigs lists them only
+# when set
+INTERNAL_TOPIC_CONFIGS = frozenset({"internal.segment.bytes"})
 
 
 class ConfigError(ValueError):
@@ -231,64 +413,109 @@ def parse_properties(text: str) -> dict[str, str]:
     return result
 
 
-# Kafka's validators' lower bounds (-1 means "unlimited" for the retention settings).
-_MINIMUMS = {
-    "segment.bytes": 14,
-    "segment.ms": 1,
-    "retention.ms": -1,
-    "retention.bytes": -1,
-    "max.message.bytes": 0,
-    "index.interval.bytes": 0,
-    "min.insync.replicas": 1,
-    "delete.retention.ms": 0,
-    "min.compaction.lag.ms": 0,
-}
-
-CLEANUP_POLICIES = ("delete", "compact")
+_INTEGER = re.compile(r"[+-]?[0-9]+")  # Java's Integer/Long.parseLong
+_DOUBLE = re.compile(r"[+-]?(NaN|Infinity|([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?[fFdD]?)")
+_LIST_SEPARATOR = re.compile(r"\s*,\s*")
+_THROTTLED_REPLICA = re.compile(r"([0-9]+:[0-9]+)?")
+_BITS = {"int": 32, "long": 64}
 
 
-def check_value(spec: TopicConfigSpec, value: str) -> str:
-    """Normalises a topic config value or raises ConfigError with the reason."""
+def _invalid(name: str, value: object, reason: str) -> ConfigError:
+    """Kafka's ConfigException message."""
+    return ConfigError(f"Invalid value {value} for configuration {name}: {reason}")
+
+
+def _list_items(value: str) -> list[str]:
+    """ConfigDef's LIST parsing: trimmed, split on commas (empty items kept), none if empty."""
+    trimmed = value.strip()
+    return _LIST_SEPARATOR.split(trimmed) if trimmed else []
+
+
+def _check_range(spec: TopicConfigSpec, name: str, number: float) -> None:
+    if spec.validator == "gzip-level":
+        if number != -1 and not 1 <= number <= 9:
+            raise _invalid(name, _shown(number), "Value must be between 1 and 9 or equal to -1")
+        return
+    if spec.minimum is not None and number < spec.minimum:
+        raise _invalid(name, _shown(number), f"Value must be at least {spec.minimum}")
+    if spec.maximum is not None and number > spec.maximum:
+        raise _invalid(name, _shown(number), f"Value must be no more than {spec.maximum}")
+
+
+def _shown(number: float) -> str:
+    return str(number) if isinstance(number, int) else repr(float(number))
+
+
+def check_value(spec: TopicConfigSpec, value: str, name: str | None = None) -> str:
+    """The value normalised, or ConfigError with Kafka's message (ConfigDef's parsing of the
+    config's type, then its validator) naming the config, or `name` (a broker property)."""
+    name = name or spec.name
     kind = spec.kind
-    if kind in ("long", "int"):
-        try:
-            number = int(value)
-        except ValueError:
-            raise ConfigError(f"{spec.name}={value!r} is not a number") from None
-        if kind == "int" and not -(2**31) <= number < 2**31:
-            raise ConfigError(f"{spec.name}={value} is out of range")
-        minimum = _MINIMUMS.get(spec.name)
-        if minimum is not None and number < minimum:
-            raise ConfigError(f"{spec.name}={value} is below the minimum of {minimum}")
-        return str(number)
-    if kind == "policy":  # a list: "compact,delete" as Kafka, in any order, no repeats
-        policies = [p.strip() for p in value.split(",")]
-        if (
-            not policies
-            or len(set(policies)) != len(policies)
-            or not all(p in CLEANUP_POLICIES for p in policies)
+    trimmed = value.strip()
+    if kind in ("int", "long"):
+        bits = _BITS[kind]
+        if not _INTEGER.fullmatch(trimmed) or not -(2 ** (bits - 1)) <= int(trimmed) < 2 ** (
+            bits - 1
         ):
-            raise ConfigError(f"{spec.name}={value!r}: use delete, compact or compact,delete")
-        return ",".join(sorted(policies))
-    if kind == "ratio":
-        try:
-            ratio = float(value)
-        except ValueError:
-            raise ConfigError(f"{spec.name}={value!r} is not a number") from None
-        if not 0.0 <= ratio <= 1.0:
-            raise ConfigError(f"{spec.name}={value} is not in [0, 1]")
-        return value
-    if kind.startswith("choice:"):
-        choices = kind[len("choice:") :].split(",")
-        if value not in choices:
-            supported = ", ".join(choices)
-            raise ConfigError(f"{spec.name}={value!r} is not supported (supported: {supported})")
-        return value
-    if kind == "bool":
-        if value.lower() not in ("true", "false"):
-            raise ConfigError(f"{spec.name}={value!r}: use true or false")
-        return value.lower()
-    return value
+            raise _invalid(name, value, f"Not a number of type {kind.upper()}")
+        number = int(trimmed)
+        _check_range(spec, name, number)
+        return str(number)
+    if kind == "double":
+        if not _DOUBLE.fullmatch(trimmed):
+            raise _invalid(name, value, "Not a number of type DOUBLE")
+        number_text = trimmed.rstrip("fFdD")
+        _check_range(spec, name, float(number_text))
+        return number_text
+    if kind == "boolean":
+        if trimmed.lower() not in ("true", "false"):
+            raise _invalid(name, value, "Expected value to be either true or false")
+        return trimmed.lower()
+    if kind == "list":
+        items = _list_items(value)
+        if spec.validator == "throttled-replicas":
+            stripped = [item.strip() for item in items]
+            if stripped != ["*"] and not all(_THROTTLED_REPLICA.fullmatch(i) for i in stripped):
+                raise _invalid(
+                    name,
+                    "[" + ", ".join(items) + "]",
+                    f"{name} must be the literal '*' or a list of replicas in the "
+                    "following format: [partitionId]:[brokerId],[partitionId]:[brokerId],...",
+                )
+        elif spec.choices:
+            if any(not item for item in items):
+                raise ConfigError(f"Configuration '{name}' values must not be empty.")
+            for item in items:
+                if item not in spec.choices:
+                    choices = ", ".join(spec.choices)
+                    raise _invalid(name, item, f"String must be one of: {choices}")
+        return ",".join(items)
+    if spec.choices and trimmed not in spec.choices:
+        raise _invalid(name, trimmed, f"String must be one of: {', '.join(spec.choices)}")
+    return trimmed
+
+
+def check_topic(resolved: Mapping[str, str]) -> None:
+    """The rules Kafka checks across a topic's effective configs (LogConfig.validate), or
+    ConfigError with Kafka's message."""
+    least = int(resolved["min.compaction.lag.ms"])
+    most = int(resolved["max.compaction.lag.ms"])
+    if least > most:
+        raise ConfigError(
+            f"conflict topic config setting min.compaction.lag.ms ({least}) > "
+            f"max.compaction.lag.ms ({most})"
+        )
+    if resolved["remote.storage.enable"] == "true":
+        # Kafka's answer when tiered storage is off on the broker (its default); lockgate
+        # has no tiered storage to turn on
+        raise ConfigError(
+            "Tiered Storage functionality is disabled in the broker. Topic cannot be configured "
+            "with remote log storage."
+        )
+
+
+def cleanup_policies(value: str) -> set[str]:
+    return {item.lower() for item in _list_items(value)}
 
 
 def _scaled(alias: str, value: str, unit: int) -> str:
@@ -339,27 +566,56 @@ class BrokerConfig:
         return spec.default
 
     def resolve_topic(self, overrides: Mapping[str, str]) -> dict[str, str]:
-        return {name: overrides.get(name, self.topic_default(name)) for name in TOPIC_CONFIGS}
+        """Every topic config's effective value (the internal ones only when set)."""
+        return {
+            name: overrides.get(name, self.topic_default(name))
+            for name in TOPIC_CONFIGS
+            if name not in INTERNAL_TOPIC_CONFIGS or name in overrides
+        }
 
     def log_config(self, overrides: Mapping[str, str]) -> LogConfig:
         resolved = self.resolve_topic(overrides)
+        policies = cleanup_policies(resolved["cleanup.policy"])
+        compact = "compact" in policies
+        codec = target_codec(resolved["compression.type"])
+        max_compaction_lag_ms = int(resolved["max.compaction.lag.ms"])
+        segment_ms = int(resolved["segment.ms"])
+        if compact:  # as Kafka: the active segment rolls in time to be cleaned by the max lag
+            segment_ms = min(segment_ms, max_compaction_lag_ms)
         return LogConfig(
-            segment_bytes=int(resolved["segment.bytes"]),
-            segment_ms=int(resolved["segment.ms"]),
+            segment_bytes=int(resolved.get("internal.segment.bytes", resolved["segment.bytes"])),
+            segment_ms=segment_ms,
+            segment_jitter_ms=int(resolved["segment.jitter.ms"]),
+            segment_index_bytes=int(resolved["segment.index.bytes"]),
             retention_ms=int(resolved["retention.ms"]),
             retention_bytes=int(resolved["retention.bytes"]),
             index_interval_bytes=int(resolved["index.interval.bytes"]),
             log_append_time=resolved["message.timestamp.type"] == "LogAppendTime",
+            timestamp_before_max_ms=int(resolved["message.timestamp.before.max.ms"]),
+            timestamp_after_max_ms=int(resolved["message.timestamp.after.max.ms"]),
             max_message_bytes=int(resolved["max.message.bytes"]),
-            delete_policy="delete" in resolved["cleanup.policy"].split(","),
-            compact="compact" in resolved["cleanup.policy"].split(","),
+            max_decompressed_message_bytes=int(resolved["max.decompressed.message.bytes"]),
+            delete_policy="delete" in policies,
+            compact=compact,
             delete_retention_ms=int(resolved["delete.retention.ms"]),
             min_cleanable_dirty_ratio=float(resolved["min.cleanable.dirty.ratio"]),
             min_compaction_lag_ms=int(resolved["min.compaction.lag.ms"]),
+            max_compaction_lag_ms=max_compaction_lag_ms,
             min_insync_replicas=int(resolved["min.insync.replicas"]),
             unclean_leader_election=resolved["unclean.leader.election.enable"] == "true",
-            compression_codec=target_codec(resolved["compression.type"]),
+            compression_codec=codec,
+            compression_level=_compression_level(codec, resolved),
         )
+
+
+def _compression_level(codec: int | None, resolved: Mapping[str, str]) -> int | None:
+    """The level compression.{gzip,lz4,zstd}.level sets for the topic's codec; None: the
+    codec's own default (gzip's -1; snappy has no levels)."""
+    names = {1: "compression.gzip.level", 3: "compression.lz4.level", 4: "compression.zstd.level"}
+    if codec not in names:
+        return None
+    level = int(resolved[names[codec]])
+    return None if codec == 1 and level == -1 else level
 
 
 def parse_listener(value: str) -> tuple[str, int]:

@@ -75,11 +75,9 @@ def check_changes(set_values: Mapping[str, str | None], delete: Iterable[str]) -
         if value is None:
             raise KafkaProtocolError(ErrorCode.invalid_request, f"Null value for {name}")
         try:
-            checked[name] = check_topic_value(_BACKED[name], value)
-        except ConfigError as exc:
-            raise KafkaProtocolError(
-                ErrorCode.invalid_request, f"Invalid value {value} for configuration {name}: {exc}"
-            ) from None
+            checked[name] = check_topic_value(_BACKED[name], value, name)
+        except ConfigError as exc:  # Kafka's message, naming the broker property
+            raise KafkaProtocolError(ErrorCode.invalid_request, str(exc)) from None
     return checked
 
 

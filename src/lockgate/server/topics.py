@@ -20,7 +20,13 @@ from lockgate.coordinator.group.service import CONSUMER_OFFSETS_TOPIC
 from lockgate.log.config import LogConfig
 from lockgate.log.partition import Partition, partition_dir
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
-from lockgate.server.config import TOPIC_CONFIGS, BrokerConfig, ConfigError, check_value
+from lockgate.server.config import (
+    TOPIC_CONFIGS,
+    BrokerConfig,
+    ConfigError,
+    check_topic,
+    check_value,
+)
 from lockgate.storage.engine import StorageEngine
 
 log = logging.getLogger(__name__)
@@ -192,17 +198,25 @@ class TopicManager:
     # -- changes -------------------------------------------------------------------------------
 
     def check_configs(self, configs: Mapping[str, str | None]) -> dict[str, str]:
+        """A topic's overrides normalised, or INVALID_CONFIG with Kafka's message: unknown
+        names, values, then the rules across the topic's effective configs."""
+        unknown = [name for name in configs if name not in TOPIC_CONFIGS]
+        if unknown:
+            raise KafkaProtocolError(
+                ErrorCode.invalid_config, f"Unknown topic config name: {unknown[0]}"
+            )
         checked = {}
         for name, value in configs.items():
-            spec = TOPIC_CONFIGS.get(name)
-            if spec is None:
-                raise KafkaProtocolError(ErrorCode.invalid_config, f"unknown topic config {name!r}")
             if value is None:
                 raise KafkaProtocolError(ErrorCode.invalid_config, f"{name} has a null value")
             try:
-                checked[name] = check_value(spec, value)
+                checked[name] = check_value(TOPIC_CONFIGS[name], value)
             except ConfigError as exc:
                 raise KafkaProtocolError(ErrorCode.invalid_config, str(exc)) from None
+        try:
+            check_topic(self.config.resolve_topic(checked))
+        except ConfigError as exc:
+            raise KafkaProtocolError(ErrorCode.invalid_config, str(exc)) from None
         return checked
 
     def new_record(
@@ -342,10 +356,12 @@ class TopicManager:
             raise KafkaProtocolError(ErrorCode.unknown_topic_or_partition, f"no topic {name!r}")
         for key in delete:
             if key not in TOPIC_CONFIGS:
-                raise KafkaProtocolError(ErrorCode.invalid_config, f"unknown topic config {key!r}")
+                raise KafkaProtocolError(
+                    ErrorCode.invalid_config, f"Unknown topic config name: {key}"
+                )
         configs = {k: v for k, v in record.configs.items() if k not in delete}
-        configs.update(self.check_configs(set_values))
-        return record, configs
+        configs.update(set_values)
+        return record, self.check_configs(configs)
 
     def alter_configs(
         self, name: str, set_values: Mapping[str, str], delete: list[str], validate_only: bool

@@ -395,3 +395,35 @@ def test_a_crash_during_the_swap_leaves_the_old_or_the_new_log(
     else:
         assert values == [b"v10", b"v11"]
     assert log.partition.log_end_offset == 12
+
+
+def test_dirty_records_older_than_the_max_compaction_lag_are_cleaned_below_the_ratio(
+    storage: StorageEngine,
+) -> None:
+    log = Log(storage, config(min_cleanable_dirty_ratio=0.9, max_compaction_lag_ms=DAY))
+    for i in range(20):
+        log.put((b"k%d" % (i % 3), b"x" * 40))
+    log.seal()
+    cleaner = LogCleaner(lambda: [log.partition], lambda: NOW, 0.01, 1_000)
+    assert asyncio.run(cleaner.clean_once()) is not None  # all dirty: ratio 1.0
+    # a small dirty segment written now: below the ratio, and younger than the max lag
+    log.put((b"k0", b"fresh"), timestamp=NOW)
+    log.seal()
+    assert asyncio.run(cleaner.clean_once()) is None
+    # one whose first batch is older than the max lag is cleaned whatever the ratio
+    log.put((b"k1", b"old"), timestamp=NOW - 2 * DAY)
+    log.seal()
+    assert asyncio.run(cleaner.clean_once()) is not None
+    assert sorted(value for _, _, value in log.records()) == [b"fresh", b"old", b"x" * 40]
+
+
+def test_without_a_max_compaction_lag_a_low_ratio_waits(storage: StorageEngine) -> None:
+    log = Log(storage, config(min_cleanable_dirty_ratio=0.9))
+    for i in range(20):
+        log.put((b"k%d" % (i % 3), b"x" * 40))
+    log.seal()
+    cleaner = LogCleaner(lambda: [log.partition], lambda: NOW, 0.01, 1_000)
+    assert asyncio.run(cleaner.clean_once()) is not None
+    log.put((b"k1", b"old"), timestamp=NOW - 2 * DAY)
+    log.seal()
+    assert asyncio.run(cleaner.clean_once()) is None

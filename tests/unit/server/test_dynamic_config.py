@@ -72,8 +72,17 @@ def test_checks_use_kafkas_messages() -> None:
     with pytest.raises(KafkaProtocolError) as raised:
         check_changes({"compression.type": "brotli"}, [])
     assert raised.value.code == ErrorCode.invalid_request
+    assert raised.value.message == (
+        "Invalid value brotli for configuration compression.type: String must be one of: "
+        "uncompressed, zstd, lz4, snappy, gzip, producer"
+    )
+    with pytest.raises(KafkaProtocolError) as raised:
+        check_changes({"log.segment.bytes": "100"}, [])
+    assert raised.value.message == (
+        "Invalid value 100 for configuration log.segment.bytes: Value must be at least 1048576"
+    )
     assert check_changes({"log.cleanup.policy": "delete,compact"}, []) == {
-        "log.cleanup.policy": "compact,delete"
+        "log.cleanup.policy": "delete,compact"  # in the order given, as Kafka keeps it
     }
 
 
@@ -226,21 +235,21 @@ async def test_legacy_alter_configs_replaces_the_resource(broker: Broker) -> Non
         ADMIN,
         ApiKey.INCREMENTAL_ALTER_CONFIGS,
         1,
-        incremental("0", ("log.retention.ms", 0, "5000"), ("log.segment.bytes", 0, "100000")),
+        incremental("0", ("log.retention.ms", 0, "5000"), ("log.segment.bytes", 0, "1100000")),
     )
     body = {
         "resources": [
             {
                 "resource_type": 4,
                 "resource_name": "0",
-                "configs": [{"name": "log.segment.bytes", "value": "200000"}],
+                "configs": [{"name": "log.segment.bytes", "value": "2200000"}],
             }
         ],
         "validate_only": False,
     }
     answer = await call(broker, ADMIN, ApiKey.ALTER_CONFIGS, 2, body)
     assert answer["responses"][0]["error_code"] == 0
-    assert broker.config.values["log.segment.bytes"] == "200000"
+    assert broker.config.values["log.segment.bytes"] == "2200000"
     assert broker.config.values["log.retention.ms"] == str(7 * 24 * 3600 * 1000)
 
 
