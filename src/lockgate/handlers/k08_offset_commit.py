@@ -11,9 +11,12 @@ Behaviour:
 - Authorization: READ on the group (GROUP_AUTHORIZATION_FAILED for every partition) and on
   each topic (TOPIC_AUTHORIZATION_FAILED for its partitions; the others are committed).
 - A consumer-protocol group (KIP-848): the generation field is the member epoch; the member
-  must exist (UNKNOWN_MEMBER_ID) at that epoch (STALE_MEMBER_EPOCH); epoch -1 without member
-  only while the group has no members; its members must use v9+ (UNSUPPORTED_VERSION); its
-  classic members (mixed groups) commit at any version, ILLEGAL_GENERATION when stale.
+  must exist (UNKNOWN_MEMBER_ID); a newer epoch is STALE_MEMBER_EPOCH; an older one (KIP-1251,
+  a commit sent before the heartbeat's new epoch arrived) is accepted when every partition
+  was assigned to the member at that epoch or before, STALE_MEMBER_EPOCH for the whole request
+  otherwise; epoch -1 without member only while the group has no members; its members must
+  use v9+ (UNSUPPORTED_VERSION); its classic members (mixed groups) commit at any version,
+  ILLEGAL_GENERATION where the others get STALE_MEMBER_EPOCH.
 Version notes: v2–4 retention time (ignored: offsets live as long as the group); v6 leader
 epoch; v7 group instance id; v8 flexible; v10 topic ids.
 """

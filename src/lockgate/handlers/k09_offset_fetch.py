@@ -8,8 +8,9 @@ Behaviour:
   invisible until the commit marker.
 - v8+ batches groups; v10 names topics by id (unknown id: UNKNOWN_TOPIC_ID).
 - v9+ member id and epoch: in a consumer-protocol group (KIP-848) a request naming a member
-  must name a current one (UNKNOWN_MEMBER_ID) at its epoch (STALE_MEMBER_EPOCH); a null member
-  id (the admin client) is not checked.
+  must name a current one (UNKNOWN_MEMBER_ID) at exactly its epoch (STALE_MEMBER_EPOCH;
+  ILLEGAL_GENERATION for a classic member of a mixed group; KIP-1251 relaxes commits only);
+  a null member id with epoch -1 (the admin client) is not checked.
 - Authorization: DESCRIBE on the group (GROUP_AUTHORIZATION_FAILED for it) and on each topic:
   a named topic gets TOPIC_AUTHORIZATION_FAILED, an all-topics fetch leaves it out.
 Version notes: v2 top-level error; v3 throttle time; v5 leader epoch; v6 flexible.

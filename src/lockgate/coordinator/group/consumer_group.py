@@ -10,13 +10,16 @@
 #   lists it;
 # - a member's epoch only moves to the target assignment epoch once it holds no partition the
 #   target takes away (it stays at its epoch, in UNREVOKED_PARTITIONS, until it has revoked them);
+# - every partition a member holds (assigned or pending revocation) has the epoch at which it
+#   was assigned to the member (KIP-1251), never above the member's epoch: a partition it keeps
+#   across epochs keeps its epoch, one added is stamped with the target assignment epoch;
 # - functions never mutate the group they are given: they return a new one.
 from __future__ import annotations
 
 import enum
 import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from lockgate.coordinator.group.assignors import ASSIGNORS, EMPTY, Assignment, Subscription
@@ -25,6 +28,9 @@ from lockgate.protocol.errors import ErrorCode
 LEAVE_EPOCH = -1
 STATIC_LEAVE_EPOCH = -2
 JOIN_EPOCH = 0
+
+# topic → partition → the epoch at which the member was given the partition
+PartitionEpochs = Mapping[str, Mapping[int, int]]
 
 
 class MemberState(enum.Enum):
@@ -80,6 +86,30 @@ class ConsumerMember:
     # while UNREVOKED_PARTITIONS: when the member is fenced if it has not revoked (-1 otherwise)
     revocation_deadline_ms: int = -1
     classic: ClassicMember | None = None  # set: the member speaks the classic protocol
+    # of the partitions in `assigned` and `pending_revocation` (KIP-1251); one missing counts
+    # as assigned at the member's epoch, the conservative reading Kafka gives older records
+    assignment_epochs: PartitionEpochs = field(default_factory=dict)
+
+    def assignment_epoch(self, topic: str, partition: int) -> int | None:
+        """The epoch at which the member was given a partition it holds (assigned or pending
+        revocation); None: it holds no such partition."""
+        held = self.assigned.get(topic, frozenset()) | self.pending_revocation.get(
+            topic, frozenset()
+        )
+        if partition not in held:
+            return None
+        return self.assignment_epochs.get(topic, {}).get(partition, max(self.member_epoch, 0))
+
+    def held_epochs(self) -> dict[str, dict[int, int]]:
+        """The assignment epoch of every partition the member holds (what its current
+        assignment record carries)."""
+        epochs: dict[str, dict[int, int]] = {}
+        for assignment in (self.assigned, self.pending_revocation):
+            for topic, parts in sorted(assignment.items()):
+                had = self.assignment_epochs.get(topic, {})
+                for p in sorted(parts):
+                    epochs.setdefault(topic, {})[p] = had.get(p, max(self.member_epoch, 0))
+        return epochs
 
     def needs_rejoin(self, assignment_epoch: int) -> bool:
         """A classic member learns of a new assignment only by rejoining (REBALANCE_IN_PROGRESS
@@ -457,8 +487,17 @@ def _leave(
     )
     if request.member_epoch == STATIC_LEAVE_EPOCH:
         # KIP-848 static membership: the member keeps its place and assignment for a while
-        # (its session), so that a restart does not move partitions
-        away = replace(member, member_epoch=STATIC_LEAVE_EPOCH)
+        # (its session), so that a restart does not move partitions; as Kafka, its assigned
+        # partitions count as assigned at epoch 0 from now on, so the restarted instance, which
+        # takes them over at whatever epoch, may commit them
+        away = replace(
+            member,
+            member_epoch=STATIC_LEAVE_EPOCH,
+            assignment_epochs={
+                **member.assignment_epochs,
+                **{t: dict.fromkeys(sorted(parts), 0) for t, parts in member.assigned.items()},
+            },
+        )
         group = replace(group, members={**group.members, member.member_id: away})
         record = ConsumerRecord(
             RecordKind.CURRENT_ASSIGNMENT, group.group_id, member.member_id, away
@@ -653,6 +692,7 @@ def _next(
             assigned=keep,
             pending_revocation=revoke,
             revocation_deadline_ms=deadline,
+            assignment_epochs=_stamp(member, (keep, revoke), {}, member_epoch),
         )
     assigned = {t: keep.get(t, frozenset()) | add.get(t, frozenset()) for t in set(keep) | set(add)}
     target_epoch = group.assignment_epoch
@@ -666,7 +706,88 @@ def _next(
         assigned=dict(sorted(assigned.items())),
         pending_revocation={},
         revocation_deadline_ms=-1,
+        assignment_epochs=_stamp(member, (keep,), add, target_epoch),
     )
+
+
+def _stamp(
+    member: ConsumerMember, kept: Iterable[Assignment], added: Assignment, epoch: int
+) -> dict[str, dict[int, int]]:
+    """The assignment epochs after a reconciliation step (`kept`: partitions the member had
+    and still holds, whether it keeps them or has to revoke them; `added`: partitions it gets
+    at `epoch`). A partition it had revoked and gets back counts as added."""
+    held = member.held_epochs()
+    epochs: dict[str, dict[int, int]] = {}
+    for assignment in kept:
+        for topic, parts in sorted(assignment.items()):
+            for p in sorted(parts):
+                epochs.setdefault(topic, {})[p] = held[topic][p]
+    for topic, parts in sorted(added.items()):
+        for p in sorted(parts):
+            epochs.setdefault(topic, {})[p] = epoch
+    return epochs
+
+
+def validate_offset_commit(
+    group: ConsumerGroup,
+    member_id: str,
+    instance_id: str | None,
+    member_epoch: int,
+    partitions: Iterable[tuple[str, int]],
+    *,
+    transactional: bool,
+    api_version: int,
+) -> ErrorCode:
+    """Kafka's checks of an OffsetCommit or TxnOffsetCommit to the group, one answer for the
+    whole request. `partitions`: those the commit would write (known topics, metadata not too
+    large). The member's epoch is accepted, and so is an older one (KIP-1251: its heartbeat's
+    answer may not have reached the client yet) when every partition is one the member holds
+    and was given at that epoch or before; a classic member (mixed groups) is answered
+    ILLEGAL_GENERATION where a consumer-protocol one gets STALE_MEMBER_EPOCH. A transactional
+    commit's STALE_MEMBER_EPOCH is the caller's to map (TxnOffsetCommit before v6 has none)."""
+    # the admin client and consumers without group management: only into an empty group
+    if member_epoch < 0 and not group.members:
+        return ErrorCode.none
+    # a producer that did not pass the consumer's group metadata (no generation, member or
+    # instance) is not fenced (KIP-447)
+    if transactional and member_epoch == -1 and not member_id and instance_id is None:
+        return ErrorCode.none
+    member = group.members.get(member_id)
+    if member is None:
+        return ErrorCode.unknown_member_id
+    classic = member.classic is not None
+    if not transactional and not classic and api_version < 9:
+        return ErrorCode.unsupported_version  # KIP-848 members commit with v9+
+    if member_epoch == member.member_epoch:
+        return ErrorCode.none
+    stale = ErrorCode.illegal_generation if classic else ErrorCode.stale_member_epoch
+    if member_epoch > member.member_epoch:
+        return stale
+    for topic, partition in partitions:
+        assigned_at = member.assignment_epoch(topic, partition)
+        if assigned_at is None or member_epoch < assigned_at:
+            return stale
+    return ErrorCode.none
+
+
+def validate_offset_fetch(
+    group: ConsumerGroup, member_id: str | None, member_epoch: int
+) -> ErrorCode:
+    """Kafka's checks of an OffsetFetch (v9+) to the group: without a member id and epoch (the
+    admin client) anyone may read; otherwise the member must exist at exactly its epoch
+    (KIP-1251 relaxes commits only)."""
+    if member_id is None and member_epoch < 0:
+        return ErrorCode.none
+    member = group.members.get(member_id) if member_id is not None else None
+    if member is None:
+        return ErrorCode.unknown_member_id
+    if member_epoch != member.member_epoch:
+        return (
+            ErrorCode.illegal_generation
+            if member.classic is not None
+            else ErrorCode.stale_member_epoch
+        )
+    return ErrorCode.none
 
 
 def replay(group: ConsumerGroup | None, record: ConsumerRecord) -> ConsumerGroup | None:
@@ -721,6 +842,7 @@ def replay(group: ConsumerGroup | None, record: ConsumerRecord) -> ConsumerGroup
             state=value.state,
             assigned=value.assigned,
             pending_revocation=value.pending_revocation,
+            assignment_epochs=value.assignment_epochs,
         )
     members[member_id] = current
     return replace(group, members=members, static_members=static_members)
@@ -759,6 +881,12 @@ def convert_classic(
             subscribed_topic_names=tuple(sorted(set(m.subscribed_topic_names))),
             assigned={t: p for t, p in m.assigned.items() if t in topics},
             classic=m.classic,
+            # what a classic member holds it got at the group's generation at the latest
+            assignment_epochs={
+                t: dict.fromkeys(sorted(parts), generation)
+                for t, parts in m.assigned.items()
+                if t in topics
+            },
         )
         for m in members
     }

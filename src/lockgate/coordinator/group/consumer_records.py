@@ -4,7 +4,11 @@
 # int16 value version (0) then a flexible struct (compact strings and arrays, tagged fields).
 #
 # Invariant: partitions are written by topic id, as Kafka does; topics unknown when a record is
-# read back (deleted since) are left out of the assignment.
+# read back (deleted since) are left out of the assignment. A member's current assignment
+# carries each partition's assignment epoch (KIP-1251) in the tagged field 0 AssignmentEpochs
+# of its topic entries, aligned with Partitions, as Kafka 4.3+ writes it; a record without
+# them (older Kafka or lockgate), or with a list of another length, reads as every partition
+# assigned at the record's member epoch (at least 0), the conservative reading Kafka gives it.
 from __future__ import annotations
 
 import struct
@@ -17,10 +21,12 @@ from lockgate.coordinator.group.consumer_group import (
     ConsumerMember,
     ConsumerRecord,
     MemberState,
+    PartitionEpochs,
     RecordKind,
 )
 
 VALUE_VERSION = 0
+ASSIGNMENT_EPOCHS_TAG = 0  # in ConsumerGroupCurrentMemberAssignmentValue's TopicPartitions
 CONSUMER_KEY_VERSIONS = frozenset(int(k) for k in RecordKind)
 WITH_MEMBER = frozenset(
     {RecordKind.MEMBER, RecordKind.TARGET_MEMBER, RecordKind.CURRENT_ASSIGNMENT}
@@ -103,26 +109,60 @@ class _In:
             self.take(self.uvarint())
 
 
-def _partitions(out: _Out, assignment: Assignment, ids: Mapping[str, uuid.UUID]) -> None:
+def _partitions(
+    out: _Out,
+    assignment: Assignment,
+    ids: Mapping[str, uuid.UUID],
+    epochs: Mapping[str, Mapping[int, int]] | None = None,
+) -> None:
+    """`epochs` (a current assignment's): each partition's assignment epoch, written as the
+    topic entry's AssignmentEpochs tagged field."""
     known = [(t, parts) for t, parts in sorted(assignment.items()) if t in ids]
     out.uvarint(len(known) + 1)
     for topic, parts in known:
+        ordered = sorted(parts)
         out.data += ids[topic].bytes
-        out.uvarint(len(parts) + 1)
-        for p in sorted(parts):
+        out.uvarint(len(ordered) + 1)
+        for p in ordered:
             out.fixed(">i", p)
-        out.no_tags()
+        if epochs is None:
+            out.no_tags()
+            continue
+        tagged = _Out()
+        tagged.uvarint(len(ordered) + 1)
+        for p in ordered:
+            tagged.fixed(">i", epochs[topic][p])
+        out.uvarint(1)
+        out.uvarint(ASSIGNMENT_EPOCHS_TAG)
+        out.uvarint(len(tagged.data))
+        out.data += tagged.data
 
 
 def _read_partitions(reader: _In, names: Mapping[uuid.UUID, str]) -> dict[str, frozenset[int]]:
-    result: dict[str, frozenset[int]] = {}
+    return {topic: frozenset(parts) for topic, parts in _read_epochs(reader, names, 0).items()}
+
+
+def _read_epochs(
+    reader: _In, names: Mapping[uuid.UUID, str], default_epoch: int
+) -> dict[str, dict[int, int]]:
+    """Topic entries with their AssignmentEpochs: partition → epoch, `default_epoch` for
+    every partition of an entry without a list of the same length."""
+    result: dict[str, dict[int, int]] = {}
     for _ in range(max(reader.uvarint() - 1, 0)):
         topic_id = uuid.UUID(bytes=reader.take(16))
-        parts = frozenset(reader.fixed(">i") for _ in range(max(reader.uvarint() - 1, 0)))
-        reader.skip_tags()  # (AssignmentEpochs of newer Kafka versions)
+        parts = [reader.fixed(">i") for _ in range(max(reader.uvarint() - 1, 0))]
+        epochs: list[int] | None = None
+        for _ in range(reader.uvarint()):
+            tag, raw = reader.uvarint(), reader.take(reader.uvarint())
+            if tag == ASSIGNMENT_EPOCHS_TAG:
+                listed = _In(raw)
+                size = listed.uvarint() - 1  # -1: null
+                epochs = [listed.fixed(">i") for _ in range(size)] if size >= 0 else None
+        if epochs is None or len(epochs) != len(parts):
+            epochs = [default_epoch] * len(parts)
         name = names.get(topic_id)
         if name is not None:
-            result[name] = parts
+            result[name] = dict(zip(parts, epochs, strict=True))
     return result
 
 
@@ -187,8 +227,9 @@ def encode(record: ConsumerRecord, ids: Mapping[str, uuid.UUID]) -> tuple[bytes,
         out.fixed(">i", value.member_epoch)
         out.fixed(">i", value.previous_member_epoch)
         out.fixed(">b", STATE_CODES[value.state])
-        _partitions(out, value.assigned, ids)
-        _partitions(out, value.pending_revocation, ids)
+        epochs = value.held_epochs()
+        _partitions(out, value.assigned, ids, epochs)
+        _partitions(out, value.pending_revocation, ids, epochs)
     out.no_tags()
     return bytes(key.data), bytes(out.data)
 
@@ -263,10 +304,16 @@ def decode(key: bytes, value: bytes | None, names: Mapping[uuid.UUID, str]) -> C
         epoch = data.fixed(">i")
         previous = data.fixed(">i")
         state = STATES.get(data.fixed(">b"), MemberState.STABLE)
-        assigned = _read_partitions(data, names)
-        pending = _read_partitions(data, names)
+        assigned = _read_epochs(data, names, max(epoch, 0))
+        pending = _read_epochs(data, names, max(epoch, 0))
+        epochs: PartitionEpochs = {
+            topic: {**assigned.get(topic, {}), **pending.get(topic, {})}
+            for topic in sorted(set(assigned) | set(pending))
+        }
         decoded = ConsumerMember(
             member_id or "", member_epoch=epoch, previous_member_epoch=previous, state=state,
-            assigned=assigned, pending_revocation=pending,
+            assigned={t: frozenset(p) for t, p in assigned.items()},
+            pending_revocation={t: frozenset(p) for t, p in pending.items()},
+            assignment_epochs=epochs,
         )  # fmt: skip
     return ConsumerRecord(kind, group_id, member_id, decoded)

@@ -2,8 +2,8 @@
 # expiry, static members), committed offsets persisted in __consumer_offsets (Kafka's record
 # layout, replayed at start-up), and transactional offsets (KIP-447) that become visible only
 # when the transaction's commit marker reaches the offsets partition. Consumer-protocol groups
-# (KIP-848) are run by consumer_runtime.py; this module hands them their requests and checks
-# their member epochs in offset commits and fetches.
+# (KIP-848) are run by consumer_runtime.py; this module hands them their requests and has
+# consumer_group.py's rules check their member epochs in offset commits and fetches.
 from __future__ import annotations
 
 import asyncio
@@ -15,7 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 from lockgate.coordinator import writes
 from lockgate.coordinator.group import consumer_records
-from lockgate.coordinator.group.consumer_group import ConsumerRecord, RecordKind
+from lockgate.coordinator.group.consumer_group import (
+    ConsumerRecord,
+    RecordKind,
+    validate_offset_commit,
+    validate_offset_fetch,
+)
 from lockgate.coordinator.group.consumer_runtime import ConsumerProtocol
 from lockgate.coordinator.group.group import Group, Member, TopicPartition
 from lockgate.coordinator.group.records import (
@@ -56,32 +61,6 @@ Answer = dict[str, Any]
 
 def now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def consumer_member_error(
-    group: Group,
-    member_id: str,
-    member_epoch: int,
-    stale: ErrorCode,
-    api_version: int | None = None,
-) -> ErrorCode:
-    """A commit or fetch naming a member of a consumer-protocol group: an epoch < 0 is
-    accepted only while the group has no members (the admin client, standalone consumers).
-    A classic member (mixed groups) names its generation, the member epoch: a stale one is
-    ILLEGAL_GENERATION; consumer-protocol members must commit with OffsetCommit v9+
-    (`api_version`, None for other APIs)."""
-    consumer = group.consumer
-    assert consumer is not None
-    if member_epoch < 0 and not consumer.members:
-        return ErrorCode.none
-    member = consumer.members.get(member_id)
-    if member is None:
-        return ErrorCode.unknown_member_id
-    if member.classic is None and api_version is not None and api_version < 9:
-        return ErrorCode.unsupported_version
-    if member_epoch != member.member_epoch:
-        return ErrorCode.illegal_generation if member.classic is not None else stale
-    return ErrorCode.none
 
 
 def _retrieve(durable: asyncio.Future[None]) -> None:
@@ -854,11 +833,15 @@ class GroupCoordinator:
             return all_(ErrorCode.invalid_group_id)
         group = self.groups.get(group_id)
         standalone = generation < 0 and not member_id and group_instance_id is None
+        results = self._check_offsets(offsets)
         if group is not None and group.consumer is not None:
-            # KIP-848: the member epoch instead of the generation; -1 only for an empty group
-            code = consumer_member_error(
-                group, member_id, generation, ErrorCode.stale_member_epoch, api_version
-            )
+            # KIP-848: the member epoch instead of the generation (KIP-1251: an older one for
+            # partitions the member already had then); -1 only for an empty group
+            code = validate_offset_commit(
+                group.consumer, member_id, group_instance_id, generation,
+                (tp for tp, error in results.items() if not error),
+                transactional=False, api_version=api_version,
+            )  # fmt: skip
             if code:
                 return all_(code)
         elif group is None:
@@ -876,7 +859,6 @@ class GroupCoordinator:
                 return all_(error)
             if group.state == GroupState.COMPLETING_REBALANCE:
                 return all_(ErrorCode.rebalance_in_progress)
-        results = self._check_offsets(offsets)
         accepted = {tp: o for tp, o in offsets.items() if not results[tp]}
         if accepted:
             try:
@@ -911,14 +893,13 @@ class GroupCoordinator:
         member_epoch: int = -1,
     ) -> tuple[ErrorCode, dict[TopicPartition, tuple[CommittedOffset | None, ErrorCode]]]:
         """`member_id`/`member_epoch` (OffsetFetch v9+) are checked in a consumer-protocol
-        group: UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH; none (null member id) is the admin."""
+        group: UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH (ILLEGAL_GENERATION for a classic member);
+        none (null member id, epoch -1) is the admin."""
         if gate := self.gate(group_id):
             return gate, {}
         group = self.groups.get(group_id)
-        if group is not None and group.consumer is not None and member_id is not None:
-            code = consumer_member_error(
-                group, member_id, member_epoch, ErrorCode.stale_member_epoch
-            )
+        if group is not None and group.consumer is not None:
+            code = validate_offset_fetch(group.consumer, member_id, member_epoch)
             if code:
                 return code, {}
         committed = group.offsets if group else {}
@@ -948,25 +929,31 @@ class GroupCoordinator:
         of the producer in the offsets partition; visible once its commit marker lands."""
         if gate := self.gate(group_id):
             return dict.fromkeys(offsets, gate)
-        if generation >= 0 or member_id or group_instance_id is not None:
-            group = self.groups.get(group_id)
+        group = self.groups.get(group_id)
+        results = self._check_offsets(offsets)
+        if group is not None and group.consumer is not None:
+            # KIP-447 with the consumer protocol: the generation is the member epoch, checked as
+            # in OffsetCommit (KIP-1251 included); a stale one is ILLEGAL_GENERATION, as Kafka
+            # answers TxnOffsetCommit before v6 (which has no STALE_MEMBER_EPOCH)
+            error = validate_offset_commit(
+                group.consumer, member_id, group_instance_id, generation,
+                (tp for tp, code in results.items() if not code),
+                transactional=True, api_version=0,
+            )  # fmt: skip
+            if error == ErrorCode.stale_member_epoch:
+                error = ErrorCode.illegal_generation
+            if error:
+                return dict.fromkeys(offsets, error)
+        elif generation >= 0 or member_id or group_instance_id is not None:
             error = (
                 ErrorCode.unknown_member_id
                 if group is None
-                # KIP-447 with the consumer protocol: the generation is the member epoch; a stale
-                # one is ILLEGAL_GENERATION, as Kafka answers (TxnOffsetCommit has no
-                # STALE_MEMBER_EPOCH)
-                else consumer_member_error(
-                    group, member_id, generation, ErrorCode.illegal_generation
-                )
-                if group.consumer is not None
                 else group.check_member(
                     member_id, group_instance_id, generation if generation >= 0 else None
                 )
             )
             if error:
                 return dict.fromkeys(offsets, error)
-        results = self._check_offsets(offsets)
         accepted = {tp: o for tp, o in offsets.items() if not results[tp]}
         if accepted:
             records: list[tuple[bytes, bytes | None]] = [
