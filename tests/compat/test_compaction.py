@@ -201,6 +201,32 @@ def test_a_compacted_topic_keeps_the_latest_value_of_each_key_for_every_client(
     assert latest(read_confluent(broker.bootstrap, "kv")) == final
 
 
+def test_max_compaction_lag_cleans_what_the_dirty_ratio_never_would(
+    broker: BrokerProcess,
+) -> None:
+    # min.cleanable.dirty.ratio=1: the ratio alone never makes a pass (Kafka's ratio must
+    # exceed it); with max.compaction.lag.ms records a second old get cleaned anyway
+    never = {"cleanup.policy": "compact", "internal.segment.bytes": "1024"}
+    never["min.cleanable.dirty.ratio"] = "1"
+    create_topic(broker.bootstrap, "lagged", 1, {**never, "max.compaction.lag.ms": "1000"})
+    create_topic(broker.bootstrap, "unlagged", 1, never)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+    expected: dict[bytes | None, bytes | None] = {}
+    for round_ in range(ROUNDS):
+        for number in range(KEYS):
+            key, value = b"k%d" % number, b"r%d-%d" % (round_, number)
+            for topic in ("lagged", "unlagged"):
+                producer.produce(topic, value, key=key, partition=0)
+            expected[key] = value
+        assert producer.flush(20) == 0
+    produced = ROUNDS * KEYS
+    wait_cleaned(broker, "lagged-0", produced // 2)
+    found = read_confluent(broker.bootstrap, "lagged")
+    assert len(found) < produced and latest(found) == expected
+    assert cleaned_below(broker, "unlagged-0") == 0
+    assert len(read_confluent(broker.bootstrap, "unlagged")) == produced
+
+
 def test_a_compacted_topic_refuses_records_without_a_key(broker: BrokerProcess) -> None:
     create_topic(broker.bootstrap, "keyed", 1, {"cleanup.policy": "compact"})
     errors: list[KafkaError | None] = []

@@ -194,7 +194,7 @@ def cleaning_priority(
     if horizon is not None and horizon <= now_ms:
         return ratio
     if ratio > 0 and (
-        ratio >= partition.config.min_cleanable_dirty_ratio
+        ratio > partition.config.min_cleanable_dirty_ratio
         or compaction_overdue(partition, checkpoint, now_ms)
     ):
         return ratio
