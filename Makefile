@@ -11,7 +11,7 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 APT_PACKAGES := kcat:kcat java:openjdk-17-jre-headless javac:openjdk-17-jdk-headless mvn:maven \
 	etcd:etcd-server etcdctl:etcd-client
 
-.PHONY: serve cluster-up setup setup-dev system-deps compiler-deps reference-deps test lint typecheck unit bench bench-cluster soak fuzz fuzz-decoder clean
+.PHONY: serve cluster-up setup setup-dev system-deps compiler-deps reference-deps go-deps test lint typecheck unit bench bench-cluster soak fuzz fuzz-decoder clean
 
 serve: setup
 	$(BIN)/lockgate serve $(ARGS)
@@ -92,10 +92,27 @@ $(SPARK_KAFKA_CLASSPATH): tests/reference/spark-kafka/pom.xml | system-deps
 		-Dmdep.outputFile=$(CURDIR)/$@.tmp
 	mv $@.tmp $@
 
+# franz-go (Go) as a tested client: tests/go/franzcheck, built with the machine's Go toolchain
+# (1.26 or newer, preinstalled; not fetched: GOTOOLCHAIN=local) against the module versions
+# pinned in its go.mod and go.sum, which `go build` downloads into Go's own module cache.
+GO ?= $(or $(shell command -v go 2>/dev/null),$(wildcard /usr/local/go/bin/go))
+FRANZCHECK := .cache/go/franzcheck
+FRANZCHECK_SOURCES := $(wildcard tests/go/franzcheck/*.go) tests/go/franzcheck/go.mod tests/go/franzcheck/go.sum
+go-deps: $(FRANZCHECK)
+
+$(FRANZCHECK): $(FRANZCHECK_SOURCES)
+	@if [ -z "$(GO)" ]; then \
+		echo "Go is not installed: the franz-go tests need the go command (Go 1.26 or newer) on PATH" >&2; \
+		exit 1; \
+	fi
+	mkdir -p $(dir $@)
+	cd tests/go/franzcheck && GOFLAGS=-mod=readonly GOTOOLCHAIN=local $(GO) build -o $(CURDIR)/$@.tmp .
+	mv $@.tmp $@
+
 # --tb=native: formatting a failure pytest's way parses the test's source, and CPython 3.11.7
 # once crashed a worker there (SystemError: AST constructor recursion depth mismatch), hiding
 # which test had failed. --durations: the slowest tests, to keep the suite well under 20 minutes
-test: setup-dev system-deps reference-deps lint typecheck
+test: setup-dev system-deps reference-deps go-deps lint typecheck
 	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile --tb=native --durations=20 $(PYTEST_ARGS)
 
 # The long fault-injection run (tests/faults): `make soak SEEDS=200 [DURATION=20] [LIFECYCLE=1]`;

@@ -16,6 +16,7 @@ from tests.support.broker import BrokerProcess
 from tests.support.cluster import BrokerCluster
 from tests.support.etcd import EtcdCluster, etcd_available
 from tests.support.fault_proxy import FaultProxy, broker_behind
+from tests.support.franz_go import franzcheck_binary
 from tests.support.reference_kafka import spark_kafka_jars
 
 # The slowest directories are collected first. pytest-xdist's loadfile mode still orders modules by
@@ -137,3 +138,17 @@ def cluster(etcd: EtcdCluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
         yield brokers
     finally:
         brokers.stop()
+
+
+@pytest.fixture(scope="session")
+def franzcheck() -> Path:
+    """franz-go's check program (tests/go/franzcheck), built by `make go-deps`. Without it a
+    test is skipped with the reason, except under CI, where the test command has built it and
+    its absence is a failure."""
+    found = franzcheck_binary()
+    if found is None:
+        reason = "franz-go's check program is not built: run `make go-deps`"
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return found
