@@ -221,10 +221,12 @@ def test_append_and_subtract_on_cleanup_policy_alike(brokers: dict[str, str]) ->
     ]
 
 
-def delivery_error(bootstrap: str, topic: str) -> KafkaError | None:
+def delivery_error(
+    bootstrap: str, topic: str, value: bytes = b"x", timestamp: int = 0, **settings: Any
+) -> KafkaError | None:
     errors: list[KafkaError | None] = []
-    producer = Producer({"bootstrap.servers": bootstrap, "message.timeout.ms": 10_000})
-    producer.produce(topic, b"x", on_delivery=lambda e, _m: errors.append(e))
+    producer = Producer({"bootstrap.servers": bootstrap, "message.timeout.ms": 10_000, **settings})
+    producer.produce(topic, value, timestamp=timestamp, on_delivery=lambda e, _m: errors.append(e))
     producer.flush(30)
     assert errors, "no delivery report"
     return errors[0]
@@ -238,6 +240,40 @@ def test_librdkafka_reports_an_illegal_topic_name_as_invalid(brokers: dict[str, 
         delivery = delivery_error(bootstrap, "bad name!")
         assert delivery is not None, target
         assert delivery.code() == KafkaError.TOPIC_EXCEPTION, (target, delivery)
+
+
+def test_record_limits_refuse_alike(brokers: dict[str, str]) -> None:
+    answers = {}
+    for target, bootstrap in brokers.items():
+        config = {
+            "max.decompressed.message.bytes": "100",
+            "message.timestamp.before.max.ms": "60000",
+        }
+        assert create(bootstrap, "cfg-limits", config) is None
+        now = int(time.time() * 1000)
+        sent = [
+            (b"ok", now),
+            (b"x" * 200, now),  # over max.decompressed.message.bytes once decompressed
+            (b"ahead", now + 2 * 3600 * 1000),  # past the default hour ahead
+            (b"behind", now - 120_000),  # past message.timestamp.before.max.ms
+        ]
+        errors = [
+            delivery_error(
+                bootstrap, "cfg-limits", value, timestamp, **{"compression.type": "gzip"}
+            )
+            for value, timestamp in sent
+        ]
+        answers[target] = [None if e is None else e.code() for e in errors]
+    assert (
+        answers["lockgate"]
+        == answers["kafka"]
+        == [
+            None,
+            KafkaError.INVALID_RECORD,
+            KafkaError.INVALID_TIMESTAMP,
+            KafkaError.INVALID_TIMESTAMP,
+        ]
+    )
 
 
 def test_kafkas_tools_set_every_kind_of_config(

@@ -1,7 +1,8 @@
 """AlterConfigs (key 33), versions 0–2 (the legacy, replace-everything form).
 
-Behaviour: a topic resource's overrides become exactly the given set (validated like
-CreateTopics: INVALID_CONFIG); unknown topic: UNKNOWN_TOPIC_OR_PARTITION. A broker resource
+Behaviour: a config named twice or a null value: INVALID_REQUEST, as Kafka checks first. A
+topic resource's overrides become exactly the given set (validated like CreateTopics:
+INVALID_CONFIG); unknown topic: UNKNOWN_TOPIC_OR_PARTITION. A broker resource
 ('' the cluster default, or a broker id) gets exactly the given dynamic values, the others
 removed, with IncrementalAlterConfigs' rules (INVALID_REQUEST for a property that cannot
 change at run time). validate_only changes nothing.
@@ -21,6 +22,19 @@ from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.security.acls import Operation
 
 
+def _check_request(resource: Any) -> None:
+    """Kafka's checks before anything else: INVALID_REQUEST for a config named twice or a
+    null value."""
+    names = [config.name for config in resource.configs]
+    if len(set(names)) != len(names):
+        raise KafkaProtocolError(ErrorCode.invalid_request, "Error due to duplicate config keys")
+    nulls = [config.name for config in resource.configs if config.value is None]
+    if nulls:
+        raise KafkaProtocolError(
+            ErrorCode.invalid_request, "Null value not supported for : " + ", ".join(nulls)
+        )
+
+
 @handles(ApiKey.ALTER_CONFIGS, 0, 2)
 async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     topics = ctx.broker.topics
@@ -38,6 +52,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
             )
             if denied is not None:
                 raise denied
+            _check_request(resource)
             if resource.resource_type == BROKER:
                 await alter_broker(
                     ctx,
@@ -58,17 +73,9 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
             record = topics.topics.get(name)
             if record is None:
                 raise KafkaProtocolError(ErrorCode.unknown_topic_or_partition, f"no topic {name!r}")
-            new = {c.name: c.value for c in resource.configs}
+            new = {c.name: c.value for c in resource.configs if c.value is not None}
             dropped = [key for key in record.configs if key not in new]
-            for key, value in new.items():
-                if value is None:
-                    raise KafkaProtocolError(ErrorCode.invalid_config, f"{key} has a null value")
-            await ctx.broker.admin.alter_configs(
-                name,
-                {k: v for k, v in new.items() if v is not None},
-                dropped,
-                request.validate_only,
-            )
+            await ctx.broker.admin.alter_configs(name, new, dropped, request.validate_only)
         except KafkaProtocolError as exc:
             entry["error_code"] = exc.code
             entry["error_message"] = exc.message or None

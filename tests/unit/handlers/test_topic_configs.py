@@ -13,6 +13,8 @@ import pytest
 from lockgate.handlers.registry import HANDLERS, RawBody, RequestContext
 from lockgate.protocol.api import ApiKey, build, encode, request_class, response_class
 from lockgate.protocol.errors import ErrorCode
+from lockgate.protocol.recompress import recompress
+from lockgate.protocol.records import build_batch
 from lockgate.security.session import SecurityProtocol, Session
 from lockgate.server.broker import Broker
 from lockgate.server.config import CONFIG_TYPES, INTERNAL_TOPIC_CONFIGS, TOPIC_CONFIGS
@@ -265,3 +267,45 @@ async def test_metadata_answers_an_illegal_name_invalid_topic(
 async def test_metadata_answers_a_legal_missing_name_unknown(memory_broker: Broker) -> None:
     assert await metadata(memory_broker, "x" * 249, False) == ErrorCode.unknown_topic_or_partition
     assert await metadata(memory_broker, "x" * 249, True) == 0  # created
+
+
+async def test_legacy_alter_configs_checks_the_request_first(memory_broker: Broker) -> None:
+    await create(memory_broker, "legacy", {"retention.ms": "1000"})
+
+    async def legacy(*configs: tuple[str, str | None]) -> tuple[int, str | None]:
+        body = {
+            "resources": [
+                {
+                    "resource_type": TOPIC,
+                    "resource_name": "legacy",
+                    "configs": [{"name": k, "value": v} for k, v in configs],
+                }
+            ],
+            "validate_only": False,
+        }
+        [answer] = (await call(memory_broker, ApiKey.ALTER_CONFIGS, 2, body))["responses"]
+        return int(answer["error_code"]), answer["error_message"]
+
+    assert await legacy(("segment.ms", "1"), ("segment.ms", "2")) == (
+        ErrorCode.invalid_request,
+        "Error due to duplicate config keys",
+    )
+    assert await legacy(("segment.ms", None)) == (
+        ErrorCode.invalid_request,
+        "Null value not supported for : segment.ms",
+    )
+    assert (await describe(memory_broker, TOPIC, "legacy"))["retention.ms"]["value"] == "1000"
+    assert await legacy(("cleanup.policy", "compact")) == (0, None)
+    shown = await describe(memory_broker, TOPIC, "legacy")
+    assert shown["cleanup.policy"]["value"] == "compact"
+    assert shown["retention.ms"]["config_source"] == 5  # replaced: the override is gone
+
+
+def test_the_topics_compression_level_is_applied() -> None:
+    batch = build_batch([(b"k", bytes(range(256)) * 40 + b"a" * 4000)])
+    fast, _ = recompress(batch, 1, 1)
+    best, _ = recompress(batch, 1, 9)
+    assert len(best) < len(fast)
+    zstd_low, _ = recompress(batch, 4, -5)
+    zstd_high, _ = recompress(batch, 4, 19)
+    assert len(zstd_high) < len(zstd_low)
