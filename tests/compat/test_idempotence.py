@@ -2,15 +2,20 @@
 
 - 100,000 messages from confluent-kafka and, separately, from kafka-python through a fault
   proxy that drops, delays and duplicates Produce frames and cuts connections; read back with
-  a plain (read_uncommitted) fetch, every message must be there exactly once, in order.
+  a plain (read_uncommitted) fetch, every message must be there exactly once, in order, and
+  every delivery report must carry the offset it was read at (a resent batch, the latest or
+  an earlier one, gets its original offset: never -1).
 - UNKNOWN_PRODUCER_ID: the producer's state expires between two rounds (seen through
   DescribeProducers and the broker log); the clients must come back with a new id/epoch and
   nothing may be lost or written twice.
 - Restarts: batches built by hand on a raw socket are retried after a clean restart (snapshot),
   after kill -9 (whole-log replay) and after kill -9 following segment rolls (snapshot plus a
-  replay of the tail): the exact retry gets its original offset, older sequences are
+  replay of the tail): the exact retry of the latest batch and the resend of an older one
+  get their original offsets, an older sequence that starts no batch is
   DUPLICATE_SEQUENCE_NUMBER, a gap OUT_OF_ORDER_SEQUENCE_NUMBER, a lower epoch
   INVALID_PRODUCER_EPOCH, and nothing is appended but the next batch in order.
+- Older batches resent on a raw socket, with another producer's batches between, get their
+  original offset (and, on a LogAppendTime topic, their original append time).
 """
 
 from __future__ import annotations
@@ -23,10 +28,11 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Message, Producer
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KafkaTopicPartition
 from kafka.errors import UnknownProducerIdError
+from kafka.producer.future import RecordMetadata
 
 from lockgate.protocol.records import build_batch
 from lockgate.server import durability
@@ -40,6 +46,7 @@ from tests.support.fault_proxy import Direction, FaultProxy, RuleHandle
 from tests.support.kafka_wire import (
     Cursor,
     KafkaWire,
+    ProducePartitionResult,
     StoredBatch,
     decode_produce_response,
     fetch_batches,
@@ -138,6 +145,29 @@ def read_with_kafka_python(
     return received
 
 
+def reported_position(message: Message) -> tuple[int, int]:
+    """(partition, offset) of a delivery report; -1 for the offset it does not have (a
+    DUPLICATE_SEQUENCE_NUMBER answer), which confluent-kafka gives as None."""
+    offset = message.offset()
+    return int(message.partition() or 0), -1 if offset is None or offset < 0 else offset
+
+
+def assert_reported_offsets(
+    reported: dict[int, tuple[int, int]], received: dict[int, list[tuple[int, bytes | None]]]
+) -> None:
+    """Every message's delivery report names the partition and offset it was read at: none
+    is -1, which is what clients report for DUPLICATE_SEQUENCE_NUMBER."""
+    read = {
+        sequence_of(value): (partition, offset)
+        for partition, got in received.items()
+        for offset, value in got
+    }
+    unknown = sorted(s for s, (_partition, offset) in reported.items() if offset < 0)
+    assert not unknown, f"{len(unknown)} delivery reports without an offset, from {unknown[0]}"
+    wrong = sorted(s for s in read if reported.get(s) != read[s])
+    assert not wrong, f"{len(wrong)} reports differ, from {wrong[0]}: {reported.get(wrong[0])}"
+
+
 # -- 100,000 messages through the fault proxy -------------------------------------------------
 
 
@@ -163,10 +193,13 @@ def test_confluent_kafka_exactly_once_through_faults(
         }
     )
     errors: list[str] = []
+    reported: dict[int, tuple[int, int]] = {}  # message sequence → (partition, offset)
 
-    def delivered(error: object, _message: object) -> None:
+    def delivered(error: object, message: Message) -> None:
         if error is not None:
             errors.append(str(error))
+        else:
+            reported[sequence_of(message.value())] = reported_position(message)
 
     for sequence in range(COUNT):
         producer.produce(
@@ -184,6 +217,7 @@ def test_confluent_kafka_exactly_once_through_faults(
     fault_proxy.clear_rules()
     received = consume_all(fault_proxy.address, topic, PARTITIONS, COUNT)
     check_partitions(numbered(received), COUNT, PARTITIONS)
+    assert_reported_offsets(reported, received)
 
 
 def test_kafka_python_exactly_once_through_faults(
@@ -202,11 +236,17 @@ def test_kafka_python_exactly_once_through_faults(
     )
     assert producer.config["enable_idempotence"], "kafka-python makes producers idempotent"
     errors: list[str] = []
+    reported: dict[int, tuple[int, int]] = {}  # message sequence → (partition, offset)
+
+    def delivered(sequence: int, metadata: RecordMetadata) -> None:
+        reported[sequence] = (metadata.partition, metadata.offset)
+
     try:
         for sequence in range(COUNT):
             future = producer.send(
                 topic, value=sequence_value(sequence), partition=sequence % PARTITIONS
             )
+            future.add_callback(delivered, sequence)
             future.add_errback(lambda error: errors.append(repr(error)))
         producer.flush(120)
     finally:
@@ -217,6 +257,59 @@ def test_kafka_python_exactly_once_through_faults(
     fault_proxy.clear_rules()
     received = read_with_kafka_python(fault_proxy.address, topic, COUNT)
     check_partitions(numbered(received), COUNT, PARTITIONS)
+    assert_reported_offsets(reported, received)
+
+
+def test_confluent_kafka_reports_the_original_offset_of_older_resent_batches(
+    proxied_broker: BrokerProcess, fault_proxy: FaultProxy
+) -> None:
+    """The answer to one Produce request is held back (and the answers behind it) while the
+    client sends more, up to five in flight; then the connection is cut before it. The broker
+    has appended them all, and the client resends them all, the first ones older than the
+    producer's latest batch: every delivery report must still carry the offset the message
+    is read at (librdkafka reports -1 for DUPLICATE_SEQUENCE_NUMBER)."""
+    topic = "resent-offsets"
+    create_topic(fault_proxy.address, topic, 1)
+    count = 3_000
+    held = [
+        fault_proxy.delay(Direction.RESPONSE, 0.5, [API_PRODUCE], skip=20, every=60, limit=4),
+        fault_proxy.cut(Direction.RESPONSE, [API_PRODUCE], skip=20, every=60, limit=4),
+    ]
+    producer = Producer(
+        {
+            "bootstrap.servers": fault_proxy.address,
+            "enable.idempotence": True,
+            "acks": "all",
+            "max.in.flight.requests.per.connection": 5,
+            "linger.ms": 1,
+            # librdkafka counts messages, not requests, against its five in flight per
+            # partition: one-message batches let five requests be in flight
+            "batch.num.messages": 1,
+            "request.timeout.ms": 10_000,
+            "queue.buffering.max.messages": count,
+        }
+    )
+    errors: list[str] = []
+    reported: dict[int, tuple[int, int]] = {}
+
+    def delivered(error: object, message: Message) -> None:
+        if error is not None:
+            errors.append(str(error))
+        else:
+            reported[sequence_of(message.value())] = reported_position(message)
+
+    for sequence in range(count):
+        producer.produce(topic, value=sequence_value(sequence), partition=0, on_delivery=delivered)
+        if sequence % 100 == 0:
+            producer.poll(0)
+    assert producer.flush(120) == 0, "messages still queued after 120 s"
+    assert errors == []
+    assert [rule.applied for rule in held] == [4, 4]
+    fault_proxy.clear_rules()
+    received = consume_all(fault_proxy.address, topic, 1, count)
+    check_partitions(numbered(received), count, 1)
+    assert len(reported) == count
+    assert_reported_offsets(reported, received)
 
 
 # -- UNKNOWN_PRODUCER_ID after the producer state expired (KIP-360) ---------------------------
@@ -489,7 +582,8 @@ def test_retried_batches_are_deduplicated_after_a_restart(tmp_path: Path, restar
 
         with KafkaWire(broker.bootstrap) as wire:
             assert send(wire, topic, c) == (NONE, 12), "exact retry of the latest batch"
-            assert send(wire, topic, b)[0] == DUPLICATE_SEQUENCE_NUMBER
+            assert send(wire, topic, b) == (NONE, 3), "an older batch, found in the log"
+            assert send(wire, topic, a) == (NONE, 0)
             three_behind = numbered_batch(first_id, 0, 5, count=1)
             assert send(wire, topic, three_behind)[0] == DUPLICATE_SEQUENCE_NUMBER
             gap = numbered_batch(first_id, 0, 12)
@@ -503,6 +597,43 @@ def test_retried_batches_are_deduplicated_after_a_restart(tmp_path: Path, restar
             assert stored_batches(wire, topic) == [*before, StoredBatch(15, 0, 3)]
     finally:
         broker.kill()
+
+
+@pytest.mark.parametrize("timestamp_type", ["CreateTime", "LogAppendTime"])
+def test_older_batches_resent_get_their_original_offset_and_append_time(
+    broker_process: BrokerProcess, timestamp_type: str
+) -> None:
+    """One producer sends sequences 0, 5, 10, ... 45 (five records a batch), another one
+    writes between them; then older batches come again, as a client resends what it had in
+    flight after a cut connection."""
+    topic = f"resent-{timestamp_type.lower()}"
+    create_topic(broker_process.bootstrap, topic, 1, {"message.timestamp.type": timestamp_type})
+    with KafkaWire(broker_process.bootstrap) as wire:
+        producer_id, epoch = init_producer_id(wire)
+        other_id, _ = init_producer_id(wire)
+        sent: list[bytes] = []
+        answers: list[ProducePartitionResult] = []
+        for i in range(10):
+            sent.append(numbered_batch(producer_id, epoch, 5 * i, count=5))
+            answers.append(produce(wire, 8, topic, {0: sent[-1]}).only())
+            for j in range(3):
+                assert send(wire, topic, numbered_batch(other_id, 0, 3 * (3 * i + j)))[0] == NONE
+            time.sleep(0.002)  # each batch its own append time
+        assert [a.error_code for a in answers] == [NONE] * 10
+        if timestamp_type == "LogAppendTime":
+            times = [a.log_append_time_ms for a in answers]
+            assert times == sorted(set(times)) and times[0] > 0
+        before = stored_batches(wire, topic)
+        for i in (8, 5, 0, 9):  # 1, 4 and 9 batches behind, then the latest
+            again = produce(wire, 8, topic, {0: sent[i]}).only()
+            assert (again.error_code, again.base_offset) == (NONE, answers[i].base_offset)
+            assert again.log_append_time_ms == answers[i].log_append_time_ms
+        # a resend cut otherwise than the stored batches matches none: delivered, no offset
+        assert send(wire, topic, numbered_batch(producer_id, epoch, 12, count=3)) == (
+            DUPLICATE_SEQUENCE_NUMBER,
+            -1,
+        )
+        assert stored_batches(wire, topic) == before, "a resend was stored"
 
 
 @pytest.mark.parametrize(
@@ -553,7 +684,8 @@ async def read_produce_answer(reader: asyncio.StreamReader, version: int) -> tup
     "retried",
     [
         "latest",  # an exact retry of the latest batch: its original offset
-        "older",  # DUPLICATE_SEQUENCE_NUMBER
+        "older",  # an older batch, found in the log: its original offset
+        "older-cut-differently",  # no batch starts at its sequence: DUPLICATE_SEQUENCE_NUMBER
     ],
 )
 async def test_retry_is_confirmed_only_once_the_original_is_durable(
@@ -591,7 +723,10 @@ async def test_retry_is_confirmed_only_once_the_original_is_durable(
         await first_writer.drain()
         await asyncio.sleep(fsync_seconds / 4)  # both appended, the first fsync under way
         index = 1 if retried == "latest" else 0
-        retry_writer.write(request(3, batches[index]))
+        retried_batch = batches[index]
+        if retried == "older-cut-differently":
+            retried_batch = numbered_batch(producer_id, 0, 1, count=2)
+        retry_writer.write(request(3, retried_batch))
         await retry_writer.drain()
         answers: list[tuple[int, int]] = []  # (correlation id, error) in arrival order
 
@@ -603,7 +738,7 @@ async def test_retry_is_confirmed_only_once_the_original_is_durable(
             asyncio.gather(collect(first_reader, 2), collect(retry_reader, 1)),
             10 * fsync_seconds,
         )
-        expected = NONE if retried == "latest" else DUPLICATE_SEQUENCE_NUMBER
+        expected = DUPLICATE_SEQUENCE_NUMBER if retried == "older-cut-differently" else NONE
         assert (3, expected) in answers
         original = answers.index((index + 1, NONE))
         assert original < answers.index((3, expected)), (

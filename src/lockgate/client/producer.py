@@ -12,7 +12,9 @@
 #   sequences.py). When a batch has to be resent, its partition first lets everything in
 #   flight come back, then resends the failed batches one at a time, in sequence order, before
 #   pipelining again. Resent batches keep their sequence, so the broker recognises copies that
-#   it had already appended (DUPLICATE_SEQUENCE_NUMBER counts as delivered, offset -1).
+#   it had already appended and answers them with the original offsets (an earlier batch is
+#   looked up in its log); DUPLICATE_SEQUENCE_NUMBER, for a copy whose original is no longer
+#   there, counts as delivered with offset -1.
 # - A non-idempotent producer has one batch in flight per partition (records keep their order
 #   across retries, but a retry after a lost answer may append a batch twice: at least once).
 # - Sequence numbers never wrap (KAFKA-12207): an idempotent producer bumps its epoch when a

@@ -9,7 +9,8 @@
 #   waits for an epoch bump, after which the partition starts at 0 again.
 # - The unacknowledged sequences of a partition span at most DUPLICATE_WINDOW + 1 numbers, and
 #   at most MAX_IN_FLIGHT batches: lockgate's broker keeps only the latest batch per producer
-#   and answers DUPLICATE_SEQUENCE_NUMBER for a sequence up to 1000 behind it, so a resend of
+#   and recognises a resend up to 1000 sequences behind it (answered with the original
+#   offset while the batch is in its log, else DUPLICATE_SEQUENCE_NUMBER), so a resend of
 #   any unacknowledged batch is recognised as a duplicate rather than taken for a gap.
 from __future__ import annotations
 

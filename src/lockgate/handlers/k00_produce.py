@@ -22,8 +22,13 @@ Behaviour:
   inner offsets not running 0..n-1 get INVALID_RECORD, a re-encoded batch over
   max.message.bytes MESSAGE_TOO_LARGE.
 - Idempotent batches follow the producer-state rules (INVALID_PRODUCER_EPOCH,
-  OUT_OF_ORDER_SEQUENCE_NUMBER, DUPLICATE_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID; an exact
-  retry of the latest batch gets its original offset). Transactional batches must belong to
+  OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID). A resent batch gets its original base
+  offset (and log append time), as in Kafka: the latest one from producer state, an earlier
+  one (same epoch, same first and last sequence, up to 1000 behind) looked up in the log
+  within a bound (log/duplicates.py); one no longer in the log (retention, compaction,
+  DeleteRecords), past the bound or cut differently gets DUPLICATE_SEQUENCE_NUMBER, which
+  clients take as delivered without an offset. Either answer waits like an append (acks=-1:
+  durable, and in a cluster the high watermark past it). Transactional batches must belong to
   the producer's open transaction on a partition added to it: INVALID_TXN_STATE (v≤10) or
   TRANSACTION_ABORTABLE (v11+) otherwise, INVALID_PRODUCER_EPOCH for a stale epoch; v12+ adds
   the partition implicitly (TV2). A batch arriving while the producer's previous transaction
@@ -471,7 +476,8 @@ def _attempt(
         return _append(ctx, request, name, data, waits, verified)
     except KafkaProtocolError as exc:
         if exc.code == ErrorCode.duplicate_sequence_number:
-            # clients count this as delivered: answer only once the original is durable
+            # the original is no longer in the log (or past the lookup's bound), yet clients
+            # count this as delivered: answer only once the original is durable
             partition = ctx.broker.topics.get(name, data.index)
             if partition is not None:
                 duplicate = PartitionResult(data.index)  # its wait delays, no more

@@ -15,6 +15,7 @@ from dataclasses import replace
 
 from lockgate.log import swap
 from lockgate.log.config import LogConfig
+from lockgate.log.duplicates import find_earlier_batch
 from lockgate.log.epochs import LeaderEpochCache
 from lockgate.log.producer_state import Duplicate, ProducerEntry, ProducerStateTable
 from lockgate.log.segment import Segment, segment_name
@@ -274,8 +275,31 @@ class Partition:
                 f"producer {header.producer_id}: non-transactional batch inside a transaction",
             )
         return self.producers.check(
-            header.producer_id, header.producer_epoch, header.base_sequence, header.last_sequence
+            header.producer_id,
+            header.producer_epoch,
+            header.base_sequence,
+            header.last_sequence,
+            self._find_earlier_batch,
         )
+
+    def _find_earlier_batch(
+        self, latest: ProducerEntry, first_sequence: int, last_sequence: int
+    ) -> Duplicate | None:
+        """A resent earlier batch, looked up in the log (bounded: log/duplicates.py). A read
+        that storage refuses only loses the offset: the answer is DUPLICATE_SEQUENCE_NUMBER."""
+        try:
+            return find_earlier_batch(
+                self.segments, self.log_start_offset, latest, first_sequence, last_sequence
+            )
+        except OSError as exc:
+            log.warning(
+                "%s-%d: no lookup of producer %d's earlier batch: %s",
+                self.topic,
+                self.index,
+                latest.producer_id,
+                exc,
+            )
+            return None
 
     # -- appends -------------------------------------------------------------------------------
 

@@ -1,13 +1,16 @@
 # Producer state of one partition, KAFKA-12207 style: for each producer id only the latest
 # batch (epoch, first and last sequence, last offset, write time) plus the open transaction's
-# first offset. Kept as parallel typed arrays sorted by producer id (about 46 bytes an entry)
-# rather than objects, because a broker may track millions of (producer, partition) pairs.
+# first offset; an earlier batch is looked up in the log when it is resent (log/duplicates.py).
+# Kept as parallel typed arrays sorted by producer id (about 46 bytes an entry) rather than
+# objects, because a broker may track millions of (producer, partition) pairs.
 #
 # Sequence rules (PROTOCOL.md): a lower epoch is INVALID_PRODUCER_EPOCH; a higher epoch must
 # start at 0; within an epoch a batch continues at last+1 (wrapping at 2^31-1 for old
-# clients); an exact retry of the latest batch gets its original offset; any other sequence up
-# to 1000 behind the latest is DUPLICATE_SEQUENCE_NUMBER; anything else is out of order. An
-# unknown producer must start at 0, else UNKNOWN_PRODUCER_ID so that it bumps its epoch.
+# clients); an exact retry of the latest batch gets its original offset, and so does a resend
+# of an earlier batch still found in the log (same first and last sequence); any other
+# sequence up to 1000 behind the latest is DUPLICATE_SEQUENCE_NUMBER (clients take it as
+# delivered, without an offset); anything else is out of order. An unknown producer must
+# start at 0, else UNKNOWN_PRODUCER_ID so that it bumps its epoch.
 # A transaction marker from a coordinator older than the one that wrote the producer's previous
 # marker is a zombie coordinator's: TRANSACTION_COORDINATOR_FENCED (Kafka's ProducerStateManager).
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import bisect
 import struct
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import crc32c
@@ -54,10 +58,16 @@ class ProducerEntry:
 
 @dataclass(frozen=True, slots=True)
 class Duplicate:
-    """An exact retry of the producer's latest batch: answer with its original offset."""
+    """A resend of a batch already in the log: answer with its original offset (and its
+    log append time, -1 when it has none)."""
 
     base_offset: int
     timestamp: int
+
+
+# (the producer's latest entry, first sequence, last sequence) -> the earlier batch with those
+# sequences as stored in the log, or None when the log no longer has it
+EarlierBatchLookup = Callable[[ProducerEntry, int, int], Duplicate | None]
 
 
 def next_sequence(sequence: int) -> int:
@@ -137,10 +147,16 @@ class ProducerStateTable:
     # -- the sequence rules --------------------------------------------------------------------
 
     def check(
-        self, producer_id: int, epoch: int, first_sequence: int, last_sequence: int
+        self,
+        producer_id: int,
+        epoch: int,
+        first_sequence: int,
+        last_sequence: int,
+        find_earlier: EarlierBatchLookup | None = None,
     ) -> Duplicate | None:
         """Validates a batch against the producer's latest one. Returns None to append it, a
-        Duplicate for an exact retry, or raises KafkaProtocolError."""
+        Duplicate for an exact retry (or, through `find_earlier`, for a resend of an earlier
+        batch the log still holds), or raises KafkaProtocolError."""
         i = self._find(producer_id)
         if i < 0:
             if first_sequence != 0:
@@ -173,6 +189,11 @@ class ProducerStateTable:
             )
         behind = (last - first_sequence) % SEQUENCE_MODULUS
         if behind <= DUPLICATE_WINDOW:
+            if find_earlier is not None and first_sequence != self.first_sequences[i]:
+                entry = ProducerEntry(*(column[i] for column in self._columns()))
+                found = find_earlier(entry, first_sequence, last_sequence)
+                if found is not None:
+                    return found
             raise KafkaProtocolError(
                 ErrorCode.duplicate_sequence_number,
                 f"producer {producer_id} sequence {first_sequence} is {behind} behind {last}",

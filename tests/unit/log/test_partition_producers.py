@@ -39,16 +39,17 @@ def test_exact_retry_returns_original_offset_without_appending() -> None:
     assert partition.log_end_offset == 6
 
 
-def test_older_batch_is_duplicate_and_gap_is_rejected() -> None:
+def test_older_batch_gets_its_offset_older_sequence_is_duplicate_gap_is_rejected() -> None:
     partition = make_partition(MemoryEngine())
     append(partition, 0)
     append(partition, 3)
-    for sequence, code in (
-        (0, ErrorCode.duplicate_sequence_number),
-        (9, ErrorCode.out_of_order_sequence_number),
+    assert append(partition, 0)[0] == 0  # found in the log (test_duplicates.py has the rest)
+    for sequence, count, code in (
+        (1, 2, ErrorCode.duplicate_sequence_number),  # no batch of the log starts there
+        (9, 3, ErrorCode.out_of_order_sequence_number),
     ):
         with pytest.raises(KafkaProtocolError) as raised:
-            append(partition, sequence)
+            append(partition, sequence, count)
         assert raised.value.code == code
     assert partition.log_end_offset == 6
 

@@ -62,6 +62,33 @@ def test_older_sequence_within_window_is_duplicate() -> None:
     assert error_of(table, 3, 2000, 2004) == ErrorCode.duplicate_sequence_number
 
 
+def test_older_sequence_within_window_is_looked_up_in_the_log() -> None:
+    """Only an older sequence within the window (not the latest batch's start) is looked up;
+    what the lookup finds is the answer, else DUPLICATE_SEQUENCE_NUMBER."""
+    table = table_with(3, 2000, 2009, last_offset=90)
+    asked: list[tuple[int, int, int]] = []
+
+    def lookup(latest: ProducerEntry, first: int, last: int) -> Duplicate | None:
+        asked.append((latest.first_offset, first, last))
+        return Duplicate(61, -1) if first == 1990 else None
+
+    assert table.check(PID, 3, 1990, 1999, lookup) == Duplicate(61, -1)
+    with pytest.raises(KafkaProtocolError) as raised:
+        table.check(PID, 3, 1980, 1989, lookup)
+    assert raised.value.code == ErrorCode.duplicate_sequence_number
+    assert asked == [(81, 1990, 1999), (81, 1980, 1989)]
+    # the exact retry, the latest batch's start cut otherwise, and sequences out of the
+    # window are answered without a lookup
+    assert table.check(PID, 3, 2000, 2009, lookup) == Duplicate(81, 1234)
+    with pytest.raises(KafkaProtocolError) as raised:
+        table.check(PID, 3, 2000, 2004, lookup)
+    assert raised.value.code == ErrorCode.duplicate_sequence_number
+    with pytest.raises(KafkaProtocolError) as raised:
+        table.check(PID, 3, 2000 - DUPLICATE_WINDOW - 1, 1000, lookup)
+    assert raised.value.code == ErrorCode.out_of_order_sequence_number
+    assert len(asked) == 2
+
+
 def test_window_edges() -> None:
     table = table_with(0, 5000, 5000)
     assert error_of(table, 0, 5000 - DUPLICATE_WINDOW, 5000 - DUPLICATE_WINDOW) == (
