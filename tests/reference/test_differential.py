@@ -5,8 +5,9 @@ docs/deviations.md says; any other difference fails. The corpus: errors for bad 
 Metadata, the last stable offset and ListOffsets, the idempotence rules of Produce, the
 classic transaction requests and transaction version 2 (Produce's implicit add, EndTxn's
 epoch bump, delayed and retried requests), transactional offsets (KIP-447, require_stable),
-aborted reads (Fetch's aborted transactions and LSO) and a classic group's requests; it grows
-with each protocol change."""
+aborted reads (Fetch's aborted transactions and LSO), a classic group's requests and a
+consumer-protocol member's commits with older member epochs (KIP-1251); it grows with each
+protocol change."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ from lockgate.protocol.records import (
 )
 from tests.support.broker import running_broker
 from tests.support.clients import create_topic
+from tests.support.consumer_group_raw import PARTITIONS, kip1251_observations
 from tests.support.reference_kafka import ReferenceKafka
 
 pytestmark = pytest.mark.compat
@@ -538,6 +540,25 @@ async def classic_group(connection: BrokerConnection, bootstrap: str) -> Any:
         "delete": await delete(group),
         "delete, unknown": await delete("diff-nobody"),
     }
+
+
+@scenario
+async def consumer_group_commits(connection: BrokerConnection, bootstrap: str) -> Any:
+    """A consumer-protocol member's offset commits with each of its member epochs (KIP-1251):
+    an older epoch commits the partitions it held then, nothing else; OffsetFetch wants the
+    exact epoch (tests/support/consumer_group_raw.py)."""
+    topic, group, tid = "diff-848", "diff-848-group", "diff-848-txn"
+    await asyncio.to_thread(create_topic, bootstrap, topic, len(PARTITIONS))
+    for partition in sorted(PARTITIONS):
+        for _ in range(100):
+            if (await list_offsets(connection, topic, partition, -1, 0))[0] == 0:
+                break
+            await asyncio.sleep(0.1)
+        else:
+            raise AssertionError(f"{topic}-{partition} has no leader after 10 s")
+    await find_coordinator(connection, group, 0)
+    producer = (tid, *await init_producer(connection, tid))
+    return await kip1251_observations(connection, group, topic, producer)
 
 
 async def fetch_records(
