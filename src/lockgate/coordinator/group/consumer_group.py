@@ -490,14 +490,10 @@ def _leave(
         # (its session), so that a restart does not move partitions; as Kafka, its assigned
         # partitions count as assigned at epoch 0 from now on, so the restarted instance, which
         # takes them over at whatever epoch, may commit them
-        away = replace(
-            member,
-            member_epoch=STATIC_LEAVE_EPOCH,
-            assignment_epochs={
-                **member.assignment_epochs,
-                **{t: dict.fromkeys(sorted(parts), 0) for t, parts in member.assigned.items()},
-            },
-        )
+        epochs = member.held_epochs()
+        for topic, parts in member.assigned.items():
+            epochs[topic].update(dict.fromkeys(parts, 0))
+        away = replace(member, member_epoch=STATIC_LEAVE_EPOCH, assignment_epochs=epochs)
         group = replace(group, members={**group.members, member.member_id: away})
         record = ConsumerRecord(
             RecordKind.CURRENT_ASSIGNMENT, group.group_id, member.member_id, away
