@@ -11,8 +11,8 @@
 # - a member's epoch only moves to the target assignment epoch once it holds no partition the
 #   target takes away (it stays at its epoch, in UNREVOKED_PARTITIONS, until it has revoked them);
 # - every partition a member holds (assigned or pending revocation) has the epoch at which it
-#   was assigned to the member (KIP-1251), never above the member's epoch: a partition it keeps
-#   across epochs keeps its epoch, one added is stamped with the target assignment epoch;
+#   was assigned to the member (KIP-1251): a partition it keeps across epochs keeps its epoch,
+#   one added is stamped with the target assignment epoch;
 # - functions never mutate the group they are given: they return a new one.
 from __future__ import annotations
 
