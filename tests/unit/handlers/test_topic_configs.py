@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from lockgate.client.cluster import Cluster
 from lockgate.handlers.registry import HANDLERS, RawBody, RequestContext
 from lockgate.protocol.api import ApiKey, build, encode, request_class, response_class
 from lockgate.protocol.errors import ErrorCode
@@ -309,3 +310,33 @@ def test_the_topics_compression_level_is_applied() -> None:
     zstd_low, _ = recompress(batch, 4, -5)
     zstd_high, _ = recompress(batch, 4, 19)
     assert len(zstd_high) < len(zstd_low)
+
+
+async def test_produce_answers_an_illegal_name_unknown_as_kafka(memory_broker: Broker) -> None:
+    async with Cluster(f"127.0.0.1:{memory_broker.port}") as cluster:
+        [node] = cluster.metadata.brokers
+        connection = await cluster.connection(node)
+        for name in ("bad name!", "ok-name"):
+            response = await connection.request(
+                ApiKey.PRODUCE,
+                {
+                    "transactional_id": None,
+                    "acks": -1,
+                    "timeout": 30_000,
+                    "topic_data": [
+                        {
+                            "name": name,
+                            "partition_data": [
+                                {"index": 0, "records": build_batch([(b"k", b"v")])}
+                            ],
+                        }
+                    ],
+                },
+                version=9,
+            )
+            [answer] = response.responses[0].partition_responses
+            expected = ErrorCode.unknown_topic_or_partition if name == "bad name!" else 0
+            assert answer.error_code == expected, name  # auto-creation is on: ok-name is created
+    assert (
+        "bad name!" not in memory_broker.topics.topics and "ok-name" in memory_broker.topics.topics
+    )
