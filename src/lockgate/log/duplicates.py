@@ -7,15 +7,19 @@
 # producer's latest batch, usually a few batches back (other producers' batches between).
 #
 # The search walks the sparse offset index backward from the latest batch, one index entry's
-# stretch of log (about index.interval.bytes) at a time, reading only the 61-byte v2 header of
-# each batch there. It ends:
+# stretch of log (about index.interval.bytes) at a time, forward through the 61-byte v2
+# headers of the batches there; records are never decoded. Headers are read through a window
+# of at most READ_AHEAD bytes of the stretch: a read of a page costs what a read of a header
+# costs (the page cache copies pages), so a stretch of small batches takes one read instead
+# of one per batch, and a large batch costs one window, not its size. It ends:
 # - found: a data batch with the same producer id and epoch and the same first and last
 #   sequence, at or above the log start offset;
 # - not there: the log start offset (retention, DeleteRecords), a batch of the producer that
 #   starts before the one sought (so no batch of the log starts where it does: compaction
 #   removed it, or the resend is cut differently), a data batch of an older epoch, or a batch
 #   starting at the same sequence but ending elsewhere;
-# - the bound: MAX_HEADERS headers read (MAX_HEADERS * 61 bytes), whatever the log holds.
+# - the bound: MAX_HEADERS headers examined (so at most MAX_HEADERS reads of at most
+#   READ_AHEAD bytes), whatever the log holds.
 # "Not there" and the bound leave the caller to answer DUPLICATE_SEQUENCE_NUMBER.
 #
 # Invariants: reads only, synchronously on the event loop (nothing changes the segments
@@ -39,11 +43,13 @@ from lockgate.protocol.records import (
 
 log = logging.getLogger(__name__)
 
-# Headers read per search at most: 1024 reads of 61 B, one read call each, which stalls the
-# event loop about 1.5 ms on the memory engine and 5 ms on disk (page cache) at worst
-# (bench/duplicate_lookup.py). A client resends batches at most four behind its latest (five
-# in flight), so this covers about 250 producers writing to the partition between them.
+# Headers examined per search at most. A client resends batches at most four behind its
+# latest (five in flight), so this covers about 250 producers writing to the partition
+# between them; the search then stalls the event loop about a millisecond at worst
+# (bench/duplicate_lookup.py has the figures).
 MAX_HEADERS = 1024
+# The most read at once within a stretch: one page.
+READ_AHEAD = 4096
 
 # The header fields the search needs, the rest skipped: base offset, batch length, magic,
 # attributes, last offset delta, max timestamp, producer id, producer epoch, base sequence.
@@ -73,10 +79,10 @@ def find_earlier_batch(
     if not latest_span < sought_end <= sought:
         return None
     producer_id, epoch = latest.producer_id, latest.epoch
-    at = max(0, bisect.bisect_right([s.base_offset for s in segments], latest_first) - 1)
+    holding = max(0, bisect.bisect_right([s.base_offset for s in segments], latest_first) - 1)
     upper = latest_first  # only batches below the latest one
     budget = max_headers
-    for segment in reversed(segments[: at + 1]):
+    for segment in reversed(segments[: holding + 1]):
         index = segment.offset_index
         relative = index.relative_offsets
         entry = bisect.bisect_left(relative, upper - segment.base_offset) - 1
@@ -84,6 +90,7 @@ def find_earlier_batch(
             start = index.positions[entry]
             end = index.positions[entry + 1] if entry + 1 < len(relative) else segment.log.size
             position = start
+            window, window_start = b"", start
             passed = False
             while position + HEADER_SIZE <= end:
                 if budget == 0:
@@ -95,6 +102,12 @@ def find_earlier_batch(
                     )
                     return None
                 budget -= 1
+                at = position - window_start
+                if at + HEADER_SIZE > len(window):
+                    window = segment.log.read(position, min(READ_AHEAD, end - position))
+                    window_start, at = position, 0
+                    if len(window) < HEADER_SIZE:
+                        return None  # the file ends before the index says
                 (
                     base_offset,
                     batch_length,
@@ -105,7 +118,7 @@ def find_earlier_batch(
                     batch_producer,
                     batch_epoch,
                     base_sequence,
-                ) = _FIELDS.unpack(segment.log.read(position, HEADER_SIZE))
+                ) = _FIELDS.unpack_from(window, at)
                 size = LOG_OVERHEAD + batch_length
                 if magic != 2 or size < HEADER_SIZE:
                     return None  # not a batch boundary: the index and the log disagree

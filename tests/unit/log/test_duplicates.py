@@ -90,6 +90,29 @@ def test_a_resend_behind_the_latest_gets_its_original_offset(
     assert append(partition, batch(PID, 303))[0] == end
 
 
+def test_large_and_small_batches_between(storage: StorageEngine) -> None:
+    """Headers are read through a window of a page: batches larger than it, and headers cut
+    by its end, are read anew from their own position."""
+    partition = open_log(storage, LogConfig())  # the default index interval
+    next_sequence = dict.fromkeys(OTHERS, 0)
+    offsets = []
+    for i in range(12):
+        offsets.append(append(partition, batch(PID, i * 3))[0])
+        for j, other in enumerate(OTHERS):
+            count = (1, 7, 40, 1, 3)[(i + j) % 5]  # 40 records of 200 B: larger than a page
+            data = build_batch(
+                [(None, b"x" * 200)] * count,
+                producer_id=other,
+                producer_epoch=0,
+                base_sequence=next_sequence[other],
+            )
+            next_sequence[other] += count
+            append(partition, data)
+    assert partition.size_bytes > 20 * duplicates.READ_AHEAD
+    for i in range(11):
+        assert append(partition, batch(PID, i * 3))[0] == offsets[i]
+
+
 def test_every_unacknowledged_batch_of_five_in_flight(storage: StorageEngine) -> None:
     """What a client resends after a cut connection: its five batches in flight, in order."""
     partition = open_log(storage, LogConfig())  # the default index interval
