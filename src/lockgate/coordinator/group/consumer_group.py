@@ -7,7 +7,8 @@
 # Invariants:
 # - a partition is never handed to a member while another member still holds it (assigned or
 #   pending revocation): it is withheld ("unreleased") until the holder's heartbeat no longer
-#   lists it;
+#   lists it, or the holder leaves (a static member leaving with epoch -2 releases its pending
+#   partitions and keeps only its assigned ones);
 # - a member's epoch only moves to the target assignment epoch once it holds no partition the
 #   target takes away (it stays at its epoch, in UNREVOKED_PARTITIONS, until it has revoked them);
 # - every partition a member holds (assigned or pending revocation) has the epoch at which it
@@ -489,11 +490,19 @@ def _leave(
         # KIP-848 static membership: the member keeps its place and assignment for a while
         # (its session), so that a restart does not move partitions; as Kafka, its assigned
         # partitions count as assigned at epoch 0 from now on, so the restarted instance, which
-        # takes them over at whatever epoch, may commit them
-        epochs = member.held_epochs()
-        for topic, parts in member.assigned.items():
-            epochs[topic].update(dict.fromkeys(parts, 0))
-        away = replace(member, member_epoch=STATIC_LEAVE_EPOCH, assignment_epochs=epochs)
+        # takes them over at whatever epoch, may commit them. Partitions it was still to
+        # revoke are released at once (a process that left no longer consumes them), so the
+        # members waiting for them get them on their next heartbeat; and it is not fenced for
+        # not revoking them (Kafka's rebalance timeout ignores a member that left its epoch).
+        away = replace(
+            member,
+            member_epoch=STATIC_LEAVE_EPOCH,
+            pending_revocation={},
+            revocation_deadline_ms=-1,
+            assignment_epochs={
+                t: dict.fromkeys(sorted(parts), 0) for t, parts in sorted(member.assigned.items())
+            },
+        )
         group = replace(group, members={**group.members, member.member_id: away})
         record = ConsumerRecord(
             RecordKind.CURRENT_ASSIGNMENT, group.group_id, member.member_id, away

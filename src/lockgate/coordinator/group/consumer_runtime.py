@@ -269,7 +269,14 @@ class ConsumerProtocol:
             timer.cancel()
         group = container.consumer
         member = group.members.get(member_id) if group is not None else None
-        if member is None or member.state != MemberState.UNREVOKED_PARTITIONS:
+        # no deadline: a static member that left while revoking (Kafka does not fence it for
+        # that), or one restored from the log (the deadline is not persisted); an immediate
+        # timer would find nothing to expire and rearm itself forever
+        if (
+            member is None
+            or member.state != MemberState.UNREVOKED_PARTITIONS
+            or member.revocation_deadline_ms < 0
+        ):
             return
         delay = max(member.revocation_deadline_ms - now_ms(), 0) / 1000
         self.revocations[key] = asyncio.get_running_loop().call_later(

@@ -224,6 +224,43 @@ def test_static_member_leaves_temporarily_and_keeps_its_assignment() -> None:
     assert set(group.members) == {"m1b"} and group.static_members == {"i1": "m1b"}
 
 
+def test_static_member_leaving_while_revoking_releases_its_pending_partitions() -> None:
+    """As Kafka 4.4: a static member that leaves (epoch -2) keeps its assigned partitions for
+    its restart, but those it was still to revoke are released at once, so the member waiting
+    for them gets them on its next heartbeat; it is not fenced for not having revoked them."""
+    group = ok(join(None, "m1", instance="i1"))
+    group = ok(join(group, "m2"))
+    group = ok(beat(group, "m1", 1, {"t": frozenset(range(4))}, now=100, instance="i1"))
+    m1 = group.members["m1"]
+    pending, kept = m1.pending_revocation, m1.assigned
+    assert m1.state == MemberState.UNREVOKED_PARTITIONS and pending == group.target["m2"]
+    # m2 waits for m1's partitions
+    group = ok(beat(group, "m2", 2, {}))
+    assert group.members["m2"].state == MemberState.UNRELEASED_PARTITIONS
+    assert group.members["m2"].assigned == {}
+    outcome = beat(group, "m1", -2, None, instance="i1")
+    group = ok(outcome)
+    away = group.members["m1"]
+    assert outcome.response.member_epoch == -2 and group.group_epoch == 2  # no rebalance
+    assert away.assigned == kept and away.pending_revocation == {}
+    assert away.revocation_deadline_ms == -1
+    [record] = outcome.records
+    assert record.kind == RecordKind.CURRENT_ASSIGNMENT and record.value == away
+    # its rebalance timeout no longer applies
+    assert expire_revocation(group, "m1", TOPICS, CONFIG, 10**9).group is None
+    # m2 gets the released partitions
+    outcome = beat(group, "m2", 2, {})
+    group = ok(outcome)
+    assert outcome.response.assignment == pending
+    assert group.members["m2"].state == MemberState.STABLE
+    # the restarted instance gets the partitions it kept, nothing moves
+    outcome = join(group, "m1b", instance="i1")
+    group = ok(outcome)
+    assert outcome.response.assignment == kept and group.group_epoch == 2
+    assert group.members["m1b"].state == MemberState.STABLE
+    assert group.state == ConsumerGroupState.STABLE
+
+
 def test_static_instance_still_in_use() -> None:
     group = ok(join(None, "m1", instance="i1"))
     assert join(group, "m2", instance="i1").response.error == ErrorCode.unreleased_instance_id

@@ -177,6 +177,23 @@ async def test_session_expiry_removes_the_member(broker: Broker) -> None:
     assert group is not None and not group.members and group.group_epoch == 4
 
 
+async def test_a_static_member_leaving_while_revoking_is_not_timed_out(broker: Broker) -> None:
+    """Its pending partitions go to the member waiting for them and no revocation timer is
+    left for it (its deadline is gone; one armed anyway would fire and rearm at once)."""
+    await beat(broker, "m1", 0, join=True, instance="i1")
+    await beat(broker, "m2", 0, join=True)
+    container = broker.groups.groups[GROUP]
+    assert container.consumer is not None
+    everything = dict(container.consumer.members["m1"].assigned)
+    await beat(broker, "m1", 1, everything, instance="i1")
+    assert container.consumer is not None
+    pending = container.consumer.members["m1"].pending_revocation
+    assert pending and (GROUP, "m1") in broker.groups.consumer.revocations
+    assert (await beat(broker, "m1", -2, instance="i1")).member_epoch == -2
+    assert (GROUP, "m1") not in broker.groups.consumer.revocations
+    assert (await beat(broker, "m2", 2, {})).assignment == pending
+
+
 async def test_offsets_with_member_epochs(broker: Broker) -> None:
     answer = await beat(broker, "m1", 0, join=True)
     offset = {(TOPIC, 0): CommittedOffset(5, -1, "", 0)}
