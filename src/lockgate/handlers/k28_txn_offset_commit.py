@@ -15,7 +15,9 @@ Behaviour:
   what fences a zombie that fell out of the group. In a consumer-protocol group the
   generation is the member epoch, checked as OffsetCommit checks it (KIP-1251: an older epoch
   for partitions the member had then); a stale one is ILLEGAL_GENERATION (no
-  STALE_MEMBER_EPOCH before v6).
+  STALE_MEMBER_EPOCH before v6). A group that does not exist has no generation to match:
+  ILLEGAL_GENERATION for a generation >= 0 (Kafka 4.4 before v6); generation -1 creates the
+  group, and an empty group takes it whatever member or instance id it names, as Kafka.
 - The offsets are invisible to OffsetFetch until the transaction's commit marker reaches the
   offsets partition, dropped on abort; RequireStable fetches get UNSTABLE_OFFSET_COMMIT.
 - Authorization: WRITE on the transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), READ

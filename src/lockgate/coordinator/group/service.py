@@ -926,7 +926,11 @@ class GroupCoordinator:
     ) -> dict[TopicPartition, ErrorCode]:
         """Transactional offsets (the transaction checks are the caller's): KIP-447 fencing
         when the request names a generation, member or instance; then a transactional batch
-        of the producer in the offsets partition; visible once its commit marker lands."""
+        of the producer in the offsets partition; visible once its commit marker lands.
+        Before fencing, Kafka 4.4's rules for a group that does not exist or is empty: a
+        generation >= 0 into one that does not exist is ILLEGAL_GENERATION (GROUP_ID_NOT_FOUND
+        from v6, which lockgate does not serve); generation -1 creates it (empty) and, as
+        into any empty group, is accepted whatever member or instance id it names."""
         if gate := self.gate(group_id):
             return dict.fromkeys(offsets, gate)
         group = self.groups.get(group_id)
@@ -944,14 +948,16 @@ class GroupCoordinator:
                 error = ErrorCode.illegal_generation
             if error:
                 return dict.fromkeys(offsets, error)
+        elif group is None:
+            if generation >= 0:
+                return dict.fromkeys(offsets, ErrorCode.illegal_generation)
+            group = self.groups[group_id] = Group(group_id)
+        elif generation < 0 and group.state == GroupState.EMPTY:
+            pass  # no member to fence: the admin's and simple consumers' group
         elif generation >= 0 or member_id or group_instance_id is not None:
-            error = (
-                ErrorCode.unknown_member_id
-                if group is None
-                else group.check_member(
-                    member_id, group_instance_id, generation if generation >= 0 else None
-                )
-            )
+            # as Kafka, the generation is compared whenever a member or instance is named,
+            # -1 included
+            error = group.check_member(member_id, group_instance_id, generation)
             if error:
                 return dict.fromkeys(offsets, error)
         accepted = {tp: o for tp, o in offsets.items() if not results[tp]}

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from lockgate.coordinator.group.service import CONSUMER_OFFSETS_TOPIC
+from lockgate.coordinator.group.state import GroupState
 from lockgate.coordinator.txn import coordinator as rules
 from lockgate.coordinator.txn.state import TxnState
 from lockgate.log.partition import Partition
@@ -166,14 +167,38 @@ async def test_membership_is_checked_when_the_request_names_it(broker: Broker) -
     assert unknown == {(TOPIC, 0): ErrorCode.unknown_member_id}
     only_member = await txn_commit(broker, (TOPIC, 0, 2), member_id="zombie")
     assert only_member == {(TOPIC, 0): ErrorCode.unknown_member_id}
-    no_group = await broker.groups.txn_commit(
-        "absent", PRODUCER, EPOCH, 3, "m", None, offsets((TOPIC, 0, 1))
-    )
-    assert no_group == {(TOPIC, 0): ErrorCode.unknown_member_id}
+    # a member named with generation -1 is checked against the generation too
+    no_generation = await txn_commit(broker, (TOPIC, 0, 2), member_id=member)
+    assert no_generation == {(TOPIC, 0): ErrorCode.illegal_generation}
     # a producer that does not name its consumer (before KIP-447) is not checked
     assert await txn_commit(broker, (TOPIC, 0, 3)) == {(TOPIC, 0): ErrorCode.none}
     marker(broker, commit=True)
     assert visible(groups, GROUP) == {(TOPIC, 0): 3}
+
+
+async def test_a_group_that_does_not_exist_or_is_empty(broker: Broker) -> None:
+    """As Kafka 4.4: a generation into a group that does not exist is ILLEGAL_GENERATION
+    (TxnOffsetCommit before v6); generation -1 creates the group and is accepted, as into any
+    empty group, whatever member or instance it names; in the empty group a generation
+    names a member it does not have."""
+    groups = broker.groups
+
+    async def commit(generation: int, member: str, instance: str | None = None) -> ErrorCode:
+        [code] = (
+            await groups.txn_commit(
+                "absent", PRODUCER, EPOCH, generation, member, instance, offsets((TOPIC, 0, 1))
+            )
+        ).values()
+        return code
+
+    assert await commit(3, "m") == ErrorCode.illegal_generation
+    assert await commit(0, "") == ErrorCode.illegal_generation
+    assert "absent" not in groups.groups
+    assert await commit(-1, "m", "i") == ErrorCode.none
+    assert groups.groups["absent"].state == GroupState.EMPTY
+    assert await commit(3, "m") == ErrorCode.unknown_member_id
+    assert await commit(-1, "other") == ErrorCode.none
+    assert groups.pending_txn_offsets == {PRODUCER: {"absent": offsets((TOPIC, 0, 1))}}
 
 
 async def test_a_stale_generation_is_fenced(broker: Broker) -> None:
