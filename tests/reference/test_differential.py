@@ -5,9 +5,9 @@ docs/deviations.md says; any other difference fails. The corpus: errors for bad 
 Metadata, the last stable offset and ListOffsets, the idempotence rules of Produce, the
 classic transaction requests and transaction version 2 (Produce's implicit add, EndTxn's
 epoch bump, delayed and retried requests), transactional offsets (KIP-447, require_stable),
-aborted reads (Fetch's aborted transactions and LSO), a classic group's requests and a
-consumer-protocol member's commits with older member epochs (KIP-1251); it grows with each
-protocol change."""
+aborted reads (Fetch's aborted transactions and LSO), a classic group's requests, a
+consumer-protocol member's commits with older member epochs (KIP-1251) and a static member
+leaving while it revokes; it grows with each protocol change."""
 
 from __future__ import annotations
 
@@ -33,7 +33,11 @@ from lockgate.protocol.records import (
 )
 from tests.support.broker import running_broker
 from tests.support.clients import create_topic
-from tests.support.consumer_group_raw import PARTITIONS, kip1251_observations
+from tests.support.consumer_group_raw import (
+    PARTITIONS,
+    kip1251_observations,
+    static_leave_observations,
+)
 from tests.support.reference_kafka import ReferenceKafka
 
 pytestmark = pytest.mark.compat
@@ -375,27 +379,29 @@ async def transactions_tv2(connection: BrokerConnection, bootstrap: str) -> Any:
 async def transactional_offsets(connection: BrokerConnection, bootstrap: str) -> Any:
     """AddOffsetsToTxn and TxnOffsetCommit (v5, transaction version 2), the pending offset
     under OffsetFetch with and without require_stable, a stale epoch, an unknown member of a
-    group that has none, and the offset after the commit."""
+    group that has none, a group that does not exist (a generation, then generation -1 with a
+    member id, which creates it), and the offset after the commit."""
     await create_ready(connection, bootstrap, "diff-tog")
-    tid, group = "diff-tog-id", "diff-tog-group"
+    tid, group, absent = "diff-tog-id", "diff-tog-group", "diff-tog-absent"
     pid, epoch = await init_producer(connection, tid)
     await find_coordinator(connection, group, 0)
 
-    async def add_offsets(producer_epoch: int) -> int:
+    async def add_offsets(producer_epoch: int, group_id: str = group) -> int:
         response = await connection.request(
             ApiKey.ADD_OFFSETS_TO_TXN,
             {"transactional_id": tid, "producer_id": pid, "producer_epoch": producer_epoch,
-             "group_id": group},
+             "group_id": group_id},
             version=4,
         )  # fmt: skip
         return int(response.error_code)
 
     async def commit_offset(
-        producer_epoch: int, offset: int, generation: int = -1, member: str = "", version: int = 5
-    ) -> list[int]:
+        producer_epoch: int, offset: int, generation: int = -1, member: str = "",
+        version: int = 5, group_id: str = group,
+    ) -> list[int]:  # fmt: skip
         response = await connection.request(
             ApiKey.TXN_OFFSET_COMMIT,
-            {"transactional_id": tid, "group_id": group, "producer_id": pid,
+            {"transactional_id": tid, "group_id": group_id, "producer_id": pid,
              "producer_epoch": producer_epoch, "generation_id": generation, "member_id": member,
              "group_instance_id": None,
              "topics": [{"name": "diff-tog", "partitions": [
@@ -429,6 +435,19 @@ async def transactional_offsets(connection: BrokerConnection, bootstrap: str) ->
         "commit offset, stale epoch": await commit_offset(epoch - 1, 6),
         "v3 commit offset, stale epoch": await commit_offset(epoch - 1, 6, version=3),
         "commit offset, unknown member": await commit_offset(epoch, 6, 3, "ghost"),
+        "add offsets of a group that does not exist": await add_offsets(epoch, absent),
+        "v3 commit offset, no such group, a generation": await commit_offset(
+            epoch, 6, 3, "ghost", version=3, group_id=absent
+        ),
+        "commit offset, no such group, generation 0": await commit_offset(
+            epoch, 6, 0, "", group_id=absent
+        ),
+        "commit offset, no such group, generation -1 and a member": await commit_offset(
+            epoch, 6, -1, "ghost", group_id=absent
+        ),
+        "commit offset, that group now empty, a generation": await commit_offset(
+            epoch, 6, 3, "ghost", group_id=absent
+        ),
         "fetch, pending, require_stable": await fetch_offset(True),
         "fetch, pending": await fetch_offset(False),
         "end": await end_txn_v5(connection, tid, pid, epoch, True),
@@ -542,12 +561,8 @@ async def classic_group(connection: BrokerConnection, bootstrap: str) -> Any:
     }
 
 
-@scenario
-async def consumer_group_commits(connection: BrokerConnection, bootstrap: str) -> Any:
-    """A consumer-protocol member's offset commits with each of its member epochs (KIP-1251):
-    an older epoch commits the partitions it held then, nothing else; OffsetFetch wants the
-    exact epoch (tests/support/consumer_group_raw.py)."""
-    topic, group, tid = "diff-848", "diff-848-group", "diff-848-txn"
+async def create_with_leaders(connection: BrokerConnection, bootstrap: str, topic: str) -> None:
+    """A topic of len(PARTITIONS) partitions, once each answers ListOffsets (has a leader)."""
     await asyncio.to_thread(create_topic, bootstrap, topic, len(PARTITIONS))
     for partition in sorted(PARTITIONS):
         for _ in range(100):
@@ -556,9 +571,29 @@ async def consumer_group_commits(connection: BrokerConnection, bootstrap: str) -
             await asyncio.sleep(0.1)
         else:
             raise AssertionError(f"{topic}-{partition} has no leader after 10 s")
+
+
+@scenario
+async def consumer_group_commits(connection: BrokerConnection, bootstrap: str) -> Any:
+    """A consumer-protocol member's offset commits with each of its member epochs (KIP-1251):
+    an older epoch commits the partitions it held then, nothing else; OffsetFetch wants the
+    exact epoch (tests/support/consumer_group_raw.py)."""
+    topic, group, tid = "diff-848", "diff-848-group", "diff-848-txn"
+    await create_with_leaders(connection, bootstrap, topic)
     await find_coordinator(connection, group, 0)
     producer = (tid, *await init_producer(connection, tid))
     return await kip1251_observations(connection, group, topic, producer)
+
+
+@scenario
+async def consumer_group_static_leave(connection: BrokerConnection, bootstrap: str) -> Any:
+    """A static consumer-protocol member leaving (epoch -2) while it revokes a partition: the
+    partition goes to the member waiting for it, the restarted instance gets back what it kept
+    (tests/support/consumer_group_raw.py)."""
+    topic, group = "diff-848-static", "diff-848-static-group"
+    await create_with_leaders(connection, bootstrap, topic)
+    await find_coordinator(connection, group, 0)
+    return await static_leave_observations(connection, group, topic)
 
 
 async def fetch_records(
