@@ -1,15 +1,18 @@
-// eos: an exactly-once chain. The input topic is filled with -records records; then -workers
-// franz-go GroupTransactSessions (one transactional id each, one consumer group, read_committed)
-// each loop: poll (at most -max-poll records), produce "out:<value>" to the same partition of the output topic, end the
-// transaction (TxnOffsetCommit of the consumed offsets, then EndTxn), and begin the next one at
-// once. A rebalance during a transaction makes franz-go abort it and rewind to the committed
-// offsets. The run stops when the committed transactions hold every input record; a checker
-// then reads the output read_committed and reports each input record's copies (exactly one
-// each), their order per partition, and the group's committed offsets against the input's end.
+// eos: an exactly-once chain. -workers franz-go GroupTransactSessions (one transactional id
+// each, one consumer group, read_committed) each loop: poll (at most -max-poll records),
+// produce "out:<value>" to the same partition of the output topic, end the transaction
+// (TxnOffsetCommit of the consumed offsets, then EndTxn), and begin the next one at once. A
+// rebalance during a transaction makes franz-go abort it and rewind to the committed offsets.
+// Once every worker has partitions, the input is filled with -records records; the run stops
+// when the committed transactions hold all of them. A checker then reads the output
+// read_committed and reports each input record's copies (exactly one each), their order per
+// partition, and the group's committed offsets against the input's end.
 //
-// Throughput: records/s over the whole chain (from the workers' start, so joining the group is
-// included) and in its steady part (from the end of the first committed transaction to the
-// last, which leaves the join out).
+// Throughput: records/s from the start of the filling (the group formed) to the last commit.
+//
+// -steps create, then fill, then check, each in a run of its own, make the program the filler
+// and checker of another client's chain (bench/eos_chain.py runs confluent-kafka's and
+// lockgate's that way).
 package main
 
 import (
@@ -19,6 +22,7 @@ import (
 	"flag"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,9 +36,9 @@ type chainTally struct {
 	transactions int
 	aborted      int
 	perWorker    map[int]int // committed transactions by worker
-	firstCommit  time.Time
-	firstRecords int // records of the first committed transaction
 	lastCommit   time.Time
+	started      time.Time     // when the clock started (set before any commit can count)
+	longestGap   time.Duration // the longest time without a commit, from started on
 	failures     []error
 }
 
@@ -43,9 +47,11 @@ func (t *chainTally) commit(worker, records int) int {
 	defer t.mu.Unlock()
 	t.perWorker[worker]++
 	now := time.Now()
-	if t.transactions == 0 {
-		t.firstCommit, t.firstRecords = now, records
+	since := t.lastCommit
+	if since.Before(t.started) {
+		since = t.started
 	}
+	t.longestGap = max(t.longestGap, now.Sub(since))
 	t.lastCommit = now
 	t.transactions++
 	t.committed += records
@@ -64,16 +70,18 @@ type eosResult struct {
 	Records  int    `json:"records"`
 	Workers  int    `json:"workers"`
 	MaxPoll  int    `json:"max_poll"`
-	// the chain
-	Seconds                float64     `json:"seconds"`
-	RecordsPerSecond       float64     `json:"records_per_second"`
-	SteadySeconds          float64     `json:"steady_seconds"`
-	SteadyRecordsPerSecond float64     `json:"steady_records_per_second"`
-	FillSeconds            float64     `json:"fill_seconds"`
-	Transactions           int         `json:"transactions"`
-	WorkerTransactions     map[int]int `json:"worker_transactions"`
-	Aborted                int         `json:"aborted"`
-	CommittedRecords       int         `json:"committed_records"`
+	// the chain: JoinSeconds until every worker had partitions, then Seconds from there (the
+	// input's filling included) to the last commit
+	JoinSeconds      float64 `json:"join_seconds"`
+	Seconds          float64 `json:"seconds"`
+	RecordsPerSecond float64 `json:"records_per_second"`
+	FillSeconds      float64 `json:"fill_seconds"`
+	// the longest time without a commit (a stalled chain shows here)
+	LongestGapSeconds  float64     `json:"longest_gap_seconds"`
+	Transactions       int         `json:"transactions"`
+	WorkerTransactions map[int]int `json:"worker_transactions"`
+	Aborted            int         `json:"aborted"`
+	CommittedRecords   int         `json:"committed_records"`
 	// the checker
 	OutputRecords    int             `json:"output_records"`
 	Missing          int             `json:"missing"`
@@ -89,7 +97,7 @@ type eosResult struct {
 
 func runExactlyOnce(ctx context.Context, args []string) (any, error) {
 	var c common
-	var input, output, group, protocol, transactionalPrefix string
+	var input, output, group, protocol, transactionalPrefix, steps string
 	var workers, valueSize, maxPoll int
 	flags := flag.NewFlagSet("eos", flag.ContinueOnError)
 	c.register(flags, 2000)
@@ -101,6 +109,8 @@ func runExactlyOnce(ctx context.Context, args []string) (any, error) {
 	flags.IntVar(&workers, "workers", 2, "workers (transactional consumers-producers) in the group")
 	flags.IntVar(&valueSize, "value-size", 100, "bytes of each input value")
 	flags.IntVar(&maxPoll, "max-poll", 500, "records per poll at most, so per transaction")
+	flags.StringVar(&steps, "steps", "create,chain,fill,check", "what to do, of create (both topics), "+
+		"chain, fill (the input; with chain, once every worker has partitions) and check")
 	ctx, cancel, err := withDeadline(ctx, flags, &c, args)
 	if err != nil {
 		return nil, err
@@ -112,44 +122,129 @@ func runExactlyOnce(ctx context.Context, args []string) (any, error) {
 	if transactionalPrefix == "" {
 		transactionalPrefix = group
 	}
+	doing := map[string]bool{}
+	for _, step := range strings.Split(steps, ",") {
+		if step != "create" && step != "chain" && step != "fill" && step != "check" {
+			return nil, fmt.Errorf("unknown step %q: create, chain, fill or check", step)
+		}
+		doing[step] = true
+	}
 	adm, err := newAdmin(&c)
 	if err != nil {
 		return nil, err
 	}
 	defer adm.close()
-	if err := adm.createTopics(ctx, &c, input, output); err != nil {
-		return nil, err
+	result := &eosResult{Mode: "eos", Protocol: protocol, Records: c.records, Workers: workers, MaxPoll: maxPoll,
+		Failures: []string{}}
+	var failures []error
+	if doing["create"] {
+		if err := adm.createTopics(ctx, &c, input, output); err != nil {
+			return nil, err
+		}
 	}
-	result := &eosResult{Mode: "eos", Protocol: protocol, Records: c.records, Workers: workers, MaxPoll: maxPoll}
-
-	filled := time.Now()
-	if err := fill(ctx, &c, input, valueSize); err != nil {
-		return nil, err
+	filler := func() error {
+		filled := time.Now()
+		if err := fill(ctx, &c, input, valueSize); err != nil {
+			return err
+		}
+		result.FillSeconds = time.Since(filled).Seconds()
+		return nil
 	}
-	result.FillSeconds = time.Since(filled).Seconds()
+	switch {
+	case doing["chain"]:
+		chain := chainOptions{protocol: protocol, group: group, input: input, output: output,
+			transactionalPrefix: transactionalPrefix, workers: workers, maxPoll: maxPoll}
+		if !doing["fill"] {
+			filler = nil
+		}
+		failures = append(failures, runChain(ctx, &c, chain, filler, result)...)
+	case doing["fill"]:
+		if err := filler(); err != nil {
+			return nil, err
+		}
+	}
+	if doing["check"] {
+		if err := check(ctx, &c, adm, group, input, output, result); err != nil {
+			failures = append(failures, err)
+		}
+	}
+	result.Failures = errorList(failures)
+	return result, nil
+}
 
+type chainOptions struct {
+	protocol, group, input, output, transactionalPrefix string
+	workers, maxPoll                                    int
+}
+
+// runChain starts the workers, waits until each has partitions, runs fill (when given: the
+// chain then starts with an empty input, as a pipeline does), and waits until the committed
+// transactions hold every input record. The clock runs from then on, so that the group's
+// forming is not counted. It reports the figures in result and returns the failures.
+func runChain(ctx context.Context, c *common, chain chainOptions, fill func() error, result *eosResult) []error {
 	tally := &chainTally{perWorker: map[int]int{}}
 	requests := newRequestCounter()
 	done := make(chan struct{})
 	var closeDone sync.Once
+	stop := func() { closeDone.Do(func() { close(done) }) }
 	var wait sync.WaitGroup
-	started := time.Now()
-	for n := 0; n < workers; n++ {
-		session, err := kgo.NewGroupTransactSession(workerOptions(&c, requests, protocol, group, input,
-			fmt.Sprintf("%s-%d", transactionalPrefix, n))...)
+	owned := make([]atomic.Int64, chain.workers)
+	joining := time.Now()
+	for n := 0; n < chain.workers; n++ {
+		track := func(_ context.Context, _ *kgo.Client, partitions map[string][]int32, sign int64) {
+			for _, list := range partitions {
+				owned[n].Add(sign * int64(len(list)))
+			}
+		}
+		options := append(workerOptions(c, requests, chain.protocol, chain.group, chain.input,
+			fmt.Sprintf("%s-%d", chain.transactionalPrefix, n)),
+			kgo.OnPartitionsAssigned(func(ctx context.Context, cl *kgo.Client, added map[string][]int32) { track(ctx, cl, added, 1) }),
+			kgo.OnPartitionsRevoked(func(ctx context.Context, cl *kgo.Client, removed map[string][]int32) { track(ctx, cl, removed, -1) }),
+			kgo.OnPartitionsLost(func(ctx context.Context, cl *kgo.Client, lost map[string][]int32) { track(ctx, cl, lost, -1) }),
+		)
+		session, err := kgo.NewGroupTransactSession(options...)
 		if err != nil {
-			return nil, err
+			tally.fail(err)
+			stop()
+			break
 		}
 		wait.Add(1)
 		go func() {
 			defer wait.Done()
 			defer session.Close()
-			err := work(ctx, session, n, output, c.records, maxPoll, tally, done, func() { closeDone.Do(func() { close(done) }) })
-			if err != nil {
+			if err := work(ctx, session, n, chain.output, c.records, chain.maxPoll, tally, done, stop); err != nil {
 				tally.fail(fmt.Errorf("worker %d: %w", n, err))
-				closeDone.Do(func() { close(done) })
+				stop()
 			}
 		}()
+	}
+	everyWorkerOwns := func() bool {
+		select {
+		case <-done: // a worker failed
+			return true
+		default:
+		}
+		for n := range owned {
+			if owned[n].Load() <= 0 {
+				return false
+			}
+		}
+		return true
+	}
+	if err := waitUntil(ctx, everyWorkerOwns, "every worker assigned partitions"); err != nil {
+		tally.fail(err)
+		stop()
+	}
+	started := time.Now()
+	tally.mu.Lock()
+	tally.started = started
+	tally.mu.Unlock()
+	result.JoinSeconds = started.Sub(joining).Seconds()
+	if fill != nil {
+		if err := fill(); err != nil {
+			tally.fail(err)
+			stop()
+		}
 	}
 	wait.Wait()
 	result.Transactions, result.Aborted, result.CommittedRecords = tally.transactions, tally.aborted, tally.committed
@@ -157,18 +252,10 @@ func runExactlyOnce(ctx context.Context, args []string) (any, error) {
 	if tally.transactions > 0 {
 		result.Seconds = tally.lastCommit.Sub(started).Seconds()
 		result.RecordsPerSecond = float64(tally.committed) / result.Seconds
+		result.LongestGapSeconds = tally.longestGap.Seconds()
 	}
-	if steady := tally.lastCommit.Sub(tally.firstCommit).Seconds(); tally.transactions > 1 && steady > 0 {
-		result.SteadySeconds = steady
-		result.SteadyRecordsPerSecond = float64(tally.committed-tally.firstRecords) / steady
-	}
-	failures := tally.failures
 	result.Requests = requests.snapshot()
-	if err := check(ctx, &c, adm, group, input, output, result); err != nil {
-		failures = append(failures, err)
-	}
-	result.Failures = errorList(failures)
-	return result, nil
+	return tally.failures
 }
 
 func workerOptions(c *common, requests *requestCounter, protocol, group, input, transactionalID string) []kgo.Opt {

@@ -7,6 +7,7 @@
 //	franzcheck produce-consume -brokers HOST:PORT -topic T [-partitions 3] [-records 1000]
 //	franzcheck group -brokers HOST:PORT -topic T -group G -protocol classic|consumer [-records 600]
 //	franzcheck eos -brokers HOST:PORT -input I -output O -group G [-workers 2] [-records 2000]
+//	               [-max-poll 500] [-protocol classic|consumer] [-steps create,chain,fill,check]
 //
 // Every run creates its topics itself (-replication for a cluster), so the caller only gives
 // fresh names. -timeout bounds the whole run; -log-level shows franz-go's own log on stderr.

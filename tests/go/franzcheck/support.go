@@ -106,7 +106,7 @@ func (a *admin) createTopics(ctx context.Context, c *common, topics ...string) e
 			request.Topics = append(request.Topics, requested)
 		}
 		response, err := request.RequestWith(ctx, a.client)
-		if err == nil && ready(response, len(topics), c.partitions) {
+		if err == nil && ready(response, len(topics), c.partitions) && a.serving(ctx, topics) {
 			return nil
 		}
 		select {
@@ -115,6 +115,14 @@ func (a *admin) createTopics(ctx context.Context, c *common, topics ...string) e
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// serving tells whether every partition's leader answers for it: Kafka names a new
+// partition's leader in Metadata a moment before that broker serves it, and the first Produce
+// would get NOT_LEADER_OR_FOLLOWER (franz-go then waits for its next metadata refresh, up to 5 s).
+func (a *admin) serving(ctx context.Context, topics []string) bool {
+	listed, err := a.ListEndOffsets(ctx, topics...)
+	return err == nil && listed.Error() == nil
 }
 
 func ready(response *kmsg.MetadataResponse, topics, partitions int) bool {
