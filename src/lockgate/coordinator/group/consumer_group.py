@@ -325,10 +325,18 @@ def heartbeat(
                     f"Static member {holder} with instance id {request.instance_id} is present.",
                     config,
                 )  # fmt: skip
-            # the restarted static member takes its predecessor's place and assignment
+            # the restarted static member takes its predecessor's place and assignment, as a
+            # new member at epoch 0 whose previous epoch is 0 too (as Kafka 4.4); its target
+            # and current assignment are written under its new id at once, so a restart
+            # finds them even when its reconciliation changes nothing
             del members[holder]
             records += member_tombstones(group.group_id, holder)
-            member = replace(old, member_id=request.member_id, member_epoch=JOIN_EPOCH)
+            member = replace(
+                old,
+                member_id=request.member_id,
+                member_epoch=JOIN_EPOCH,
+                previous_member_epoch=JOIN_EPOCH,
+            )
             replaced_static = True
             if holder in target:
                 target[request.member_id] = target.pop(holder)
@@ -336,6 +344,10 @@ def heartbeat(
                     ConsumerRecord(RecordKind.TARGET_MEMBER, group.group_id, request.member_id,
                                    target[request.member_id])
                 )  # fmt: skip
+            records.append(
+                ConsumerRecord(RecordKind.CURRENT_ASSIGNMENT, group.group_id, request.member_id,
+                               member)
+            )  # fmt: skip
         elif not joining and holder is None:
             return _error(request, ErrorCode.unknown_member_id, "Unknown static member.", config)
         elif not joining and holder != request.member_id:
@@ -411,7 +423,7 @@ def heartbeat(
             )
         )
     )
-    if updated != member or new_member:
+    if updated != member or new_member or replaced_static:
         records.append(
             ConsumerRecord(RecordKind.MEMBER, group.group_id, updated.member_id, updated)
         )
@@ -565,6 +577,24 @@ def expire_revocation(
     return remove_member(group, member_id, topics, config)
 
 
+def rearm_revocations(group: ConsumerGroup, now_ms: int) -> ConsumerGroup:
+    """The coordinator has loaded the group (a restart, or a broker taking the offsets
+    partition over): revocation deadlines are not persisted, so, as Kafka 4.4, every member
+    whose current assignment says it is still revoking (UNREVOKED_PARTITIONS) is given its full
+    rebalance timeout again from now. A static member that had left (epoch -2) while it was
+    revoking is among them, as in Kafka: it is fenced at that deadline unless its restarted
+    instance has replaced it (before the load it was not timed out)."""
+    members = {
+        member_id: replace(
+            member, revocation_deadline_ms=now_ms + max(member.rebalance_timeout_ms, 0)
+        )
+        if member.state == MemberState.UNREVOKED_PARTITIONS
+        else member
+        for member_id, member in group.members.items()
+    }
+    return replace(group, members=members)
+
+
 def refresh_metadata(
     group: ConsumerGroup, topics: Mapping[str, int], config: ConsumerGroupConfig
 ) -> Outcome:
@@ -684,8 +714,10 @@ def _next(
             add[topic] = frozenset(free)
     epoch_moves = member.member_epoch != member_epoch
     if revoke and _owns_any(owned, revoke):
+        # as Kafka, the rebalance timeout runs from the moment the member is asked to revoke
+        # at this epoch: again in full when it moves on to another epoch with more to revoke
         deadline = member.revocation_deadline_ms
-        if member.state != MemberState.UNREVOKED_PARTITIONS or deadline < 0:
+        if member.state != MemberState.UNREVOKED_PARTITIONS or deadline < 0 or epoch_moves:
             deadline = now_ms + max(member.rebalance_timeout_ms, 0)
         return replace(
             member,

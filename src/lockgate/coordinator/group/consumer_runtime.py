@@ -36,6 +36,7 @@ from lockgate.coordinator.group.consumer_group import (
     expire_revocation,
     heartbeat,
     member_tombstones,
+    rearm_revocations,
     remove_member,
     replay,
 )
@@ -270,8 +271,8 @@ class ConsumerProtocol:
         group = container.consumer
         member = group.members.get(member_id) if group is not None else None
         # no deadline: a static member that left while revoking (Kafka does not fence it for
-        # that), or one restored from the log (the deadline is not persisted); an immediate
-        # timer would find nothing to expire and rearm itself forever
+        # that until the group is loaded again); an immediate timer would find nothing to
+        # expire and rearm itself forever
         if (
             member is None
             or member.state != MemberState.UNREVOKED_PARTITIONS
@@ -444,11 +445,14 @@ class ConsumerProtocol:
     ) -> ErrorCode:
         group = container.consumer
         assert group is not None
-        if (
-            instance_id is not None
-            and group.static_members.get(instance_id, member_id) != member_id
-        ):
-            return ErrorCode.fenced_instance_id
+        # as Kafka 4.4: an instance id must be the group's (UNKNOWN_MEMBER_ID otherwise, even
+        # for a known member id) and this member id's
+        if instance_id is not None:
+            holder = group.static_members.get(instance_id)
+            if holder is None:
+                return ErrorCode.unknown_member_id
+            if holder != member_id:
+                return ErrorCode.fenced_instance_id
         member = group.members.get(member_id)
         if member is None or member.classic is None:
             return ErrorCode.unknown_member_id
@@ -505,6 +509,7 @@ class ConsumerProtocol:
         for member_id, instance_id in members:
             group = container.consumer
             assert group is not None
+            leaving = member_id
             if instance_id is not None:
                 known = group.static_members.get(instance_id)
                 if known is None or (member_id and known != member_id):
@@ -516,15 +521,16 @@ class ConsumerProtocol:
                     answers.append({"member_id": member_id, "group_instance_id": instance_id,
                                     "error_code": code})  # fmt: skip
                     continue
-                member_id = known
-            if member_id not in group.members:
+                leaving = known
+            if leaving not in group.members:
                 answers.append({"member_id": member_id, "group_instance_id": instance_id,
                                 "error_code": ErrorCode.unknown_member_id})  # fmt: skip
                 continue
             self._background(
                 container.group_id,
-                remove_member(group, member_id, self.topic_counts(), self.config),
+                remove_member(group, leaving, self.topic_counts(), self.config),
             )
+            # (as Kafka 4.4, the answer echoes the member id of the request)
             answers.append({"member_id": member_id, "group_instance_id": instance_id,
                             "error_code": 0})  # fmt: skip
         return answers
@@ -544,11 +550,15 @@ class ConsumerProtocol:
             container.state = GroupState.EMPTY
 
     def loaded(self, container: Group) -> None:
-        """A restored group's members get a session to come back in."""
+        """A restored group's members get a session to come back in, and those still revoking
+        partitions their full rebalance timeout from now (as Kafka 4.4: the deadlines are
+        not in the records)."""
         if container.consumer is None:
             return
+        container.consumer = rearm_revocations(container.consumer, now_ms())
         for member_id in container.consumer.members:
             self._touch(container, member_id)
+            self._arm_revocation(container, member_id)
 
     def unloaded(self, container: Group) -> None:
         if container.consumer is None:

@@ -91,15 +91,51 @@ class Group:
     def check_member(
         self, member_id: str, group_instance_id: str | None, generation: int | None
     ) -> ErrorCode:
-        """Membership of a request that names a member (Sync, Heartbeat, commits: KIP-447)."""
+        """Membership of a request that names a member (Sync, Heartbeat, LeaveGroup by member
+        id, commits: KIP-447), as Kafka 4.4 checks it: an instance id must be one the group
+        knows (UNKNOWN_MEMBER_ID, even when the member id is known: the member it names is
+        not that static member) and belong to this member id (FENCED_INSTANCE_ID: an older
+        incarnation); then the member id must be known, and the generation current."""
         if group_instance_id is not None:
             known = self.static_members.get(group_instance_id)
-            if known is not None and known != member_id:
+            if known is None:
+                return ErrorCode.unknown_member_id
+            if known != member_id:
                 return ErrorCode.fenced_instance_id
         if member_id not in self.members:
             return ErrorCode.unknown_member_id
         if generation is not None and generation != self.generation:
             return ErrorCode.illegal_generation
+        return ErrorCode.none
+
+    def check_offset_commit(
+        self,
+        member_id: str,
+        group_instance_id: str | None,
+        generation: int,
+        *,
+        transactional: bool,
+    ) -> ErrorCode:
+        """Kafka 4.4's checks of an OffsetCommit or TxnOffsetCommit to this classic group (one
+        answer for the whole request). Generation -1 into an Empty group is accepted whatever
+        member or instance it names (the admin client, consumers without group management);
+        a request naming a generation, a member or an instance is fenced by check_member
+        (KIP-447); one naming none (-1, no member, no instance) is refused from a group with
+        members (UNKNOWN_MEMBER_ID), unless transactional (a producer that did not pass the
+        consumer's group metadata is not fenced). A plain commit between the join and the
+        leader's SyncGroup (CompletingRebalance) is REBALANCE_IN_PROGRESS: the generation has
+        no assignment yet; during PreparingRebalance commits go through (consumers commit
+        while revoking)."""
+        if generation < 0 and self.state == GroupState.EMPTY:
+            return ErrorCode.none
+        if generation >= 0 or member_id or group_instance_id is not None:
+            error = self.check_member(member_id, group_instance_id, generation)
+            if error:
+                return error
+        elif not transactional:
+            return ErrorCode.unknown_member_id
+        if not transactional and self.state == GroupState.COMPLETING_REBALANCE:
+            return ErrorCode.rebalance_in_progress
         return ErrorCode.none
 
     def all_joined(self) -> bool:

@@ -392,15 +392,13 @@ class GroupCoordinator:
                 return error(ErrorCode.member_id_required, member_id)
             if group_instance_id is not None:
                 rejoined_static = self._replace_static_member(group, group_instance_id, member_id)
-        elif (
-            group_instance_id is not None
-            and group.static_members.get(group_instance_id, member_id) != member_id
+        elif member_id not in group.pending_members and (
+            code := group.check_member(member_id, group_instance_id, None)
         ):
-            # before the unknown-member check (as Kafka): a replaced incarnation must stop,
-            # not rejoin without an id and fence its replacement in turn
-            return error(ErrorCode.fenced_instance_id)
-        elif member_id not in group.members and member_id not in group.pending_members:
-            return error(ErrorCode.unknown_member_id)
+            # as Kafka: FENCED_INSTANCE_ID before the unknown-member check, so a replaced
+            # incarnation stops instead of rejoining without an id and fencing its replacement
+            # in turn; an instance id the group does not know is UNKNOWN_MEMBER_ID
+            return error(code)
         group.pending_members.discard(member_id)
         member = group.members.get(member_id)
         if (
@@ -734,37 +732,29 @@ class GroupCoordinator:
         answers = []
         left = 0
         for member_id, instance_id in members:
-            if instance_id is not None:
-                known = group.static_members.get(instance_id)
-                if known is None or (member_id and known != member_id):
-                    code = (
-                        ErrorCode.unknown_member_id
-                        if known is None
-                        else ErrorCode.fenced_instance_id
-                    )
-                    answers.append(
-                        {
-                            "member_id": member_id,
-                            "group_instance_id": instance_id,
-                            "error_code": code,
-                        }
-                    )
-                    continue
-                member_id = known
-            if member_id not in group.members:
-                answers.append(
-                    {
-                        "member_id": member_id,
-                        "group_instance_id": instance_id,
-                        "error_code": ErrorCode.unknown_member_id,
-                    }
-                )
-                continue
-            self._remove_member(group, member_id)
-            left += 1
+            # as Kafka 4.4: without a member id, the static member of the instance id leaves
+            # (an administrator's removal); a member id still pending (told
+            # MEMBER_ID_REQUIRED) just goes; any other is checked as Heartbeat checks it. The
+            # answer echoes the member id of the request; every departure rebalances.
+            leaving: str | None = None
+            if not member_id:
+                if instance_id is not None:
+                    leaving = group.static_members.get(instance_id)
+                code = ErrorCode.none if leaving is not None else ErrorCode.unknown_member_id
+            elif member_id in group.pending_members:
+                group.pending_members.discard(member_id)
+                code = ErrorCode.none
+            else:
+                code = group.check_member(member_id, instance_id, None)
+                leaving = member_id
             answers.append(
-                {"member_id": member_id, "group_instance_id": instance_id, "error_code": 0}
+                {"member_id": member_id, "group_instance_id": instance_id, "error_code": code}
             )
+            if code:
+                continue
+            if leaving is not None:
+                self._remove_member(group, leaving)
+            left += 1
         if left:
             self._after_departure(group, f"{left} member(s) left")
         return ErrorCode.none, answers
@@ -832,9 +822,19 @@ class GroupCoordinator:
         if not group_id:
             return all_(ErrorCode.invalid_group_id)
         group = self.groups.get(group_id)
-        standalone = generation < 0 and not member_id and group_instance_id is None
         results = self._check_offsets(offsets)
-        if group is not None and group.consumer is not None:
+        if group is None:
+            if generation >= 0:
+                # as Kafka 4.4: the group is gone (expired, deleted) or never was, so the
+                # committer's generation or member epoch is of no group: GROUP_ID_NOT_FOUND
+                # from v9 (a KIP-848 consumer whose group expired rejoins), ILLEGAL_GENERATION
+                # before (what older clients know)
+                gone = ErrorCode.group_id_not_found if api_version >= 9 else None
+                return all_(gone or ErrorCode.illegal_generation)
+            # generation -1 (the admin client, a consumer without group management, whatever
+            # member id it names): a group without members is created for the offsets
+            group = self.groups[group_id] = Group(group_id)
+        if group.consumer is not None:
             # KIP-848: the member epoch instead of the generation (KIP-1251: an older one for
             # partitions the member already had then); -1 only for an empty group
             code = validate_offset_commit(
@@ -844,21 +844,17 @@ class GroupCoordinator:
             )  # fmt: skip
             if code:
                 return all_(code)
-        elif group is None:
-            if not standalone:
-                return all_(
-                    ErrorCode.illegal_generation if generation >= 0 else ErrorCode.unknown_member_id
-                )
-            group = self.groups[group_id] = Group(group_id)
-        if group.consumer is None and standalone:
-            if group.members:
-                return all_(ErrorCode.unknown_member_id)
-        elif group.consumer is None:
-            error = group.check_member(member_id, group_instance_id, generation)
+        else:
+            error = group.check_offset_commit(
+                member_id, group_instance_id, generation, transactional=False
+            )
             if error:
                 return all_(error)
-            if group.state == GroupState.COMPLETING_REBALANCE:
-                return all_(ErrorCode.rebalance_in_progress)
+            if group.state in (GroupState.STABLE, GroupState.PREPARING_REBALANCE):
+                # as Kafka 4.4, a member's commit is a sign of life: its session restarts
+                member = group.members.get(member_id)
+                if member is not None:
+                    self._touch(group, member)
         accepted = {tp: o for tp, o in offsets.items() if not results[tp]}
         if accepted:
             try:
@@ -927,10 +923,10 @@ class GroupCoordinator:
         """Transactional offsets (the transaction checks are the caller's): KIP-447 fencing
         when the request names a generation, member or instance; then a transactional batch
         of the producer in the offsets partition; visible once its commit marker lands.
-        Before fencing, Kafka 4.4's rules for a group that does not exist or is empty: a
-        generation >= 0 into one that does not exist is ILLEGAL_GENERATION (GROUP_ID_NOT_FOUND
-        from v6, which lockgate does not serve); generation -1 creates it (empty) and, as
-        into any empty group, is accepted whatever member or instance id it names."""
+        Before fencing, Kafka 4.4's rules for a group that does not exist: a generation >= 0
+        is ILLEGAL_GENERATION (GROUP_ID_NOT_FOUND from v6, which lockgate does not serve);
+        generation -1 creates it (empty) and, as into any empty group, is accepted whatever
+        member or instance id it names (Group.check_offset_commit)."""
         if gate := self.gate(group_id):
             return dict.fromkeys(offsets, gate)
         group = self.groups.get(group_id)
@@ -952,12 +948,10 @@ class GroupCoordinator:
             if generation >= 0:
                 return dict.fromkeys(offsets, ErrorCode.illegal_generation)
             group = self.groups[group_id] = Group(group_id)
-        elif generation < 0 and group.state == GroupState.EMPTY:
-            pass  # no member to fence: the admin's and simple consumers' group
-        elif generation >= 0 or member_id or group_instance_id is not None:
-            # as Kafka, the generation is compared whenever a member or instance is named,
-            # -1 included
-            error = group.check_member(member_id, group_instance_id, generation)
+        else:
+            error = group.check_offset_commit(
+                member_id, group_instance_id, generation, transactional=True
+            )
             if error:
                 return dict.fromkeys(offsets, error)
         accepted = {tp: o for tp, o in offsets.items() if not results[tp]}

@@ -9,15 +9,18 @@ import pytest
 
 from lockgate.coordinator.group.assignors import Assignment
 from lockgate.coordinator.group.consumer_group import (
+    ClassicMember,
     ConsumerGroup,
     ConsumerGroupConfig,
     ConsumerGroupState,
+    ConsumerMember,
     HeartbeatRequest,
     MemberState,
     Outcome,
     RecordKind,
     expire_revocation,
     heartbeat,
+    rearm_revocations,
     refresh_metadata,
     remove_member,
 )
@@ -319,6 +322,110 @@ def test_revocation_timeout_fences_the_member() -> None:
     assert expire_revocation(group, "m1", TOPICS, CONFIG, 1099).group is None
     group = ok(expire_revocation(group, "m1", TOPICS, CONFIG, 1100))
     assert set(group.members) == {"m2"} and group.target["m2"] == {"t": frozenset(range(4))}
+
+
+def test_a_member_revoking_again_at_its_next_epoch_gets_a_new_deadline() -> None:
+    """As Kafka (its rebalance timer is scheduled per member epoch): a member that has revoked
+    what it was asked to and, at its next epoch, is asked to revoke more gets its full
+    rebalance timeout again from then."""
+    topics = {"t": 4, "u": 2}
+    group = ok(join(join(None, "m1", known=topics).group, "m2", known=topics))
+    group = ok(beat(group, "m1", 1, {"t": frozenset(range(4))}, now=100, known=topics))
+    m1 = group.members["m1"]
+    assert m1.state == MemberState.UNREVOKED_PARTITIONS and m1.revocation_deadline_ms == 1100
+    kept = dict(m1.assigned)
+    # m1 now subscribes to u only (epoch 3) and reports it has let go of what epoch 2 took
+    request = HeartbeatRequest("g", "m1", 1, subscribed_topic_names=("u",), owned=kept)
+    group = ok(heartbeat(group, request, topics, CONFIG, now_ms=500))
+    m1 = group.members["m1"]
+    assert (m1.state, m1.member_epoch, m1.pending_revocation) == (
+        MemberState.UNREVOKED_PARTITIONS, 2, kept,
+    )  # fmt: skip
+    assert m1.revocation_deadline_ms == 1500
+    assert expire_revocation(group, "m1", topics, CONFIG, 1100).group is None
+    assert "m1" not in ok(expire_revocation(group, "m1", topics, CONFIG, 1500)).members
+
+
+def test_loading_a_group_rearms_the_revocations_under_way() -> None:
+    """The deadlines are not in the records: after a load (replay) every member still revoking
+    (UNREVOKED_PARTITIONS) gets its full rebalance timeout from the load, as Kafka 4.4, and is
+    fenced at that deadline; members not revoking get none."""
+    group = ok(join(join(None, "m1").group, "m2"))
+    group = ok(beat(group, "m1", 1, {"t": frozenset(range(4))}, now=100))
+    # what a replay rebuilds (test_consumer_runtime.py): the same group without deadlines
+    replayed = replace(
+        group,
+        members={m: replace(v, revocation_deadline_ms=-1) for m, v in group.members.items()},
+    )
+    assert expire_revocation(replayed, "m1", TOPICS, CONFIG, 10**9).group is None
+    loaded = rearm_revocations(replayed, 5_000)
+    assert loaded.members["m1"].revocation_deadline_ms == 6_000  # load + rebalance timeout
+    assert loaded.members["m2"].revocation_deadline_ms == -1
+    assert loaded.members["m2"] == replayed.members["m2"]
+    assert expire_revocation(loaded, "m1", TOPICS, CONFIG, 5_999).group is None
+    assert set(ok(expire_revocation(loaded, "m1", TOPICS, CONFIG, 6_000)).members) == {"m2"}
+
+
+def test_a_static_member_away_while_revoking_is_fenced_after_a_load() -> None:
+    """Kafka 4.4 keeps the revoking state of a static member that leaves with epoch -2 and
+    rearms its rebalance timer at the next load, which then fences it unless its restarted
+    instance has replaced it; before the load it is not timed out."""
+    group = ok(join(None, "m1", instance="i1"))
+    group = ok(join(group, "m2"))
+    group = ok(beat(group, "m1", 1, {"t": frozenset(range(4))}, now=100, instance="i1"))
+    group = ok(beat(group, "m1", -2, None, instance="i1"))
+    away = group.members["m1"]
+    assert away.state == MemberState.UNREVOKED_PARTITIONS and away.revocation_deadline_ms == -1
+    loaded = rearm_revocations(group, 2_000)
+    assert loaded.members["m1"].revocation_deadline_ms == 3_000
+    assert set(ok(expire_revocation(loaded, "m1", TOPICS, CONFIG, 3_000)).members) == {"m2"}
+    # its restarted instance, there in time, is not fenced
+    restarted = ok(join(loaded, "m1b", instance="i1"))
+    assert expire_revocation(restarted, "m1", TOPICS, CONFIG, 3_000).group is None
+    assert expire_revocation(restarted, "m1b", TOPICS, CONFIG, 10**9).group is None
+
+
+def test_a_restarted_static_member_starts_with_previous_epoch_zero() -> None:
+    """As Kafka 4.4: the replacement of a static member starts at epoch 0 with previous epoch
+    0 (not its predecessor's), and its member, target and current assignment records are
+    written under its new id at once. Visible when the restarted instance (here a classic
+    member of a mixed group, which reports what it owns) must revoke at epoch 0."""
+    topics = {"t": 4, "u": 2}
+    group = ok(join(None, "m1", instance="i1", known=topics))
+    group = ok(join(group, "m2", known=topics))
+    group = ok(beat(group, "m1", 1, {"t": frozenset(range(4))}, instance="i1", known=topics))
+    group = ok(beat(group, "m1", 1, group.members["m1"].assigned, instance="i1", known=topics))
+    m1 = group.members["m1"]
+    assert (m1.member_epoch, m1.previous_member_epoch) == (2, 1)
+    kept = dict(m1.assigned)
+    group = ok(beat(group, "m1", -2, None, instance="i1", known=topics))
+    # the restart subscribes to u instead: it must give up the t partitions it still owns
+    request = HeartbeatRequest(
+        "g", "m1b", 0, instance_id="i1", rebalance_timeout_ms=1000,
+        subscribed_topic_names=("u",), owned=kept,
+        classic=ClassicMember(10_000, (("range", b""),)),
+    )  # fmt: skip
+    outcome = heartbeat(group, request, topics, CONFIG, now_ms=0)
+    group = ok(outcome)
+    restarted = group.members["m1b"]
+    assert restarted.state == MemberState.UNREVOKED_PARTITIONS
+    assert (restarted.member_epoch, restarted.previous_member_epoch) == (0, 0)
+    written = {(r.kind, r.member_id) for r in outcome.records if r.value is not None}
+    assert {(RecordKind.MEMBER, "m1b"), (RecordKind.TARGET_MEMBER, "m1b"),
+            (RecordKind.CURRENT_ASSIGNMENT, "m1b")} <= written  # fmt: skip
+    current = [r.value for r in outcome.records
+               if r.kind == RecordKind.CURRENT_ASSIGNMENT and r.member_id == "m1b"]  # fmt: skip
+    assert all(isinstance(v, ConsumerMember) and v.previous_member_epoch == 0 for v in current)
+    # a consumer-protocol restart reconciles at once, from previous epoch 0 too
+    group = ok(join(None, "s1", instance="i2"))
+    group = ok(beat(group, "s1", -2, None, instance="i2"))
+    outcome = join(group, "s1b", instance="i2")
+    replacement = ok(outcome).members["s1b"]
+    assert (replacement.member_epoch, replacement.previous_member_epoch) == (1, 0)
+    first = next(r.value for r in outcome.records
+                 if r.kind == RecordKind.CURRENT_ASSIGNMENT and r.member_id == "s1b")  # fmt: skip
+    assert isinstance(first, ConsumerMember)
+    assert (first.member_id, first.member_epoch, first.previous_member_epoch) == ("s1b", 0, 0)
 
 
 def test_session_expiry_removes_member() -> None:

@@ -169,6 +169,48 @@ async def test_group_survives_a_restart(broker: Broker, engine: MemoryEngine) ->
         await broker.stop()
 
 
+async def test_a_restart_rearms_the_revocation_timeout(engine: MemoryEngine) -> None:
+    """The revocation deadline is not in the records: after a restart a member still revoking
+    gets its full rebalance timeout again from the load (as Kafka 4.4) and is fenced when it
+    passes, long before its session would end."""
+    settings = {**FAST, "group.consumer.max.session.timeout.ms": "60000",
+                "group.consumer.session.timeout.ms": "30000"}  # fmt: skip
+    broker = await start_broker(engine, **settings)
+    try:
+        for member in ("m1", "m2"):
+            request = HeartbeatRequest(
+                GROUP, member, 0, rebalance_timeout_ms=300, subscribed_topic_names=(TOPIC,),
+                owned={},
+            )  # fmt: skip
+            assert (await broker.groups.consumer.heartbeat(request)).error == ErrorCode.none
+        container = broker.groups.groups[GROUP]
+        assert container.consumer is not None
+        everything = dict(container.consumer.members["m1"].assigned)
+        await beat(broker, "m1", 1, everything)
+        assert container.consumer.members["m1"].state == MemberState.UNREVOKED_PARTITIONS
+    finally:
+        await broker.stop()
+    broker = await start_broker(engine, **settings)
+    try:
+        restored = broker.groups.groups[GROUP].consumer
+        assert restored is not None
+        assert restored.members["m1"].state == MemberState.UNREVOKED_PARTITIONS
+        assert restored.members["m1"].revocation_deadline_ms > 0
+        assert (GROUP, "m1") in broker.groups.consumer.revocations
+        assert (GROUP, "m2") not in broker.groups.consumer.revocations
+
+        def fenced() -> bool:
+            group = broker.groups.groups[GROUP].consumer
+            return group is not None and "m1" not in group.members
+
+        await wait_until(fenced, timeout=5)
+        assert broker.groups.consumer.sessions_expired == 0
+        group = broker.groups.groups[GROUP].consumer
+        assert group is not None and set(group.members) == {"m2"}
+    finally:
+        await broker.stop()
+
+
 async def test_session_expiry_removes_the_member(broker: Broker) -> None:
     await beat(broker, "m1", 0, join=True)
     await beat(broker, "m2", 0, join=True)
@@ -218,6 +260,11 @@ async def test_offsets_with_member_epochs(broker: Broker) -> None:
     assert one(await commit(GROUP, -1, "", None, offset)) == ErrorCode.none
     assert await broker.groups.delete_group(GROUP) == ErrorCode.none
     assert GROUP not in broker.groups.groups
+    # the member, or a consumer whose group expired, commits with its epoch: as Kafka 4.4,
+    # GROUP_ID_NOT_FOUND (OffsetCommit v9+), so it rejoins; -1 creates the group again
+    assert one(await commit(GROUP, 1, "m1", None, offset, 10)) == ErrorCode.group_id_not_found
+    assert one(await commit(GROUP, -1, "m1", None, offset, 10)) == ErrorCode.none
+    assert broker.groups.groups[GROUP].consumer is None
 
 
 async def test_groups_change_protocol_when_empty_or_convertible(broker: Broker) -> None:

@@ -1,11 +1,14 @@
-"""Group.select_protocol (Kafka's vote), Group.supports and Group.check_member (the membership
-rule of SyncGroup, Heartbeat, OffsetCommit and KIP-447's TxnOffsetCommit)."""
+"""Group.select_protocol (Kafka's vote), Group.supports, Group.check_member (the membership
+rule of JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit and KIP-447's
+TxnOffsetCommit) and Group.check_offset_commit (Kafka 4.4's rules for commits into a classic
+group)."""
 
 from __future__ import annotations
 
 import pytest
 
 from lockgate.coordinator.group.group import Group, Member
+from lockgate.coordinator.group.state import GroupState
 from lockgate.protocol.errors import ErrorCode
 
 
@@ -130,9 +133,75 @@ def test_old_incarnation_of_a_static_member_is_fenced(group: Group) -> None:
     assert group.check_member("dyn-1", "inst-1", 3) is ErrorCode.fenced_instance_id
 
 
-def test_unknown_instance_falls_back_to_the_member_id(group: Group) -> None:
+def test_an_unknown_instance_id_is_an_unknown_member_even_for_a_known_member_id(
+    group: Group,
+) -> None:
+    """As Kafka 4.4 (ClassicGroup.validateMember): the instance id is looked up first; one the
+    group does not know names no member, whatever the member id and generation."""
     assert group.check_member("static-0", "inst-9", 3) is ErrorCode.unknown_member_id
-    assert group.check_member("dyn-1", "inst-9", 3) is ErrorCode.none
+    assert group.check_member("dyn-1", "inst-9", 3) is ErrorCode.unknown_member_id
+    assert group.check_member("static-1", "inst-9", 3) is ErrorCode.unknown_member_id
+    assert group.check_member("dyn-1", "inst-9", None) is ErrorCode.unknown_member_id
+
+
+# -- check_offset_commit (OffsetCommit and TxnOffsetCommit into a classic group) ---------------
+
+
+def test_an_empty_group_takes_generation_minus_one_from_anyone() -> None:
+    empty = Group("g", generation=4)
+    for transactional in (False, True):
+        for member_id, instance in (("", None), ("ghost", None), ("ghost", "i"), ("", "i")):
+            assert empty.check_offset_commit(
+                member_id, instance, -1, transactional=transactional
+            ) is ErrorCode.none  # fmt: skip
+        # a generation is checked: the group has no such member
+        assert empty.check_offset_commit("ghost", None, 4, transactional=transactional) is (
+            ErrorCode.unknown_member_id
+        )
+
+
+def test_a_commit_naming_nobody_into_a_group_with_members(group: Group) -> None:
+    group.state = GroupState.STABLE
+    # a plain commit is refused, a transactional one (no group metadata passed) is not fenced
+    assert group.check_offset_commit("", None, -1, transactional=False) is (
+        ErrorCode.unknown_member_id
+    )
+    assert group.check_offset_commit("", None, -1, transactional=True) is ErrorCode.none
+
+
+@pytest.mark.parametrize("transactional", [False, True])
+def test_a_commit_naming_a_member_is_checked_as_check_member(
+    group: Group, transactional: bool
+) -> None:
+    group.state = GroupState.STABLE
+
+    def check(member_id: str, instance: str | None, generation: int) -> ErrorCode:
+        return group.check_offset_commit(
+            member_id, instance, generation, transactional=transactional
+        )
+
+    assert check("dyn-1", None, 3) is ErrorCode.none
+    assert check("static-1", "inst-1", 3) is ErrorCode.none
+    # generation -1 with a member id is compared too
+    assert check("dyn-1", None, -1) is ErrorCode.illegal_generation
+    assert check("dyn-1", None, 2) is ErrorCode.illegal_generation
+    assert check("dyn-1", "inst-9", 3) is ErrorCode.unknown_member_id
+    assert check("static-0", "inst-1", 3) is ErrorCode.fenced_instance_id
+    assert check("ghost", None, 3) is ErrorCode.unknown_member_id
+
+
+def test_between_join_and_sync_only_transactional_commits_go_through(group: Group) -> None:
+    group.state = GroupState.COMPLETING_REBALANCE
+    assert group.check_offset_commit("dyn-1", None, 3, transactional=False) is (
+        ErrorCode.rebalance_in_progress
+    )
+    assert group.check_offset_commit("dyn-1", None, 3, transactional=True) is ErrorCode.none
+    # the membership check comes first
+    assert group.check_offset_commit("ghost", None, 3, transactional=False) is (
+        ErrorCode.unknown_member_id
+    )
+    group.state = GroupState.PREPARING_REBALANCE  # consumers commit while they revoke
+    assert group.check_offset_commit("dyn-1", None, 3, transactional=False) is ErrorCode.none
 
 
 def test_all_joined_and_max_rebalance_timeout() -> None:

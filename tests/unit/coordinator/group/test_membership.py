@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from lockgate.coordinator.group.records import CommittedOffset
 from lockgate.coordinator.group.state import GroupState
 from lockgate.protocol.errors import ErrorCode
 from lockgate.server.broker import Broker
@@ -423,13 +424,66 @@ async def test_static_member_leaves_by_instance_id(broker: Broker) -> None:
     member_id = (await bounded(join(groups, GROUP, instance="instance-1")))["member_id"]
     code, answers = groups.leave(GROUP, [("", "instance-1"), ("", "instance-2")])
     assert code == ErrorCode.none
-    assert answers[0] == {
-        "member_id": member_id,
-        "group_instance_id": "instance-1",
-        "error_code": 0,
-    }
+    # as Kafka 4.4, the answer echoes the request's (empty) member id
+    assert answers[0] == {"member_id": "", "group_instance_id": "instance-1", "error_code": 0}
     assert answers[1]["error_code"] == ErrorCode.unknown_member_id
     assert groups.groups[GROUP].static_members == {}
+    assert member_id not in groups.groups[GROUP].members
+
+
+async def test_a_pending_member_leaves(broker: Broker) -> None:
+    """A member id told MEMBER_ID_REQUIRED may leave before it joins (as Kafka 4.4: NONE), and
+    is unknown afterwards."""
+    groups = broker.groups
+    pending = await new_member_id(groups, GROUP)
+    code, answers = groups.leave(GROUP, [(pending, None)])
+    assert (code, answers[0]["error_code"]) == (ErrorCode.none, ErrorCode.none)
+    assert pending not in groups.groups[GROUP].pending_members
+    answer = await bounded(join(groups, GROUP, pending))
+    assert answer["error_code"] == ErrorCode.unknown_member_id
+
+
+async def test_an_unknown_instance_id_is_an_unknown_member_for_every_api(broker: Broker) -> None:
+    """As Kafka 4.4 (ClassicGroup.validateMember): a request naming a member id the group
+    knows with an instance id it does not know is UNKNOWN_MEMBER_ID in JoinGroup, SyncGroup,
+    Heartbeat, LeaveGroup, OffsetCommit and TxnOffsetCommit; the instance id of another member
+    is FENCED_INSTANCE_ID; neither changes the group."""
+    groups = broker.groups
+    dynamic = await new_member_id(groups, GROUP)
+    joined = await asyncio.wait_for(
+        asyncio.gather(join(groups, GROUP, dynamic), join(groups, GROUP, instance="instance-1")),
+        5,
+    )
+    generation = joined[0]["generation_id"]
+    static = joined[1]["member_id"]
+    instances = {dynamic: None, static: "instance-1"}
+    leader_first = sorted(instances, key=lambda m: m != joined[0]["leader"])
+    syncs = [sync(groups, GROUP, generation, m, {}, instances[m]) for m in leader_first]
+    synced = await asyncio.wait_for(asyncio.gather(*syncs), 5)
+    assert [a["error_code"] for a in synced] == [0, 0]
+    offsets = {("orders", 0): CommittedOffset(1, -1, "", 0)}
+    for member_id, instance, expected in (
+        (dynamic, "instance-9", ErrorCode.unknown_member_id),
+        (static, "instance-9", ErrorCode.unknown_member_id),
+        (dynamic, "instance-1", ErrorCode.fenced_instance_id),
+    ):
+        answer = await bounded(sync(groups, GROUP, generation, member_id, {}, instance))
+        assert answer["error_code"] == expected
+        assert groups.heartbeat(GROUP, generation, member_id, instance) == expected
+        committed = await groups.commit(GROUP, generation, member_id, instance, offsets)
+        assert committed == {("orders", 0): expected}
+        transactional = await groups.txn_commit(
+            GROUP, 1, 0, generation, member_id, instance, offsets
+        )
+        assert transactional == {("orders", 0): expected}
+        answer = await bounded(join(groups, GROUP, member_id, instance=instance))
+        assert answer["error_code"] == expected
+        code, answers = groups.leave(GROUP, [(member_id, instance)])
+        assert (code, answers[0]["error_code"]) == (ErrorCode.none, expected)
+    group = groups.groups[GROUP]
+    assert group.state is GroupState.STABLE and set(group.members) == {dynamic, static}
+    assert groups.heartbeat(GROUP, generation, static, "instance-1") == ErrorCode.none
+    assert groups.heartbeat(GROUP, generation, dynamic, None) == ErrorCode.none
 
 
 # -- a rebalance that begins while the previous generation is being written -----------------

@@ -285,6 +285,24 @@ async def test_a_restarted_static_classic_member_replaces_its_old_self(broker: B
     assert first["member_id"] not in group.members
     old = broker.groups.heartbeat(GROUP, int(first["generation_id"]), first["member_id"], "i1")
     assert old == ErrorCode.fenced_instance_id
+    # as Kafka 4.4, an instance id the group does not know is an unknown member, even with the
+    # member id of a classic member; LeaveGroup answers with the request's member id
+    generation, member_id = int(second["generation_id"]), str(second["member_id"])
+    assert broker.groups.heartbeat(GROUP, generation, member_id, "i9") == (
+        ErrorCode.unknown_member_id
+    )
+    synced = await bounded(broker.groups.sync(
+        GROUP, generation, member_id, "i9", "consumer", "cooperative-sticky", {}
+    ))  # fmt: skip
+    assert synced["error_code"] == ErrorCode.unknown_member_id
+    assert broker.groups.heartbeat(GROUP, generation, member_id, "i1") in (
+        ErrorCode.none, ErrorCode.rebalance_in_progress,
+    )  # fmt: skip
+    code, answers = broker.groups.leave(GROUP, [("", "i1")])
+    assert code == ErrorCode.none
+    assert answers == [{"member_id": "", "group_instance_id": "i1", "error_code": 0}]
+    group = broker.groups.groups[GROUP].consumer
+    assert group is not None and set(group.members) == {"c1"}
 
 
 async def test_a_rebalancing_classic_group_is_upgraded_too(broker: Broker) -> None:

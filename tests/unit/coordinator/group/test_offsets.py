@@ -119,13 +119,56 @@ async def test_member_commit_rules(broker: Broker) -> None:
     assert await commit(generation + 1, member) == ErrorCode.illegal_generation
     assert await commit(generation, "stranger") == ErrorCode.unknown_member_id
     assert await commit(generation, "") == ErrorCode.unknown_member_id
-    # no such group: a generation means a stale member (Kafka: ILLEGAL_GENERATION)
-    absent = await groups.commit("absent", 4, "someone", None, wanted)
-    assert absent == {(TOPIC, 1): ErrorCode.illegal_generation}
-    absent = await groups.commit("absent", -1, "someone", None, wanted)
-    assert absent == {(TOPIC, 1): ErrorCode.unknown_member_id}
-    assert "absent" not in groups.groups
+    # generation -1 with a member id: the generation is compared (a member must name its own)
+    assert await commit(-1, member) == ErrorCode.illegal_generation
     assert visible(groups, GROUP) == {(TOPIC, 1): 3}
+
+
+async def test_a_group_that_does_not_exist(broker: Broker) -> None:
+    """As Kafka 4.4: a generation (or member epoch) >= 0 into a group that does not exist
+    (never did, expired, deleted) is GROUP_ID_NOT_FOUND from OffsetCommit v9 on and
+    ILLEGAL_GENERATION before; generation -1 creates the group whatever member or instance id
+    it names, and the group, empty, takes such commits again."""
+    groups = broker.groups
+    wanted = offsets((TOPIC, 1, 3))
+    for version, expected in ((8, ErrorCode.illegal_generation), (9, ErrorCode.group_id_not_found),
+                              (10, ErrorCode.group_id_not_found)):  # fmt: skip
+        for generation in (0, 4):
+            absent = await groups.commit("absent", generation, "someone", None, wanted, version)
+            assert absent == {(TOPIC, 1): expected}, (version, generation)
+    assert "absent" not in groups.groups
+    created = await groups.commit("absent", -1, "someone", None, wanted, 10)
+    assert created == {(TOPIC, 1): ErrorCode.none}
+    assert groups.groups["absent"].state is GroupState.EMPTY
+    assert visible(groups, "absent") == {(TOPIC, 1): 3}
+    # an empty classic group: generation -1 from anyone, a generation names a member it lacks
+    for member_id, instance in (("someone", None), ("", "instance-1"), ("other", "instance-2")):
+        again = await groups.commit("absent", -1, member_id, instance, offsets((TOPIC, 1, 4)), 8)
+        assert again == {(TOPIC, 1): ErrorCode.none}
+    assert visible(groups, "absent") == {(TOPIC, 1): 4}
+    stale = await groups.commit("absent", 1, "someone", None, wanted, 10)
+    assert stale == {(TOPIC, 1): ErrorCode.unknown_member_id}
+
+
+async def test_a_members_commit_restarts_its_session(broker: Broker) -> None:
+    """As Kafka 4.4, an accepted OffsetCommit of a member of a Stable (or PreparingRebalance)
+    classic group counts as a heartbeat."""
+    groups = broker.groups
+    generation, (member,) = await stable_group(groups, GROUP, 1)
+    group = groups.groups[GROUP]
+    before = group.members[member].last_heartbeat
+    timer = group.members[member].expiry
+    await asyncio.sleep(0.01)
+    results = await groups.commit(GROUP, generation, member, None, offsets((TOPIC, 0, 1)))
+    assert results == {(TOPIC, 0): ErrorCode.none}
+    assert group.members[member].last_heartbeat > before
+    assert timer is not None and timer.cancelled() and group.members[member].expiry is not timer
+    # a refused commit is no sign of life
+    before = group.members[member].last_heartbeat
+    await asyncio.sleep(0.01)
+    results = await groups.commit(GROUP, generation + 1, member, None, offsets((TOPIC, 0, 2)))
+    assert results == {(TOPIC, 0): ErrorCode.illegal_generation}
+    assert group.members[member].last_heartbeat == before
 
 
 async def test_fenced_static_member_cannot_commit(broker: Broker) -> None:
