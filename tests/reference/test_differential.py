@@ -5,9 +5,11 @@ docs/deviations.md says; any other difference fails. The corpus: errors for bad 
 Metadata, the last stable offset and ListOffsets, the idempotence rules of Produce, the
 classic transaction requests and transaction version 2 (Produce's implicit add, EndTxn's
 epoch bump, delayed and retried requests), transactional offsets (KIP-447, require_stable),
-aborted reads (Fetch's aborted transactions and LSO), a classic group's requests, a
-consumer-protocol member's commits with older member epochs (KIP-1251) and a static member
-leaving while it revokes; it grows with each protocol change."""
+aborted reads (Fetch's aborted transactions and LSO), a classic group's requests (its
+membership checks with unknown and foreign instance ids too), OffsetCommit into a group that
+does not exist, a consumer-protocol member's commits with older member epochs (KIP-1251) and
+after its group is gone, and a static member leaving while it revokes; it grows with each
+protocol change."""
 
 from __future__ import annotations
 
@@ -35,8 +37,11 @@ from tests.support.broker import running_broker
 from tests.support.clients import create_topic
 from tests.support.consumer_group_raw import (
     PARTITIONS,
+    RawMember,
+    beat_until,
     kip1251_observations,
     static_leave_observations,
+    topic_id,
 )
 from tests.support.reference_kafka import ReferenceKafka
 
@@ -559,6 +564,206 @@ async def classic_group(connection: BrokerConnection, bootstrap: str) -> Any:
         "delete": await delete(group),
         "delete, unknown": await delete("diff-nobody"),
     }
+
+
+async def offset_commit(
+    connection: BrokerConnection, group: str, topic: str, generation: int, member: str,
+    instance: str | None, version: int, offset: int = 0, topic_uuid: Any = None,
+) -> list[int]:  # fmt: skip
+    """OffsetCommit of partition 0 of `topic` (v10 names it by `topic_uuid`): per-partition
+    error codes."""
+    response = await connection.request(
+        ApiKey.OFFSET_COMMIT,
+        {"group_id": group, "generation_id_or_member_epoch": generation, "member_id": member,
+         "group_instance_id": instance, "retention_time": -1,
+         "topics": [{"name": topic, "topic_id": topic_uuid, "partitions": [
+             {"partition_index": 0, "committed_offset": offset, "committed_leader_epoch": -1,
+              "committed_metadata": ""}]}]},
+        version=version,
+    )  # fmt: skip
+    return [int(p.error_code) for t in response.topics for p in t.partitions]
+
+
+async def committed(connection: BrokerConnection, group: str, topic: str) -> tuple[int, int]:
+    """OffsetFetch v8 of partition 0 of `topic`: the group's error code and the offset."""
+    response = await connection.request(
+        ApiKey.OFFSET_FETCH,
+        {"require_stable": False, "groups": [
+            {"group_id": group, "topics": [{"name": topic, "partition_indexes": [0]}]}]},
+        version=8,
+    )  # fmt: skip
+    [answer] = response.groups
+    [offset] = [int(p.committed_offset) for t in answer.topics for p in t.partitions]
+    return int(answer.error_code), offset
+
+
+@scenario
+async def offset_commit_missing_group(connection: BrokerConnection, bootstrap: str) -> Any:
+    """OffsetCommit into a group that does not exist: a generation at v8, v9 and v10 (no
+    group to match: GROUP_ID_NOT_FOUND from v9), generation -1 with a member id (creates the
+    group), then into that empty group generation -1 with member and instance ids, and a
+    generation."""
+    topic, group = "diff-ocm", "diff-ocm-group"
+    await create_ready(connection, bootstrap, topic)
+    await find_coordinator(connection, group, 0)
+    uuid_ = await topic_id(connection, topic)
+
+    async def commit(
+        generation: int, member: str, version: int, offset: int, instance: str | None = None
+    ) -> list[int]:
+        return await offset_commit(
+            connection, group, topic, generation, member, instance, version, offset, uuid_
+        )
+
+    return {
+        "v8, generation 3": await commit(3, "ghost", 8, 1),
+        "v9, generation 3": await commit(3, "ghost", 9, 1),
+        "v10, generation 0, no member": await commit(0, "", 10, 1),
+        "fetch, no group": await committed(connection, group, topic),
+        "v9, generation -1 and a member": await commit(-1, "ghost", 9, 2),
+        "fetch": await committed(connection, group, topic),
+        "empty group, v8, generation -1, member and instance": await commit(
+            -1, "other", 8, 3, "diff-ocm-instance"
+        ),
+        "empty group, v10, a generation": await commit(1, "ghost", 10, 4),
+        "fetch, after": await committed(connection, group, topic),
+    }
+
+
+@scenario
+async def classic_group_instance_ids(connection: BrokerConnection, bootstrap: str) -> Any:
+    """A static member of a classic group, then requests naming its member id with an instance
+    id the group does not know (UNKNOWN_MEMBER_ID) and another member id with its instance id
+    (FENCED_INSTANCE_ID): JoinGroup, SyncGroup, Heartbeat, OffsetCommit, TxnOffsetCommit and
+    LeaveGroup; a pending member (told MEMBER_ID_REQUIRED) leaving, and an administrator's
+    removal of the static member by instance id."""
+    topic, group, tid = "diff-instances", "diff-instances-group", "diff-instances-txn"
+    instance, unknown = "diff-instance-1", "diff-instance-9"
+    await create_ready(connection, bootstrap, topic)
+    await find_coordinator(connection, group, 0)
+    pid, epoch = await init_producer(connection, tid)
+
+    async def join(member: str, instance_id: str | None) -> Any:
+        return await connection.request(
+            ApiKey.JOIN_GROUP,
+            {"group_id": group, "session_timeout": 10_000, "rebalance_timeout": 10_000,
+             "member_id": member, "group_instance_id": instance_id, "protocol_type": "consumer",
+             "protocols": [{"name": "range", "metadata": b""}], "reason": None},
+            version=9,
+        )  # fmt: skip
+
+    async def sync(generation: int, member: str, instance_id: str | None) -> int:
+        response = await connection.request(
+            ApiKey.SYNC_GROUP,
+            {"group_id": group, "generation_id": generation, "member_id": member,
+             "group_instance_id": instance_id, "protocol_type": "consumer",
+             "protocol_name": "range", "assignments": [{"member_id": member, "assignment": b"x"}]},
+            version=5,
+        )  # fmt: skip
+        return int(response.error_code)
+
+    async def heartbeat(generation: int, member: str, instance_id: str | None) -> int:
+        response = await connection.request(
+            ApiKey.HEARTBEAT,
+            {"group_id": group, "generation_id": generation, "member_id": member,
+             "group_instance_id": instance_id},
+            version=4,
+        )  # fmt: skip
+        return int(response.error_code)
+
+    async def txn_commit(generation: int, member: str, instance_id: str | None) -> list[int]:
+        response = await connection.request(
+            ApiKey.TXN_OFFSET_COMMIT,
+            {"transactional_id": tid, "group_id": group, "producer_id": pid,
+             "producer_epoch": epoch, "generation_id": generation, "member_id": member,
+             "group_instance_id": instance_id,
+             "topics": [{"name": topic, "partitions": [
+                 {"partition_index": 0, "committed_offset": 1, "committed_leader_epoch": -1,
+                  "committed_metadata": ""}]}]},
+            version=3,
+        )  # fmt: skip
+        return [int(p.error_code) for t in response.topics for p in t.partitions]
+
+    async def leave(member: str, instance_id: str | None) -> Any:
+        response = await connection.request(
+            ApiKey.LEAVE_GROUP,
+            {"group_id": group, "member_id": "", "members": [
+                {"member_id": member, "group_instance_id": instance_id, "reason": None}]},
+            version=5,
+        )  # fmt: skip
+        return int(response.error_code), [
+            (m.member_id == member, m.group_instance_id, int(m.error_code))
+            for m in response.members
+        ]
+
+    joined = await join("", instance)
+    static, generation = joined.member_id, int(joined.generation_id)
+    found: dict[str, Any] = {
+        "static member joins": (int(joined.error_code), joined.leader == static),
+        "sync": await sync(generation, static, instance),
+    }
+    for name, member, instance_id in (
+        ("unknown instance id", static, unknown),
+        ("another member's instance id", "diff-zombie", instance),
+    ):
+        found[f"heartbeat, {name}"] = await heartbeat(generation, member, instance_id)
+        found[f"sync, {name}"] = await sync(generation, member, instance_id)
+        found[f"join, {name}"] = int((await join(member, instance_id)).error_code)
+        found[f"commit, {name}"] = await offset_commit(
+            connection, group, topic, generation, member, instance_id, 8
+        )
+        found[f"leave, {name}"] = await leave(member, instance_id)
+    added = await connection.request(
+        ApiKey.ADD_OFFSETS_TO_TXN,
+        {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch, "group_id": group},
+        version=4,
+    )  # fmt: skip
+    found["add offsets"] = int(added.error_code)
+    found["txn commit, unknown instance id"] = await txn_commit(generation, static, unknown)
+    found["txn commit, another member's instance id"] = await txn_commit(
+        generation, "diff-zombie", instance
+    )
+    found["txn commit, the static member"] = await txn_commit(generation, static, instance)
+    found["abort"] = await end_txn_v5(connection, tid, pid, epoch, False)
+    found["heartbeat, the static member"] = await heartbeat(generation, static, instance)
+    pending = await join("", None)
+    found["a new dynamic member"] = (int(pending.error_code), bool(pending.member_id))
+    found["the pending member leaves"] = await leave(pending.member_id, None)
+    found["heartbeat, after the pending member left"] = await heartbeat(
+        generation, static, instance
+    )
+    found["leave by instance id"] = await leave("", instance)
+    return found
+
+
+@scenario
+async def consumer_group_commit_after_deletion(
+    connection: BrokerConnection, bootstrap: str
+) -> Any:
+    """A consumer-protocol member commits with its member epoch after it left and its group
+    was deleted (as after the group expired): GROUP_ID_NOT_FOUND at v10, ILLEGAL_GENERATION
+    at v8; generation -1 with its member id creates the group (a classic one) again."""
+    topic, group = "diff-848-gone", "diff-848-gone-group"
+    await create_with_leaders(connection, bootstrap, topic)
+    await find_coordinator(connection, group, 0)
+    uuid_ = await topic_id(connection, topic)
+    member = RawMember(connection, group, topic, uuid_)
+    await beat_until([member], lambda: member.owned == PARTITIONS)
+
+    async def commit(generation: int, version: int) -> list[int]:
+        return await offset_commit(
+            connection, group, topic, generation, member.member_id, None, version, 5, uuid_
+        )
+
+    found: dict[str, Any] = {"commit at its epoch": await commit(member.epoch, 10)}
+    found["leaves"] = await member.leave()
+    deleted = await connection.request(ApiKey.DELETE_GROUPS, {"groups_names": [group]}, version=2)
+    found["group deleted"] = [int(r.error_code) for r in deleted.results]
+    found["v10 commit at its last epoch"] = await commit(member.epoch, 10)
+    found["v8 commit at its last epoch"] = await commit(member.epoch, 8)
+    found["v10 commit, generation -1"] = await commit(-1, 10)
+    found["fetch"] = await committed(connection, group, topic)
+    return found
 
 
 async def create_with_leaders(connection: BrokerConnection, bootstrap: str, topic: str) -> None:
