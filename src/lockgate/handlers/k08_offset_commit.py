@@ -1,11 +1,16 @@
 """OffsetCommit (key 8), versions 2–10.
 
 Behaviour:
-- Commits offsets for a group, durably, before answering. A standalone commit (generation -1,
-  no member) is accepted for a group without members (created if needed); otherwise the
-  member and generation must be current: UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION,
-  FENCED_INSTANCE_ID; during CompletingRebalance: REBALANCE_IN_PROGRESS (commits during
-  PreparingRebalance are allowed, as consumers commit while revoking).
+- Commits offsets for a group, durably, before answering. Generation -1 is accepted into an
+  Empty group whatever member or instance id it names, and creates a group that does not
+  exist. A generation >= 0 into a group that does not exist (never did, expired, deleted):
+  GROUP_ID_NOT_FOUND from v9, ILLEGAL_GENERATION before (as Kafka 4.4). Otherwise a commit
+  naming a generation, member or instance must come from a current member (as Heartbeat):
+  FENCED_INSTANCE_ID (another member's instance id), UNKNOWN_MEMBER_ID (an unknown member id,
+  or an instance id the group does not know), ILLEGAL_GENERATION; one naming none into a
+  group with members: UNKNOWN_MEMBER_ID; during CompletingRebalance: REBALANCE_IN_PROGRESS
+  (commits during PreparingRebalance are allowed, as consumers commit while revoking). A
+  member's accepted commit in Stable or PreparingRebalance restarts its session, as Kafka.
 - Per partition: UNKNOWN_TOPIC_OR_PARTITION (UNKNOWN_TOPIC_ID at v10), metadata longer than
   offset.metadata.max.bytes: OFFSET_METADATA_TOO_LARGE.
 - Authorization: READ on the group (GROUP_AUTHORIZATION_FAILED for every partition) and on
@@ -18,7 +23,8 @@ Behaviour:
   use v9+ (UNSUPPORTED_VERSION); its classic members (mixed groups) commit at any version,
   ILLEGAL_GENERATION where the others get STALE_MEMBER_EPOCH.
 Version notes: v2–4 retention time (ignored: offsets live as long as the group); v6 leader
-epoch; v7 group instance id; v8 flexible; v10 topic ids.
+epoch; v7 group instance id; v8 flexible; v9 member epochs (KIP-848), GROUP_ID_NOT_FOUND for
+a group that does not exist; v10 topic ids.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """Heartbeat (key 12), versions 0–4.
 
-Behaviour: keeps the member's session alive. UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID,
-ILLEGAL_GENERATION, and REBALANCE_IN_PROGRESS while the group is rebalancing (the member
-must rejoin). A classic member of a consumer-protocol group (KIP-848 mixed groups) gets
-REBALANCE_IN_PROGRESS until it has rejoined up to its target assignment.
+Behaviour: keeps the member's session alive. UNKNOWN_MEMBER_ID (also for an instance id the
+group does not know, even with a known member id, as Kafka 4.4), FENCED_INSTANCE_ID (another
+member's instance id), ILLEGAL_GENERATION, and REBALANCE_IN_PROGRESS while the group is
+rebalancing (the member must rejoin). A classic member of a consumer-protocol group (KIP-848
+mixed groups) gets REBALANCE_IN_PROGRESS until it has rejoined up to its target assignment.
 - Authorization: READ on the group, else GROUP_AUTHORIZATION_FAILED.
 Version notes: v3 group instance id; v4 flexible.
 """

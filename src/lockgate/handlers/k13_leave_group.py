@@ -1,9 +1,13 @@
 """LeaveGroup (key 13), versions 0–5.
 
 Behaviour: removes the members and rebalances the rest. v0–2 name one member id; v3+ a batch
-of members by id or group instance id, each answered on its own (UNKNOWN_MEMBER_ID,
-FENCED_INSTANCE_ID when the instance belongs to another member id). In a consumer-protocol
-group (KIP-848 mixed groups) the classic members leave it and a new group epoch begins.
+of members by id or group instance id, each answered on its own with the member id it was
+named by (an empty one for an administrator's removal by instance id), as Kafka 4.4:
+UNKNOWN_MEMBER_ID (an unknown member id, or an instance id the group does not know),
+FENCED_INSTANCE_ID (the instance belongs to another member id). A member id still pending
+(told MEMBER_ID_REQUIRED) leaves without error, and, as any departure, rebalances the group.
+In a consumer-protocol group (KIP-848 mixed groups) the classic members leave it and a new
+group epoch begins.
 - Authorization: READ on the group, else GROUP_AUTHORIZATION_FAILED.
 Version notes: v3 batched; v4 flexible; v5 reason.
 """

@@ -1,11 +1,13 @@
 """SyncGroup (key 14), versions 0–5.
 
 Behaviour: the leader's assignments are stored and every member waiting in the generation
-gets its own; followers wait for the leader. UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID,
-ILLEGAL_GENERATION (another generation), REBALANCE_IN_PROGRESS (a new rebalance began),
-INCONSISTENT_GROUP_PROTOCOL (v5 protocol type/name differ from the group's). A classic
-member of a consumer-protocol group (KIP-848 mixed groups) gets its current assignment from
-the server-side assignor at once (ILLEGAL_GENERATION unless it names its member epoch).
+gets its own; followers wait for the leader. UNKNOWN_MEMBER_ID (also for an instance id the
+group does not know, even with a known member id, as Kafka 4.4), FENCED_INSTANCE_ID (another
+member's instance id), ILLEGAL_GENERATION (another generation), REBALANCE_IN_PROGRESS (a new
+rebalance began), INCONSISTENT_GROUP_PROTOCOL (v5 protocol type/name differ from the group's).
+A classic member of a consumer-protocol group (KIP-848 mixed groups) gets its current
+assignment from the server-side assignor at once (ILLEGAL_GENERATION unless it names its
+member epoch).
 - Authorization: READ on the group, else GROUP_AUTHORIZATION_FAILED.
 Version notes: v3 group instance id; v4 flexible; v5 protocol type/name.
 """

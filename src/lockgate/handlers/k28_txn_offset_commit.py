@@ -11,13 +11,15 @@ Behaviour:
   broker's answer to AddPartitionsToTxn v4+ (VerifyOnly, or adding the partition for v5);
   an unreachable, loading or moving coordinator gives COORDINATOR_NOT_AVAILABLE, as Kafka.
 - KIP-447 (v3+): when the request names a generation ≥ 0, a member id or an instance id, the
-  member must be current: UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, FENCED_INSTANCE_ID. This is
-  what fences a zombie that fell out of the group. In a consumer-protocol group the
-  generation is the member epoch, checked as OffsetCommit checks it (KIP-1251: an older epoch
-  for partitions the member had then); a stale one is ILLEGAL_GENERATION (no
-  STALE_MEMBER_EPOCH before v6). A group that does not exist has no generation to match:
-  ILLEGAL_GENERATION for a generation >= 0 (Kafka 4.4 before v6); generation -1 creates the
-  group, and an empty group takes it whatever member or instance id it names, as Kafka.
+  member must be current: UNKNOWN_MEMBER_ID (also for an instance id the group does not know,
+  even with a known member id, as Kafka 4.4), ILLEGAL_GENERATION, FENCED_INSTANCE_ID (another
+  member's instance id). This is what fences a zombie that fell out of the group. In a
+  consumer-protocol group the generation is the member epoch, checked as OffsetCommit checks
+  it (KIP-1251: an older epoch for partitions the member had then); a stale one is
+  ILLEGAL_GENERATION (no STALE_MEMBER_EPOCH before v6). A group that does not exist has no
+  generation to match: ILLEGAL_GENERATION for a generation >= 0 (Kafka 4.4 before v6);
+  generation -1 creates the group, and an empty group takes it whatever member or instance
+  id it names, as Kafka.
 - The offsets are invisible to OffsetFetch until the transaction's commit marker reaches the
   offsets partition, dropped on abort; RequireStable fetches get UNSTABLE_OFFSET_COMMIT.
 - Authorization: WRITE on the transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), READ

@@ -13,6 +13,12 @@ id, computed by the server-side assignor and handed out incrementally.
   with a subset of the assignment), UNRELEASED_INSTANCE_ID, FENCED_INSTANCE_ID,
   GROUP_MAX_SIZE_REACHED (group.consumer.max.size).
 - NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS as the other group APIs.
+- A member asked to revoke partitions is removed when its rebalance timeout passes: counted
+  from the heartbeat that asked it, again in full at a new epoch that asks for more, and
+  again in full when the coordinator loads the group (restart, failover), as Kafka 4.4,
+  which does not persist the deadline. A static member that restarts (a new member id, its
+  instance id, epoch 0) takes its predecessor's place and assignment as a new member would:
+  previous epoch 0 in its records, as Kafka 4.4.
 - Authorization: READ on the group, else GROUP_AUTHORIZATION_FAILED; DESCRIBE on every
   subscribed topic name, else TOPIC_AUTHORIZATION_FAILED naming them.
 Version notes: v0 lets the coordinator choose the member id (an empty one on join); v1 requires
