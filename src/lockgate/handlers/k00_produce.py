@@ -191,24 +191,24 @@ def _verification(
     if transactional_id is None:
         return ErrorCode.invalid_txn_state
     key = (topic_name, data.index, header.producer_id)
-    order = ctx.broker.append_order
-    if order.waiting(key):
-        return order.in_order(key, lambda: _append_when_verified(ctx, request, topic_name, data,
-                                                                 header, waits))  # fmt: skip
+
+    def later() -> asyncio.Task[PartitionResult]:
+        return ctx.broker.append_order.in_order(
+            key, lambda: _append_when_verified(ctx, request, topic_name, data, header, waits)
+        )
+
+    if ctx.broker.append_order.waiting(key):
+        return later()
     coordinator = ctx.broker.transactions
     if ctx.broker.verifier is not None and coordinator.gate(transactional_id) == (
         ErrorCode.not_coordinator
     ):
-        if _in_open_transaction(partition, header):
-            return ErrorCode.none
-        return order.in_order(key, lambda: _append_when_verified(ctx, request, topic_name, data,
-                                                                 header, waits))  # fmt: skip
+        return ErrorCode.none if _in_open_transaction(partition, header) else later()
     error = _verify_locally(ctx, transactional_id, (topic_name, data.index), header, waits.durable)
     if error == ErrorCode.concurrent_transactions and coordinator.completing(transactional_id):
         # the previous transaction's markers are being written: hold the batch until they are
         # rather than bounce it, so a chain of transactions never waits on client backoff
-        return order.in_order(key, lambda: _append_when_verified(ctx, request, topic_name, data,
-                                                                 header, waits))  # fmt: skip
+        return later()
     return error
 
 
@@ -261,11 +261,10 @@ async def _append_when_verified(
 
 
 def _transaction_error(error: ErrorCode, version: int) -> ErrorCode:
-    """Produce's answer for a failed transaction check. What clients retry becomes the retriable
-    NOT_ENOUGH_REPLICAS, as in Kafka, except that a transaction-version-2 Produce (v12+) is told
-    CONCURRENT_TRANSACTIONS while the previous transaction completes, as Kafka 4.0+ does
-    (KAFKA-18662): clients retry that at once, where NOT_ENOUGH_REPLICAS costs some (franz-go)
-    a metadata refresh."""
+    """Produce's answer for a failed transaction check, as Kafka 4.0+ maps it (KAFKA-18662):
+    what clients retry becomes the retriable NOT_ENOUGH_REPLICAS (no metadata refresh in the
+    Java client), except CONCURRENT_TRANSACTIONS to a transaction-version-2 Produce (v12+),
+    whose clients know it."""
     if error == ErrorCode.concurrent_transactions and version >= FIRST_IMPLICIT_ADD_VERSION:
         return error
     if error in RETRIABLE_VERIFICATION:
