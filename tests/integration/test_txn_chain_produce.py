@@ -14,10 +14,9 @@ import pytest
 
 from lockgate.client.connection import BrokerConnection
 from lockgate.handlers.k00_produce import _transaction_error
-from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
-from lockgate.protocol.records import TRANSACTIONAL_BIT, build_batch
 from lockgate.server.broker import Broker
+from tests.support.txn_requests import end_txn, init_producer_id, produce_transactional
 from tests.unit.coordinator.group.support import wait_until
 
 TOPIC = "chain"
@@ -52,51 +51,18 @@ async def connection(memory_broker: Broker) -> AsyncIterator[BrokerConnection]:
         await connection.close()
 
 
-async def init_producer(connection: BrokerConnection) -> tuple[int, int]:
-    response = await connection.request(
-        ApiKey.INIT_PRODUCER_ID,
-        {"transactional_id": TXN_ID, "transaction_timeout": 60_000,
-         "producer_id": -1, "producer_epoch": -1},
-        version=5,
-    )  # fmt: skip
-    assert response.error_code == 0
-    return int(response.producer_id), int(response.producer_epoch)
-
-
 async def produce(
-    connection: BrokerConnection, pid: int, epoch: int, sequence: int, version: int
+    connection: BrokerConnection, pid: int, epoch: int, sequence: int
 ) -> tuple[ErrorCode, int]:
-    batch = build_batch(
-        [(None, f"{epoch}-{sequence}".encode())],
-        attributes=TRANSACTIONAL_BIT,
-        producer_id=pid,
-        producer_epoch=epoch,
-        base_sequence=sequence,
+    """Produce v12 (transaction version 2), the request's timeout (the longest hold) 1 s."""
+    return await produce_transactional(
+        connection, TXN_ID, TOPIC, pid, epoch, sequence, version=12, timeout_ms=1_000
     )
-    response = await connection.request(
-        ApiKey.PRODUCE,
-        {
-            "transactional_id": TXN_ID,
-            "acks": -1,
-            "timeout": 1_000,
-            "topic_data": [
-                {"name": TOPIC, "partition_data": [{"index": 0, "records": bytes(batch)}]}
-            ],
-        },
-        version=version,
-    )
-    answer = response.responses[0].partition_responses[0]
-    return ErrorCode(answer.error_code), int(answer.base_offset)
 
 
 async def commit(connection: BrokerConnection, pid: int, epoch: int) -> int:
     """EndTxn v5 (transaction version 2): the epoch of the next transaction."""
-    response = await connection.request(
-        ApiKey.END_TXN,
-        {"transactional_id": TXN_ID, "producer_id": pid, "producer_epoch": epoch,
-         "committed": True},
-        version=5,
-    )  # fmt: skip
+    response = await end_txn(connection, TXN_ID, pid, epoch, version=5)
     assert response.error_code == 0
     assert int(response.producer_id) == pid
     return int(response.producer_epoch)
@@ -106,13 +72,13 @@ async def test_the_next_transaction_waits_for_the_markers_instead_of_bouncing(
     memory_broker: Broker, connection: BrokerConnection
 ) -> None:
     gate = MarkerGate(memory_broker)
-    pid, epoch = await init_producer(connection)
-    assert await produce(connection, pid, epoch, 0, version=12) == (ErrorCode.none, 0)
+    pid, epoch = await init_producer_id(connection, TXN_ID, version=5)
+    assert await produce(connection, pid, epoch, 0) == (ErrorCode.none, 0)
     epoch = await commit(connection, pid, epoch)
     await wait_until(lambda: gate.waiting == 1)
     # transaction N+1, pipelined: its first batch is held, the second waits behind it
-    first = asyncio.ensure_future(produce(connection, pid, epoch, 0, version=12))
-    second = asyncio.ensure_future(produce(connection, pid, epoch, 1, version=12))
+    first = asyncio.ensure_future(produce(connection, pid, epoch, 0))
+    second = asyncio.ensure_future(produce(connection, pid, epoch, 1))
     await asyncio.sleep(0.3)
     assert not first.done() and not second.done()
     gate.opened.set()
@@ -127,18 +93,18 @@ async def test_markers_not_written_within_the_timeout_answer_concurrent_transact
     memory_broker: Broker, connection: BrokerConnection
 ) -> None:
     gate = MarkerGate(memory_broker)
-    pid, epoch = await init_producer(connection)
-    assert (await produce(connection, pid, epoch, 0, version=12))[0] == ErrorCode.none
+    pid, epoch = await init_producer_id(connection, TXN_ID, version=5)
+    assert (await produce(connection, pid, epoch, 0))[0] == ErrorCode.none
     epoch = await commit(connection, pid, epoch)
     await wait_until(lambda: gate.waiting == 1)
-    assert await produce(connection, pid, epoch, 0, version=12) == (
+    assert await produce(connection, pid, epoch, 0) == (
         ErrorCode.concurrent_transactions,
         -1,
     )
     gate.opened.set()
     await wait_until(lambda: not memory_broker.transactions.completing(TXN_ID))
     # the client's retry goes through
-    assert await produce(connection, pid, epoch, 0, version=12) == (ErrorCode.none, 2)
+    assert await produce(connection, pid, epoch, 0) == (ErrorCode.none, 2)
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ from lockgate.coordinator.txn.state import TxnState
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
 from lockgate.server.broker import Broker
+from tests.support.txn_requests import end_txn
 
 TXN_ID, TOPIC = "delayed", "t"
 
@@ -62,12 +63,7 @@ async def add(connection: BrokerConnection, pid: int, epoch: int, partition: int
 
 
 async def end(connection: BrokerConnection, pid: int, epoch: int, version: int = 3) -> Any:
-    return await connection.request(
-        ApiKey.END_TXN,
-        {"transactional_id": TXN_ID, "producer_id": pid, "producer_epoch": epoch,
-         "committed": True},
-        version=version,
-    )  # fmt: skip
+    return await end_txn(connection, TXN_ID, pid, epoch, version)
 
 
 def state(broker: Broker) -> TxnState:

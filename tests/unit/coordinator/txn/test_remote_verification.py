@@ -22,7 +22,6 @@ from lockgate.coordinator.txn.service import TRANSACTION_STATE_TOPIC
 from lockgate.log.partition import Partition
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
-from lockgate.protocol.records import TRANSACTIONAL_BIT, build_batch
 from lockgate.server.broker import Broker
 from tests.support.memory_cluster import (
     MemoryClusterBroker,
@@ -30,6 +29,7 @@ from tests.support.memory_cluster import (
     connected,
     memory_cluster,
 )
+from tests.support.txn_requests import init_producer_id, produce_transactional
 from tests.unit.coordinator.group.support import wait_until
 
 TOPIC = "orders"
@@ -208,14 +208,7 @@ async def test_txn_offset_commit_asks_the_remote_coordinator(cluster: Cluster) -
 
 async def init_producer(coordinator: MemoryClusterBroker) -> tuple[int, int]:
     async with connected(coordinator) as connection:
-        response = await connection.request(
-            ApiKey.INIT_PRODUCER_ID,
-            {"transactional_id": TXN_ID, "transaction_timeout": 60_000,
-             "producer_id": -1, "producer_epoch": -1},
-            version=4,
-        )  # fmt: skip
-    assert response.error_code == 0
-    return int(response.producer_id), int(response.producer_epoch)
+        return await init_producer_id(connection, TXN_ID)
 
 
 async def add_partitions(
@@ -245,27 +238,7 @@ async def add_partitions(
 async def produce(
     connection: BrokerConnection, pid: int, epoch: int, sequence: int, version: int
 ) -> tuple[ErrorCode, int]:
-    batch = build_batch(
-        [(None, f"v{sequence}".encode())],
-        attributes=TRANSACTIONAL_BIT,
-        producer_id=pid,
-        producer_epoch=epoch,
-        base_sequence=sequence,
-    )
-    response = await connection.request(
-        ApiKey.PRODUCE,
-        {
-            "transactional_id": TXN_ID,
-            "acks": -1,
-            "timeout": 5_000,
-            "topic_data": [
-                {"name": TOPIC, "partition_data": [{"index": 0, "records": bytes(batch)}]}
-            ],
-        },
-        version=version,
-    )
-    answer = response.responses[0].partition_responses[0]
-    return ErrorCode(answer.error_code), int(answer.base_offset)
+    return await produce_transactional(connection, TXN_ID, TOPIC, pid, epoch, sequence, version)
 
 
 async def txn_offset_commit(
