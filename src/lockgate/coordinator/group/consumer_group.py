@@ -94,12 +94,7 @@ class ConsumerMember:
     def assignment_epoch(self, topic: str, partition: int) -> int | None:
         """The epoch at which the member was given a partition it holds (assigned or pending
         revocation); None: it holds no such partition."""
-        held = self.assigned.get(topic, frozenset()) | self.pending_revocation.get(
-            topic, frozenset()
-        )
-        if partition not in held:
-            return None
-        return self.assignment_epochs.get(topic, {}).get(partition, max(self.member_epoch, 0))
+        return self.held_epochs().get(topic, {}).get(partition)
 
     def held_epochs(self) -> dict[str, dict[int, int]]:
         """The assignment epoch of every partition the member holds (what its current

@@ -45,7 +45,7 @@ from lockgate.coordinator.group.embedded import (
     parse_assignment,
     parse_subscription,
 )
-from lockgate.coordinator.group.group import Group, Member
+from lockgate.coordinator.group.group import Group, Member, instance_error
 from lockgate.coordinator.group.state import GroupState
 from lockgate.protocol.errors import ErrorCode
 from lockgate.server.config import ConfigError
@@ -445,14 +445,8 @@ class ConsumerProtocol:
     ) -> ErrorCode:
         group = container.consumer
         assert group is not None
-        # as Kafka 4.4: an instance id must be the group's (UNKNOWN_MEMBER_ID otherwise, even
-        # for a known member id) and this member id's
-        if instance_id is not None:
-            holder = group.static_members.get(instance_id)
-            if holder is None:
-                return ErrorCode.unknown_member_id
-            if holder != member_id:
-                return ErrorCode.fenced_instance_id
+        if error := instance_error(group.static_members, member_id, instance_id):
+            return error
         member = group.members.get(member_id)
         if member is None or member.classic is None:
             return ErrorCode.unknown_member_id

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +35,20 @@ class Member:
 
     def metadata_for(self, protocol: str | None) -> bytes:
         return next((meta for name, meta in self.protocols if name == protocol), b"")
+
+
+def instance_error(
+    static_members: Mapping[str, str], member_id: str, group_instance_id: str | None
+) -> ErrorCode:
+    """Kafka 4.4's check of a request's instance id: one the group does not know is
+    UNKNOWN_MEMBER_ID (even with a known member id: the member it names is not that static
+    member), one held by another member id FENCED_INSTANCE_ID (an older incarnation)."""
+    if group_instance_id is None:
+        return ErrorCode.none
+    holder = static_members.get(group_instance_id)
+    if holder is None:
+        return ErrorCode.unknown_member_id
+    return ErrorCode.fenced_instance_id if holder != member_id else ErrorCode.none
 
 
 @dataclass(slots=True)
@@ -96,12 +111,8 @@ class Group:
         knows (UNKNOWN_MEMBER_ID, even when the member id is known: the member it names is
         not that static member) and belong to this member id (FENCED_INSTANCE_ID: an older
         incarnation); then the member id must be known, and the generation current."""
-        if group_instance_id is not None:
-            known = self.static_members.get(group_instance_id)
-            if known is None:
-                return ErrorCode.unknown_member_id
-            if known != member_id:
-                return ErrorCode.fenced_instance_id
+        if error := instance_error(self.static_members, member_id, group_instance_id):
+            return error
         if member_id not in self.members:
             return ErrorCode.unknown_member_id
         if generation is not None and generation != self.generation:
