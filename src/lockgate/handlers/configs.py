@@ -39,6 +39,17 @@ def config_type(kind: str) -> int:
     return CONFIG_TYPES.get(kind, 2)
 
 
+def check_config_entries(names: list[str], null_names: list[str]) -> None:
+    """Kafka's checks of an alter request's resource before anything else: INVALID_REQUEST for
+    a config named twice or a null value (`null_names`: those that may not be null)."""
+    if len(set(names)) != len(names):
+        raise KafkaProtocolError(ErrorCode.invalid_request, "Error due to duplicate config keys")
+    if null_names:
+        raise KafkaProtocolError(
+            ErrorCode.invalid_request, "Null value not supported for : " + ", ".join(null_names)
+        )
+
+
 def _list_items(value: str | None) -> list[str]:
     return [item for item in (value or "").split(",") if item]
 

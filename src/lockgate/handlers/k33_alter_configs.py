@@ -15,24 +15,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from lockgate.handlers.configs import BROKER, TOPIC, alter_broker, config_denied
+from lockgate.handlers.configs import (
+    BROKER,
+    TOPIC,
+    alter_broker,
+    check_config_entries,
+    config_denied,
+)
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.security.acls import Operation
-
-
-def _check_request(resource: Any) -> None:
-    """Kafka's checks before anything else: INVALID_REQUEST for a config named twice or a
-    null value."""
-    names = [config.name for config in resource.configs]
-    if len(set(names)) != len(names):
-        raise KafkaProtocolError(ErrorCode.invalid_request, "Error due to duplicate config keys")
-    nulls = [config.name for config in resource.configs if config.value is None]
-    if nulls:
-        raise KafkaProtocolError(
-            ErrorCode.invalid_request, "Null value not supported for : " + ", ".join(nulls)
-        )
 
 
 @handles(ApiKey.ALTER_CONFIGS, 0, 2)
@@ -52,7 +45,10 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
             )
             if denied is not None:
                 raise denied
-            _check_request(resource)
+            check_config_entries(
+                [c.name for c in resource.configs],
+                [c.name for c in resource.configs if c.value is None],
+            )
             if resource.resource_type == BROKER:
                 await alter_broker(
                     ctx,

@@ -37,6 +37,7 @@ from lockgate.handlers.configs import (
     SUBTRACT,
     TOPIC,
     alter_broker,
+    check_config_entries,
     config_denied,
     incremental_broker_changes,
     incremental_topic_changes,
@@ -49,14 +50,10 @@ from lockgate.server.dynamic_config import broker_target
 
 
 def _check_request(resource: Any) -> None:
-    names = [change.name for change in resource.configs]
-    if len(set(names)) != len(names):
-        raise KafkaProtocolError(ErrorCode.invalid_request, "Error due to duplicate config keys")
-    nulls = [c.name for c in resource.configs if c.config_operation != DELETE and c.value is None]
-    if nulls:
-        raise KafkaProtocolError(
-            ErrorCode.invalid_request, "Null value not supported for : " + ", ".join(nulls)
-        )
+    check_config_entries(
+        [c.name for c in resource.configs],
+        [c.name for c in resource.configs if c.config_operation != DELETE and c.value is None],
+    )
     for change in resource.configs:
         if change.config_operation not in (SET, DELETE, APPEND, SUBTRACT):
             raise KafkaProtocolError(
