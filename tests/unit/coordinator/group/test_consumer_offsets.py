@@ -6,8 +6,6 @@ stays exact, and the epochs survive a restart (replayed from __consumer_offsets)
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 
 from lockgate.coordinator.group.consumer_group import HeartbeatRequest, HeartbeatResponse
@@ -20,20 +18,6 @@ from tests.unit.coordinator.group.support import TOPIC, start_broker
 GROUP = "kip1251"
 ALL = frozenset({0, 1, 2})
 Offsets = dict[tuple[str, int], CommittedOffset]
-
-
-@pytest.fixture
-def engine() -> MemoryEngine:
-    return MemoryEngine()
-
-
-@pytest.fixture
-async def broker(engine: MemoryEngine) -> AsyncIterator[Broker]:
-    instance = await start_broker(engine)
-    try:
-        yield instance
-    finally:
-        await instance.stop()
 
 
 async def beat(

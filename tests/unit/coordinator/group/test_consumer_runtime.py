@@ -40,11 +40,6 @@ FAST = {
 
 
 @pytest.fixture
-def engine() -> MemoryEngine:
-    return MemoryEngine()
-
-
-@pytest.fixture
 async def broker(engine: MemoryEngine) -> AsyncIterator[Broker]:
     instance = await start_broker(engine, **FAST)
     try:

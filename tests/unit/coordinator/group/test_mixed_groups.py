@@ -9,10 +9,7 @@ from __future__ import annotations
 import asyncio
 import struct
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
-
-import pytest
 
 from lockgate.coordinator.group import consumer_records
 from lockgate.coordinator.group.assignors import Assignment
@@ -46,20 +43,6 @@ def subscription(owned: Assignment | None = None) -> bytes:
             out += struct.pack(">h", len(topic)) + topic.encode() + struct.pack(">i", len(parts))
             out += b"".join(struct.pack(">i", p) for p in sorted(parts))
     return out
-
-
-@pytest.fixture
-def engine() -> MemoryEngine:
-    return MemoryEngine()
-
-
-@pytest.fixture
-async def broker(engine: MemoryEngine) -> AsyncIterator[Broker]:
-    instance = await start_broker(engine)
-    try:
-        yield instance
-    finally:
-        await instance.stop()
 
 
 async def classic_join(

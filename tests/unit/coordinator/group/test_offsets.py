@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import struct
-from collections.abc import AsyncIterator
-
-import pytest
 
 from lockgate.coordinator.group.records import (
     CommittedOffset,
@@ -38,20 +35,6 @@ from tests.unit.coordinator.group.support import (
 )
 
 GROUP = "offsets"
-
-
-@pytest.fixture
-def engine() -> MemoryEngine:
-    return MemoryEngine()
-
-
-@pytest.fixture
-async def broker(engine: MemoryEngine) -> AsyncIterator[Broker]:
-    instance = await start_broker(engine)
-    try:
-        yield instance
-    finally:
-        await instance.stop()
 
 
 async def restart(broker: Broker, engine: MemoryEngine) -> Broker:

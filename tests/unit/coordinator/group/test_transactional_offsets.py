@@ -7,9 +7,6 @@ restart (open transactions replayed as pending)."""
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
-
-import pytest
 
 from lockgate.coordinator.group.service import CONSUMER_OFFSETS_TOPIC
 from lockgate.coordinator.group.state import GroupState
@@ -34,20 +31,6 @@ from tests.unit.coordinator.group.support import (
 
 GROUP = "txn-offsets"
 PRODUCER, EPOCH = 4000, 0
-
-
-@pytest.fixture
-def engine() -> MemoryEngine:
-    return MemoryEngine()
-
-
-@pytest.fixture
-async def broker(engine: MemoryEngine) -> AsyncIterator[Broker]:
-    instance = await start_broker(engine)
-    try:
-        yield instance
-    finally:
-        await instance.stop()
 
 
 def offsets_partition(broker: Broker, group_id: str = GROUP) -> Partition:
