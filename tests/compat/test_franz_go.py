@@ -38,30 +38,16 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
 
 
 def test_idempotent_producer_and_consumer(broker: BrokerProcess, franzcheck: Path) -> None:
-    result = franz_go.run(
-        franzcheck, "produce-consume", brokers=broker.bootstrap, topic="franz-pc",
-        partitions=3, records=1000,
-    )  # fmt: skip
-    franz_go.check_produce_consume(result, records=1000, partitions=3)
+    franz_go.produce_and_consume(franzcheck, broker.bootstrap)
 
 
 @pytest.mark.parametrize("protocol", ["classic", "consumer"])
 def test_group_members_share_a_topic(
     broker: BrokerProcess, franzcheck: Path, protocol: str
 ) -> None:
-    name = f"franz-group-{protocol}"
-    result = franz_go.run(
-        franzcheck, "group", brokers=broker.bootstrap, topic=name, group=name, protocol=protocol,
-        partitions=6, records=600,
-    )  # fmt: skip
-    franz_go.check_group(result, protocol, records=600, partitions=6)
+    franz_go.group_shares_a_topic(franzcheck, broker.bootstrap, protocol)
 
 
 @pytest.mark.parametrize("protocol", ["classic", "consumer"])
 def test_exactly_once_chain(broker: BrokerProcess, franzcheck: Path, protocol: str) -> None:
-    name = f"franz-eos-{protocol}"
-    result = franz_go.run(
-        franzcheck, "eos", brokers=broker.bootstrap, input=f"{name}-in", output=f"{name}-out",
-        group=name, protocol=protocol, workers=2, partitions=4, records=2000, max_poll=100,
-    )  # fmt: skip
-    franz_go.check_exactly_once(result, records=2000)
+    franz_go.exactly_once_chain(franzcheck, broker.bootstrap, protocol)

@@ -33,11 +33,7 @@ def brokers(etcd: EtcdCluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
 
 
 def test_idempotent_producer_and_consumer(brokers: BrokerCluster, franzcheck: Path) -> None:
-    result = franz_go.run(
-        franzcheck, "produce-consume", brokers=brokers.bootstrap, topic="franz-pc",
-        partitions=3, replication=3, records=1000,
-    )  # fmt: skip
-    franz_go.check_produce_consume(result, records=1000, partitions=3)
+    franz_go.produce_and_consume(franzcheck, brokers.bootstrap, replication=3)
     assert len({p.leader for p in brokers.partitions("franz-pc").values()}) == 3
 
 
@@ -45,20 +41,9 @@ def test_idempotent_producer_and_consumer(brokers: BrokerCluster, franzcheck: Pa
 def test_group_members_share_a_topic(
     brokers: BrokerCluster, franzcheck: Path, protocol: str
 ) -> None:
-    name = f"franz-group-{protocol}"
-    result = franz_go.run(
-        franzcheck, "group", brokers=brokers.bootstrap, topic=name, group=name,
-        protocol=protocol, partitions=6, replication=3, records=600,
-    )  # fmt: skip
-    franz_go.check_group(result, protocol, records=600, partitions=6)
+    franz_go.group_shares_a_topic(franzcheck, brokers.bootstrap, protocol, replication=3)
 
 
 @pytest.mark.parametrize("protocol", ["classic", "consumer"])
 def test_exactly_once_chain(brokers: BrokerCluster, franzcheck: Path, protocol: str) -> None:
-    name = f"franz-eos-{protocol}"
-    result = franz_go.run(
-        franzcheck, "eos", brokers=brokers.bootstrap, input=f"{name}-in", output=f"{name}-out",
-        group=name, protocol=protocol, workers=2, partitions=4, replication=3, records=2000,
-        max_poll=100,
-    )  # fmt: skip
-    franz_go.check_exactly_once(result, records=2000)
+    franz_go.exactly_once_chain(franzcheck, brokers.bootstrap, protocol, replication=3)

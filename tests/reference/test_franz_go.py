@@ -20,33 +20,18 @@ pytestmark = pytest.mark.compat
 def test_idempotent_producer_and_consumer(
     reference_kafka: ReferenceKafka, franzcheck: Path
 ) -> None:
-    result = franz_go.run(
-        franzcheck, "produce-consume", brokers=reference_kafka.bootstrap, topic="franz-pc",
-        partitions=3, records=1000,
-    )  # fmt: skip
-    franz_go.check_produce_consume(result, records=1000, partitions=3)
+    franz_go.produce_and_consume(franzcheck, reference_kafka.bootstrap)
 
 
 @pytest.mark.parametrize("protocol", ["classic", "consumer"])
 def test_group_members_share_a_topic(
     reference_kafka: ReferenceKafka, franzcheck: Path, protocol: str
 ) -> None:
-    name = f"franz-group-{protocol}"
-    result = franz_go.run(
-        franzcheck, "group", brokers=reference_kafka.bootstrap, topic=name, group=name,
-        protocol=protocol, partitions=6, records=600,
-    )  # fmt: skip
-    franz_go.check_group(result, protocol, records=600, partitions=6)
+    franz_go.group_shares_a_topic(franzcheck, reference_kafka.bootstrap, protocol)
 
 
 @pytest.mark.parametrize("protocol", ["classic", "consumer"])
 def test_exactly_once_chain(
     reference_kafka: ReferenceKafka, franzcheck: Path, protocol: str
 ) -> None:
-    name = f"franz-eos-{protocol}"
-    result = franz_go.run(
-        franzcheck, "eos", brokers=reference_kafka.bootstrap, input=f"{name}-in",
-        output=f"{name}-out", group=name, protocol=protocol, workers=2, partitions=4,
-        records=2000, max_poll=100,
-    )  # fmt: skip
-    franz_go.check_exactly_once(result, records=2000)
+    franz_go.exactly_once_chain(franzcheck, reference_kafka.bootstrap, protocol)

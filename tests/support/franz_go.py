@@ -106,3 +106,30 @@ def check_exactly_once(result: Result, records: int) -> None:
     assert result["offsets_committed"], result
     assert sum(result["input_end_offsets"].values()) == records, result
     assert result["transactions"] >= 2, result
+
+
+# The scenarios every target runs (one node, a cluster, the reference Kafka): franzcheck's
+# modes with their checks; `replication` for the topics they create.
+
+
+def produce_and_consume(binary: Path, bootstrap: str, replication: int = 1) -> None:
+    result = run(binary, "produce-consume", brokers=bootstrap, topic="franz-pc", partitions=3,
+                 replication=replication, records=1000)  # fmt: skip
+    check_produce_consume(result, records=1000, partitions=3)
+
+
+def group_shares_a_topic(
+    binary: Path, bootstrap: str, protocol: str, replication: int = 1
+) -> None:
+    name = f"franz-group-{protocol}"
+    result = run(binary, "group", brokers=bootstrap, topic=name, group=name, protocol=protocol,
+                 partitions=6, replication=replication, records=600)  # fmt: skip
+    check_group(result, protocol, records=600, partitions=6)
+
+
+def exactly_once_chain(binary: Path, bootstrap: str, protocol: str, replication: int = 1) -> None:
+    name = f"franz-eos-{protocol}"
+    result = run(binary, "eos", brokers=bootstrap, input=f"{name}-in", output=f"{name}-out",
+                 group=name, protocol=protocol, workers=2, partitions=4,
+                 replication=replication, records=2000, max_poll=100)  # fmt: skip
+    check_exactly_once(result, records=2000)
