@@ -14,6 +14,7 @@ protocol change."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import pprint
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -460,6 +461,54 @@ async def transactional_offsets(connection: BrokerConnection, bootstrap: str) ->
     }
 
 
+# A classic group's requests by hand (JoinGroup v9, SyncGroup v5, Heartbeat v4).
+
+
+async def join_classic(
+    connection: BrokerConnection, group: str, member: str, instance_id: str | None = None
+) -> Any:
+    return await connection.request(
+        ApiKey.JOIN_GROUP,
+        {"group_id": group, "session_timeout": 10_000, "rebalance_timeout": 10_000,
+         "member_id": member, "group_instance_id": instance_id, "protocol_type": "consumer",
+         "protocols": [{"name": "range", "metadata": b""}], "reason": None},
+        version=9,
+    )  # fmt: skip
+
+
+async def sync_classic(
+    connection: BrokerConnection,
+    group: str,
+    generation: int,
+    member: str,
+    instance_id: str | None = None,
+) -> int:
+    response = await connection.request(
+        ApiKey.SYNC_GROUP,
+        {"group_id": group, "generation_id": generation, "member_id": member,
+         "group_instance_id": instance_id, "protocol_type": "consumer",
+         "protocol_name": "range", "assignments": [{"member_id": member, "assignment": b"x"}]},
+        version=5,
+    )  # fmt: skip
+    return int(response.error_code)
+
+
+async def heartbeat_classic(
+    connection: BrokerConnection,
+    group: str,
+    generation: int,
+    member: str,
+    instance_id: str | None = None,
+) -> int:
+    response = await connection.request(
+        ApiKey.HEARTBEAT,
+        {"group_id": group, "generation_id": generation, "member_id": member,
+         "group_instance_id": instance_id},
+        version=4,
+    )  # fmt: skip
+    return int(response.error_code)
+
+
 @scenario
 async def classic_group(connection: BrokerConnection, bootstrap: str) -> Any:
     """A classic group's life by hand: KIP-394's member id, join, sync and heartbeat with
@@ -469,33 +518,9 @@ async def classic_group(connection: BrokerConnection, bootstrap: str) -> Any:
     group = "diff-group"
     await find_coordinator(connection, group, 0)
 
-    async def join(member: str) -> Any:
-        return await connection.request(
-            ApiKey.JOIN_GROUP,
-            {"group_id": group, "session_timeout": 10_000, "rebalance_timeout": 10_000,
-             "member_id": member, "group_instance_id": None, "protocol_type": "consumer",
-             "protocols": [{"name": "range", "metadata": b""}], "reason": None},
-            version=9,
-        )  # fmt: skip
-
-    async def sync(generation: int, member: str) -> int:
-        response = await connection.request(
-            ApiKey.SYNC_GROUP,
-            {"group_id": group, "generation_id": generation, "member_id": member,
-             "group_instance_id": None, "protocol_type": "consumer", "protocol_name": "range",
-             "assignments": [{"member_id": member, "assignment": b"x"}]},
-            version=5,
-        )  # fmt: skip
-        return int(response.error_code)
-
-    async def heartbeat(generation: int, member: str) -> int:
-        response = await connection.request(
-            ApiKey.HEARTBEAT,
-            {"group_id": group, "generation_id": generation, "member_id": member,
-             "group_instance_id": None},
-            version=4,
-        )  # fmt: skip
-        return int(response.error_code)
+    join = functools.partial(join_classic, connection, group)
+    sync = functools.partial(sync_classic, connection, group)
+    heartbeat = functools.partial(heartbeat_classic, connection, group)
 
     async def commit(generation: int, member: str, offset: int) -> list[int]:
         response = await connection.request(
@@ -643,33 +668,9 @@ async def classic_group_instance_ids(connection: BrokerConnection, bootstrap: st
     await find_coordinator(connection, group, 0)
     pid, epoch = await init_producer(connection, tid)
 
-    async def join(member: str, instance_id: str | None) -> Any:
-        return await connection.request(
-            ApiKey.JOIN_GROUP,
-            {"group_id": group, "session_timeout": 10_000, "rebalance_timeout": 10_000,
-             "member_id": member, "group_instance_id": instance_id, "protocol_type": "consumer",
-             "protocols": [{"name": "range", "metadata": b""}], "reason": None},
-            version=9,
-        )  # fmt: skip
-
-    async def sync(generation: int, member: str, instance_id: str | None) -> int:
-        response = await connection.request(
-            ApiKey.SYNC_GROUP,
-            {"group_id": group, "generation_id": generation, "member_id": member,
-             "group_instance_id": instance_id, "protocol_type": "consumer",
-             "protocol_name": "range", "assignments": [{"member_id": member, "assignment": b"x"}]},
-            version=5,
-        )  # fmt: skip
-        return int(response.error_code)
-
-    async def heartbeat(generation: int, member: str, instance_id: str | None) -> int:
-        response = await connection.request(
-            ApiKey.HEARTBEAT,
-            {"group_id": group, "generation_id": generation, "member_id": member,
-             "group_instance_id": instance_id},
-            version=4,
-        )  # fmt: skip
-        return int(response.error_code)
+    join = functools.partial(join_classic, connection, group)
+    sync = functools.partial(sync_classic, connection, group)
+    heartbeat = functools.partial(heartbeat_classic, connection, group)
 
     async def txn_commit(generation: int, member: str, instance_id: str | None) -> list[int]:
         response = await connection.request(
