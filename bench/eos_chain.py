@@ -58,6 +58,7 @@ from multiprocessing.synchronize import Event
 from pathlib import Path
 from typing import Any
 
+from tests.support import franz_go
 from tests.support.broker import BrokerProcess
 from tests.support.franz_go import franzcheck_binary
 from tests.support.reference_kafka import ReferenceKafka, reference_classpath
@@ -142,21 +143,12 @@ def franzcheck(args: argparse.Namespace, options: ChainOptions, steps: str) -> d
     binary = franzcheck_binary()
     if binary is None:
         raise RuntimeError("franz-go's check program is not built: run `make go-deps`")
-    command = [
-        str(binary), "eos", f"-brokers={options.bootstrap}", f"-input={options.input}",
-        f"-output={options.output}", f"-group={options.group}", f"-records={options.records}",
-        f"-workers={args.workers}", f"-partitions={args.partitions}",
-        f"-max-poll={options.max_poll}", f"-value-size={args.size}", f"-steps={steps}",
-        f"-timeout={args.run_timeout}s",
-    ]  # fmt: skip
-    done = subprocess.run(
-        command, capture_output=True, text=True, timeout=args.run_timeout + 30, check=False
-    )
-    lines = done.stdout.strip().splitlines()
-    result: dict[str, Any] = json.loads(lines[-1]) if lines else {}
-    if done.returncode != 0 or "error" in result or not result:
-        raise RuntimeError(f"franzcheck {steps}: {done.stdout[-500:]} {done.stderr[-1500:]}")
-    return result
+    return franz_go.run(
+        binary, "eos", timeout=args.run_timeout, brokers=options.bootstrap, input=options.input,
+        output=options.output, group=options.group, records=options.records,
+        workers=args.workers, partitions=args.partitions, max_poll=options.max_poll,
+        value_size=args.size, steps=steps,
+    )  # fmt: skip
 
 
 def exactly_once(check: dict[str, Any], records: int) -> bool:
@@ -431,7 +423,7 @@ def bench_run(broker: str, client: str, bootstrap: str, args: argparse.Namespace
             franzcheck(args, options, "create")
             python_chain(client, args, options, run)
             result = franzcheck(args, options, "check")
-    except (RuntimeError, subprocess.TimeoutExpired) as exc:
+    except (RuntimeError, AssertionError, subprocess.TimeoutExpired) as exc:
         run.error = str(exc)
         return run
     run.check = {name: result[name] for name in CHECKED}
