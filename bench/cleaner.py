@@ -18,8 +18,8 @@ import time
 import uuid
 from pathlib import Path
 
+from lockgate.config.log import LogConfig
 from lockgate.log.cleaner import LogCleaner
-from lockgate.log.config import LogConfig
 from lockgate.log.partition import Partition
 from lockgate.protocol.records import build_batch, validate_produced_batch
 from lockgate.storage.disk import DiskEngine

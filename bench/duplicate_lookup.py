@@ -24,8 +24,8 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from lockgate.config.log import LogConfig
 from lockgate.log import duplicates
-from lockgate.log.config import LogConfig
 from lockgate.log.partition import Partition
 from lockgate.protocol.errors import KafkaProtocolError
 from lockgate.protocol.records import build_batch, validate_produced_batch

@@ -176,9 +176,9 @@ def hook_costs() -> list[tuple[str, float]]:
     from prometheus_client import CollectorRegistry, Counter
     from prometheus_client import Histogram as PromHistogram
 
+    from lockgate.config.properties import BrokerConfig
     from lockgate.protocol.api import ApiKey
     from lockgate.server.broker import Broker as LockgateBroker
-    from lockgate.server.config import BrokerConfig
     from lockgate.storage.memory import MemoryEngine
 
     config = BrokerConfig({"listeners": "127.0.0.1:0", "lockgate.metrics.port": "0"})
@@ -217,10 +217,10 @@ def hook_costs() -> list[tuple[str, float]]:
 def scrape_cost(partitions: int, groups: int) -> float:
     """Milliseconds to render one scrape of a broker holding `partitions` partitions (one
     topic) and `groups` groups with a committed offset on each of 10 partitions."""
+    from lockgate.config.properties import BrokerConfig
     from lockgate.coordinator.group.group import Group
     from lockgate.coordinator.group.records import CommittedOffset
     from lockgate.server.broker import Broker as LockgateBroker
-    from lockgate.server.config import BrokerConfig
     from lockgate.storage.memory import MemoryEngine
 
     config = BrokerConfig({"listeners": "127.0.0.1:0", "lockgate.metrics.port": "0"})

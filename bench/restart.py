@@ -30,17 +30,16 @@ import threading
 import time
 from pathlib import Path
 
+from lockgate.config.properties import BrokerConfig
 from lockgate.coordinator.group.records import CommittedOffset, offset_key, offset_value
-from lockgate.coordinator.group.service import CONSUMER_OFFSETS_TOPIC
 from lockgate.coordinator.snapshots import SUFFIX as SNAPSHOT_SUFFIX
 from lockgate.coordinator.txn.log import encode_key, encode_value, partition_for
 from lockgate.coordinator.txn.metadata import TxnMetadata
-from lockgate.coordinator.txn.service import TRANSACTION_STATE_TOPIC
 from lockgate.coordinator.txn.state import TxnState
 from lockgate.protocol.records import build_batch, validate_produced_batch
 from lockgate.server.broker import CLEAN_SHUTDOWN_MARK, Broker
-from lockgate.server.config import BrokerConfig
 from lockgate.storage.disk import DiskEngine
+from lockgate.topics.internal import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from tests.support.kafka_wire import KafkaWire, api_versions
 
 IDS = 1000

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from lockgate.config.properties import BrokerConfig
 from lockgate.server.broker import Broker
-from lockgate.server.config import BrokerConfig
 from lockgate.storage.memory import MemoryEngine
 from tests.support.broker import BrokerProcess
 from tests.support.cluster import BrokerCluster

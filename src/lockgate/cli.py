@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lockgate.server.config import BrokerConfig, ConfigError, parse_properties
+from lockgate.config.properties import BrokerConfig, ConfigError, parse_properties
 
 
 def _serve(args: argparse.Namespace) -> int:

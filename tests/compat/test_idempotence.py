@@ -34,10 +34,10 @@ from kafka import TopicPartition as KafkaTopicPartition
 from kafka.errors import UnknownProducerIdError
 from kafka.producer.future import RecordMetadata
 
+from lockgate.config.properties import BrokerConfig
 from lockgate.protocol.records import build_batch
-from lockgate.server import durability
+from lockgate.replication import group_commit as durability
 from lockgate.server.broker import Broker
-from lockgate.server.config import BrokerConfig
 from lockgate.storage.disk import DiskEngine
 from lockgate.storage.engine import AppendFile
 from tests.support.broker import BrokerProcess

@@ -15,8 +15,8 @@ from confluent_kafka import Consumer as ConfluentConsumer
 from lockgate.client.cluster import TopicPartition
 from lockgate.client.consumer import Consumer, Message
 from lockgate.client.producer import Producer
+from lockgate.config.properties import BrokerConfig
 from lockgate.server.broker import Broker
-from lockgate.server.config import BrokerConfig
 from lockgate.storage.memory import MemoryEngine
 
 PARTITIONS = 4

@@ -42,8 +42,8 @@ from lockgate.client.transactions import (
     TransactionAbortedError,
     TransactionState,
 )
+from lockgate.config.properties import BrokerConfig
 from lockgate.server.broker import Broker
-from lockgate.server.config import BrokerConfig
 from lockgate.storage.memory import MemoryEngine
 from tests.support.broker import BrokerProcess
 from tests.support.fault_proxy import Direction, FaultProxy

@@ -13,8 +13,8 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaStorageError
 
+from lockgate.config.properties import BrokerConfig
 from lockgate.server.broker import Broker
-from lockgate.server.config import BrokerConfig
 from lockgate.storage.memory import MemoryEngine, MemoryFaults
 
 pytestmark = pytest.mark.compat

@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 import re
 
+from lockgate.config.properties import BrokerConfig
 from lockgate.coordinator.txn import coordinator as rules
 from lockgate.server.broker import Broker
-from lockgate.server.config import BrokerConfig
 from lockgate.storage.memory import MemoryEngine
 
 

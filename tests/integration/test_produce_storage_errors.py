@@ -11,10 +11,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from lockgate.config.properties import BrokerConfig
 from lockgate.handlers import k00_produce
 from lockgate.protocol.records import build_batch
 from lockgate.server.broker import Broker
-from lockgate.server.config import BrokerConfig
 from lockgate.storage.memory import MemoryEngine, MemoryFaults
 from tests.support.kafka_wire import KafkaWire, ProduceResult, produce
 

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
+from lockgate.config.properties import BrokerConfig
 from lockgate.protocol.api import build, decode_body, encode, request_class, response_class
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.protocol.produce import ProduceRequestData, ProduceTopic, decode_produce
 from lockgate.protocol.records import TRANSACTIONAL_BIT, build_batch, iter_records
 from lockgate.server.broker import Broker
-from lockgate.server.config import BrokerConfig
 from lockgate.storage.memory import MemoryEngine
 
 TOPIC = "tv2"

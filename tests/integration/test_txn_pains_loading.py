@@ -27,13 +27,13 @@ import pytest
 from lockgate.client.errors import KafkaTimeoutError, ProducerFencedError
 from lockgate.client.producer import Producer
 from lockgate.client.transactions import TransactionState
+from lockgate.config.properties import BrokerConfig
 from lockgate.coordinator.txn.log import encode_key, encode_value
 from lockgate.coordinator.txn.metadata import TxnMetadata
-from lockgate.coordinator.txn.service import TRANSACTION_STATE_TOPIC
 from lockgate.coordinator.txn.state import TxnState
 from lockgate.protocol.records import build_batch, validate_produced_batch
 from lockgate.server.broker import Broker
-from lockgate.server.config import BrokerConfig
+from lockgate.topics.internal import TRANSACTION_STATE_TOPIC
 from tests.integration.test_client_producer import unique
 from tests.integration.test_txn_pains_timeouts import committed
 from tests.support.broker import BrokerProcess

@@ -27,7 +27,7 @@ from confluent_kafka.admin._config import (
 from confluent_kafka.admin._resource import ResourceType
 from confluent_kafka.cimpl import NewTopic
 
-from lockgate.server.config import INTERNAL_TOPIC_CONFIGS, TOPIC_CONFIGS
+from lockgate.config.properties import INTERNAL_TOPIC_CONFIGS, TOPIC_CONFIGS
 from tests.support.broker import BrokerProcess
 from tests.support.reference_kafka import ReferenceKafka
 

@@ -12,6 +12,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 
 from lockgate.client.connection import BrokerConnection
+from lockgate.cluster.membership import ClusterMembership
 from lockgate.cluster.metadata import (
     BrokerRegistration,
     MetadataView,
@@ -19,13 +20,12 @@ from lockgate.cluster.metadata import (
     TopicRecord,
     Versioned,
 )
+from lockgate.config.properties import BrokerConfig
 from lockgate.coordinator.txn.markers import MarkerSender
 from lockgate.coordinator.txn.verifier import TxnVerifier
 from lockgate.replication.manager import ReplicaManager
 from lockgate.server.broker import Broker
-from lockgate.server.config import BrokerConfig
 from lockgate.server.connection import Connection
-from lockgate.server.membership import ClusterMembership
 from lockgate.storage.memory import MemoryEngine
 
 

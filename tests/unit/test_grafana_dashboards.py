@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from lockgate.config.properties import BrokerConfig
 from lockgate.server.broker import Broker
-from lockgate.server.config import BrokerConfig
 from lockgate.storage.memory import MemoryEngine
 
 DASHBOARDS = sorted((Path(__file__).parents[2] / "deploy" / "grafana").glob("*.json"))

@@ -27,7 +27,6 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
-from urllib.parse import urlsplit
 
 from etcd3aio import Etcd3Client, EtcdError, prefix_range_end
 from etcd3aio._protobuf import Compare  # the generated message: mod-revision compares need it
@@ -40,10 +39,10 @@ from lockgate.cluster.metadata import (
     TopicRecord,
     Versioned,
 )
+from lockgate.storage.documents import DEFAULT_NAMESPACE, parse_cluster_url
 
 log = logging.getLogger(__name__)
 
-DEFAULT_NAMESPACE = "lockgate"
 PUT, DELETE = 0, 1  # mvccpb.Event.EventType
 RPC_TIMEOUT = 5.0
 
@@ -52,20 +51,6 @@ class DuplicateBrokerError(Exception):
     """Another live broker is registered under this node id."""
 
 
-def parse_cluster_url(url: str) -> tuple[list[str], str]:
-    """`etcd://HOST:PORT[,HOST:PORT...][/NAMESPACE]` → (endpoints, namespace)."""
-    parts = urlsplit(url)
-    if parts.scheme != "etcd" or not parts.netloc:
-        raise ValueError(f"{url!r} is not etcd://HOST:PORT[,HOST:PORT...][/NAMESPACE]")
-    endpoints = [e.strip() for e in parts.netloc.split(",") if e.strip()]
-    for endpoint in endpoints:
-        host, _, port = endpoint.rpartition(":")
-        if not host or not port.isdigit():
-            raise ValueError(f"{endpoint!r} in {url!r} is not HOST:PORT")
-    namespace = parts.path.strip("/") or DEFAULT_NAMESPACE
-    if "/" in namespace:
-        raise ValueError(f"the namespace of {url!r} must be one path segment")
-    return endpoints, namespace
 
 
 class EtcdMetadataStore:

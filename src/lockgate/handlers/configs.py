@@ -4,12 +4,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from lockgate.config.dynamic import DYNAMIC_BROKER_CONFIGS, broker_target, check_changes
+from lockgate.config.properties import CONFIG_TYPES, TOPIC_CONFIGS
 from lockgate.handlers.registry import RequestContext
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.security.acls import Operation, ResourceType
 from lockgate.security.authorizer import authorize
-from lockgate.server.config import CONFIG_TYPES, TOPIC_CONFIGS
-from lockgate.server.dynamic_config import DYNAMIC_BROKER_CONFIGS, broker_target, check_changes
 
 TOPIC = 2
 BROKER = 4

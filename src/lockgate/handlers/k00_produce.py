@@ -72,11 +72,11 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from lockgate.config.log import LogConfig
 from lockgate.coordinator.txn import coordinator as rules
 from lockgate.handlers.common import check_leader
 from lockgate.handlers.registry import HandlerResult, RawBody, RequestContext, handles
 from lockgate.handlers.txn_common import RETRIABLE_VERIFICATION, map_abortable
-from lockgate.log.config import LogConfig
 from lockgate.log.partition import Partition
 from lockgate.log.record_limits import check_records
 from lockgate.protocol.api import ApiKey

@@ -37,14 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lockgate.handlers.common import check_leader, field, millis
-from lockgate.handlers.registry import HandlerResult, RawBody, RequestContext, handles
-from lockgate.log.partition import Partition
-from lockgate.protocol.api import ApiKey, build, encode, response_class
-from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
-from lockgate.security.acls import Operation, ResourceType
-from lockgate.security.authorizer import authorize
-from lockgate.security.quotas import QuotaType, charge
-from lockgate.server.fetch_sessions import (
+from lockgate.handlers.fetch_sessions import (
     FINAL_EPOCH,
     INITIAL_EPOCH,
     FetchSession,
@@ -52,6 +45,13 @@ from lockgate.server.fetch_sessions import (
     SessionPartition,
     next_epoch,
 )
+from lockgate.handlers.registry import HandlerResult, RawBody, RequestContext, handles
+from lockgate.log.partition import Partition
+from lockgate.protocol.api import ApiKey, build, encode, response_class
+from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
+from lockgate.security.acls import Operation, ResourceType
+from lockgate.security.authorizer import authorize
+from lockgate.security.quotas import QuotaType, charge
 
 READ_COMMITTED = 1
 CONSUMER = -1

@@ -25,6 +25,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from lockgate.cluster.membership import on_listener
 from lockgate.cluster.metadata import NO_LEADER, PartitionState, TopicRecord
 from lockgate.handlers.common import field
 from lockgate.handlers.k00_produce import may_create_topic
@@ -33,8 +34,7 @@ from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.security.acls import CLUSTER_NAME, Operation, ResourceType
 from lockgate.security.authorizer import authorize, authorized_operations, filter_authorized
-from lockgate.server.membership import on_listener
-from lockgate.server.topics import validate_topic_name
+from lockgate.topics.directory import validate_topic_name
 
 NO_AUTHORIZED_OPERATIONS = -(2**31)
 

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from lockgate.coordinator.locator import GROUP, TRANSACTION
 from lockgate.handlers.common import field
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
 from lockgate.security.acls import Operation, ResourceType
 from lockgate.security.authorizer import authorize
-from lockgate.server.coordinator_locator import GROUP, TRANSACTION
 
 
 def _locate(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:

@@ -20,8 +20,7 @@ from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
 from lockgate.security.acls import Operation, ResourceType
 from lockgate.security.authorizer import authorize
-
-CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
+from lockgate.topics.internal import CONSUMER_OFFSETS_TOPIC
 
 
 @handles(ApiKey.ADD_OFFSETS_TO_TXN, 0, 4)

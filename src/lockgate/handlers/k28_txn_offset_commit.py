@@ -41,8 +41,8 @@ from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
 from lockgate.security.acls import Operation, ResourceType
 from lockgate.security.authorizer import authorize
+from lockgate.topics.internal import CONSUMER_OFFSETS_TOPIC
 
-CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
 FIRST_IMPLICIT_ADD_VERSION = 5
 VERIFY_TIMEOUT_S = 30.0
 

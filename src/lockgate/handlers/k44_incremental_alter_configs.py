@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from lockgate.config.dynamic import broker_target
 from lockgate.handlers.configs import (
     APPEND,
     BROKER,
@@ -46,7 +47,6 @@ from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.security.acls import Operation
-from lockgate.server.dynamic_config import broker_target
 
 
 def _check_request(resource: Any) -> None:

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from lockgate.cluster.membership import on_listener
 from lockgate.handlers.common import field
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
 from lockgate.security.acls import CLUSTER_NAME, ResourceType
 from lockgate.security.authorizer import authorized_operations
-from lockgate.server.membership import on_listener
 
 NO_AUTHORIZED_OPERATIONS = -(2**31)
 

@@ -27,14 +27,14 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from lockgate.cluster.membership import on_listener
 from lockgate.cluster.metadata import NO_LEADER, PartitionState, TopicRecord
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.security.acls import Operation, ResourceType
 from lockgate.security.authorizer import authorize, authorized_operations
-from lockgate.server.membership import on_listener
-from lockgate.server.topics import validate_topic_name
+from lockgate.topics.directory import validate_topic_name
 
 ZERO_ID = uuid.UUID(int=0)
 NO_AUTHORIZED_OPERATIONS = -(2**31)

@@ -13,8 +13,8 @@ import uuid
 from collections.abc import Callable
 from dataclasses import replace
 
+from lockgate.config.log import LogConfig
 from lockgate.log import swap
-from lockgate.log.config import LogConfig
 from lockgate.log.duplicates import find_earlier_batch
 from lockgate.log.epochs import LeaderEpochCache
 from lockgate.log.producer_state import Duplicate, ProducerEntry, ProducerStateTable

@@ -9,7 +9,7 @@
 # (and decompresses) every batch produced to it, as Kafka does.
 from __future__ import annotations
 
-from lockgate.log.config import LogConfig
+from lockgate.config.log import LogConfig
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.protocol.records import BatchHeader
 from lockgate.protocol.rewrite import split_records

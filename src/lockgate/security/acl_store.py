@@ -1,4 +1,4 @@
-# Where ACLs live: one document (lockgate.cluster.documents) holding the JSON list of bindings.
+# Where ACLs live: one document (lockgate.storage.documents) holding the JSON list of bindings.
 # A single node keeps it in its storage engine (`acls.json`); a cluster keeps it in the etcd
 # key `acls`, which every broker watches, so a change made on one broker applies on all. The
 # store holds the whole set in memory (`bindings`) and calls `listeners` after every change.
@@ -6,8 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
-from lockgate.cluster.documents import Compute, Document, EtcdDocument, LocalDocument
 from lockgate.security.acls import AclBinding, AclBindingFilter, decode_bindings, encode_bindings
+from lockgate.storage.documents import (
+    Compute,
+    Document,
+    EtcdDocument,
+    LocalDocument,
+    parse_cluster_url,
+)
 from lockgate.storage.engine import StorageEngine
 
 ACLS_FILE = "acls.json"
@@ -99,6 +105,4 @@ class EtcdAclStore(AclStore):
 
     @classmethod
     def from_url(cls, url: str) -> EtcdAclStore:
-        from lockgate.cluster.etcd import parse_cluster_url
-
         return cls(*parse_cluster_url(url))

@@ -27,8 +27,8 @@ from lockgate.security.acls import (
 from lockgate.security.session import Session
 
 if TYPE_CHECKING:
+    from lockgate.config.properties import BrokerConfig
     from lockgate.handlers.registry import RequestContext
-    from lockgate.server.config import BrokerConfig
     from lockgate.storage.engine import StorageEngine
 
 log = logging.getLogger(__name__)

@@ -1,5 +1,5 @@
 # The SCRAM credential store: user → {mechanism name → ScramCredential}, one JSON document
-# (lockgate.cluster.documents): a single node's storage engine, or a cluster's etcd key read
+# (lockgate.storage.documents): a single node's storage engine, or a cluster's etcd key read
 # afresh by every broker on each authentication (a change through one broker is seen by all at
 # once). A change is a pure function of the current users, retried on a lost race.
 from __future__ import annotations
@@ -9,7 +9,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from lockgate.cluster.documents import Document, EtcdDocument, LocalDocument
 from lockgate.protocol.errors import ErrorCode
 from lockgate.security.scram import (
     MAX_ITERATIONS,
@@ -18,6 +17,7 @@ from lockgate.security.scram import (
     ScramMechanism,
     credential_from_salted_password,
 )
+from lockgate.storage.documents import Document, EtcdDocument, LocalDocument, parse_cluster_url
 
 if TYPE_CHECKING:
     from lockgate.storage.engine import StorageEngine
@@ -108,8 +108,6 @@ class EtcdCredentialStore(CredentialStore):
 
     @classmethod
     def from_url(cls, url: str) -> EtcdCredentialStore:
-        from lockgate.cluster.etcd import parse_cluster_url
-
         return cls(*parse_cluster_url(url))
 
 

@@ -8,14 +8,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from lockgate.security.session import SecurityProtocol
-from lockgate.server.config import (
+from lockgate.config.properties import (
     _ALIASES,
     BROKER_DEFAULTS,
     TOPIC_CONFIGS,
     BrokerConfig,
     ConfigError,
 )
+from lockgate.security.session import SecurityProtocol
 
 # SASL mechanisms lockgate serves (GSSAPI and OAUTHBEARER are not).
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")

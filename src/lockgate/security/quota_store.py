@@ -1,4 +1,4 @@
-# Where client quotas live: one document (lockgate.cluster.documents) holding the whole table.
+# Where client quotas live: one document (lockgate.storage.documents) holding the whole table.
 # A single node keeps it in its storage engine (`client-quotas.json`); a cluster keeps it in
 # the etcd key `client-quotas`, which every broker watches, so an AlterClientQuotas answered by
 # one broker applies on all. The store holds the table in memory (`table`) and calls
@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 
-from lockgate.cluster.documents import Document, EtcdDocument, LocalDocument
 from lockgate.security.quotas import Alteration, QuotaEntity, QuotaTable, apply_alterations
+from lockgate.storage.documents import Document, EtcdDocument, LocalDocument, parse_cluster_url
 from lockgate.storage.engine import StorageEngine
 
 QUOTAS_FILE = "client-quotas.json"
@@ -82,8 +82,6 @@ class EtcdQuotaStore(QuotaStore):
 
     @classmethod
     def from_url(cls, url: str) -> EtcdQuotaStore:
-        from lockgate.cluster.etcd import parse_cluster_url
-
         return cls(*parse_cluster_url(url))
 
 

@@ -14,9 +14,9 @@ from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from lockgate.config.properties import ConfigError
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
-from lockgate.server.config import ConfigError
 
 USER = "user"
 CLIENT_ID = "client-id"

@@ -15,8 +15,8 @@ import tempfile
 from collections.abc import Awaitable, Callable
 from typing import cast
 
+from lockgate.config.properties import BrokerConfig, ConfigError
 from lockgate.security.listeners import Listener, listener_property
-from lockgate.server.config import BrokerConfig, ConfigError
 
 _TLS_VERSIONS = {
     "TLSv1.2": ssl.TLSVersion.TLSv1_2,

@@ -14,37 +14,38 @@ from lockgate.client.security import ClientSecurity
 from lockgate.cluster.controller_service import ControllerService
 from lockgate.cluster.etcd import EtcdMetadataStore
 from lockgate.cluster.local import LocalMetadataStore
+from lockgate.cluster.membership import ClusterMembership, Membership, SingleNode
 from lockgate.cluster.metadata import BrokerRegistration, Endpoint
-from lockgate.coordinator.group.service import CONSUMER_OFFSETS_TOPIC, GroupCoordinator
+from lockgate.config.dynamic import open_dynamic_configs
+from lockgate.config.properties import BrokerConfig
+from lockgate.coordinator.group.service import GroupCoordinator
+from lockgate.coordinator.locator import CoordinatorLocator
 from lockgate.coordinator.snapshots import Snapshotter
-from lockgate.coordinator.txn.service import TRANSACTION_STATE_TOPIC, TransactionCoordinator
+from lockgate.coordinator.txn.producer_ids import ClusterProducerIds, ProducerIdManager
+from lockgate.coordinator.txn.service import TransactionCoordinator
 from lockgate.coordinator.txn.verifier import TxnVerifier
 from lockgate.handlers import load_all
+from lockgate.handlers.fetch_sessions import FetchSessionCache
 from lockgate.log.append_order import AppendOrder
 from lockgate.log.cleaner import MAP_ENTRY_BYTES, LogCleaner
 from lockgate.log.partition import Partition
+from lockgate.replication.group_commit import GroupCommit
 from lockgate.replication.manager import ReplicaManager
 from lockgate.security.authorizer import Authorizer
 from lockgate.security.credentials import open_credential_store
-from lockgate.security.inter_broker import inter_broker_security
 from lockgate.security.listeners import Listener, check_properties, inter_broker_listener
 from lockgate.security.quota_store import open_quota_store
 from lockgate.security.quotas import ClientQuotas
 from lockgate.security.tls import TlsAcceptor, server_context
-from lockgate.server.config import BrokerConfig
 from lockgate.server.connection import Connection
 from lockgate.server.connection_limits import ConnectionLimits, RequestMemory
-from lockgate.server.coordinator_locator import CoordinatorLocator
-from lockgate.server.durability import GroupCommit
-from lockgate.server.dynamic_config import open_dynamic_configs
-from lockgate.server.fetch_sessions import FetchSessionCache
-from lockgate.server.membership import ClusterMembership, Membership, SingleNode
+from lockgate.server.inter_broker import inter_broker_security
 from lockgate.server.metrics import BrokerMetrics
-from lockgate.server.producer_ids import ClusterProducerIds, ProducerIdManager
-from lockgate.server.topic_admin import ClusterTopicAdmin, LocalTopicAdmin, TopicAdmin
-from lockgate.server.topics import TopicManager
 from lockgate.storage.disk import open_disk_engine
 from lockgate.storage.engine import StorageEngine
+from lockgate.topics.admin import ClusterTopicAdmin, LocalTopicAdmin, TopicAdmin
+from lockgate.topics.directory import TopicManager
+from lockgate.topics.internal import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 
 log = logging.getLogger(__name__)
 

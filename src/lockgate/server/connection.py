@@ -38,7 +38,7 @@ from lockgate.security.listeners import enabled_mechanisms
 from lockgate.security.quotas import SELF_CHARGED_API_KEYS, QuotaType, measured
 from lockgate.security.session import Session
 from lockgate.security.tls import peer_principal
-from lockgate.server.request_context import (
+from lockgate.server.log_context import (
     ConnectionContext,
     current_connection,
     current_request,

@@ -12,7 +12,7 @@ import logging
 import time
 from collections import Counter, deque
 
-from lockgate.server.config import BrokerConfig, ConfigError
+from lockgate.config.properties import BrokerConfig, ConfigError
 
 log = logging.getLogger(__name__)
 

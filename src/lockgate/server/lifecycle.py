@@ -5,8 +5,8 @@ import asyncio
 import logging
 import signal
 
+from lockgate.config.properties import BrokerConfig
 from lockgate.server.broker import Broker
-from lockgate.server.config import BrokerConfig
 from lockgate.server.log_format import log_handler
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ import sys
 from datetime import UTC, datetime
 from typing import TextIO
 
-from lockgate.server.request_context import context_fields
+from lockgate.server.log_context import context_fields
 
 FORMATS = ("plain", "json")
 PLAIN_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"

@@ -38,10 +38,10 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from lockgate.coordinator.txn.state import TxnState
+from lockgate.log.stats import LATENCY_BUCKETS, Histogram
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
 from lockgate.server import partition_metrics
-from lockgate.server.stats import LATENCY_BUCKETS, Histogram
 
 if TYPE_CHECKING:
     from lockgate.server.broker import Broker

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 
-from lockgate.spark import demo as spark_demo
 from lockgate.tools import (
     acls,
     configs,
@@ -23,6 +22,7 @@ from lockgate.tools import (
     produce,
     producers,
     quotas,
+    spark_demo,
     topics,
     transactions,
     users,

@@ -18,6 +18,7 @@ from lockgate.client.admin import Admin
 from lockgate.client.admin_scram import ScramDeletion, ScramUpsertion
 from lockgate.client.security import ClientSecurity
 from lockgate.client.security_options import security_from_properties
+from lockgate.config.properties import parse_properties
 from lockgate.protocol.errors import ErrorCode
 from lockgate.security.credentials import (
     CredentialStore,
@@ -35,7 +36,6 @@ from lockgate.security.scram import (
     ScramMechanism,
     new_salt,
 )
-from lockgate.server.config import parse_properties
 from lockgate.storage.disk import DiskEngine
 from lockgate.tools.common import EXIT_OK, ToolError, connection_options, tool
 from lockgate.tools.table import render

@@ -11,8 +11,8 @@ from collections.abc import Callable
 
 import pytest
 
-from lockgate.server.config import BrokerConfig
-from lockgate.server.dynamic_config import DYNAMIC_BROKER_CONFIG, open_dynamic_configs
+from lockgate.config.dynamic import DYNAMIC_BROKER_CONFIG, open_dynamic_configs
+from lockgate.config.properties import BrokerConfig
 from lockgate.storage.memory import MemoryEngine
 from tests.support.etcd import EtcdCluster
 

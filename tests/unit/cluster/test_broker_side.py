@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from lockgate.cluster.membership import ClusterMembership
 from lockgate.cluster.metadata import (
     NO_LEADER,
     BrokerRegistration,
@@ -18,13 +19,12 @@ from lockgate.cluster.metadata import (
     TopicRecord,
     Versioned,
 )
+from lockgate.config.properties import BrokerConfig
+from lockgate.coordinator.txn.producer_ids import BLOCK_SIZE, ClusterProducerIds
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
-from lockgate.server.config import BrokerConfig
-from lockgate.server.membership import ClusterMembership
-from lockgate.server.producer_ids import BLOCK_SIZE, ClusterProducerIds
-from lockgate.server.topic_admin import ClusterTopicAdmin
-from lockgate.server.topics import TopicManager
 from lockgate.storage.memory import MemoryEngine
+from lockgate.topics.admin import ClusterTopicAdmin
+from lockgate.topics.directory import TopicManager
 
 
 class Store:

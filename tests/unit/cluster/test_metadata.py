@@ -7,8 +7,8 @@ import uuid
 
 import pytest
 
-from lockgate.cluster.etcd import parse_cluster_url
 from lockgate.cluster.metadata import BrokerRegistration, PartitionState, TopicRecord
+from lockgate.storage.documents import parse_cluster_url
 
 
 def test_records_round_trip() -> None:

@@ -8,15 +8,15 @@ from __future__ import annotations
 import asyncio
 import time
 
+from lockgate.config.properties import BrokerConfig
 from lockgate.coordinator.txn.log import encode_key, encode_value, partition_for
 from lockgate.coordinator.txn.metadata import TxnMetadata
-from lockgate.coordinator.txn.service import TRANSACTION_STATE_TOPIC
 from lockgate.coordinator.txn.state import TxnState
 from lockgate.protocol.errors import ErrorCode
 from lockgate.protocol.records import build_batch, validate_produced_batch
 from lockgate.server.broker import Broker
-from lockgate.server.config import BrokerConfig
 from lockgate.storage.memory import MemoryEngine
+from lockgate.topics.internal import TRANSACTION_STATE_TOPIC
 
 SETTINGS = {
     "listeners": "127.0.0.1:0",

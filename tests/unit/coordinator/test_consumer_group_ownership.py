@@ -9,12 +9,13 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from lockgate.config.properties import BrokerConfig
 from lockgate.coordinator.group.consumer_group import HeartbeatRequest, HeartbeatResponse
-from lockgate.coordinator.group.service import CONSUMER_OFFSETS_TOPIC, GroupCoordinator
+from lockgate.coordinator.group.service import GroupCoordinator
 from lockgate.protocol.errors import ErrorCode
 from lockgate.server.broker import Broker
-from lockgate.server.config import BrokerConfig
 from lockgate.storage.memory import MemoryEngine
+from lockgate.topics.internal import CONSUMER_OFFSETS_TOPIC
 from tests.unit.coordinator.group.support import wait_until
 from tests.unit.coordinator.test_group_ownership import GROUP, PARTITIONS, SETTINGS, TOPIC
 

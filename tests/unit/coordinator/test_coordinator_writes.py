@@ -12,12 +12,12 @@ from collections.abc import AsyncIterator
 import pytest
 
 from lockgate.cluster.metadata import PartitionState
+from lockgate.config.properties import BrokerConfig
 from lockgate.coordinator import writes
 from lockgate.log.partition import Partition
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.protocol.records import build_batch
 from lockgate.server.broker import Broker
-from lockgate.server.config import BrokerConfig
 from lockgate.storage.memory import MemoryEngine
 from tests.support.memory_cluster import MemoryClusterBroker, MemoryStore, memory_cluster
 

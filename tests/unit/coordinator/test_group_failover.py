@@ -13,9 +13,10 @@ import pytest
 
 from lockgate.cluster.metadata import PartitionState
 from lockgate.coordinator.group.records import CommittedOffset
-from lockgate.coordinator.group.service import CONSUMER_OFFSETS_TOPIC, GroupCoordinator
+from lockgate.coordinator.group.service import GroupCoordinator
 from lockgate.coordinator.txn.log import partition_for
 from lockgate.protocol.errors import ErrorCode
+from lockgate.topics.internal import CONSUMER_OFFSETS_TOPIC
 from tests.support.memory_cluster import MemoryClusterBroker, MemoryStore, memory_cluster
 from tests.unit.coordinator.group.support import wait_until
 

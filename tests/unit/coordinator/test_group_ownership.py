@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
+from lockgate.config.properties import BrokerConfig
 from lockgate.coordinator.group.records import CommittedOffset, offset_key, offset_value
-from lockgate.coordinator.group.service import CONSUMER_OFFSETS_TOPIC, GroupCoordinator
+from lockgate.coordinator.group.service import GroupCoordinator
 from lockgate.coordinator.txn.log import partition_for
 from lockgate.handlers import k11_join_group
 from lockgate.handlers.registry import HandlerResult, RawBody, RequestContext
@@ -22,8 +23,8 @@ from lockgate.protocol.api import ApiKey, build, encode, request_class, response
 from lockgate.protocol.errors import ErrorCode
 from lockgate.protocol.records import build_batch, validate_produced_batch
 from lockgate.server.broker import Broker
-from lockgate.server.config import BrokerConfig
 from lockgate.storage.memory import MemoryEngine
+from lockgate.topics.internal import CONSUMER_OFFSETS_TOPIC
 from tests.unit.coordinator.group.support import wait_until
 
 PARTITIONS = 3

@@ -9,8 +9,8 @@ import asyncio
 import time
 import uuid
 
+from lockgate.config.log import LogConfig
 from lockgate.coordinator.replay import REPLAY_CHUNK, REPLAY_SLICE_S, replay
-from lockgate.log.config import LogConfig
 from lockgate.log.partition import Partition
 from lockgate.protocol.records import BatchHeader, build_batch, validate_produced_batch
 from lockgate.storage.memory import MemoryEngine

@@ -10,14 +10,13 @@ import uuid
 from dataclasses import replace
 from typing import Any
 
+from lockgate.config.log import LogConfig
+from lockgate.config.properties import BrokerConfig
 from lockgate.coordinator.group.records import CommittedOffset, offset_key, offset_value
-from lockgate.coordinator.group.service import CONSUMER_OFFSETS_TOPIC
 from lockgate.coordinator.snapshots import PartitionImage, read_latest, write
 from lockgate.coordinator.txn.log import encode_key, encode_value
 from lockgate.coordinator.txn.metadata import TxnMetadata
-from lockgate.coordinator.txn.service import TRANSACTION_STATE_TOPIC
 from lockgate.coordinator.txn.state import TxnState
-from lockgate.log.config import LogConfig
 from lockgate.log.partition import Partition
 from lockgate.protocol.records import (
     TRANSACTIONAL_BIT,
@@ -26,8 +25,8 @@ from lockgate.protocol.records import (
     validate_produced_batch,
 )
 from lockgate.server.broker import Broker
-from lockgate.server.config import BrokerConfig
 from lockgate.storage.memory import MemoryEngine
+from lockgate.topics.internal import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 
 SETTINGS = {
     "listeners": "127.0.0.1:0",

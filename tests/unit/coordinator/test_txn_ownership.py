@@ -14,11 +14,12 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from lockgate.config.properties import BrokerConfig
 from lockgate.coordinator import writes
 from lockgate.coordinator.txn import coordinator as rules
 from lockgate.coordinator.txn.log import encode_key, encode_value, partition_for
 from lockgate.coordinator.txn.metadata import TxnMetadata
-from lockgate.coordinator.txn.service import TRANSACTION_STATE_TOPIC, TransactionCoordinator
+from lockgate.coordinator.txn.service import TransactionCoordinator
 from lockgate.coordinator.txn.state import TxnState
 from lockgate.log.partition import Partition
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
@@ -29,8 +30,8 @@ from lockgate.protocol.records import (
     validate_produced_batch,
 )
 from lockgate.server.broker import Broker
-from lockgate.server.config import BrokerConfig
 from lockgate.storage.memory import MemoryEngine
+from lockgate.topics.internal import TRANSACTION_STATE_TOPIC
 from tests.unit.coordinator.group.support import wait_until
 
 PARTITIONS = 3

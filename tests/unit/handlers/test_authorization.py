@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from lockgate.config.properties import BrokerConfig
 from lockgate.handlers.registry import HANDLERS, RawBody, RequestContext
 from lockgate.protocol.api import ApiKey, build, request_class
 from lockgate.protocol.errors import ErrorCode
@@ -26,7 +27,6 @@ from lockgate.security.acls import (
 )
 from lockgate.security.session import SecurityProtocol, Session
 from lockgate.server.broker import Broker
-from lockgate.server.config import BrokerConfig
 from lockgate.storage.memory import MemoryEngine
 
 ALICE = Session("PLAINTEXT", SecurityProtocol.PLAINTEXT, "127.0.0.1", "User:alice")

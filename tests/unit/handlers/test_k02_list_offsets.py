@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import uuid
 
+from lockgate.config.log import LogConfig
 from lockgate.handlers.k02_list_offsets import (
     EARLIEST,
     EARLIEST_LOCAL,
@@ -15,7 +16,6 @@ from lockgate.handlers.k02_list_offsets import (
     MAX_TIMESTAMP,
     lookup,
 )
-from lockgate.log.config import LogConfig
 from lockgate.log.partition import Partition
 from lockgate.protocol.records import build_batch, validate_produced_batch
 from lockgate.storage.memory import MemoryEngine

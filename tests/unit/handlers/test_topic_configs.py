@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from lockgate.client.cluster import Cluster
+from lockgate.config.properties import CONFIG_TYPES, INTERNAL_TOPIC_CONFIGS, TOPIC_CONFIGS
 from lockgate.handlers.registry import HANDLERS, RawBody, RequestContext
 from lockgate.protocol.api import ApiKey, build, encode, request_class, response_class
 from lockgate.protocol.errors import ErrorCode
@@ -18,7 +19,6 @@ from lockgate.protocol.recompress import recompress
 from lockgate.protocol.records import build_batch
 from lockgate.security.session import SecurityProtocol, Session
 from lockgate.server.broker import Broker
-from lockgate.server.config import CONFIG_TYPES, INTERNAL_TOPIC_CONFIGS, TOPIC_CONFIGS
 
 SESSION = Session("PLAINTEXT", SecurityProtocol.PLAINTEXT, "127.0.0.1", "User:ANONYMOUS")
 TOPIC, BROKER = 2, 4

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from lockgate.config.log import LogConfig
 from lockgate.log import swap
 from lockgate.log.cleaner import (
     CHECKPOINT_FILE,
@@ -22,7 +23,6 @@ from lockgate.log.cleaner import (
     read_checkpoint,
     still_planned,
 )
-from lockgate.log.config import LogConfig
 from lockgate.log.partition import Partition
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.protocol.records import (

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from lockgate.config.log import LogConfig
 from lockgate.log import duplicates
-from lockgate.log.config import LogConfig
 from lockgate.log.duplicates import find_earlier_batch
 from lockgate.log.partition import Partition
 from lockgate.log.producer_state import Duplicate

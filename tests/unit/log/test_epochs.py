@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from lockgate.log.config import LogConfig
+from lockgate.config.log import LogConfig
 from lockgate.log.epochs import UNDEFINED_EPOCH, UNDEFINED_OFFSET, LeaderEpochCache
 from lockgate.log.partition import Partition
 from lockgate.protocol.records import build_batch, validate_produced_batch

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lockgate.log.config import LogConfig
+from lockgate.config.log import LogConfig
 from lockgate.log.partition import Partition
 from lockgate.log.segment import segment_name
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError

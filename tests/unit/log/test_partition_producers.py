@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from lockgate.log.config import LogConfig
+from lockgate.config.log import LogConfig
 from lockgate.log.partition import Partition
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.protocol.records import build_batch, validate_produced_batch

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from lockgate.log.config import LogConfig
+from lockgate.config.log import LogConfig
 from lockgate.log.partition import Partition
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.protocol.records import TRANSACTIONAL_BIT, build_batch, validate_produced_batch

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from lockgate.log.config import LogConfig
+from lockgate.config.log import LogConfig
 from lockgate.log.partition import Partition
 from lockgate.log.txn_index import AbortedTxn
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from lockgate.log.config import LogConfig
+from lockgate.config.log import LogConfig
 from lockgate.log.partition import Partition
 from lockgate.log.record_limits import check_records
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from lockgate.config.properties import TOPIC_CONFIGS, BrokerConfig, ConfigError, check_value
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.protocol.recompress import recompress, target_codec
 from lockgate.protocol.records import (
@@ -16,7 +17,6 @@ from lockgate.protocol.records import (
     parse_header,
     validate_produced_batch,
 )
-from lockgate.server.config import TOPIC_CONFIGS, BrokerConfig, ConfigError, check_value
 
 RECORDS = [(b"k%d" % i, b"value-%d" % i * 20) for i in range(5)]
 

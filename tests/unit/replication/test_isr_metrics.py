@@ -9,10 +9,10 @@ import asyncio
 from prometheus_client.parser import text_string_to_metric_families
 
 from lockgate.cluster.metadata import PartitionState
+from lockgate.config.properties import BrokerConfig
 from lockgate.protocol.records import build_batch, parse_header
 from lockgate.replication.manager import ReplicaManager
 from lockgate.server.broker import Broker
-from lockgate.server.config import BrokerConfig
 from lockgate.storage.memory import MemoryEngine
 from tests.support.memory_cluster import MemoryStore
 

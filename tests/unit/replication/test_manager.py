@@ -11,12 +11,12 @@ from collections.abc import AsyncIterator
 import pytest
 
 from lockgate.cluster.metadata import PartitionState
+from lockgate.config.properties import BrokerConfig
 from lockgate.handlers.common import check_leader
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.protocol.records import build_batch, parse_header
 from lockgate.replication.manager import ReplicaManager
 from lockgate.server.broker import Broker
-from lockgate.server.config import BrokerConfig
 from lockgate.storage.memory import MemoryEngine
 from tests.support.memory_cluster import MemoryStore
 

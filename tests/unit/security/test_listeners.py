@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from lockgate.cluster.membership import on_listener
 from lockgate.cluster.metadata import BrokerRegistration, Endpoint
-from lockgate.security.inter_broker import inter_broker_security
+from lockgate.config.properties import BrokerConfig, ConfigError
 from lockgate.security.jaas import JaasError, client_login, parse_jaas
 from lockgate.security.listeners import check_properties, inter_broker_listener, parse_listeners
 from lockgate.security.session import SecurityProtocol
-from lockgate.server.config import BrokerConfig, ConfigError
-from lockgate.server.membership import on_listener
+from lockgate.server.inter_broker import inter_broker_security
 from tests.support.tls import Pki, make_pki
 
 

@@ -12,10 +12,10 @@ import pytest
 from lockgate.client.security import ClientSecurity
 from lockgate.client.security_options import security_from_properties
 from lockgate.client.tls import client_context
+from lockgate.config.properties import BrokerConfig, ConfigError
 from lockgate.security.listeners import parse_listeners
 from lockgate.security.session import SecurityProtocol
 from lockgate.security.tls import TlsAcceptor, openssl_cipher_name, peer_principal, server_context
-from lockgate.server.config import BrokerConfig, ConfigError
 from tests.support.tls import CLIENT_DN, PASSWORD, Pki, make_pki
 
 

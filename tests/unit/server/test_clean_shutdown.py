@@ -7,9 +7,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from lockgate.config.properties import BrokerConfig
 from lockgate.protocol.records import build_batch, validate_produced_batch
 from lockgate.server.broker import CLEAN_SHUTDOWN_MARK, Broker
-from lockgate.server.config import BrokerConfig
 from lockgate.storage.disk import DiskEngine
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from lockgate.log.config import LogConfig
-from lockgate.server.config import (
+from lockgate.config.log import LogConfig
+from lockgate.config.properties import (
     BROKER_DEFAULTS,
     INTERNAL_TOPIC_CONFIGS,
     TOPIC_CONFIGS,

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from lockgate.server.config import BrokerConfig, ConfigError
+from lockgate.config.properties import BrokerConfig, ConfigError
 from lockgate.server.connection_limits import ConnectionLimits, RequestMemory, parse_overrides
 
 

@@ -14,6 +14,7 @@ from typing import Any, cast
 
 import pytest
 
+from lockgate.cluster.membership import ClusterMembership
 from lockgate.cluster.metadata import (
     NO_LEADER,
     BrokerRegistration,
@@ -22,14 +23,12 @@ from lockgate.cluster.metadata import (
     TopicRecord,
     Versioned,
 )
-from lockgate.coordinator.group.service import CONSUMER_OFFSETS_TOPIC
+from lockgate.config.properties import BrokerConfig
+from lockgate.coordinator.locator import GROUP, TRANSACTION, CoordinatorLocator
 from lockgate.coordinator.txn.log import partition_for
-from lockgate.coordinator.txn.service import TRANSACTION_STATE_TOPIC
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.server.broker import Broker
-from lockgate.server.config import BrokerConfig
-from lockgate.server.coordinator_locator import GROUP, TRANSACTION, CoordinatorLocator
-from lockgate.server.membership import ClusterMembership
+from lockgate.topics.internal import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 
 NODE = 7
 GROUP_ID = "payments-consumers"

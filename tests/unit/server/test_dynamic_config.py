@@ -10,14 +10,7 @@ from typing import Any
 
 import pytest
 
-from lockgate.cluster.documents import LocalDocument
-from lockgate.handlers.registry import HANDLERS, RawBody, RequestContext
-from lockgate.protocol.api import ApiKey, build, encode, request_class, response_class
-from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
-from lockgate.security.session import SecurityProtocol, Session
-from lockgate.server.broker import Broker
-from lockgate.server.config import BrokerConfig
-from lockgate.server.dynamic_config import (
+from lockgate.config.dynamic import (
     DEFAULT_CONFIG,
     DYNAMIC_BROKER_CONFIG,
     DYNAMIC_DEFAULT_BROKER_CONFIG,
@@ -25,6 +18,13 @@ from lockgate.server.dynamic_config import (
     DynamicBrokerConfigs,
     check_changes,
 )
+from lockgate.config.properties import BrokerConfig
+from lockgate.handlers.registry import HANDLERS, RawBody, RequestContext
+from lockgate.protocol.api import ApiKey, build, encode, request_class, response_class
+from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
+from lockgate.security.session import SecurityProtocol, Session
+from lockgate.server.broker import Broker
+from lockgate.storage.documents import LocalDocument
 from lockgate.storage.memory import MemoryEngine
 
 ADMIN = Session("PLAINTEXT", SecurityProtocol.PLAINTEXT, "127.0.0.1", "User:admin")

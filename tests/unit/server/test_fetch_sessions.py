@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from lockgate.server.fetch_sessions import (
+from lockgate.handlers.fetch_sessions import (
     FINAL_EPOCH,
     INITIAL_EPOCH,
     FetchSessionCache,

@@ -16,12 +16,12 @@ from lockgate.cli import main
 from lockgate.handlers.registry import RequestContext
 from lockgate.protocol.api import ApiKey
 from lockgate.security.session import Session
-from lockgate.server.log_format import log_handler
-from lockgate.server.request_context import (
+from lockgate.server.log_context import (
     ConnectionContext,
     current_connection,
     current_request,
 )
+from lockgate.server.log_format import log_handler
 
 
 @pytest.fixture

@@ -11,16 +11,16 @@ import pytest
 from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
+from lockgate.config.properties import BrokerConfig
 from lockgate.coordinator.group.group import Group
 from lockgate.coordinator.group.records import CommittedOffset
 from lockgate.coordinator.txn.metadata import TxnMetadata
 from lockgate.coordinator.txn.state import TxnState
 from lockgate.log.producer_state import ProducerEntry
+from lockgate.log.stats import Histogram
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
 from lockgate.server.broker import Broker
-from lockgate.server.config import BrokerConfig
-from lockgate.server.stats import Histogram
 from lockgate.storage.memory import MemoryEngine
 
 

@@ -6,8 +6,8 @@ import errno
 
 import pytest
 
+from lockgate.coordinator.txn.producer_ids import BLOCK_SIZE, ProducerIdManager
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
-from lockgate.server.producer_ids import BLOCK_SIZE, ProducerIdManager
 from lockgate.storage.memory import MemoryEngine
 
 

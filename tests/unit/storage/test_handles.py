@@ -120,7 +120,7 @@ def test_default_budget_leaves_room_for_sockets() -> None:
 
 
 def test_the_broker_engine_takes_its_budget_from_the_config_or_the_limit(tmp_path: Path) -> None:
-    from lockgate.server.config import BrokerConfig
+    from lockgate.config.properties import BrokerConfig
     from lockgate.storage.disk import open_disk_engine
 
     soft_before, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

@@ -13,15 +13,15 @@ from dataclasses import replace
 import pytest
 
 from lockgate.cluster.local import LocalMetadataStore
-from lockgate.log.config import LogConfig
+from lockgate.config.log import LogConfig
+from lockgate.config.properties import BrokerConfig
 from lockgate.log.partition import Partition
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.protocol.records import TRANSACTIONAL_BIT, build_batch, validate_produced_batch
-from lockgate.server.config import BrokerConfig
-from lockgate.server.durability import GroupCommit
-from lockgate.server.topics import TopicManager
+from lockgate.replication.group_commit import GroupCommit
 from lockgate.storage.errors import OfflineError, StorageError
 from lockgate.storage.memory import MemoryEngine, MemoryFaults
+from lockgate.topics.directory import TopicManager
 
 PRODUCER = 42
 

@@ -16,6 +16,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from lockgate.config.properties import ConfigError
 from lockgate.coordinator import writes
 from lockgate.coordinator.group import consumer_records
 from lockgate.coordinator.group.assignors import ASSIGNORS
@@ -48,7 +49,6 @@ from lockgate.coordinator.group.embedded import (
 from lockgate.coordinator.group.group import Group, Member, instance_error
 from lockgate.coordinator.group.state import GroupState
 from lockgate.protocol.errors import ErrorCode
-from lockgate.server.config import ConfigError
 
 if TYPE_CHECKING:
     from lockgate.coordinator.group.service import GroupCoordinator

@@ -49,13 +49,13 @@ from lockgate.protocol.records import (
     control_type,
     iter_records,
 )
+from lockgate.topics.internal import CONSUMER_OFFSETS_TOPIC
 
 if TYPE_CHECKING:
     from lockgate.server.broker import Broker
 
 log = logging.getLogger(__name__)
 
-CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
 Answer = dict[str, Any]
 
 

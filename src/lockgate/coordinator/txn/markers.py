@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 from lockgate.client.errors import KafkaError, UnsupportedVersionError
 from lockgate.cluster.metadata import NO_LEADER
+from lockgate.cluster.peers import PeerConnections
 from lockgate.coordinator.txn.metadata import TopicPartition
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
-from lockgate.server.peers import PeerConnections
 
 if TYPE_CHECKING:
     from lockgate.server.broker import Broker

@@ -32,13 +32,13 @@ from lockgate.protocol.records import (
     build_batch,
     iter_records,
 )
+from lockgate.topics.internal import TRANSACTION_STATE_TOPIC
 
 if TYPE_CHECKING:
     from lockgate.server.broker import Broker
 
 log = logging.getLogger(__name__)
 
-TRANSACTION_STATE_TOPIC = "__transaction_state"
 
 # Test hook, for crash-recovery tests only: when LOCKGATE_TEST_CRASH_POINT names a point of
 # _complete, the broker dies there with os._exit(137), as if killed with SIGKILL. Read once per

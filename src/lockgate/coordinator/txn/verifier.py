@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from lockgate.client.errors import KafkaError
+from lockgate.cluster.peers import PeerConnections
 from lockgate.coordinator.txn.log import partition_for
 from lockgate.coordinator.txn.metadata import TopicPartition
-from lockgate.coordinator.txn.service import TRANSACTION_STATE_TOPIC
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
-from lockgate.server.peers import PeerConnections
+from lockgate.topics.internal import TRANSACTION_STATE_TOPIC
 
 if TYPE_CHECKING:
     from lockgate.server.broker import Broker

@@ -8,11 +8,11 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
+from lockgate.config.properties import BrokerConfig
 from lockgate.coordinator.group.records import CommittedOffset
 from lockgate.coordinator.group.service import GroupCoordinator
 from lockgate.protocol.errors import ErrorCode
 from lockgate.server.broker import Broker
-from lockgate.server.config import BrokerConfig
 from lockgate.storage.memory import MemoryEngine
 
 TOPIC = "orders"

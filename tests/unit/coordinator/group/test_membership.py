@@ -15,8 +15,8 @@ import pytest
 from lockgate.coordinator.group.records import CommittedOffset
 from lockgate.coordinator.group.state import GroupState
 from lockgate.protocol.errors import ErrorCode
+from lockgate.replication.group_commit import GroupCommit
 from lockgate.server.broker import Broker
-from lockgate.server.durability import GroupCommit
 from lockgate.storage.memory import MemoryEngine
 from tests.unit.coordinator.group.support import (
     bounded,

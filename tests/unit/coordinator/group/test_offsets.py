@@ -15,12 +15,12 @@ from lockgate.coordinator.group.records import (
     decode_offset_value,
     offset_key,
 )
-from lockgate.coordinator.group.service import CONSUMER_OFFSETS_TOPIC
 from lockgate.coordinator.group.state import GroupState
 from lockgate.protocol.errors import ErrorCode
 from lockgate.protocol.records import build_batch, iter_records, validate_produced_batch
 from lockgate.server.broker import Broker
 from lockgate.storage.memory import MemoryEngine
+from lockgate.topics.internal import CONSUMER_OFFSETS_TOPIC
 from tests.unit.coordinator.group.support import (
     OTHER_TOPIC,
     TOPIC,

@@ -115,7 +115,7 @@ async def test_expired_offsets_stay_expired_after_a_restart() -> None:
 
 
 def test_the_minutes_alias_sets_the_retention() -> None:
-    from lockgate.server.config import BrokerConfig
+    from lockgate.config.properties import BrokerConfig
 
     assert (
         BrokerConfig({"offsets.retention.minutes": "2"}).integer("offsets.retention.ms") == 120_000

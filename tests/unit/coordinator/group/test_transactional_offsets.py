@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 
-from lockgate.coordinator.group.service import CONSUMER_OFFSETS_TOPIC
 from lockgate.coordinator.group.state import GroupState
 from lockgate.coordinator.txn import coordinator as rules
 from lockgate.coordinator.txn.state import TxnState
@@ -16,6 +15,7 @@ from lockgate.log.partition import Partition
 from lockgate.protocol.errors import ErrorCode
 from lockgate.server.broker import Broker
 from lockgate.storage.memory import MemoryEngine
+from lockgate.topics.internal import CONSUMER_OFFSETS_TOPIC
 from tests.unit.coordinator.group.support import (
     OTHER_TOPIC,
     TOPIC,

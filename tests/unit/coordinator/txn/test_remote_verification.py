@@ -18,11 +18,11 @@ from lockgate.client.connection import BrokerConnection
 from lockgate.client.consumer import Consumer
 from lockgate.client.producer import Producer
 from lockgate.cluster.metadata import PartitionState
-from lockgate.coordinator.txn.service import TRANSACTION_STATE_TOPIC
 from lockgate.log.partition import Partition
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
 from lockgate.server.broker import Broker
+from lockgate.topics.internal import TRANSACTION_STATE_TOPIC
 from tests.support.memory_cluster import (
     MemoryClusterBroker,
     MemoryStore,

@@ -19,10 +19,10 @@ from lockgate.client.consumer import Consumer
 from lockgate.client.producer import Producer
 from lockgate.client.transactions import PreparedTxnState
 from lockgate.cluster.metadata import PartitionState
-from lockgate.coordinator.txn.service import TRANSACTION_STATE_TOPIC
 from lockgate.coordinator.txn.state import TxnState
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
+from lockgate.topics.internal import TRANSACTION_STATE_TOPIC
 from tests.support.memory_cluster import (
     MemoryClusterBroker,
     MemoryStore,

@@ -11,6 +11,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 from lockgate.storage.engine import StorageEngine
 
@@ -20,6 +21,23 @@ Compute = Callable[[bytes | None], bytes | None]  # current content → new cont
 Listener = Callable[[bytes | None], None]
 RPC_TIMEOUT = 5.0
 CAS_ATTEMPTS = 50
+DEFAULT_NAMESPACE = "lockgate"  # of a cluster URL without one
+
+
+def parse_cluster_url(url: str) -> tuple[list[str], str]:
+    """`etcd://HOST:PORT[,HOST:PORT...][/NAMESPACE]` → (endpoints, namespace)."""
+    parts = urlsplit(url)
+    if parts.scheme != "etcd" or not parts.netloc:
+        raise ValueError(f"{url!r} is not etcd://HOST:PORT[,HOST:PORT...][/NAMESPACE]")
+    endpoints = [e.strip() for e in parts.netloc.split(",") if e.strip()]
+    for endpoint in endpoints:
+        host, _, port = endpoint.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"{endpoint!r} in {url!r} is not HOST:PORT")
+    namespace = parts.path.strip("/") or DEFAULT_NAMESPACE
+    if "/" in namespace:
+        raise ValueError(f"the namespace of {url!r} must be one path segment")
+    return endpoints, namespace
 
 
 class Document(Protocol):

@@ -1,4 +1,4 @@
-# spark/demo.py — `lockgate demo`: the exactly-once Spark pipeline end to end, with a crash.
+# tools/spark_demo.py — `lockgate demo`: the exactly-once Spark pipeline end to end, with a crash.
 # Starts a broker (2PC enabled) in a child process, feeds orders transactionally (plus one aborted
 # transaction that must never surface), runs the pipeline of pipeline.py as its own Spark driver,
 # SIGKILLs that driver (JVM and Python workers: the whole process group) while a micro-batch has

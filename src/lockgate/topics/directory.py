@@ -16,18 +16,18 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from lockgate.cluster.metadata import TopicCatalog, TopicRecord
-from lockgate.coordinator.group.service import CONSUMER_OFFSETS_TOPIC
-from lockgate.log.config import LogConfig
-from lockgate.log.partition import Partition, partition_dir
-from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
-from lockgate.server.config import (
+from lockgate.config.log import LogConfig
+from lockgate.config.properties import (
     TOPIC_CONFIGS,
     BrokerConfig,
     ConfigError,
     check_topic,
     check_value,
 )
+from lockgate.log.partition import Partition, partition_dir
+from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.storage.engine import StorageEngine
+from lockgate.topics.internal import CONSUMER_OFFSETS_TOPIC
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from typing import Protocol
 from lockgate.cluster.controller import AssignmentError, assign_replicas, initial_state
 from lockgate.cluster.metadata import MetadataStore, TopicRecord
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
-from lockgate.server.topics import TopicManager
+from lockgate.topics.directory import TopicManager
 
 log = logging.getLogger(__name__)
 

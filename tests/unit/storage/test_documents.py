@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from lockgate.cluster.documents import EtcdDocument, LocalDocument
-from lockgate.cluster.etcd import parse_cluster_url
 from lockgate.storage.disk import DiskEngine
+from lockgate.storage.documents import EtcdDocument, LocalDocument, parse_cluster_url
 from tests.support.etcd import EtcdCluster
 
 

@@ -8,7 +8,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from lockgate.log.config import LogConfig
+from lockgate.config.log import LogConfig
 from lockgate.protocol.recompress import target_codec
 
 DAY_MS = 24 * 3600 * 1000

@@ -17,7 +17,7 @@ import logging
 import time
 
 from lockgate.log.partition import Partition
-from lockgate.server.stats import LATENCY_BUCKETS, SIZE_BUCKETS, Histogram
+from lockgate.log.stats import LATENCY_BUCKETS, SIZE_BUCKETS, Histogram
 from lockgate.storage.engine import AppendFile
 
 log = logging.getLogger(__name__)

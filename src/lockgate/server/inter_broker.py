@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 from lockgate.client.security import ClientSecurity
+from lockgate.config.properties import BrokerConfig, ConfigError
 from lockgate.security.jaas import JaasError, client_login
 from lockgate.security.listeners import (
     Listener,
@@ -17,7 +18,6 @@ from lockgate.security.listeners import (
     parse_listeners,
 )
 from lockgate.security.tls import inter_broker_context
-from lockgate.server.config import BrokerConfig, ConfigError
 
 
 def inter_broker_security(config: BrokerConfig) -> ClientSecurity | None:

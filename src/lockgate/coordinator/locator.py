@@ -12,10 +12,9 @@ import logging
 from typing import TYPE_CHECKING
 
 from lockgate.cluster.metadata import BrokerRegistration
-from lockgate.coordinator.group.service import CONSUMER_OFFSETS_TOPIC
 from lockgate.coordinator.txn.log import partition_for
-from lockgate.coordinator.txn.service import TRANSACTION_STATE_TOPIC
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
+from lockgate.topics.internal import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 
 if TYPE_CHECKING:
     from lockgate.server.broker import Broker

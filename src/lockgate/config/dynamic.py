@@ -1,5 +1,5 @@
 # Dynamic broker configs (Kafka's KIP-226 subset that lockgate applies at run time): one
-# document (lockgate.cluster.documents) with the cluster-wide defaults and per-broker values. A
+# document (lockgate.storage.documents) with the cluster-wide defaults and per-broker values. A
 # single node keeps it in its storage engine (`broker-configs.json`); a cluster in the etcd key
 # `broker-configs`, watched by every broker, so a change made through any broker applies on all.
 #
@@ -14,10 +14,10 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from lockgate.cluster.documents import Document, EtcdDocument, LocalDocument
+from lockgate.config.properties import BROKER_DEFAULTS, TOPIC_CONFIGS, BrokerConfig, ConfigError
+from lockgate.config.properties import check_value as check_topic_value
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
-from lockgate.server.config import BROKER_DEFAULTS, TOPIC_CONFIGS, BrokerConfig, ConfigError
-from lockgate.server.config import check_value as check_topic_value
+from lockgate.storage.documents import Document, EtcdDocument, LocalDocument, parse_cluster_url
 from lockgate.storage.engine import StorageEngine
 
 BROKER_CONFIGS_FILE = "broker-configs.json"
@@ -173,8 +173,6 @@ def open_dynamic_configs(
     at once, so topics load with the dynamic values)."""
     document: Document
     if cluster_url:
-        from lockgate.cluster.etcd import parse_cluster_url
-
         endpoints, namespace = parse_cluster_url(cluster_url)
         document = EtcdDocument(endpoints, namespace, "broker-configs", watch=True)
     else:
