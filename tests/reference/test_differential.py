@@ -738,9 +738,7 @@ async def classic_group_instance_ids(connection: BrokerConnection, bootstrap: st
 
 
 @scenario
-async def consumer_group_commit_after_deletion(
-    connection: BrokerConnection, bootstrap: str
-) -> Any:
+async def consumer_group_commit_after_deletion(connection: BrokerConnection, bootstrap: str) -> Any:
     """A consumer-protocol member commits with its member epoch after it left and its group
     was deleted (as after the group expired): GROUP_ID_NOT_FOUND at v10, ILLEGAL_GENERATION
     at v8; generation -1 with its member id creates the group (a classic one) again."""

@@ -118,9 +118,7 @@ def produce_and_consume(binary: Path, bootstrap: str, replication: int = 1) -> N
     check_produce_consume(result, records=1000, partitions=3)
 
 
-def group_shares_a_topic(
-    binary: Path, bootstrap: str, protocol: str, replication: int = 1
-) -> None:
+def group_shares_a_topic(binary: Path, bootstrap: str, protocol: str, replication: int = 1) -> None:
     name = f"franz-group-{protocol}"
     result = run(binary, "group", brokers=bootstrap, topic=name, group=name, protocol=protocol,
                  partitions=6, replication=replication, records=600)  # fmt: skip

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import uuid
 from collections.abc import AsyncIterator, Callable
 
@@ -90,6 +91,12 @@ class MemoryClusterBroker:
         broker.replicas = ReplicaManager(broker, store)  # type: ignore[arg-type]
         broker.membership = ClusterMembership(store, node_id)  # type: ignore[arg-type]
         broker.verifier = TxnVerifier(broker)
+        broker.services = dataclasses.replace(
+            broker.services,
+            replicas=broker.replicas,
+            membership=broker.membership,
+            verifier=broker.verifier,
+        )
         self.store = store
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
@@ -127,7 +134,11 @@ class MemoryClusterBroker:
         assert task is not None
         self._connections.add(task)
         try:
-            await Connection(self.broker, reader, writer, self.broker.listeners[0]).run()
+            broker = self.broker
+            listener = broker.listeners[0]
+            await Connection(
+                broker.services, broker.metrics, broker.request_memory, reader, writer, listener
+            ).run()
         finally:
             self._connections.discard(task)
 

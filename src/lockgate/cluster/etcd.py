@@ -51,8 +51,6 @@ class DuplicateBrokerError(Exception):
     """Another live broker is registered under this node id."""
 
 
-
-
 class EtcdMetadataStore:
     def __init__(
         self,

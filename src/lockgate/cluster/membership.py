@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 from lockgate.cluster.metadata import NO_LEADER, BrokerRegistration, MetadataStore, PartitionState
 
-if TYPE_CHECKING:
-    from lockgate.server.broker import Broker
-
 
 class Membership(Protocol):
+    def cluster_id(self) -> str: ...
+
     def brokers(self) -> list[BrokerRegistration]: ...
 
     def controller_id(self) -> int: ...
@@ -21,19 +21,40 @@ class Membership(Protocol):
         ...
 
 
+class _Led(Protocol):
+    @property
+    def leader_epoch(self) -> int: ...
+
+
+class _Partitions(Protocol):
+    def get(self, topic: str, index: int) -> _Led | None: ...
+
+
 class SingleNode:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(
+        self,
+        node_id: int,
+        cluster_id: str,
+        registration: Callable[[], BrokerRegistration],
+        partitions: _Partitions,
+    ) -> None:
+        self.node_id = node_id
+        self._cluster_id = cluster_id
+        self._registration = registration  # (its ports are known once the listeners bind)
+        self.partitions = partitions
+
+    def cluster_id(self) -> str:
+        return self._cluster_id
 
     def brokers(self) -> list[BrokerRegistration]:
-        return [self.broker.registration(incarnation="")]
+        return [self._registration()]
 
     def controller_id(self) -> int:
-        return self.broker.node_id
+        return self.node_id
 
     def partition(self, topic: str, index: int) -> PartitionState | None:
-        node = self.broker.node_id
-        partition = self.broker.topics.get(topic, index)
+        node = self.node_id
+        partition = self.partitions.get(topic, index)
         if partition is None:  # its log could not be opened: no leader to name
             return PartitionState((node,), NO_LEADER, -1, ())
         return PartitionState((node,), node, partition.leader_epoch, (node,))
@@ -43,6 +64,9 @@ class ClusterMembership:
     def __init__(self, store: MetadataStore, node_id: int) -> None:
         self.store = store
         self.node_id = node_id
+
+    def cluster_id(self) -> str:
+        return self.store.cluster_id
 
     def brokers(self) -> list[BrokerRegistration]:
         return sorted(self.store.view.brokers.values(), key=lambda b: b.node_id)

@@ -136,12 +136,12 @@ def describe_topic(
 ) -> list[dict[str, Any]]:
     """Every topic config: the override (DYNAMIC_TOPIC_CONFIG) or the broker property behind
     it, with that property's own source; synonyms list the override then the broker's layers."""
-    topics = ctx.broker.topics
+    topics = ctx.services.topics
     record = topics.topics.get(name)
     if record is None:
         raise KafkaProtocolError(ErrorCode.unknown_topic_or_partition, f"no topic {name!r}")
     resolved = topics.resolved_configs(name)
-    dynamic = ctx.broker.dynamic_configs
+    dynamic = ctx.services.dynamic_configs
     entries = []
     for key, value in sorted(resolved.items()):
         if keys is not None and key not in keys:
@@ -166,7 +166,7 @@ def describe_broker(
 ) -> list[dict[str, Any]]:
     """The cluster default resource ('') lists only the dynamic defaults set, as Kafka; this
     broker's id lists every property, read-only unless it can change at run time."""
-    dynamic = ctx.broker.dynamic_configs
+    dynamic = ctx.services.dynamic_configs
     if name == "":
         return [
             _entry(key, value, False, SOURCE_DYNAMIC_DEFAULT_BROKER, _broker_type(key))
@@ -174,10 +174,12 @@ def describe_broker(
             for key, value in sorted(dynamic.dynamic_default().items())
             if keys is None or key in keys
         ]
-    if name != str(ctx.broker.node_id):
-        raise KafkaProtocolError(ErrorCode.invalid_request, f"this is broker {ctx.broker.node_id}")
+    if name != str(ctx.services.node_id):
+        raise KafkaProtocolError(
+            ErrorCode.invalid_request, f"this is broker {ctx.services.node_id}"
+        )
     entries = []
-    for key in sorted(ctx.broker.config.values):
+    for key in sorted(ctx.services.config.values):
         if keys is not None and key not in keys:
             continue
         resolved = dynamic.resolve(key)
@@ -233,4 +235,4 @@ async def alter_broker(
     target = broker_target(name)
     checked = check_changes(set_values, delete)
     if not validate_only:
-        await ctx.broker.dynamic_configs.alter(target, checked, delete, replace=replace)
+        await ctx.services.dynamic_configs.alter(target, checked, delete, replace=replace)

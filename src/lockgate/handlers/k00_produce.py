@@ -97,7 +97,7 @@ from lockgate.security.authorizer import authorize
 from lockgate.security.quotas import QuotaType, charge
 
 if TYPE_CHECKING:
-    from lockgate.server.broker import Broker
+    from lockgate.handlers.services import Services
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +161,7 @@ def _verify_locally(
     """KIP-890 against this broker's coordinator: a transactional batch must belong to the
     producer's open transaction and to a partition added to it; Produce v12+ (TV2) adds the
     partition implicitly."""
-    coordinator = ctx.broker.transactions
+    coordinator = ctx.services.transactions
     meta = coordinator.txns.get(transactional_id)
     error = rules.verify_partition(meta, header.producer_id, header.producer_epoch, partition)
     if error == ErrorCode.transaction_abortable and ctx.api_version >= FIRST_IMPLICIT_ADD_VERSION:
@@ -193,14 +193,14 @@ def _verification(
     key = (topic_name, data.index, header.producer_id)
 
     def later() -> asyncio.Task[PartitionResult]:
-        return ctx.broker.append_order.in_order(
+        return ctx.services.append_order.in_order(
             key, lambda: _append_when_verified(ctx, request, topic_name, data, header, waits)
         )
 
-    if ctx.broker.append_order.waiting(key):
+    if ctx.services.append_order.waiting(key):
         return later()
-    coordinator = ctx.broker.transactions
-    if ctx.broker.verifier is not None and coordinator.gate(transactional_id) == (
+    coordinator = ctx.services.transactions
+    if ctx.services.verifier is not None and coordinator.gate(transactional_id) == (
         ErrorCode.not_coordinator
     ):
         return ErrorCode.none if _in_open_transaction(partition, header) else later()
@@ -235,10 +235,10 @@ async def _append_when_verified(
     then appends with every check made again."""
     transactional_id = request.transactional_id
     assert transactional_id is not None
-    partition = ctx.broker.topics.get(topic_name, data.index)
+    partition = ctx.services.topics.get(topic_name, data.index)
     timeout_s = max(request.timeout_ms, 1000) / 1000
-    coordinator = ctx.broker.transactions
-    verifier = ctx.broker.verifier
+    coordinator = ctx.services.transactions
+    verifier = ctx.services.verifier
     if partition is not None and _in_open_transaction(partition, header):
         verified = ErrorCode.none
     elif verifier is not None and coordinator.gate(transactional_id) == ErrorCode.not_coordinator:
@@ -282,15 +282,15 @@ def _append(
     waits: Waits,
     verified: ErrorCode | None = None,
 ) -> Outcome:
-    broker = ctx.broker
+    services = ctx.services
     result = PartitionResult(data.index)
-    partition = broker.topics.get(topic_name, data.index)
+    partition = services.topics.get(topic_name, data.index)
     if partition is None:
         raise KafkaProtocolError(ErrorCode.unknown_topic_or_partition)
     result.log_start_offset = partition.log_start_offset
     check_leader(partition, data.current_leader_epoch)
-    if broker.replicas is not None:
-        broker.replicas.check_append(partition, request.acks)
+    if services.replicas is not None:
+        services.replicas.check_append(partition, request.acks)
     records = data.records
     if records is None:
         raise KafkaProtocolError(ErrorCode.invalid_record, "null records")
@@ -317,8 +317,8 @@ def _append(
                 f"transaction {request.transactional_id!r}",
             )
     base_offset, append_time = partition.append(bytearray(records), header, ctx.received_ms)
-    broker.metrics.appended(topic_name, len(records), header.last_offset_delta + 1)
-    _wait_for(broker, partition, request.acks, result, waits)
+    services.metrics.appended(topic_name, len(records), header.last_offset_delta + 1)
+    _wait_for(services, partition, request.acks, result, waits)
     result.base_offset = base_offset
     result.log_append_time_ms = append_time
     return result
@@ -342,13 +342,13 @@ def _with_topic_codec(
 
 
 def _wait_for(
-    broker: Broker, partition: Partition, acks: int, result: PartitionResult, waits: Waits
+    services: Services, partition: Partition, acks: int, result: PartitionResult, waits: Waits
 ) -> None:
     """The flush covering the partition's end, and in a cluster its ISR's (acks=all)."""
-    waits.durable.append(broker.group_commit.appended(partition))
-    if broker.replicas is not None and acks == -1:
+    waits.durable.append(services.group_commit.appended(partition))
+    if services.replicas is not None and acks == -1:
         end = partition.log_end_offset
-        waits.replicated.append((result, broker.replicas.acknowledged(partition, end)))
+        waits.replicated.append((result, services.replicas.acknowledged(partition, end)))
 
 
 def _require_keys(records: bytes) -> None:
@@ -366,7 +366,7 @@ def _require_keys(records: bytes) -> None:
 
 
 def _topic_name(ctx: RequestContext, topic: ProduceTopic) -> tuple[str | None, ErrorCode]:
-    topics = ctx.broker.topics
+    topics = ctx.services.topics
     if topic.topic_id is not None:
         record = topics.by_id.get(topic.topic_id)
         return (record.name, ErrorCode.none) if record else (None, ErrorCode.unknown_topic_id)
@@ -374,8 +374,8 @@ def _topic_name(ctx: RequestContext, topic: ProduceTopic) -> tuple[str | None, E
         return None, ErrorCode.unknown_topic_or_partition
     if topic.name not in topics.topics:
         # a cluster creates topics on Metadata requests only, as Kafka does
-        auto_create = ctx.broker.config.flag("auto.create.topics.enable")
-        if not auto_create or ctx.broker.cluster is not None:
+        auto_create = ctx.services.config.flag("auto.create.topics.enable")
+        if not auto_create or ctx.services.cluster is not None:
             return None, ErrorCode.unknown_topic_or_partition
         if not may_create_topic(ctx, topic.name):
             return None, ErrorCode.topic_authorization_failed
@@ -400,7 +400,7 @@ def may_create_topic(ctx: RequestContext, name: str) -> bool:
 def _may_write(ctx: RequestContext, topic: ProduceTopic) -> bool:
     name = topic.name
     if topic.topic_id is not None:
-        record = ctx.broker.topics.by_id.get(topic.topic_id)
+        record = ctx.services.topics.by_id.get(topic.topic_id)
         if record is None:  # answered UNKNOWN_TOPIC_ID
             return True
         name = record.name
@@ -428,7 +428,7 @@ def produce(
             ctx.client_id,
             request_error.name,
         )
-    authorizer = ctx.broker.authorizer  # None: no ACLs to check on this hot path
+    authorizer = ctx.services.authorizer  # None: no ACLs to check on this hot path
     if (
         authorizer is not None
         and not request_error
@@ -477,10 +477,10 @@ def _attempt(
         if exc.code == ErrorCode.duplicate_sequence_number:
             # the original is no longer in the log (or past the lookup's bound), yet clients
             # count this as delivered: answer only once the original is durable
-            partition = ctx.broker.topics.get(name, data.index)
+            partition = ctx.services.topics.get(name, data.index)
             if partition is not None:
                 duplicate = PartitionResult(data.index)  # its wait delays, no more
-                _wait_for(ctx.broker, partition, request.acks, duplicate, waits)
+                _wait_for(ctx.services, partition, request.acks, duplicate, waits)
         log.info(
             "produce to %s-%d from %s (client id %r) rejected: %s",
             name,
@@ -501,10 +501,10 @@ async def handle(ctx: RequestContext, request: ProduceRequestData) -> HandlerRes
     waits = Waits()
     answer = produce(ctx, request, waits)
     throttle_ms = 0
-    if ctx.broker.quotas.kinds:  # client quotas: the request's bytes and handler time
+    if ctx.services.quotas.kinds:  # client quotas: the request's bytes and handler time
         size = sum(len(p.records or b"") for topic in request.topics for p in topic.partitions)
         busy = time.perf_counter() - started
-        throttle_ms = charge(ctx.broker.quotas, ctx, QuotaType.PRODUCE, size, busy)
+        throttle_ms = charge(ctx.services.quotas, ctx, QuotaType.PRODUCE, size, busy)
     for results, position, task in waits.deferred:
         results[position] = await task
     if request.acks == 0:
@@ -526,7 +526,7 @@ async def handle(ctx: RequestContext, request: ProduceRequestData) -> HandlerRes
                         result.error_code = ErrorCode.kafka_storage_error
                         result.base_offset = -1
     codes = (result.error_code for _topic, results in answer for result in results)
-    ctx.broker.metrics.partition_errors(ApiKey.PRODUCE, codes)
+    ctx.services.metrics.partition_errors(ApiKey.PRODUCE, codes)
     return RawBody(encode_produce_response(request.version, answer, throttle_ms))
 
 

@@ -31,8 +31,10 @@ v15 replica id in ReplicaState.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,10 +72,10 @@ def _topic_key(ctx: RequestContext, topic: Any) -> tuple[str, str | None, uuid.U
     """(session key, topic name if known, topic id) of a request topic entry."""
     topic_id = field(topic, "topic_id", None)
     if topic_id is not None and ctx.api_version >= 13:
-        record = ctx.broker.topics.by_id.get(topic_id)
+        record = ctx.services.topics.by_id.get(topic_id)
         return str(topic_id), record.name if record else None, topic_id
     name = topic.topic
-    record = ctx.broker.topics.topics.get(name)
+    record = ctx.services.topics.topics.get(name)
     return name, name, record.topic_id if record else None
 
 
@@ -95,7 +97,7 @@ def _requested(ctx: RequestContext, request: Any) -> list[Wanted]:
 def _resolve(ctx: RequestContext, wanted: Wanted) -> Partition:
     if wanted.topic is None:
         raise KafkaProtocolError(ErrorCode.unknown_topic_id)
-    partition = ctx.broker.topics.get(wanted.topic, wanted.index)
+    partition = ctx.services.topics.get(wanted.topic, wanted.index)
     if partition is None:
         raise KafkaProtocolError(ErrorCode.unknown_topic_or_partition)
     return partition
@@ -104,7 +106,7 @@ def _resolve(ctx: RequestContext, wanted: Wanted) -> Partition:
 def _replica_id(ctx: RequestContext, request: Any) -> int:
     """The fetching follower's broker id in a cluster; -1 for a consumer (and on a single
     node, where there are no followers)."""
-    if ctx.broker.replicas is None:
+    if ctx.services.replicas is None:
         return CONSUMER
     replica = _requested_replica(request)
     return replica if replica >= 0 else CONSUMER
@@ -146,8 +148,8 @@ def _read(
         if offset < partition.log_start_offset or offset > partition.log_end_offset:
             raise KafkaProtocolError(ErrorCode.offset_out_of_range)
         upper = partition.high_watermark
-        if replica != CONSUMER and ctx.broker.replicas is not None:
-            ctx.broker.replicas.on_follower_fetch(partition, replica, offset)
+        if replica != CONSUMER and ctx.services.replicas is not None:
+            ctx.services.replicas.on_follower_fetch(partition, replica, offset)
             upper = partition.log_end_offset
             entry["high_watermark"] = partition.high_watermark
         elif isolation == READ_COMMITTED:
@@ -184,7 +186,7 @@ def _open_session(
     ctx: RequestContext, request: Any
 ) -> tuple[list[Wanted], FetchSession | None, int]:
     """Applies the KIP-227 session rules; returns (partitions to fetch, session, error)."""
-    cache = ctx.broker.fetch_sessions
+    cache = ctx.services.fetch_sessions
     session_id = field(request, "session_id", 0)
     epoch = field(request, "session_epoch", FINAL_EPOCH)
     wanted = _requested(ctx, request)
@@ -234,9 +236,9 @@ def _names_of(ctx: RequestContext, key: str) -> tuple[str | None, uuid.UUID | No
             topic_id = uuid.UUID(key)
         except ValueError:
             return None, None
-        record = ctx.broker.topics.by_id.get(topic_id)
+        record = ctx.services.topics.by_id.get(topic_id)
         return (record.name if record else None), topic_id
-    record = ctx.broker.topics.topics.get(key)
+    record = ctx.services.topics.topics.get(key)
     return key, record.topic_id if record else None
 
 
@@ -294,9 +296,9 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     min_bytes = request.min_bytes
     deadline = time.monotonic() + millis(request.max_wait) / 1000
     # the broker's cap: a client asking for gigabytes must not make the broker hold them
-    budget = min(request.max_bytes, ctx.broker.config.integer("fetch.max.bytes"))
+    budget = min(request.max_bytes, ctx.services.config.integer("fetch.max.bytes"))
     replica = _replica_id(ctx, request)
-    denied = _denied_topics(ctx, request, wanted) if ctx.broker.authorizer is not None else None
+    denied = _denied_topics(ctx, request, wanted) if ctx.services.authorizer is not None else None
     busy = 0.0  # the time spent reading, what request_percentage charges
     while True:
         results = []
@@ -315,17 +317,17 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
         if total >= min_bytes or errors or remaining <= 0 or not wanted:
             break
         partitions = [
-            p for w in wanted if w.topic and (p := ctx.broker.topics.get(w.topic, w.index))
+            p for w in wanted if w.topic and (p := ctx.services.topics.get(w.topic, w.index))
         ]
-        await ctx.broker.wait_for_data(partitions, remaining, log_end=replica != CONSUMER)
+        await _wait_for_data(partitions, remaining, log_end=replica != CONSUMER)
     if incremental:
         results = [(w, e) for w, e in results if _changed(e, w.state)]
     answer: HandlerResult = _response(ctx, 0, session.session_id if session else 0, results)
-    if ctx.broker.quotas.kinds and replica == CONSUMER:  # a follower is never throttled
+    if ctx.services.quotas.kinds and replica == CONSUMER:  # a follower is never throttled
         answer = _charge_quotas(ctx, answer, session, incremental, busy)
         if not isinstance(answer, RawBody):
             return answer  # throttled: nothing was sent, the session's partitions unchanged
-    ctx.broker.metrics.fetched(((w.topic, entry) for w, entry in results), replica != CONSUMER)
+    ctx.services.metrics.fetched(((w.topic, entry) for w, entry in results), replica != CONSUMER)
     for w, entry in results:
         w.state.sent_high_watermark = entry["high_watermark"]
         w.state.sent_last_stable_offset = entry["last_stable_offset"]
@@ -347,12 +349,36 @@ def _charge_quotas(
     started = time.perf_counter()
     body = encode(build(response_class(ApiKey.FETCH, ctx.api_version), answer))
     busy += time.perf_counter() - started
-    throttle = charge(ctx.broker.quotas, ctx, QuotaType.FETCH, len(body), busy)
+    throttle = charge(ctx.services.quotas, ctx, QuotaType.FETCH, len(body), busy)
     if not throttle:
         return RawBody(body)
     session_id = 0
     if session is not None and incremental:
         session_id = session.session_id
     elif session is not None:
-        ctx.broker.fetch_sessions.remove(session.session_id)
+        ctx.services.fetch_sessions.remove(session.session_id)
     return {**_response(ctx, 0, session_id, []), "throttle_time": throttle}
+
+
+async def _wait_for_data(
+    partitions: Iterable[Partition], timeout_s: float, log_end: bool = False
+) -> None:
+    """Long polling: returns when any partition's high watermark moves (`log_end`: its
+    log end, for a follower), or on timeout."""
+    loop = asyncio.get_running_loop()
+    woken: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not woken.done():
+            woken.set_result(None)
+
+    watched = [p.end_listeners if log_end else p.hw_listeners for p in partitions]
+    for listeners in watched:
+        listeners.add(wake)
+    try:
+        await asyncio.wait_for(woken, timeout_s)
+    except TimeoutError:
+        pass
+    finally:
+        for listeners in watched:
+            listeners.discard(wake)

@@ -70,7 +70,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
             try:
                 if not described:
                     raise KafkaProtocolError(ErrorCode.topic_authorization_failed)
-                partition = ctx.broker.topics.get(topic.name, p.partition_index)
+                partition = ctx.services.topics.get(topic.name, p.partition_index)
                 if partition is None:
                     raise KafkaProtocolError(ErrorCode.unknown_topic_or_partition)
                 check_leader(partition, field(p, "current_leader_epoch", -1))

@@ -40,7 +40,7 @@ NO_AUTHORIZED_OPERATIONS = -(2**31)
 
 
 def topic_entry(ctx: RequestContext, record: TopicRecord) -> dict[str, Any]:
-    membership = ctx.broker.membership
+    membership = ctx.services.membership
     registered = membership.brokers()
     alive = {b.node_id for b in registered}
     reachable = {b.node_id for b in on_listener(registered, ctx.session.listener)}
@@ -110,8 +110,8 @@ def _missing(name: str) -> ErrorCode:
 
 @handles(ApiKey.METADATA, 0, 13)
 async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
-    broker = ctx.broker
-    topics = broker.topics
+    services = ctx.services
+    topics = services.topics
     requested = request.topics
     if requested is None or (ctx.api_version == 0 and not requested):
         described = filter_authorized(
@@ -119,7 +119,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
         )
         entries = [topic_entry(ctx, record) for record in described]
     else:
-        allow_create = field(request, "allow_auto_topic_creation", True) and broker.config.flag(
+        allow_create = field(request, "allow_auto_topic_creation", True) and services.config.flag(
             "auto.create.topics.enable"
         )
         entries = []
@@ -146,7 +146,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
                 continue
             if record is None and allow_create:
                 try:
-                    record = await broker.admin.create(name, -1, -1, {})
+                    record = await services.admin.create(name, -1, -1, {})
                 except KafkaProtocolError as exc:
                     # created meanwhile (by another broker, in a cluster, before this one's
                     # view has it): being created, as Kafka answers, so the client asks again
@@ -174,10 +174,10 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
         "throttle_time": 0,
         "brokers": [
             {"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack}
-            for b in on_listener(broker.membership.brokers(), ctx.session.listener)
+            for b in on_listener(services.membership.brokers(), ctx.session.listener)
         ],
-        "cluster_id": broker.cluster_id,
-        "controller_id": broker.membership.controller_id(),
+        "cluster_id": services.membership.cluster_id(),
+        "controller_id": services.membership.controller_id(),
         "topics": entries,
         "cluster_authorized_operations": cluster_operations,
         "error_code": 0,

@@ -43,7 +43,7 @@ from lockgate.security.authorizer import authorize
 
 def topic_name(ctx: RequestContext, topic: Any) -> str | None:
     if ctx.api_version >= 10 and field(topic, "topic_id", None) is not None:
-        record = ctx.broker.topics.by_id.get(topic.topic_id)
+        record = ctx.services.topics.by_id.get(topic.topic_id)
         return record.name if record else None
     return str(topic.name)
 
@@ -77,7 +77,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     results = (
         {}
         if not group_ok
-        else await ctx.broker.groups.commit(
+        else await ctx.services.groups.commit(
             request.group_id,
             request.generation_id_or_member_epoch,
             request.member_id,

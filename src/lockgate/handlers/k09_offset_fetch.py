@@ -71,13 +71,13 @@ def _group(
         wanted = []
         for topic in topics:
             key = str(topic.topic_id) if by_id else topic.name
-            record = ctx.broker.topics.by_id.get(topic.topic_id) if by_id else None
+            record = ctx.services.topics.by_id.get(topic.topic_id) if by_id else None
             names[key] = (record.name if record else None) if by_id else topic.name
             name = names[key]
             if name is not None:
                 wanted.extend((name, p) for p in _partitions_of(topic))
-    error, answers = ctx.broker.groups.fetch(group_id, wanted, require_stable, *member)
-    if ctx.broker.authorizer is not None:
+    error, answers = ctx.services.groups.fetch(group_id, wanted, require_stable, *member)
+    if ctx.services.authorizer is not None:
         answers = _described(ctx, answers, named=topics is not None)
     grouped: dict[str, list[dict[str, Any]]] = {}
     for (name, index), (committed, partition_error) in sorted(answers.items()):
@@ -92,7 +92,7 @@ def _group(
         )
     result_topics = []
     for name, partitions in grouped.items():
-        record = ctx.broker.topics.topics.get(name)
+        record = ctx.services.topics.topics.get(name)
         result_topics.append(
             {
                 "name": name,

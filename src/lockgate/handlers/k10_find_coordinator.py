@@ -31,7 +31,7 @@ from lockgate.security.authorizer import authorize
 
 
 def _locate(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
-    found = _denied(ctx, key, key_type) or ctx.broker.coordinators.locate(key_type, key)
+    found = _denied(ctx, key, key_type) or ctx.services.coordinators.locate(key_type, key)
     if not isinstance(found, ErrorCode):  # as reached on the listener the request came in on
         found = found.on_listener(ctx.session.listener) or ErrorCode.coordinator_not_available
     if isinstance(found, ErrorCode):

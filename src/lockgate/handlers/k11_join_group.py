@@ -52,7 +52,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
             "members": [],
         }
     session_ms = millis(request.session_timeout)
-    answer = await ctx.broker.groups.join(
+    answer = await ctx.services.groups.join(
         request.group_id,
         request.member_id,
         field(request, "group_instance_id", None),

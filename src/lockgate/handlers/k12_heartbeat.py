@@ -25,7 +25,7 @@ from lockgate.security.authorizer import authorize
 async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     if not authorize(ctx, Operation.READ, ResourceType.GROUP, request.group_id):
         return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed}
-    error = ctx.broker.groups.heartbeat(
+    error = ctx.services.groups.heartbeat(
         request.group_id,
         request.generation_id,
         request.member_id,

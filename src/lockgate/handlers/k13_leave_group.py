@@ -25,7 +25,7 @@ from lockgate.security.authorizer import authorize
 
 @handles(ApiKey.LEAVE_GROUP, 0, 5)
 async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
-    groups = ctx.broker.groups
+    groups = ctx.services.groups
     if not authorize(ctx, Operation.READ, ResourceType.GROUP, request.group_id):
         denied = ErrorCode.group_authorization_failed
         return {"throttle_time": 0, "error_code": denied, "members": []}

@@ -34,7 +34,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
             "protocol_name": None,
             "assignment": b"",
         }
-    answer = await ctx.broker.groups.sync(
+    answer = await ctx.services.groups.sync(
         request.group_id,
         request.generation_id,
         request.member_id,

@@ -29,7 +29,7 @@ NO_AUTHORIZED_OPERATIONS = -(2**31)
 
 @handles(ApiKey.DESCRIBE_GROUPS, 0, 6)
 async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
-    coordinator = ctx.broker.groups
+    coordinator = ctx.services.groups
     described = []
     include_operations = field(request, "include_authorized_operations", False)
     for group_id in request.groups:

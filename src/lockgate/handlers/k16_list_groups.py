@@ -22,7 +22,7 @@ from lockgate.security.authorizer import authorize, filter_authorized
 
 @handles(ApiKey.LIST_GROUPS, 0, 5)
 async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
-    coordinator = ctx.broker.groups
+    coordinator = ctx.services.groups
     if not coordinator.loaded:
         return {
             "throttle_time": 0,
@@ -45,7 +45,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
                 }
             )
     # DESCRIBE on the cluster lists every group; else only those the principal may DESCRIBE
-    if ctx.broker.authorizer is not None and not authorize(
+    if ctx.services.authorizer is not None and not authorize(
         ctx, Operation.DESCRIBE, ResourceType.CLUSTER, log_denied=False
     ):
         listed = filter_authorized(

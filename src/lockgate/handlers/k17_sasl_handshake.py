@@ -36,7 +36,7 @@ async def handshake(exchange: SaslExchange, ctx: RequestContext, request: Any) -
     mechanism = str(request.mechanism)
     if not exchange.handshake(mechanism, ctx.api_version):
         await asyncio.sleep(
-            ctx.broker.config.integer("connection.failed.authentication.delay.ms") / 1000
+            ctx.services.config.integer("connection.failed.authentication.delay.ms") / 1000
         )
         return {"error_code": ErrorCode.unsupported_sasl_mechanism, "mechanisms": exchange.enabled}
     ctx.session.mechanism = mechanism

@@ -44,7 +44,7 @@ async def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> dict[
             )
         assignments = dict(sorted(assignments.items()))
     configs = {c.name: c.value for c in topic.configs}
-    record = await ctx.broker.admin.create(
+    record = await ctx.services.admin.create(
         topic.name,
         len(assignments) if assignments else topic.num_partitions,
         topic.replication_factor,
@@ -52,14 +52,14 @@ async def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> dict[
         validate_only=validate_only,
         assignments=assignments,
     )
-    resolved = ctx.broker.config.resolve_topic(record.configs)
-    first = ctx.broker.membership.partition(record.name, 0)
+    resolved = ctx.services.config.resolve_topic(record.configs)
+    first = ctx.services.membership.partition(record.name, 0)
     if assignments:
         factor = len(assignments[0])
     elif first is not None and first.replicas:
         factor = len(first.replicas)
     else:
-        factor = ctx.broker.topics.replication_factor(topic.replication_factor)
+        factor = ctx.services.topics.replication_factor(topic.replication_factor)
     return {
         "topic_id": record.topic_id,
         "num_partitions": record.partitions,

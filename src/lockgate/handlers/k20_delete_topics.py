@@ -23,7 +23,7 @@ from lockgate.security.authorizer import authorize
 
 @handles(ApiKey.DELETE_TOPICS, 1, 6)
 async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
-    topics = ctx.broker.topics
+    topics = ctx.services.topics
     if ctx.api_version >= 6:
         wanted = [(t.name, t.topic_id) for t in request.topics]
     else:
@@ -37,7 +37,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
             "error_message": None,
         }
         try:
-            if not ctx.broker.config.flag("delete.topic.enable"):
+            if not ctx.services.config.flag("delete.topic.enable"):
                 raise KafkaProtocolError(ErrorCode.topic_deletion_disabled)
             if name is None:
                 record = topics.by_id.get(topic_id) if topic_id else None
@@ -47,7 +47,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
                 entry["name"] = name
             if not authorize(ctx, Operation.DELETE, ResourceType.TOPIC, name):
                 raise KafkaProtocolError(ErrorCode.topic_authorization_failed)
-            record = await ctx.broker.admin.delete(name)
+            record = await ctx.services.admin.delete(name)
             entry["topic_id"] = record.topic_id
         except KafkaProtocolError as exc:
             entry["error_code"] = exc.code

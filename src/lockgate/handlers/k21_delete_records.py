@@ -27,8 +27,8 @@ from lockgate.security.authorizer import authorize
 
 
 def _delete(ctx: RequestContext, topic: str, index: int, offset: int) -> int:
-    record = ctx.broker.topics.topics.get(topic)
-    partition = ctx.broker.topics.get(topic, index)
+    record = ctx.services.topics.topics.get(topic)
+    partition = ctx.services.topics.get(topic, index)
     if record is None or partition is None:
         raise KafkaProtocolError(ErrorCode.unknown_topic_or_partition)
     if record.internal:

@@ -65,7 +65,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     if (producer_id == -1) != (epoch == -1):
         return _answer(ErrorCode.invalid_request)
     transactional_id = request.transactional_id
-    broker = ctx.broker
+    services = ctx.services
     if transactional_id is None:
         # KIP-679: IDEMPOTENT_WRITE on the cluster, or WRITE on any topic, allows idempotence
         if not authorize(
@@ -74,15 +74,15 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
             authorize(ctx, Operation.IDEMPOTENT_WRITE, ResourceType.CLUSTER)  # logs the denial
             return _answer(ErrorCode.cluster_authorization_failed)
         try:
-            return _answer(ErrorCode.none, broker.producer_ids.allocate(), 0)
+            return _answer(ErrorCode.none, services.producer_ids.allocate(), 0)
         except KafkaProtocolError as exc:
             return _answer(exc.code)
     if not authorize(ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
         return _answer(ErrorCode.transactional_id_authorization_failed)
     enable_2pc = field(request, "enable2_pc", False)
-    if enable_2pc and not broker.config.flag("transaction.two.phase.commit.enable"):
+    if enable_2pc and not services.config.flag("transaction.two.phase.commit.enable"):
         return _answer(ErrorCode.transactional_id_authorization_failed)
-    coordinator = broker.transactions
+    coordinator = services.transactions
     await coordinator.settle(transactional_id)
     gate = coordinator.gate(transactional_id)
     if gate:
@@ -108,7 +108,7 @@ def _two_phase(ctx: RequestContext, request: Any, transactional_id: str) -> bool
     would abort the id's open two-phase transaction (force-terminating a prepared one)."""
     if field(request, "enable2_pc", False) or field(request, "keep_prepared_txn", False):
         return True
-    meta = ctx.broker.transactions.txns.get(transactional_id)
+    meta = ctx.services.transactions.txns.get(transactional_id)
     return meta is not None and meta.two_phase_commit and meta.state == TxnState.ONGOING
 
 
@@ -120,8 +120,8 @@ def _decide(
     epoch: int,
     enable_2pc: bool,
 ) -> rules.Outcome:
-    broker = ctx.broker
-    coordinator = broker.transactions
+    services = ctx.services
+    coordinator = services.transactions
     return rules.init_producer_id(
         coordinator.txns.get(transactional_id),
         transactional_id,
@@ -130,7 +130,7 @@ def _decide(
         epoch,
         ctx.received_ms,
         coordinator.max_timeout_ms,
-        broker.producer_ids.allocate,
+        services.producer_ids.allocate,
         enable_2pc,
         field(request, "keep_prepared_txn", False),
     )

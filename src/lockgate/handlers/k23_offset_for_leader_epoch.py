@@ -47,7 +47,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
             try:
                 if denied is not None:
                     raise KafkaProtocolError(denied)
-                partition = ctx.broker.topics.get(topic.topic, p.partition)
+                partition = ctx.services.topics.get(topic.topic, p.partition)
                 if partition is None:
                     raise KafkaProtocolError(ErrorCode.unknown_topic_or_partition)
                 check_leader(partition, p.current_leader_epoch)

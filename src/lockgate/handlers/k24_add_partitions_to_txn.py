@@ -56,7 +56,7 @@ async def _add(
     verify_only: bool,
 ) -> dict[tuple[str, int], ErrorCode]:
     wanted = [(topic.name, p) for topic in topics for p in topic.partitions]
-    unknown = {tp for tp in wanted if not ctx.broker.topics.exists(*tp)}
+    unknown = {tp for tp in wanted if not ctx.services.topics.exists(*tp)}
     if unknown:
         return {
             tp: ErrorCode.unknown_topic_or_partition
@@ -64,7 +64,7 @@ async def _add(
             else ErrorCode.operation_not_attempted
             for tp in wanted
         }
-    coordinator = ctx.broker.transactions
+    coordinator = ctx.services.transactions
     await coordinator.settle(transactional_id)
     gate = coordinator.gate(transactional_id)
     if gate:

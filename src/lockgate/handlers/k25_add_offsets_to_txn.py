@@ -25,7 +25,7 @@ from lockgate.topics.internal import CONSUMER_OFFSETS_TOPIC
 
 @handles(ApiKey.ADD_OFFSETS_TO_TXN, 0, 4)
 async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
-    coordinator = ctx.broker.transactions
+    coordinator = ctx.services.transactions
     transactional_id = request.transactional_id
     if not authorize(ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
         return {"throttle_time": 0, "error_code": ErrorCode.transactional_id_authorization_failed}
@@ -36,7 +36,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     if gate:
         return {"throttle_time": 0, "error_code": gate}
     coordinator.spoke(transactional_id, request.producer_id, request.producer_epoch, ctx.connection)
-    offsets = ctx.broker.topics.topics[CONSUMER_OFFSETS_TOPIC]
+    offsets = ctx.services.topics.topics[CONSUMER_OFFSETS_TOPIC]
     partition = (CONSUMER_OFFSETS_TOPIC, partition_for(request.group_id, offsets.partitions))
     outcome = rules.add_partitions(
         coordinator.txns.get(transactional_id),

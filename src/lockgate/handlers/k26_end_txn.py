@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 
 @handles(ApiKey.END_TXN, 0, 5)
 async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
-    coordinator = ctx.broker.transactions
+    coordinator = ctx.services.transactions
     transactional_id = request.transactional_id
     answer: dict[str, Any] = {"throttle_time": 0, "producer_id": -1, "producer_epoch": -1}
     if not authorize(ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
@@ -61,7 +61,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
             request.committed,
             ctx.received_ms,
             2 if ctx.api_version >= FIRST_TV2_VERSION else 0,
-            ctx.broker.producer_ids.allocate,
+            ctx.services.producer_ids.allocate,
         )
     except KafkaProtocolError as exc:  # epoch exhausted and no new producer id available
         return {**answer, "error_code": exc.code}

@@ -34,7 +34,7 @@ from lockgate.security.acls import Operation, ResourceType
 from lockgate.security.authorizer import authorize
 
 if TYPE_CHECKING:
-    from lockgate.server.broker import Broker
+    from lockgate.handlers.services import Services
 
 ACKS_ALL = -1
 # Kafka appends markers with the broker's request.timeout.ms (30 s by default); lockgate has
@@ -52,7 +52,7 @@ class _Written:
 
 @handles(ApiKey.WRITE_TXN_MARKERS, 1, 2)
 async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
-    broker = ctx.broker
+    services = ctx.services
     written: list[_Written] = []
     answers = []
     if not authorize(ctx, Operation.CLUSTER_ACTION, ResourceType.CLUSTER):
@@ -64,13 +64,13 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
             partitions = []
             for index in topic.partition_indexes:
                 answer: dict[str, Any] = {"partition_index": index, "error_code": ErrorCode.none}
-                partition = broker.topics.get(topic.name, index)
+                partition = services.topics.get(topic.name, index)
                 try:
                     if partition is None:
                         raise KafkaProtocolError(ErrorCode.unknown_topic_or_partition)
                     check_leader(partition, NO_EPOCH)
-                    if broker.replicas is not None:
-                        broker.replicas.check_append(partition, ACKS_ALL)
+                    if services.replicas is not None:
+                        services.replicas.check_append(partition, ACKS_ALL)
                     offset = partition.write_marker(
                         marker.producer_id,
                         marker.producer_epoch,
@@ -79,7 +79,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
                         ctx.received_ms,
                         strict,
                     )
-                    durable = broker.group_commit.appended(partition)
+                    durable = services.group_commit.appended(partition)
                     written.append(_Written(answer, partition, offset + 1, durable))
                 except KafkaProtocolError as exc:
                     answer["error_code"] = exc.code
@@ -88,7 +88,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
                 partitions.append(answer)
             topics.append({"name": topic.name, "partitions": partitions})
         answers.append({"producer_id": marker.producer_id, "topics": topics})
-    await _acknowledged(broker, written)
+    await _acknowledged(services, written)
     return {"markers": answers}
 
 
@@ -112,7 +112,7 @@ def _denied(request: Any) -> list[dict[str, Any]]:
     ]
 
 
-async def _acknowledged(broker: Broker, written: list[_Written]) -> None:
+async def _acknowledged(services: Services, written: list[_Written]) -> None:
     """Durable first (the group commit), then in a cluster replicated to the ISR; a marker
     that is neither gets its error in its answer."""
     outcomes = await asyncio.gather(*(w.durable for w in written), return_exceptions=True)
@@ -121,7 +121,7 @@ async def _acknowledged(broker: Broker, written: list[_Written]) -> None:
             if not isinstance(outcome, OSError):
                 raise outcome
             w.answer["error_code"] = ErrorCode.kafka_storage_error
-    replicas = broker.replicas
+    replicas = services.replicas
     if replicas is None:
         return
     pending = [w for w in written if w.answer["error_code"] == ErrorCode.none]

@@ -48,10 +48,10 @@ VERIFY_TIMEOUT_S = 30.0
 
 
 async def _check_transaction(ctx: RequestContext, request: Any) -> ErrorCode:
-    transactions = ctx.broker.transactions
-    partition = (CONSUMER_OFFSETS_TOPIC, ctx.broker.groups.offsets_partition(request.group_id))
+    transactions = ctx.services.transactions
+    partition = (CONSUMER_OFFSETS_TOPIC, ctx.services.groups.offsets_partition(request.group_id))
     gate = transactions.gate(request.transactional_id)
-    verifier = ctx.broker.verifier
+    verifier = ctx.services.verifier
     if gate == ErrorCode.not_coordinator and verifier is not None:
         error = await verifier.ask(
             request.transactional_id,
@@ -116,7 +116,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     if error:
         results = dict.fromkeys(offsets, error)
     else:
-        results = await ctx.broker.groups.txn_commit(
+        results = await ctx.services.groups.txn_commit(
             request.group_id,
             request.producer_id,
             request.producer_epoch,

@@ -57,7 +57,7 @@ def _answer(code: ErrorCode, message: str | None, resources: list[Any]) -> dict[
 async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     if not authorize(ctx, Operation.DESCRIBE, ResourceType.CLUSTER):
         return _answer(ErrorCode.cluster_authorization_failed, None, [])
-    authorizer = ctx.broker.authorizer
+    authorizer = ctx.services.authorizer
     if authorizer is None:
         return _answer(ErrorCode.security_disabled, "No Authorizer is configured.", [])
     wanted = request_filter(request)

@@ -52,7 +52,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     if not authorize(ctx, Operation.ALTER, ResourceType.CLUSTER):
         failed = _result(ErrorCode.cluster_authorization_failed, None, [])
         return {"throttle_time": 0, "filter_results": [failed] * len(entries)}
-    authorizer = ctx.broker.authorizer
+    authorizer = ctx.services.authorizer
     if authorizer is None:
         disabled = _result(ErrorCode.security_disabled, "No Authorizer is configured.", [])
         return {"throttle_time": 0, "filter_results": [disabled] * len(entries)}

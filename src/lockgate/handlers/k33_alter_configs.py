@@ -30,7 +30,7 @@ from lockgate.security.acls import Operation
 
 @handles(ApiKey.ALTER_CONFIGS, 0, 2)
 async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
-    topics = ctx.broker.topics
+    topics = ctx.services.topics
     responses = []
     for resource in request.resources:
         entry: dict[str, Any] = {
@@ -71,7 +71,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
                 raise KafkaProtocolError(ErrorCode.unknown_topic_or_partition, f"no topic {name!r}")
             new = {c.name: c.value for c in resource.configs if c.value is not None}
             dropped = [key for key in record.configs if key not in new]
-            await ctx.broker.admin.alter_configs(name, new, dropped, request.validate_only)
+            await ctx.services.admin.alter_configs(name, new, dropped, request.validate_only)
         except KafkaProtocolError as exc:
             entry["error_code"] = exc.code
             entry["error_message"] = exc.message or None

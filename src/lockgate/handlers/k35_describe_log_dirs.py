@@ -60,14 +60,14 @@ def partition_entry(partition: Partition) -> dict[str, Any]:
 
 def volume_bytes(ctx: RequestContext) -> tuple[int, int, str]:
     """(total, usable, absolute path) of the log directory; -1/-1 for an in-memory store."""
-    storage = ctx.broker.storage
+    storage = ctx.services.storage
     if isinstance(storage, DiskEngine):
         try:
             stats = os.statvfs(storage.root)
         except OSError:
             return -1, -1, storage.root
         return stats.f_blocks * stats.f_frsize, stats.f_bavail * stats.f_frsize, storage.root
-    return -1, -1, os.path.abspath(ctx.broker.config.get("log.dirs").split(",")[0].strip())
+    return -1, -1, os.path.abspath(ctx.services.config.get("log.dirs").split(",")[0].strip())
 
 
 @handles(ApiKey.DESCRIBE_LOG_DIRS, 1, 4)
@@ -79,7 +79,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
             "results": (),
         }
     total, usable, path = volume_bytes(ctx)
-    if ctx.broker.storage.offline is not None:
+    if ctx.services.storage.offline is not None:
         result: dict[str, Any] = {
             "error_code": ErrorCode.kafka_storage_error,
             "log_dir": path,
@@ -88,7 +88,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
             "usable_bytes": -1,
         }
     else:
-        chosen = hosted_partitions(ctx.broker.topics.partitions, request.topics)
+        chosen = hosted_partitions(ctx.services.topics.partitions, request.topics)
         result = {
             "error_code": ErrorCode.none,
             "log_dir": path,

@@ -105,7 +105,7 @@ async def evaluate(exchange: SaslExchange, ctx: RequestContext, token: bytes) ->
         credentials = None
         if user is not None:
             try:
-                credentials = await ctx.broker.credentials.credentials(user)
+                credentials = await ctx.services.credentials.credentials(user)
             except Exception as exc:  # the store is away: nobody can be checked
                 raise AuthenticationFailed(f"credentials could not be read: {exc!r}") from exc
         if exchange.mechanism == "PLAIN":  # PBKDF2 over the password: off the event loop
@@ -116,7 +116,7 @@ async def evaluate(exchange: SaslExchange, ctx: RequestContext, token: bytes) ->
         exchange.step = SaslStep.FAILED
         FAILURES.note(ctx, exchange.mechanism, exc, time.monotonic())
         await asyncio.sleep(
-            ctx.broker.config.integer("connection.failed.authentication.delay.ms") / 1000
+            ctx.services.config.integer("connection.failed.authentication.delay.ms") / 1000
         )
         raise
     if exchange.step is SaslStep.COMPLETE:

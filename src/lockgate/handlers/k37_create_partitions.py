@@ -31,7 +31,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
             assignments = None
             if topic.assignments is not None:
                 assignments = {i: tuple(a.broker_ids) for i, a in enumerate(topic.assignments)}
-            await ctx.broker.admin.add_partitions(
+            await ctx.services.admin.add_partitions(
                 topic.name, topic.count, request.validate_only, assignments
             )
         except KafkaProtocolError as exc:

@@ -24,6 +24,6 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
         if not authorize(ctx, Operation.DELETE, ResourceType.GROUP, group_id):
             error = ErrorCode.group_authorization_failed
         else:
-            error = await ctx.broker.groups.delete_group(group_id)
+            error = await ctx.services.groups.delete_group(group_id)
         results.append({"group_id": group_id, "error_code": error})
     return {"throttle_time": 0, "results": results}

@@ -75,17 +75,17 @@ async def _alter(ctx: RequestContext, resource: Any, validate_only: bool) -> Non
     _check_request(resource)
     name = resource.resource_name
     if resource.resource_type == BROKER:
-        dynamic = ctx.broker.dynamic_configs
+        dynamic = ctx.services.dynamic_configs
         target = broker_target(name)
         current = dynamic.default if target == "" else dynamic.brokers.get(target, {})
         set_values, delete = incremental_broker_changes(resource.configs, current)
         await alter_broker(ctx, name, dict(set_values), delete, validate_only)
         return
-    record = ctx.broker.topics.topics.get(name)
+    record = ctx.services.topics.topics.get(name)
     if record is None:
         raise KafkaProtocolError(ErrorCode.unknown_topic_or_partition, f"no topic {name!r}")
     set_values, delete = incremental_topic_changes(resource.configs, record.configs)
-    await ctx.broker.admin.alter_configs(name, set_values, delete, validate_only)
+    await ctx.services.admin.alter_configs(name, set_values, delete, validate_only)
 
 
 @handles(ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, 1)

@@ -34,7 +34,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
         if t.name in readable
         for p in t.partitions
     ]
-    error, results = await ctx.broker.groups.delete_offsets(request.group_id, wanted)
+    error, results = await ctx.services.groups.delete_offsets(request.group_id, wanted)
     for t in request.topics:
         if t.name not in readable:
             for p in t.partitions:

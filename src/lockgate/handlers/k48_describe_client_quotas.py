@@ -37,7 +37,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
         FilterComponent(c.entity_type, int(c.match_type), c.match) for c in request.components
     ]
     try:
-        found = describe(ctx.broker.quota_store.table, components, bool(request.strict))
+        found = describe(ctx.services.quota_store.table, components, bool(request.strict))
     except KafkaProtocolError as exc:
         return {
             "throttle_time": 0,

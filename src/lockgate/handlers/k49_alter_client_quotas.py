@@ -78,7 +78,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
         answers.append(answer)
     if accepted and not request.validate_only:
         try:
-            await ctx.broker.quota_store.alter([alteration for _, alteration in accepted])
+            await ctx.services.quota_store.alter([alteration for _, alteration in accepted])
         except Exception as exc:  # storage or etcd: nothing was changed
             log.error("AlterClientQuotas from %s (client id %r) failed: %s",
                       ctx.peer, ctx.client_id, exc)  # fmt: skip

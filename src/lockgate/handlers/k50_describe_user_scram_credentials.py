@@ -37,7 +37,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
             "results": (),
         }
     try:
-        users = await ctx.broker.credentials.users()
+        users = await ctx.services.credentials.users()
     except Exception as exc:
         log.warning("DescribeUserScramCredentials from %s: the credential store: %r", ctx.peer, exc)
         return {

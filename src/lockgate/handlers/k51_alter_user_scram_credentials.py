@@ -62,7 +62,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
         return changed
 
     try:
-        await ctx.broker.credentials.change(change)
+        await ctx.services.credentials.change(change)
     except Exception as exc:
         log.warning("AlterUserScramCredentials from %s: the credential store: %r", ctx.peer, exc)
         refused = {item.user: item for item in outcome if item.error != ErrorCode.none}

@@ -27,7 +27,7 @@ NO_AUTHORIZED_OPERATIONS = -(2**31)
 
 @handles(ApiKey.DESCRIBE_CLUSTER, 0, 2)
 async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
-    broker = ctx.broker
+    services = ctx.services
     endpoint_type = field(request, "endpoint_type", 1)
     error = ErrorCode.none if endpoint_type in (1, 2) else ErrorCode.unsupported_endpoint_type
     return {
@@ -35,8 +35,8 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
         "error_code": error,
         "error_message": None,
         "endpoint_type": endpoint_type,
-        "cluster_id": broker.cluster_id,
-        "controller_id": broker.membership.controller_id(),
+        "cluster_id": services.membership.cluster_id(),
+        "controller_id": services.membership.controller_id(),
         "brokers": [
             {
                 "broker_id": b.node_id,
@@ -45,7 +45,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
                 "rack": b.rack,
                 "is_fenced": False,
             }
-            for b in on_listener(broker.membership.brokers(), ctx.session.listener)
+            for b in on_listener(services.membership.brokers(), ctx.session.listener)
         ]
         if not error
         else [],

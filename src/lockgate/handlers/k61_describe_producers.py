@@ -25,7 +25,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
         partitions = []
         readable = authorize(ctx, Operation.READ, ResourceType.TOPIC, topic.name)
         for index in topic.partition_indexes:
-            partition = ctx.broker.topics.get(topic.name, index)
+            partition = ctx.services.topics.get(topic.name, index)
             if not readable:
                 partitions.append(
                     {

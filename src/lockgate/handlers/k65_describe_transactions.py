@@ -29,7 +29,7 @@ def _timestamp(ms: int) -> datetime.datetime:
 
 @handles(ApiKey.DESCRIBE_TRANSACTIONS, 0, 0)
 async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
-    coordinator = ctx.broker.transactions
+    coordinator = ctx.services.transactions
     states = []
     for transactional_id in request.transactional_ids:
         meta = coordinator.txns.get(transactional_id)

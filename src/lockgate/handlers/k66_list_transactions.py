@@ -32,7 +32,7 @@ def _empty(error: ErrorCode, unknown: list[str] | None = None) -> dict[str, Any]
 
 @handles(ApiKey.LIST_TRANSACTIONS, 0, 2)
 async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
-    coordinator = ctx.broker.transactions
+    coordinator = ctx.services.transactions
     if not coordinator.loaded:
         return _empty(ErrorCode.coordinator_load_in_progress)
     wanted_states = {TxnState.from_name(name) for name in request.state_filters}

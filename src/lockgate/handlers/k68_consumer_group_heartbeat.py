@@ -43,7 +43,7 @@ from lockgate.security.authorizer import authorize
 def _owned(ctx: RequestContext, topics: Any) -> Assignment | None:
     if topics is None:
         return None
-    by_id = ctx.broker.topics.by_id
+    by_id = ctx.services.topics.by_id
     owned: dict[str, frozenset[int]] = {}
     for topic in topics:
         record = by_id.get(topic.topic_id)
@@ -53,7 +53,7 @@ def _owned(ctx: RequestContext, topics: Any) -> Assignment | None:
 
 
 def _wire(ctx: RequestContext, assignment: Assignment) -> dict[str, Any]:
-    topics = ctx.broker.topics.topics
+    topics = ctx.services.topics.topics
     return {
         "topic_partitions": [
             {"topic_id": topics[name].topic_id, "partitions": sorted(parts)}
@@ -91,7 +91,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     if ctx.api_version == 0 and not member_id and request.member_epoch == JOIN_EPOCH:
         member_id = str(uuid.uuid4())  # v0: the coordinator names new members
     rebalance_timeout = millis(request.rebalance_timeout)
-    answer = await ctx.broker.groups.consumer.heartbeat(
+    answer = await ctx.services.groups.consumer.heartbeat(
         HeartbeatRequest(
             group_id=request.group_id,
             member_id=member_id,

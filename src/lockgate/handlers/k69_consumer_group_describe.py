@@ -31,7 +31,7 @@ CLASSIC_MEMBER_TYPE = 0
 
 
 def _assignment(ctx: RequestContext, assignment: Assignment) -> dict[str, Any]:
-    topics = ctx.broker.topics.topics
+    topics = ctx.services.topics.topics
     return {
         "topic_partitions": [
             {"topic_id": topics[name].topic_id, "topic_name": name, "partitions": sorted(parts)}
@@ -58,7 +58,7 @@ def _member(ctx: RequestContext, group: ConsumerGroup, m: ConsumerMember) -> dic
 
 
 def _topics_of(ctx: RequestContext, group: ConsumerGroup) -> set[str]:
-    counts = ctx.broker.groups.consumer.topic_counts()
+    counts = ctx.services.groups.consumer.topic_counts()
     topics: set[str] = set()
     for m in group.members.values():
         topics |= set(m.subscribed_topic_names) | m.subscribed(counts) | set(m.assigned)
@@ -69,7 +69,7 @@ def _topics_of(ctx: RequestContext, group: ConsumerGroup) -> set[str]:
 
 @handles(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, 1)
 async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
-    coordinator = ctx.broker.groups
+    coordinator = ctx.services.groups
     described = []
     for group_id in request.group_ids:
         entry: dict[str, Any] = {

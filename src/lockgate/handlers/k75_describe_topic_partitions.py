@@ -55,7 +55,7 @@ def partition_entries(
     ctx: RequestContext, record: TopicRecord, start: int, limit: int
 ) -> tuple[list[dict[str, Any]], int]:
     """The partitions from `start`, at most `limit`, and the next index (-1 at the end)."""
-    membership = ctx.broker.membership
+    membership = ctx.services.membership
     registered = membership.brokers()
     alive = {b.node_id for b in registered}
     reachable = {b.node_id for b in on_listener(registered, ctx.session.listener)}
@@ -101,7 +101,7 @@ def _missing(name: str) -> ErrorCode:
 
 @handles(ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0, 0)
 async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
-    known = ctx.broker.topics.topics
+    known = ctx.services.topics.topics
     cursor = request.cursor
     cursor_topic = cursor.topic_name if cursor is not None else ""
     fetch_all = not request.topics
@@ -124,7 +124,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
             allowed.append(name)
         elif not fetch_all:
             denied.append(_topic(ErrorCode.topic_authorization_failed, name, ZERO_ID, False))
-    broker_limit = ctx.broker.config.integer("max.request.partition.size.limit")
+    broker_limit = ctx.services.config.integer("max.request.partition.size.limit")
     limit = max(min(broker_limit, request.response_partition_limit), 1)
     topics: list[dict[str, Any]] = []
     next_cursor = None

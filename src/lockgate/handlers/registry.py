@@ -12,7 +12,8 @@ from lockgate.protocol.frame import RequestHeader, parse_request_header
 from lockgate.security.session import Session
 
 if TYPE_CHECKING:
-    from lockgate.server.broker import Broker
+    from lockgate.handlers.services import Services
+    from lockgate.security.authorizer import Authorizer
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,7 +29,7 @@ HandlerResult = Mapping[str, Any] | RawBody | None
 
 @dataclass(slots=True)
 class RequestContext:
-    broker: Broker
+    services: Services
     api_key: int
     api_version: int
     correlation_id: int
@@ -40,6 +41,10 @@ class RequestContext:
     session: Session = field(default_factory=Session.plaintext)
     received_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     started: float = field(default_factory=time.monotonic)
+
+    @property
+    def authorizer(self) -> Authorizer | None:
+        return self.services.authorizer
 
 
 Handler = Callable[[RequestContext, Any], Awaitable[HandlerResult]]

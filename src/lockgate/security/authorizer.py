@@ -4,13 +4,15 @@
 # to the principal (or User:*) and host decide, a DENY before any ALLOW; with no ALLOW the
 # answer is no, unless no ACL covers the resource at all and allow.everyone.if.no.acl.found is
 # set. With no authorizer configured the broker has `authorizer = None` and allows everything;
-# handlers test that attribute first so that the hot paths pay one attribute read.
+# handlers test that attribute first so that the hot paths pay one attribute read. The helpers
+# for handlers see a request only as `Requester`: who asks, through which API, and the
+# authorizer (if any) that decides.
 from __future__ import annotations
 
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from lockgate.security.acl_store import AclStore, EtcdAclStore, LocalAclStore
 from lockgate.security.acls import (
@@ -28,7 +30,6 @@ from lockgate.security.session import Session
 
 if TYPE_CHECKING:
     from lockgate.config.properties import BrokerConfig
-    from lockgate.handlers.registry import RequestContext
     from lockgate.storage.engine import StorageEngine
 
 log = logging.getLogger(__name__)
@@ -225,8 +226,24 @@ def every_operation_bits(resource_type: ResourceType) -> int:
 # -- helpers for handlers -------------------------------------------------------------------
 
 
+class Requester(Protocol):
+    """A request as the helpers below see it (the handlers' RequestContext is one)."""
+
+    @property
+    def session(self) -> Session: ...
+
+    @property
+    def api_key(self) -> int: ...
+
+    @property
+    def client_id(self) -> str | None: ...
+
+    @property
+    def authorizer(self) -> Authorizer | None: ...
+
+
 def authorize(
-    ctx: RequestContext,
+    ctx: Requester,
     operation: Operation,
     resource_type: ResourceType,
     name: str = CLUSTER_NAME,
@@ -234,7 +251,7 @@ def authorize(
     log_denied: bool = True,
 ) -> bool:
     """Whether the request's session may do this; a denial is logged (rate-limited)."""
-    authorizer = ctx.broker.authorizer
+    authorizer = ctx.authorizer
     if authorizer is None:
         return True
     if authorizer.allowed(ctx.session, operation, resource_type, name):
@@ -246,13 +263,13 @@ def authorize(
     return False
 
 
-def authorize_any(ctx: RequestContext, operation: Operation, resource_type: ResourceType) -> bool:
-    authorizer = ctx.broker.authorizer
+def authorize_any(ctx: Requester, operation: Operation, resource_type: ResourceType) -> bool:
+    authorizer = ctx.authorizer
     return authorizer is None or authorizer.allowed_on_any(ctx.session, operation, resource_type)
 
 
 def filter_authorized(
-    ctx: RequestContext,
+    ctx: Requester,
     operation: Operation,
     resource_type: ResourceType,
     items: Iterable[T],
@@ -262,7 +279,7 @@ def filter_authorized(
 ) -> list[T]:
     """The items whose resource the session may act on (e.g. the topics a listing shows);
     leaving the rest out is the point, so by default no denial is logged."""
-    if ctx.broker.authorizer is None:
+    if ctx.authorizer is None:
         return list(items)
     return [
         item
@@ -271,15 +288,15 @@ def filter_authorized(
     ]
 
 
-def authorized_operations(ctx: RequestContext, resource_type: ResourceType, name: str) -> int:
+def authorized_operations(ctx: Requester, resource_type: ResourceType, name: str) -> int:
     """KIP-430's bitfield for the session on this resource."""
-    authorizer = ctx.broker.authorizer
+    authorizer = ctx.authorizer
     if authorizer is None:
         return every_operation_bits(resource_type)
     return authorizer.authorized_operations(ctx.session, resource_type, name)
 
 
-def _api_name(ctx: RequestContext) -> str:
+def _api_name(ctx: Requester) -> str:
     from lockgate.protocol.api import ApiKey
 
     try:

@@ -8,7 +8,6 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Iterable
 
 from lockgate.client.security import ClientSecurity
 from lockgate.cluster.controller_service import ControllerService
@@ -26,9 +25,9 @@ from lockgate.coordinator.txn.service import TransactionCoordinator
 from lockgate.coordinator.txn.verifier import TxnVerifier
 from lockgate.handlers import load_all
 from lockgate.handlers.fetch_sessions import FetchSessionCache
+from lockgate.handlers.services import Services
 from lockgate.log.append_order import AppendOrder
 from lockgate.log.cleaner import MAP_ENTRY_BYTES, LogCleaner
-from lockgate.log.partition import Partition
 from lockgate.replication.group_commit import GroupCommit
 from lockgate.replication.manager import ReplicaManager
 from lockgate.security.authorizer import Authorizer
@@ -107,7 +106,12 @@ class Broker:
             self.producer_ids = ClusterProducerIds(self.cluster)
             self.verifier = TxnVerifier(self)
         else:
-            self.membership = SingleNode(self)
+            self.membership = SingleNode(
+                self.node_id,
+                self.store.cluster_id,
+                lambda: self.registration(incarnation=""),
+                self.topics,
+            )
             self.admin = LocalTopicAdmin(self.topics, self.node_id)
             self.producer_ids = ProducerIdManager(self.storage)
         self.snapshots = Snapshotter(
@@ -147,6 +151,30 @@ class Broker:
         )
         self._cleaner_task: asyncio.Task[None] | None = None
         self.started = asyncio.Event()
+        self.services = Services(
+            node_id=self.node_id,
+            config=config,
+            dynamic_configs=self.dynamic_configs,
+            storage=self.storage,
+            topics=self.topics,
+            admin=self.admin,
+            membership=self.membership,
+            groups=self.groups,
+            transactions=self.transactions,
+            coordinators=self.coordinators,
+            producer_ids=self.producer_ids,
+            group_commit=self.group_commit,
+            append_order=self.append_order,
+            fetch_sessions=self.fetch_sessions,
+            authorizer=self.authorizer,
+            quotas=self.quotas,
+            quota_store=self.quota_store,
+            credentials=self.credentials,
+            metrics=self.metrics,
+            cluster=self.cluster,
+            replicas=self.replicas,
+            verifier=self.verifier,
+        )
 
     @property
     def cluster_id(self) -> str:
@@ -343,7 +371,9 @@ class Broker:
         if not self.connection_limits.admit(address):
             writer.close()  # as Kafka: refused at once, before any request is read
             return
-        connection = Connection(self, reader, writer, listener)
+        connection = Connection(
+            self.services, self.metrics, self.request_memory, reader, writer, listener
+        )
         self.connections.add(connection)
         try:
             await connection.run()
@@ -434,26 +464,3 @@ class Broker:
     def apply_retention(self) -> int:
         now = now_ms()
         return sum(p.apply_retention(now) for p in list(self.topics.partitions.values()))
-
-    async def wait_for_data(
-        self, partitions: Iterable[Partition], timeout_s: float, log_end: bool = False
-    ) -> None:
-        """Long polling: returns when any partition's high watermark moves (`log_end`: its
-        log end, for a follower), or on timeout."""
-        loop = asyncio.get_running_loop()
-        woken: asyncio.Future[None] = loop.create_future()
-
-        def wake() -> None:
-            if not woken.done():
-                woken.set_result(None)
-
-        watched = [p.end_listeners if log_end else p.hw_listeners for p in partitions]
-        for listeners in watched:
-            listeners.add(wake)
-        try:
-            await asyncio.wait_for(woken, timeout_s)
-        except TimeoutError:
-            pass
-        finally:
-            for listeners in watched:
-                listeners.discard(wake)

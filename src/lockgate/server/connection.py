@@ -46,9 +46,10 @@ from lockgate.server.log_context import (
 from lockgate.server.sasl_gate import SaslGate
 
 if TYPE_CHECKING:
+    from lockgate.handlers.services import Services
     from lockgate.security.listeners import Listener
-    from lockgate.server.broker import Broker
     from lockgate.server.connection_limits import RequestMemory
+    from lockgate.server.metrics import BrokerMetrics
 
 log = logging.getLogger(__name__)
 
@@ -64,12 +65,18 @@ class CloseConnection(Exception):
 class Connection:
     def __init__(
         self,
-        broker: Broker,
+        services: Services,
+        metrics: BrokerMetrics,
+        request_memory: RequestMemory,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         listener: Listener,
     ) -> None:
-        self.broker = broker
+        self.services = services
+        self.config = services.config
+        self.quotas = services.quotas
+        self.metrics = metrics
+        self.request_memory = request_memory
         self.reader = reader
         self.writer = writer
         peer = writer.get_extra_info("peername")
@@ -87,13 +94,13 @@ class Connection:
         # SASL listeners: the authentication (requests pass it until the session is
         # authenticated)
         self.sasl = (
-            SaslGate(tuple(enabled_mechanisms(broker.config, listener.name)), self.stop_reading)
+            SaslGate(tuple(enabled_mechanisms(services.config, listener.name)), self.stop_reading)
             if listener.protocol.uses_sasl
             else None
         )
         self.serial = next(_SERIALS)
         self._queue: asyncio.Queue[asyncio.Task[bytes | None] | bytes | None] = asyncio.Queue(
-            maxsize=broker.config.integer("queued.max.requests")
+            maxsize=services.config.integer("queued.max.requests")
         )
         self._read_task: asyncio.Task[None] | None = None
         self.last_active = time.monotonic()  # the last complete request or response written
@@ -102,11 +109,11 @@ class Connection:
     async def run(self) -> None:
         # the tasks below inherit it: log lines about this connection name its client
         current_connection.set(ConnectionContext(self.peer, self.session.listener, self.serial))
-        metrics = self.broker.metrics
+        metrics = self.metrics
         metrics.connection_opened(self.session.listener)
         writer_task = asyncio.create_task(self._write_loop())
         self._read_task = asyncio.create_task(self._read_loop())
-        idle_ms = self.broker.config.integer("connections.max.idle.ms")
+        idle_ms = self.config.integer("connections.max.idle.ms")
         watch = asyncio.create_task(self._idle_watch(idle_ms / 1000)) if idle_ms > 0 else None
         try:
             await self._read_task
@@ -116,7 +123,7 @@ class Connection:
             if watch is not None:
                 watch.cancel()
             await self._queue.put(None)
-            self.broker.quotas.mutes.pop(self.serial, None)
+            self.quotas.mutes.pop(self.serial, None)
             try:
                 await writer_task
             finally:
@@ -147,8 +154,8 @@ class Connection:
             self._read_task.cancel()
 
     async def _read_loop(self) -> None:
-        max_size = self.broker.config.integer("socket.request.max.bytes")
-        memory = self.broker.request_memory
+        max_size = self.config.integer("socket.request.max.bytes")
+        memory = self.request_memory
         try:
             while True:
                 (size,) = _SIZE.unpack(await self.reader.readexactly(4))
@@ -159,7 +166,7 @@ class Connection:
                 await memory.acquire(size)
                 try:
                     payload = await self.reader.readexactly(size)
-                    if self.broker.quotas.mutes:  # KIP-219: a throttled client is not read
+                    if self.quotas.mutes:  # KIP-219: a throttled client is not read
                         await self._throttled()
                     item = self._dispatch(payload)
                 except BaseException as exc:
@@ -195,7 +202,7 @@ class Connection:
             )
 
     async def _throttled(self) -> None:
-        while (remaining := self.broker.quotas.mute_remaining(self.serial)) > 0:
+        while (remaining := self.quotas.mute_remaining(self.serial)) > 0:
             await asyncio.sleep(remaining)
 
     def _dispatch(self, payload: bytes) -> asyncio.Task[bytes | None] | bytes:
@@ -244,7 +251,7 @@ class Connection:
         self, api_key: int, version: int, correlation_id: int, client_id: str | None
     ) -> RequestContext:
         return RequestContext(
-            self.broker,
+            self.services,
             api_key,
             version,
             correlation_id,
@@ -265,7 +272,7 @@ class Connection:
     ) -> bytes | None:
         current_request.set(context)  # this request's task only: its log lines carry it
         try:
-            quotas = self.broker.quotas
+            quotas = self.quotas
             if QuotaType.REQUEST in quotas.kinds and spec.api_key not in SELF_CHARGED_API_KEYS:
                 result = await measured(quotas, spec.handler, context, request)
             else:
@@ -288,7 +295,7 @@ class Connection:
             )
             self.stop_reading()
             return None
-        self.broker.metrics.request_done(spec.api_key, time.monotonic() - context.started, error)
+        self.metrics.request_done(spec.api_key, time.monotonic() - context.started, error)
         if body is None:
             return None
         return response_frame(context.correlation_id, flexible, body)

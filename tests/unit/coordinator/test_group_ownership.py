@@ -227,7 +227,9 @@ async def test_a_waiting_join_group_request_is_answered_not_coordinator(broker: 
          "member_id": "", "group_instance_id": "instance-1", "protocol_type": "consumer",
          "protocols": [{"name": "range", "metadata": b"m"}]},
     )  # fmt: skip
-    context = RequestContext(broker, ApiKey.JOIN_GROUP, version, 1, "client", "127.0.0.1:5000")
+    context = RequestContext(
+        broker.services, ApiKey.JOIN_GROUP, version, 1, "client", "127.0.0.1:5000"
+    )
 
     async def handle() -> HandlerResult:
         return await k11_join_group.handle(context, request)

@@ -80,7 +80,7 @@ async def broker() -> AsyncIterator[Broker]:
 async def call(broker: Broker, session: Session, api: ApiKey, version: int, body: Any) -> Any:
     spec = HANDLERS[api]
     request = build(request_class(api, version), body)  # type: ignore[arg-type]
-    ctx = RequestContext(broker, api, version, 1, "test", "127.0.0.1:1", 1, session)
+    ctx = RequestContext(broker.services, api, version, 1, "test", "127.0.0.1:1", 1, session)
     result = await spec.handler(ctx, request)
     assert not isinstance(result, RawBody)
     return result

@@ -72,7 +72,7 @@ async def broker() -> AsyncIterator[Broker]:
 
 async def call(broker: Broker, session: Session, api: ApiKey, version: int, body: Any) -> Any:
     request = build(request_class(api, version), body)  # type: ignore[arg-type]
-    ctx = RequestContext(broker, api, version, 1, "test", "127.0.0.1:1", 1, session)
+    ctx = RequestContext(broker.services, api, version, 1, "test", "127.0.0.1:1", 1, session)
     result = await HANDLERS[api].handler(ctx, request)
     assert not isinstance(result, RawBody) and result is not None
     encode(build(response_class(api, version), result))

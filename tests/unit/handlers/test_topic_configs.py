@@ -68,7 +68,7 @@ CHANGED = {
 
 async def call(broker: Broker, api: ApiKey, version: int, body: Any) -> Any:
     request = build(request_class(api, version), body)  # type: ignore[arg-type]
-    ctx = RequestContext(broker, api, version, 1, "test", "127.0.0.1:1", 1, SESSION)
+    ctx = RequestContext(broker.services, api, version, 1, "test", "127.0.0.1:1", 1, SESSION)
     result = await HANDLERS[api].handler(ctx, request)
     assert not isinstance(result, RawBody) and result is not None
     encode(build(response_class(api, version), result))

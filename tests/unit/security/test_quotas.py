@@ -327,7 +327,7 @@ async def test_store_survives_a_restart_on_disk(tmp_path: Path) -> None:
 
 
 def context(broker: Broker, api_key: int) -> RequestContext:
-    return RequestContext(broker, api_key, 1, 1, "test", "127.0.0.1:1")
+    return RequestContext(broker.services, api_key, 1, 1, "test", "127.0.0.1:1")
 
 
 def alter_entry(parts: list[tuple[str, str | None]], ops: list[tuple[str, float, bool]]) -> Any:

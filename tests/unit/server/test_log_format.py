@@ -45,7 +45,7 @@ def request(api_key: int = ApiKey.PRODUCE, authenticated: bool = True) -> Reques
     session.authenticated = authenticated
     session.principal = "User:alice"
     return RequestContext(
-        None,  # type: ignore[arg-type]  # (the broker is not read)
+        None,  # type: ignore[arg-type]  # (no service is read)
         api_key,
         9,
         42,

@@ -1,0 +1,73 @@
+# What a handler may call: the services the composition root builds once and hands to every
+# request's context. A handler reaches nothing else (not the broker, not the connection), so
+# this record is the whole surface of the request layer. Fields that only exist in cluster
+# mode are None on a single node; metrics is the narrow part of the broker's registry that
+# request handling feeds.
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from lockgate.cluster.etcd import EtcdMetadataStore
+    from lockgate.cluster.membership import Membership
+    from lockgate.config.dynamic import DynamicBrokerConfigs
+    from lockgate.config.properties import BrokerConfig
+    from lockgate.coordinator.group.service import GroupCoordinator
+    from lockgate.coordinator.locator import CoordinatorLocator
+    from lockgate.coordinator.txn.service import TransactionCoordinator
+    from lockgate.coordinator.txn.verifier import TxnVerifier
+    from lockgate.handlers.fetch_sessions import FetchSessionCache
+    from lockgate.log.append_order import AppendOrder
+    from lockgate.replication.group_commit import GroupCommit
+    from lockgate.replication.manager import ReplicaManager
+    from lockgate.security.authorizer import Authorizer
+    from lockgate.security.credentials import CredentialStore
+    from lockgate.security.quota_store import QuotaStore
+    from lockgate.security.quotas import ClientQuotas
+    from lockgate.storage.engine import StorageEngine
+    from lockgate.topics.admin import TopicAdmin
+    from lockgate.topics.directory import TopicManager
+
+
+class RequestMetrics(Protocol):
+    """The tallies handlers feed (the broker's Prometheus registry implements them)."""
+
+    def partition_errors(self, api_key: int, codes: Iterable[int]) -> None: ...
+
+    def appended(self, topic: str, size: int, messages: int) -> None: ...
+
+    def fetched(
+        self, entries: Iterable[tuple[str | None, Mapping[str, Any]]], follower: bool
+    ) -> None: ...
+
+
+class ProducerIds(Protocol):
+    def allocate(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    node_id: int
+    config: BrokerConfig
+    dynamic_configs: DynamicBrokerConfigs
+    storage: StorageEngine  # DescribeLogDirs reports on it
+    topics: TopicManager  # the partitions this broker hosts
+    admin: TopicAdmin  # creates, deletes and grows topics
+    membership: Membership  # the brokers and who leads what
+    groups: GroupCoordinator
+    transactions: TransactionCoordinator
+    coordinators: CoordinatorLocator
+    producer_ids: ProducerIds
+    group_commit: GroupCommit  # appends become durable in shared fsyncs
+    append_order: AppendOrder  # a producer's batches that wait keep their order
+    fetch_sessions: FetchSessionCache
+    authorizer: Authorizer | None  # None: no ACLs to check
+    quotas: ClientQuotas
+    quota_store: QuotaStore
+    credentials: CredentialStore
+    metrics: RequestMetrics
+    cluster: EtcdMetadataStore | None  # cluster mode only
+    replicas: ReplicaManager | None  # cluster mode only
+    verifier: TxnVerifier | None  # cluster mode only: asks other brokers' txn coordinators
