@@ -55,7 +55,6 @@ DROPPED = (
     "lockgate_consumer_lag_series_dropped",
     "Partition lag series left out by lockgate.metrics.consumer.lag.max.series",
 )
-FAMILIES = (*PARTITION_GAUGES, HANGING, LAG, GROUP_LAG, DROPPED)
 
 
 def escape(value: str) -> str:
