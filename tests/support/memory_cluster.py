@@ -24,6 +24,7 @@ from lockgate.cluster.metadata import (
 from lockgate.config.properties import BrokerConfig
 from lockgate.coordinator.txn.markers import MarkerSender
 from lockgate.coordinator.txn.verifier import TxnVerifier
+from lockgate.replication.fetcher import FetchSettings
 from lockgate.replication.manager import ReplicaManager
 from lockgate.server.broker import Broker
 from lockgate.server.connection import Connection
@@ -80,6 +81,21 @@ class MemoryStore:
         return self.view.partitions[(topic, index)]
 
 
+def replica_manager(broker: Broker, store: MemoryStore) -> ReplicaManager:
+    """A ReplicaManager over the store, wired to the broker's pieces as the broker wires its own
+    in cluster mode (its followers' connections in plaintext)."""
+    return ReplicaManager(
+        store,  # type: ignore[arg-type]
+        broker.topics,
+        broker.node_id,
+        broker.group_commit,
+        FetchSettings.from_config(broker.config, None),
+        broker.config.integer("replica.lag.time.max.ms"),
+        broker.metrics.isr_changed,
+        broker.topics.clock_ms,  # the broker's clock
+    )
+
+
 class MemoryClusterBroker:
     def __init__(self, store: MemoryStore, node_id: int, settings: dict[str, str]) -> None:
         config = BrokerConfig(
@@ -88,7 +104,7 @@ class MemoryClusterBroker:
         )  # fmt: skip
         self.node_id = node_id
         self.broker = broker = Broker(config, MemoryEngine())
-        broker.replicas = ReplicaManager(broker, store)  # type: ignore[arg-type]
+        broker.replicas = replica_manager(broker, store)
         broker.membership = ClusterMembership(store, node_id)  # type: ignore[arg-type]
         broker.verifier = TxnVerifier(broker)
         broker.services = dataclasses.replace(

@@ -6,18 +6,31 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
+from typing import Protocol
 
 from lockgate.client.connection import BrokerConnection
 from lockgate.client.errors import KafkaError
+from lockgate.client.security import ClientSecurity
+from lockgate.cluster.metadata import BrokerRegistration
 
-if TYPE_CHECKING:
-    from lockgate.server.broker import Broker
+
+class _Registered(Protocol):
+    """The brokers registered in the cluster (cluster/membership.py's Membership)."""
+
+    def brokers(self) -> Iterable[BrokerRegistration]: ...
 
 
 class PeerConnections:
-    def __init__(self, broker: Broker, client_id: str, request_timeout_ms: int) -> None:
-        self.broker = broker
+    def __init__(
+        self,
+        membership: _Registered,
+        security: ClientSecurity | None,
+        client_id: str,
+        request_timeout_ms: int,
+    ) -> None:
+        self.membership = membership
+        self.security = security  # this broker's inter-broker settings (None: plaintext)
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
         self._connections: dict[int, BrokerConnection] = {}
@@ -26,9 +39,7 @@ class PeerConnections:
     async def get(self, node_id: int) -> BrokerConnection:
         """The connection to the broker's registered address, opened if needed. Raises
         KafkaError (not registered, cannot connect) or OSError."""
-        registration = next(
-            (b for b in self.broker.membership.brokers() if b.node_id == node_id), None
-        )
+        registration = next((b for b in self.membership.brokers() if b.node_id == node_id), None)
         if registration is None:
             raise KafkaError(f"broker {node_id} is not registered")
         async with self._connecting.setdefault(node_id, asyncio.Lock()):
@@ -45,7 +56,7 @@ class PeerConnections:
                 node_id=node_id,
                 client_id=self.client_id,
                 request_timeout_ms=self.request_timeout_ms,
-                security=self.broker.inter_broker_security,
+                security=self.security,
             )
             await connection.connect()
             self._connections[node_id] = connection

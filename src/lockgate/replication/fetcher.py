@@ -9,19 +9,20 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from lockgate.client.connection import BrokerConnection
 from lockgate.client.errors import KafkaError
+from lockgate.client.security import ClientSecurity
 from lockgate.cluster.metadata import MetadataStore
+from lockgate.config.properties import BrokerConfig
 from lockgate.log.partition import Partition
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.replication.follower import AskAgain, after_leader_answer
-
-if TYPE_CHECKING:
-    from lockgate.server.broker import Broker
+from lockgate.replication.group_commit import GroupCommit
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +32,26 @@ REQUEST_TIMEOUT_MS = 30_000
 UNDEFINED_EPOCH = -1
 
 Key = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class FetchSettings:
+    """How this broker's followers fetch (replica.fetch.*), and how their connections to a
+    leader are secured (as this broker's inter-broker settings say; None: plaintext)."""
+
+    backoff_ms: int
+    max_wait_ms: int
+    max_bytes: int
+    security: ClientSecurity | None
+
+    @classmethod
+    def from_config(cls, config: BrokerConfig, security: ClientSecurity | None) -> FetchSettings:
+        return cls(
+            config.integer("replica.fetch.backoff.ms"),
+            config.integer("replica.fetch.wait.max.ms"),
+            config.integer("replica.fetch.max.bytes"),
+            security,
+        )
 
 
 @dataclass(slots=True)
@@ -43,15 +64,25 @@ class _Replica:
 
 
 class ReplicaFetcher:
-    def __init__(self, broker: Broker, store: MetadataStore, leader_id: int) -> None:
-        self.broker = broker
+    def __init__(
+        self,
+        store: MetadataStore,
+        leader_id: int,
+        node_id: int,
+        group_commit: GroupCommit,
+        settings: FetchSettings,
+        clock: Callable[[], int],
+    ) -> None:
         self.store = store
         self.leader_id = leader_id
+        self.node_id = node_id  # this broker: the replica id of its requests
+        self.group_commit = group_commit  # flushes what is appended (nobody waits for it)
+        self.security = settings.security
+        self.clock = clock
         self.replicas: dict[Key, _Replica] = {}
-        config = broker.config
-        self.backoff_s = config.integer("replica.fetch.backoff.ms") / 1000
-        self.max_wait_ms = config.integer("replica.fetch.wait.max.ms")
-        self.max_bytes = config.integer("replica.fetch.max.bytes")
+        self.backoff_s = settings.backoff_ms / 1000
+        self.max_wait_ms = settings.max_wait_ms
+        self.max_bytes = settings.max_bytes
         self._connection: BrokerConnection | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -116,9 +147,9 @@ class ReplicaFetcher:
             leader.host,
             leader.port,
             node_id=self.leader_id,
-            client_id=f"lockgate-replica-{self.broker.node_id}",
+            client_id=f"lockgate-replica-{self.node_id}",
             request_timeout_ms=REQUEST_TIMEOUT_MS,
-            security=self.broker.inter_broker_security,  # the leader's inter-broker listener
+            security=self.security,  # the leader's inter-broker listener
         )
         await connection.connect()
         self._connection = connection
@@ -146,12 +177,12 @@ class ReplicaFetcher:
         response = await connection.request(
             ApiKey.OFFSET_FOR_LEADER_EPOCH,
             {
-                "replica_id": self.broker.node_id,
+                "replica_id": self.node_id,
                 "topics": [{"topic": t, "partitions": p} for t, p in by_topic.items()],
             },
             version=OFFSET_FOR_LEADER_EPOCH_VERSION,
         )
-        now_ms = int(time.time() * 1000)
+        now_ms = self.clock()
         for topic in response.topics:
             for answer in topic.partitions:
                 replica = self.replicas.get((topic.topic, int(answer.partition)))
@@ -193,7 +224,7 @@ class ReplicaFetcher:
         response = await connection.request(
             ApiKey.FETCH,
             {
-                "replica_id": self.broker.node_id,
+                "replica_id": self.node_id,
                 "max_wait": self.max_wait_ms,
                 "min_bytes": 1,
                 "max_bytes": self.max_bytes * max(1, len(replicas)),
@@ -209,7 +240,7 @@ class ReplicaFetcher:
         )
         if response.error_code:
             raise KafkaError(f"Fetch from broker {self.leader_id}: error {response.error_code}")
-        now_ms = int(time.time() * 1000)
+        now_ms = self.clock()
         for topic in response.responses:
             for data in topic.partitions:
                 replica = self.replicas.get((topic.topic, int(data.partition_index)))
@@ -232,7 +263,7 @@ class ReplicaFetcher:
         try:
             if data.records:
                 partition.append_replicated(bytes(data.records), now_ms)
-                flushed = self.broker.group_commit.appended(partition)
+                flushed = self.group_commit.appended(partition)
                 flushed.add_done_callback(_observed)
         except KafkaProtocolError as exc:
             log.error("%s-%d: %s", partition.topic, partition.index, exc.message)

@@ -10,30 +10,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from lockgate.cluster.controller import with_isr
 from lockgate.cluster.metadata import NO_LEADER, Change, MetadataStore, PartitionState
 from lockgate.log.partition import Partition
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
-from lockgate.replication.fetcher import ReplicaFetcher
+from lockgate.replication.fetcher import FetchSettings, ReplicaFetcher
+from lockgate.replication.group_commit import GroupCommit
 from lockgate.replication.leader import LeaderReplication, acks_all_answer, check_before_append
-
-if TYPE_CHECKING:
-    from lockgate.server.broker import Broker
+from lockgate.topics.directory import TopicManager
 
 log = logging.getLogger(__name__)
 
 Key = tuple[str, int]
 # (topic, partition, leader epoch) when this broker starts leading it, epoch None when it stops
 LeadershipListener = Callable[[str, int, int | None], None]
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def _ignore(_end: int) -> None:
@@ -51,10 +44,25 @@ class LeaderTerm:
 
 
 class ReplicaManager:
-    def __init__(self, broker: Broker, store: MetadataStore) -> None:
-        self.broker = broker
+    def __init__(
+        self,
+        store: MetadataStore,
+        topics: TopicManager,
+        node_id: int,
+        group_commit: GroupCommit,
+        fetching: FetchSettings,
+        lag_max_ms: int,
+        isr_changed: Callable[[int], None],
+        clock: Callable[[], int],
+    ) -> None:
         self.store = store
-        self.node_id = broker.node_id
+        self.topics = topics
+        self.node_id = node_id
+        self.group_commit = group_commit  # the followers' appends are flushed by it
+        self.fetching = fetching
+        self.lag_max_ms = lag_max_ms  # replica.lag.time.max.ms
+        self.isr_changed = isr_changed  # an ISR change written: its size's delta (metrics)
+        self.clock = clock
         self.leaders: dict[Key, LeaderTerm] = {}
         self.following: dict[Key, tuple[int, int]] = {}  # → (leader, leader epoch)
         self.fetchers: dict[int, ReplicaFetcher] = {}
@@ -102,7 +110,7 @@ class ReplicaManager:
     def reconcile(self) -> None:
         """Brings every local replica to the role the view gives it. Idempotent."""
         view = self.store.view
-        topics = self.broker.topics
+        topics = self.topics
         for topic in view.topics.values():
             topics.apply_record(topic.value)
         for name, record in list(topics.topics.items()):
@@ -150,7 +158,7 @@ class ReplicaManager:
             state.isr,
             partition.log_end_offset,
             partition.high_watermark,
-            _now_ms(),
+            self.clock(),
         )
         self.leaders[key] = term = LeaderTerm(state, revision, replication)
         partition.on_flushed = lambda _end: self._update_high_watermark(partition, term)
@@ -177,7 +185,7 @@ class ReplicaManager:
         fetcher = self.fetchers.get(state.leader)
         if fetcher is None:
             fetcher = self.fetchers[state.leader] = ReplicaFetcher(
-                self.broker, self.store, state.leader
+                self.store, state.leader, self.node_id, self.group_commit, self.fetching, self.clock
             )
         fetcher.add(partition, state.leader_epoch)
         log.info("%s-%d: following broker %d in epoch %d from offset %d", *key, state.leader,
@@ -192,7 +200,7 @@ class ReplicaManager:
 
     def _resign(self, key: Key, answer: ErrorCode) -> None:
         term = self.leaders.pop(key)
-        partition = self.broker.topics.get(*key)
+        partition = self.topics.get(*key)
         if partition is not None:
             partition.is_leader = False
             partition.on_flushed = _ignore
@@ -270,17 +278,30 @@ class ReplicaManager:
         if term is None:
             return
         replication = term.replication
-        replication.on_fetch(replica, fetch_offset, partition.log_end_offset, _now_ms())
+        replication.on_fetch(replica, fetch_offset, partition.log_end_offset, self.clock())
         self._update_high_watermark(partition, term)
         joining = replication.caught_up(set(self.store.view.brokers))
         if joining:
             self._change_isr(key, term, replication.isr | joining)
 
+    def under_replicated(self) -> tuple[int, int]:
+        """Partitions led here whose ISR is smaller than their replica set, and those whose ISR
+        is smaller than min.insync.replicas (the health gauges of the metrics)."""
+        under = under_min = 0
+        for (topic, index), term in self.leaders.items():
+            isr = len(term.replication.isr)
+            if isr < len(term.state.replicas):
+                under += 1
+            partition = self.topics.get(topic, index)
+            if partition is not None and isr < partition.config.min_insync_replicas:
+                under_min += 1
+        return under, under_min
+
     async def _shrink_loop(self) -> None:
-        lag_max = self.broker.config.integer("replica.lag.time.max.ms")
+        lag_max = self.lag_max_ms
         while True:
             await asyncio.sleep(max(lag_max / 2000, 0.1))
-            now = _now_ms()
+            now = self.clock()
             for key, term in list(self.leaders.items()):
                 lagging = term.replication.lagging(now, lag_max)
                 if lagging:
@@ -306,5 +327,5 @@ class ReplicaManager:
         if written is None:
             return  # another writer was first: the view's change decides what comes next
         log.info("%s-%d: isr is now %s", *key, list(wanted.isr))
-        self.broker.metrics.isr_changed(len(wanted.isr) - before)
+        self.isr_changed(len(wanted.isr) - before)
         self.reconcile()

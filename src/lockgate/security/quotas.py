@@ -345,7 +345,6 @@ class ClientQuotas:
         self.mutes: dict[int, float] = {}
         self._resolved: dict[tuple[QuotaType, str, str], tuple[float, Group] | None] = {}
         self._rates: dict[tuple[QuotaType, Group], Rate] = {}
-        self._throttle_totals: dict[QuotaType, tuple[int, int]] = {}
 
     def replace(self, table: QuotaTable) -> None:
         """A new table (from the store): applies to every connection's next request."""
@@ -409,13 +408,11 @@ class ClientQuotas:
 
     # -- muting (KIP-219): the answer goes out at once, then the connection is not read --------
 
-    def mute(self, connection: int, throttle_ms: int, kind: QuotaType) -> None:
+    def mute(self, connection: int, throttle_ms: int) -> None:
         if throttle_ms <= 0:
             return
         until = time.monotonic() + throttle_ms / SECOND_MS
         self.mutes[connection] = max(until, self.mutes.get(connection, 0.0))
-        count, total = self._throttle_totals.get(kind, (0, 0))
-        self._throttle_totals[kind] = (count + 1, total + throttle_ms)
 
     def mute_remaining(self, connection: int) -> float:
         """Seconds the connection stays muted (0: it may be read); ends a mute that is over."""
@@ -427,10 +424,6 @@ class ClientQuotas:
             del self.mutes[connection]
             return 0.0
         return remaining
-
-    def throttle_totals(self) -> dict[QuotaType, tuple[int, int]]:
-        """Per quota type: (throttled responses, total throttle milliseconds)."""
-        return dict(self._throttle_totals)
 
 
 class Measured:
@@ -482,7 +475,7 @@ async def measured(
         int(time.time() * SECOND_MS),
     )
     if throttle > 0:
-        quotas.mute(context.connection, throttle, QuotaType.REQUEST)
+        quotas.mute(context.connection, throttle)
         if isinstance(result, Mapping) and "throttle_time" in result:
             given = result["throttle_time"]
             given = given if isinstance(given, int) else 0
@@ -501,9 +494,7 @@ def charge(quotas: ClientQuotas, context: Any, kind: QuotaType, size: int, busy_
     requests = quotas.record(QuotaType.REQUEST, user, client_id, busy_s * 100.0, now_ms)
     throttle = max(bandwidth, requests)
     if throttle > 0:
-        quotas.mute(
-            context.connection, throttle, kind if bandwidth >= requests else QuotaType.REQUEST
-        )
+        quotas.mute(context.connection, throttle)
         if kind == QuotaType.FETCH:
             quotas.unrecord(kind, user, client_id, size, now_ms)
     return throttle

@@ -28,6 +28,7 @@ from lockgate.handlers.fetch_sessions import FetchSessionCache
 from lockgate.handlers.services import Services
 from lockgate.log.append_order import AppendOrder
 from lockgate.log.cleaner import MAP_ENTRY_BYTES, LogCleaner
+from lockgate.replication.fetcher import FetchSettings
 from lockgate.replication.group_commit import GroupCommit
 from lockgate.replication.manager import ReplicaManager
 from lockgate.security.authorizer import Authorizer
@@ -39,7 +40,7 @@ from lockgate.security.tls import TlsAcceptor, server_context
 from lockgate.server.connection import Connection
 from lockgate.server.connection_limits import ConnectionLimits, RequestMemory
 from lockgate.server.inter_broker import inter_broker_security
-from lockgate.server.metrics import BrokerMetrics
+from lockgate.server.metrics import BrokerMetrics, ScrapeSources
 from lockgate.storage.disk import open_disk_engine
 from lockgate.storage.engine import StorageEngine
 from lockgate.topics.admin import ClusterTopicAdmin, LocalTopicAdmin, TopicAdmin
@@ -78,6 +79,26 @@ class Broker:
         self.store = LocalMetadataStore(self.storage)  # the single node's topics
         self.topics = TopicManager(self.storage, self.store, config, now_ms)
         self.dynamic_configs.listeners.append(self.topics.refresh_log_configs)
+        self.group_commit = GroupCommit(config.durable and self.storage.durable)
+        # the metrics read the pieces built below at scrape time (and some of them feed it)
+        self.metrics = BrokerMetrics(
+            config.integer("lockgate.metrics.port") >= 0,
+            ScrapeSources(
+                topics=self.topics,
+                group_commit=self.group_commit,
+                transactions=lambda: self.transactions.txns.values(),
+                groups=lambda: self.groups.groups,
+                under_replicated=lambda: (
+                    self.replicas.under_replicated() if self.replicas is not None else (0, 0)
+                ),
+                connections=lambda: (c.session.listener for c in self.connections),
+                listeners=tuple(self.listener_ports),
+                data_dir=getattr(self.storage, "root", None),
+                transaction_max_timeout_ms=config.integer("transaction.max.timeout.ms"),
+                lag_series_max=config.integer("lockgate.metrics.consumer.lag.max.series"),
+                clock=now_ms,
+            ),
+        )
         # Cluster mode (lockgate.cluster set): the metadata store is etcd, partitions are
         # replicated and led where the controller says.
         self.cluster: EtcdMetadataStore | None = None
@@ -99,7 +120,16 @@ class Broker:
                 session_timeout_ms=config.integer("broker.session.timeout.ms"),
                 heartbeat_interval_ms=config.integer("broker.heartbeat.interval.ms"),
             )
-            self.replicas = ReplicaManager(self, self.cluster)
+            self.replicas = ReplicaManager(
+                self.cluster,
+                self.topics,
+                self.node_id,
+                self.group_commit,
+                FetchSettings.from_config(config, self.inter_broker_security),
+                config.integer("replica.lag.time.max.ms"),
+                self.metrics.isr_changed,
+                now_ms,
+            )
             self.controller = ControllerService(self.cluster, self._unclean_election)
             self.membership = ClusterMembership(self.cluster, self.node_id)
             self.admin = ClusterTopicAdmin(self.topics, self.cluster)
@@ -122,7 +152,6 @@ class Broker:
         self.coordinators = CoordinatorLocator(self)
         # None unless authorizer.class.name is set: then every handler checks ACLs
         self.authorizer = Authorizer.from_config(config, self.storage)
-        self.metrics = BrokerMetrics(self)
         # client quotas: the store is the truth, `quotas` enforces its latest table
         self.quotas = ClientQuotas(
             config.integer("quota.window.num"), config.integer("quota.window.size.seconds")
@@ -133,7 +162,6 @@ class Broker:
         # SCRAM credentials for SASL (PLAIN is checked against them too)
         self.credentials = open_credential_store(self.storage, cluster_url)
         self.metrics_port = -1
-        self.group_commit = GroupCommit(config.durable and self.storage.durable)
         self.connections: set[Connection] = set()
         self.connection_limits = ConnectionLimits(config)
         self.request_memory = RequestMemory(config.integer("queued.max.request.bytes"))

@@ -8,8 +8,9 @@
 #   and an addition on the event loop, no labels() call and no lock. They are turned into
 #   Prometheus families only when scraped.
 # - state (log offsets and sizes, transactions, consumer lag, disk space, ISR health) is read
-#   from the broker at scrape time and never stored here; the families with a series per
-#   partition are rendered straight to text by partition_metrics.py.
+#   at scrape time from the sources the composition root gives (ScrapeSources) and never
+#   stored here; the families with a series per partition are rendered straight to text by
+#   partition_metrics.py.
 # Label cardinality is bounded by what the broker holds: topics and partitions it hosts, API
 # keys, error codes, listeners, and consumer-lag series capped at
 # lockgate.metrics.consumer.lag.max.series (docs/metrics.md).
@@ -18,9 +19,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
-import time
-from collections.abc import Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from prometheus_client import (
     GC_COLLECTOR,
@@ -41,10 +42,10 @@ from lockgate.coordinator.txn.state import TxnState
 from lockgate.log.stats import LATENCY_BUCKETS, Histogram
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
+from lockgate.replication.group_commit import GroupCommit
 from lockgate.server import partition_metrics
-
-if TYPE_CHECKING:
-    from lockgate.server.broker import Broker
+from lockgate.server.partition_metrics import GroupOffsets
+from lockgate.topics.directory import TopicManager
 
 log = logging.getLogger(__name__)
 
@@ -67,12 +68,48 @@ def error_name(code: int) -> str:
         return str(code)
 
 
+class _Transaction(Protocol):
+    """A transactional id's state, as the transaction gauges read it."""
+
+    @property
+    def state(self) -> TxnState: ...
+
+    @property
+    def start_ms(self) -> int: ...
+
+    @property
+    def timeout_ms(self) -> int: ...
+
+    @property
+    def two_phase_commit(self) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ScrapeSources:
+    """What a scrape reads of the broker's state. The callables are read at each scrape: they
+    answer from pieces the composition root builds after the metrics (which they feed)."""
+
+    topics: TopicManager
+    group_commit: GroupCommit
+    transactions: Callable[[], Iterable[_Transaction]]  # the transaction coordinator's ids
+    groups: Callable[[], Mapping[str, GroupOffsets]]  # the groups coordinated here, by id
+    # partitions led here whose ISR is below their replica count, and below
+    # min.insync.replicas (0, 0 on a single node)
+    under_replicated: Callable[[], tuple[int, int]]
+    connections: Callable[[], Iterable[str]]  # each open client connection's listener
+    listeners: tuple[str, ...]  # the listener names, in configuration order
+    data_dir: str | None  # None: storage in memory
+    transaction_max_timeout_ms: int  # older open transactions are hanging candidates
+    lag_series_max: int  # lockgate.metrics.consumer.lag.max.series
+    clock: Callable[[], int]
+
+
 class BrokerMetrics:
     """The broker's registry and the event tallies its hot paths feed."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        self.enabled = broker.config.integer("lockgate.metrics.port") >= 0
+    def __init__(self, enabled: bool, sources: ScrapeSources) -> None:
+        self.sources = sources
+        self.enabled = enabled
         self.registry = CollectorRegistry()
         self.latency: dict[int, Histogram] = {}  # API key → request latency
         self.errors: dict[tuple[int, int], int] = {}  # (API key, error code) → count
@@ -85,7 +122,7 @@ class BrokerMetrics:
         self.isr_shrinks = 0
         self.isr_expands = 0
         self.registry.register(EventCollector(self))
-        self.registry.register(BrokerStateCollector(broker))
+        self.registry.register(BrokerStateCollector(sources))
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
         self.registry.register(GC_COLLECTOR)
@@ -168,7 +205,15 @@ class BrokerMetrics:
     def render(self) -> bytes:
         """One scrape: the registry's families, then the per-partition ones (rendered
         directly: there may be thousands of series)."""
-        return generate_latest(self.registry) + partition_metrics.render(self.broker).encode()
+        families = generate_latest(self.registry)
+        sources = self.sources
+        per_partition = partition_metrics.render(
+            sources.topics.partitions,
+            sources.groups(),
+            sources.clock() - sources.transaction_max_timeout_ms,
+            sources.lag_series_max,
+        )
+        return families + per_partition.encode()
 
     async def serve(self, host: str, port: int) -> int:
         self._server = await asyncio.start_server(self._answer, host, port)
@@ -255,12 +300,12 @@ class EventCollector(Collector):
         flush = _histogram(
             "lockgate_log_flush_seconds", "Group commit: time of one fsync pass over the logs"
         )
-        _add(flush, [], metrics.broker.group_commit.flush_latency)
+        _add(flush, [], metrics.sources.group_commit.flush_latency)
         yield flush
         batch = _histogram(
             "lockgate_log_flush_partitions", "Group commit: partitions covered by one fsync pass"
         )
-        _add(batch, [], metrics.broker.group_commit.flush_partitions)
+        _add(batch, [], metrics.sources.group_commit.flush_partitions)
         yield batch
         loads = _histogram(
             "lockgate_coordinator_load_seconds",
@@ -281,7 +326,7 @@ class EventCollector(Collector):
 
     def _topics(self) -> Iterator[Metric]:
         metrics = self.metrics
-        existing = metrics.broker.topics.topics
+        existing = metrics.sources.topics.topics
         for tallies in (metrics.topic_in, metrics.topic_out):
             for gone in [name for name in tallies if name not in existing]:
                 del tallies[gone]  # as Kafka removes a deleted topic's metrics
@@ -314,8 +359,8 @@ class EventCollector(Collector):
 class BrokerStateCollector(Collector):
     """Gauges read from the broker's state at scrape time."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(self, sources: ScrapeSources) -> None:
+        self.sources = sources
 
     def collect(self) -> Iterator[Metric]:
         yield from self._transactions()
@@ -325,13 +370,12 @@ class BrokerStateCollector(Collector):
         yield from self._disk()
 
     def _transactions(self) -> Iterator[Metric]:
-        now = int(time.time() * 1000)
-        coordinator = self.broker.transactions
+        now = self.sources.clock()
         open_times: list[int] = []
         two_phase: list[int] = []
         past_timeout = 0
         counts = dict.fromkeys(TxnState, 0)
-        for meta in coordinator.txns.values():
+        for meta in self.sources.transactions():
             counts[meta.state] += 1
             if meta.state not in OPEN_STATES or meta.start_ms < 0:
                 continue
@@ -379,21 +423,12 @@ class BrokerStateCollector(Collector):
         producers = GaugeMetricFamily(
             "lockgate_producer_state_entries", "(producer, partition) entries in producer state"
         )
-        partitions = self.broker.topics.partitions.values()
+        partitions = self.sources.topics.partitions.values()
         producers.add_metric([], sum(len(partition.producers) for partition in partitions))
         yield producers
 
     def _replication(self) -> Iterator[Metric]:
-        under = under_min = 0
-        replicas = self.broker.replicas
-        if replicas is not None:
-            for (topic, index), term in replicas.leaders.items():
-                isr = len(term.replication.isr)
-                if isr < len(term.state.replicas):
-                    under += 1
-                partition = self.broker.topics.get(topic, index)
-                if partition is not None and isr < partition.config.min_insync_replicas:
-                    under_min += 1
+        under, under_min = self.sources.under_replicated()
         for name, text, count in (
             ("lockgate_under_replicated_partitions",
              "Partitions led here whose ISR is smaller than their replica set", under),
@@ -409,10 +444,9 @@ class BrokerStateCollector(Collector):
             "lockgate_connections", "Open client connections, per listener", labels=["listener"]
         )
         counts: dict[str, int] = {}
-        for connection in self.broker.connections:
-            listener = connection.session.listener
+        for listener in self.sources.connections():
             counts[listener] = counts.get(listener, 0) + 1
-        for listener in self.broker.listener_ports:
+        for listener in self.sources.listeners:
             connections.add_metric([listener], counts.get(listener, 0))
         yield connections
 
@@ -427,8 +461,8 @@ class BrokerStateCollector(Collector):
             "Size of the data directory's file system",
             labels=["dir"],
         )
-        root = getattr(self.broker.storage, "root", None)  # None: storage in memory
-        if isinstance(root, str):
+        root = self.sources.data_dir
+        if root is not None:
             try:
                 usage = shutil.disk_usage(root)
             except OSError:

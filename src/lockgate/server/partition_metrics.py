@@ -3,16 +3,31 @@
 # Prometheus's text format at scrape time. A broker may host thousands of partitions: going
 # through prometheus_client's metric objects and its exposition costs about 18 µs a series
 # (630 ms for 5,000 partitions, during which the event loop answers nothing); this costs about
-# a tenth of that. Every value is an integer read from the broker's state; label values are
-# escaped as the text format requires (group ids may hold any character) and in name order,
-# as prometheus_client writes them.
+# a tenth of that. Every value is an integer read from the broker's state (the partitions and
+# the groups' committed offsets it is given, at scrape time); label values are escaped as the
+# text format requires (group ids may hold any character) and in name order, as
+# prometheus_client writes them.
 from __future__ import annotations
 
-import time
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from lockgate.server.broker import Broker
+from lockgate.log.partition import Partition
+
+Key = tuple[str, int]
+
+
+class _Committed(Protocol):
+    @property
+    def offset(self) -> int: ...
+
+
+class GroupOffsets(Protocol):
+    """A consumer group as its lag reads it: its committed offsets."""
+
+    @property
+    def offsets(self) -> Mapping[Key, _Committed]: ...
+
 
 PARTITION_GAUGES = (
     ("lockgate_log_size_bytes", "Bytes in the partition's segments"),
@@ -40,7 +55,6 @@ DROPPED = (
     "lockgate_consumer_lag_series_dropped",
     "Partition lag series left out by lockgate.metrics.consumer.lag.max.series",
 )
-FAMILIES = (*PARTITION_GAUGES, HANGING, LAG, GROUP_LAG, DROPPED)
 
 
 def escape(value: str) -> str:
@@ -54,21 +68,28 @@ def _header(lines: list[str], name: str, documentation: str) -> None:
     lines.append(f"# TYPE {name} gauge")
 
 
-def render(broker: Broker) -> str:
-    """The families of this module, in the text format (a newline after every line)."""
+def render(
+    partitions: Mapping[Key, Partition],
+    groups: Mapping[str, GroupOffsets],
+    hanging_before_ms: int,
+    lag_series_max: int,
+) -> str:
+    """The families of this module, in the text format (a newline after every line).
+    `hanging_before_ms`: an open transaction's producer whose last write is older is a hanging
+    candidate (now minus transaction.max.timeout.ms); `lag_series_max`:
+    lockgate.metrics.consumer.lag.max.series."""
     lines: list[str] = []
-    lines.extend(_partitions(broker))
-    lines.extend(_consumer_lag(broker))
+    lines.extend(_partitions(partitions, hanging_before_ms))
+    lines.extend(_consumer_lag(partitions, groups, lag_series_max))
     lines.append("")
     return "\n".join(lines)
 
 
-def _partitions(broker: Broker) -> list[str]:
+def _partitions(partitions: Mapping[Key, Partition], horizon: int) -> list[str]:
     columns: list[list[str]] = [[] for _ in PARTITION_GAUGES]
     size, start, end, high, stable, segments, lag = columns
     hanging: list[str] = []
-    horizon = int(time.time() * 1000) - broker.config.integer("transaction.max.timeout.ms")
-    for (topic, index), partition in broker.topics.partitions.items():
+    for (topic, index), partition in partitions.items():
         labels = f'{{partition="{index}",topic="{escape(topic)}"}}'
         high_watermark = partition.high_watermark
         last_stable = partition.last_stable_offset
@@ -96,16 +117,16 @@ def _partitions(broker: Broker) -> list[str]:
     return lines
 
 
-def _consumer_lag(broker: Broker) -> list[str]:
+def _consumer_lag(
+    partitions: Mapping[Key, Partition], groups: Mapping[str, GroupOffsets], cap: int
+) -> list[str]:
     """Committed offset against the high watermark (what kafka-consumer-groups calls the log
     end) for the groups this broker coordinates and partitions it hosts, at most
     lockgate.metrics.consumer.lag.max.series partition series, groups in name order."""
-    cap = broker.config.integer("lockgate.metrics.consumer.lag.max.series")
-    partitions = broker.topics.partitions
     series: list[str] = []
     totals: list[str] = []
     dropped = 0
-    for group_id, group in sorted(broker.groups.groups.items()):
+    for group_id, group in sorted(groups.items()):
         summed = 0
         counted = False
         group_label = escape(group_id)

@@ -11,10 +11,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from lockgate.cluster.metadata import PartitionState
 from lockgate.config.properties import BrokerConfig
 from lockgate.protocol.records import build_batch, parse_header
-from lockgate.replication.manager import ReplicaManager
 from lockgate.server.broker import Broker
 from lockgate.storage.memory import MemoryEngine
-from tests.support.memory_cluster import MemoryStore
+from tests.support.memory_cluster import MemoryStore, replica_manager
 
 TOPIC = "t"
 
@@ -37,7 +36,7 @@ async def test_isr_changes_and_health_are_counted() -> None:
     store = MemoryStore()
     store.put_topic(TOPIC, 1)
     store.put(TOPIC, 0, PartitionState((0, 1, 2), 0, 3, (0, 1), 1))
-    manager = ReplicaManager(broker, store)  # type: ignore[arg-type]
+    manager = replica_manager(broker, store)
     broker.replicas = manager
     manager.start()
     try:

@@ -18,7 +18,7 @@ from lockgate.protocol.records import build_batch, parse_header
 from lockgate.replication.manager import ReplicaManager
 from lockgate.server.broker import Broker
 from lockgate.storage.memory import MemoryEngine
-from tests.support.memory_cluster import MemoryStore
+from tests.support.memory_cluster import MemoryStore, replica_manager
 
 TOPIC = "t"
 
@@ -31,7 +31,7 @@ async def parts() -> AsyncIterator[tuple[Broker, MemoryStore, ReplicaManager]]:
     store = MemoryStore()
     store.put_topic(TOPIC, 1)
     store.put(TOPIC, 0, PartitionState((0, 1, 2), 0, 3, (0, 1, 2)))
-    manager = ReplicaManager(broker, store)  # type: ignore[arg-type]
+    manager = replica_manager(broker, store)
     manager.start()
     try:
         yield broker, store, manager

@@ -177,7 +177,7 @@ def test_a_new_table_applies_to_the_next_request() -> None:
 
 def test_mutes_end() -> None:
     quotas = quotas_with({})
-    quotas.mute(7, 60_000, QuotaType.PRODUCE)
+    quotas.mute(7, 60_000)
     assert quotas.mute_remaining(7) > 0
     assert quotas.mute_remaining(8) == 0
     quotas.mutes[7] = 0.0  # long past

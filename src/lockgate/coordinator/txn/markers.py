@@ -76,7 +76,10 @@ class MarkerSender:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.peers = PeerConnections(
-            broker, f"lockgate-markers-{broker.node_id}", REQUEST_TIMEOUT_MS
+            broker.membership,
+            broker.inter_broker_security,
+            f"lockgate-markers-{broker.node_id}",
+            REQUEST_TIMEOUT_MS,
         )
 
     async def write(

@@ -44,7 +44,10 @@ class TxnVerifier:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.peers = PeerConnections(
-            broker, f"lockgate-txn-verify-{broker.node_id}", REQUEST_TIMEOUT_MS
+            broker.membership,
+            broker.inter_broker_security,
+            f"lockgate-txn-verify-{broker.node_id}",
+            REQUEST_TIMEOUT_MS,
         )
         self._pending: dict[int, _Pending] = {}
         self._sends: set[asyncio.Task[None]] = set()
