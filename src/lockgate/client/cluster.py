@@ -475,11 +475,6 @@ class Cluster:
                 self.metadata.cluster_id, self.metadata.controller_id, self.metadata.brokers, topics
             )
 
-    async def drop_connection(self, node_id: int) -> None:
-        connection = self._connections.pop(node_id, None)
-        if connection is not None:
-            await connection.close()
-
     # ------------------------------------------------------------------------------------------
 
     def _check_open(self) -> None:
