@@ -20,7 +20,7 @@ from lockgate.client import admin_quotas as quotas
 from lockgate.client import admin_records as records
 from lockgate.client import admin_scram as scram
 from lockgate.client import admin_transactions as transactions
-from lockgate.client.cluster import Cluster, PartitionInfo, TopicInfo, TopicPartition
+from lockgate.client.cluster import ClientCluster, Cluster, PartitionInfo, TopicInfo, TopicPartition
 from lockgate.client.connection import DEFAULT_CLIENT_ID
 from lockgate.client.errors import (
     ErrorCode,
@@ -111,19 +111,10 @@ class Admin:
         request_timeout_ms: int = 30_000,
         security: ClientSecurity | None = None,
     ) -> None:
-        if cluster is None:
-            if bootstrap_servers is None:
-                raise ValueError("give bootstrap_servers or a cluster")
-            cluster = Cluster(
-                bootstrap_servers,
-                client_id=client_id,
-                request_timeout_ms=request_timeout_ms,
-                security=security,
-            )
-            self._owns_cluster = True
-        else:
-            self._owns_cluster = False
-        self.cluster = cluster
+        self._client_cluster = ClientCluster.of(
+            bootstrap_servers, cluster, client_id, security, request_timeout_ms
+        )
+        self.cluster = self._client_cluster.cluster
 
     async def __aenter__(self) -> Admin:
         await self.start()
@@ -133,12 +124,10 @@ class Admin:
         await self.close()
 
     async def start(self) -> None:
-        if self._owns_cluster:
-            await self.cluster.start()
+        await self._client_cluster.start()
 
     async def close(self) -> None:
-        if self._owns_cluster:
-            await self.cluster.close()
+        await self._client_cluster.close()
 
     # ------------------------------------------------------------------------------------------
     # Topics

@@ -5,6 +5,9 @@
 # view. Connections are opened lazily, one per broker id, and replaced when they break; a lock
 # per broker id keeps two callers from opening two. Bootstrap addresses are only used until a
 # Metadata answer names the brokers (and again if every known broker is unreachable).
+#
+# ClientCluster is the set-up the Producer, Consumer and Admin share: the Cluster made from their
+# connection options (or the one they were handed), and whether the client starts and closes it.
 from __future__ import annotations
 
 import asyncio
@@ -35,6 +38,7 @@ log = logging.getLogger(__name__)
 NO_LEADER = -1
 NO_LEADER_EPOCH = -1
 DEFAULT_PORT = 9092
+DEFAULT_RETRY_BACKOFF_MS = 100
 # FindCoordinator answers that a wait cures
 COORDINATOR_PENDING = frozenset(
     {ErrorCode.coordinator_not_available, ErrorCode.coordinator_load_in_progress}
@@ -137,7 +141,7 @@ class Cluster:
         client_id: str | None = DEFAULT_CLIENT_ID,
         request_timeout_ms: int = 30_000,
         connect_timeout_ms: int = 10_000,
-        retry_backoff_ms: int = 100,
+        retry_backoff_ms: int = DEFAULT_RETRY_BACKOFF_MS,
         retry_backoff_max_ms: int = 1_000,
         metadata_retries: int = 20,
         metadata_max_age_ms: int = 300_000,
@@ -493,6 +497,48 @@ class Cluster:
         self._connections.clear()
         self._bootstrap_connection = None
         await asyncio.gather(*(c.close() for c in connections), return_exceptions=True)
+
+
+@dataclass(frozen=True, slots=True)
+class ClientCluster:
+    """The Cluster a client works with. `owned`: the client made it from its own options, so
+    the client starts and closes it; a Cluster handed in is its giver's to start and close
+    (several clients may share it)."""
+
+    cluster: Cluster
+    owned: bool
+
+    @classmethod
+    def of(
+        cls,
+        bootstrap_servers: str | Sequence[str] | None,
+        cluster: Cluster | None,
+        client_id: str | None,
+        security: ClientSecurity | None,
+        request_timeout_ms: int,
+        retry_backoff_ms: int = DEFAULT_RETRY_BACKOFF_MS,
+    ) -> ClientCluster:
+        """The given `cluster`, or a new one for `bootstrap_servers` (one of them is needed)."""
+        if cluster is not None:
+            return cls(cluster, owned=False)
+        if bootstrap_servers is None:
+            raise ValueError("give bootstrap_servers or a cluster")
+        made = Cluster(
+            bootstrap_servers,
+            client_id=client_id,
+            request_timeout_ms=request_timeout_ms,
+            retry_backoff_ms=retry_backoff_ms,
+            security=security,
+        )
+        return cls(made, owned=True)
+
+    async def start(self) -> None:
+        if self.owned:
+            await self.cluster.start()
+
+    async def close(self) -> None:
+        if self.owned:
+            await self.cluster.close()
 
 
 def _topic_info(topic: Any) -> TopicInfo:

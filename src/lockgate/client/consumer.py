@@ -30,7 +30,7 @@ from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from lockgate.client.cluster import Cluster, PartitionInfo, TopicPartition
+from lockgate.client.cluster import ClientCluster, Cluster, PartitionInfo, TopicPartition
 from lockgate.client.connection import DEFAULT_CLIENT_ID
 from lockgate.client.consumer_member import ConsumerMember
 from lockgate.client.errors import (
@@ -143,20 +143,10 @@ class Consumer:
         check_crcs: bool = True,
         security: ClientSecurity | None = None,
     ) -> None:
-        if cluster is None:
-            if bootstrap_servers is None:
-                raise ValueError("give bootstrap_servers or a cluster")
-            cluster = Cluster(
-                bootstrap_servers,
-                client_id=client_id,
-                request_timeout_ms=request_timeout_ms,
-                retry_backoff_ms=retry_backoff_ms,
-                security=security,
-            )
-            self._owns_cluster = True
-        else:
-            self._owns_cluster = False
-        self.cluster = cluster
+        self._client_cluster = ClientCluster.of(
+            bootstrap_servers, cluster, client_id, security, request_timeout_ms, retry_backoff_ms
+        )
+        self.cluster = cluster = self._client_cluster.cluster
         self.isolation_level = (
             IsolationLevel[isolation_level.upper()]
             if isinstance(isolation_level, str)
@@ -220,8 +210,7 @@ class Consumer:
         await self.close()
 
     async def start(self) -> None:
-        if self._owns_cluster:
-            await self.cluster.start()
+        await self._client_cluster.start()
 
     async def close(self) -> None:
         """Commits (auto commit) and leaves the group, then closes the connections."""
@@ -234,8 +223,7 @@ class Consumer:
                 with contextlib.suppress(KafkaError):
                     await self.commit()
             await self._member.leave()
-        if self._owns_cluster:
-            await self.cluster.close()
+        await self._client_cluster.close()
 
     # ------------------------------------------------------------------------------------------
     # Assignment and positions

@@ -55,7 +55,7 @@ from lockgate.client.batches import (
     build_framed_batch,
     size_bound,
 )
-from lockgate.client.cluster import Cluster, PartitionInfo, TopicInfo, TopicPartition
+from lockgate.client.cluster import ClientCluster, Cluster, PartitionInfo, TopicInfo, TopicPartition
 from lockgate.client.connection import DEFAULT_CLIENT_ID, BrokerConnection
 from lockgate.client.errors import (
     ErrorCode,
@@ -234,20 +234,10 @@ class Producer:
             )
         if not 0 < sequence_overflow_threshold <= SEQUENCE_LIMIT:
             raise ValueError(f"sequence_overflow_threshold must be in 1..{SEQUENCE_LIMIT}")
-        if cluster is None:
-            if bootstrap_servers is None:
-                raise ValueError("give bootstrap_servers or a cluster")
-            cluster = Cluster(
-                bootstrap_servers,
-                client_id=client_id,
-                request_timeout_ms=request_timeout_ms,
-                retry_backoff_ms=retry_backoff_ms,
-                security=security,
-            )
-            self._owns_cluster = True
-        else:
-            self._owns_cluster = False
-        self.cluster = cluster
+        self._client_cluster = ClientCluster.of(
+            bootstrap_servers, cluster, client_id, security, request_timeout_ms, retry_backoff_ms
+        )
+        self.cluster = cluster = self._client_cluster.cluster
         self.acks = acks
         self.codec = COMPRESSION_CODECS[compression]
         self.linger = linger_ms / 1000
@@ -323,8 +313,7 @@ class Producer:
         await self.close()
 
     async def start(self) -> None:
-        if self._owns_cluster:
-            await self.cluster.start()
+        await self._client_cluster.start()
         self._sender = asyncio.create_task(self._run(), name="lockgate-producer-sender")
         self._accumulator.start(asyncio.get_running_loop())
 
@@ -557,8 +546,7 @@ class Producer:
                 task.cancel()
             await asyncio.gather(*self._requests, return_exceptions=True)
             self._fail_everything(KafkaConnectionError("the producer was closed"))
-            if self._owns_cluster:
-                await self.cluster.close()
+            await self._client_cluster.close()
 
     # ------------------------------------------------------------------------------------------
     # The caller's side: transactions
