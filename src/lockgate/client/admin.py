@@ -20,7 +20,7 @@ from lockgate.client import admin_quotas as quotas
 from lockgate.client import admin_records as records
 from lockgate.client import admin_scram as scram
 from lockgate.client import admin_transactions as transactions
-from lockgate.client.cluster import ClientCluster, Cluster, PartitionInfo, TopicInfo, TopicPartition
+from lockgate.client.cluster import Cluster, ClusterClient, PartitionInfo, TopicInfo, TopicPartition
 from lockgate.client.connection import DEFAULT_CLIENT_ID
 from lockgate.client.errors import (
     ErrorCode,
@@ -99,7 +99,7 @@ class TopicDescription:
         return max((len(p.replicas) for p in self.partitions), default=0)
 
 
-class Admin:
+class Admin(ClusterClient):
     """`async with Admin("host:port") as admin: await admin.create_topics([...])`."""
 
     def __init__(
@@ -111,23 +111,7 @@ class Admin:
         request_timeout_ms: int = 30_000,
         security: ClientSecurity | None = None,
     ) -> None:
-        self._client_cluster = ClientCluster.of(
-            bootstrap_servers, cluster, client_id, security, request_timeout_ms
-        )
-        self.cluster = self._client_cluster.cluster
-
-    async def __aenter__(self) -> Admin:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
-
-    async def start(self) -> None:
-        await self._client_cluster.start()
-
-    async def close(self) -> None:
-        await self._client_cluster.close()
+        super().__init__(bootstrap_servers, cluster, client_id, security, request_timeout_ms)
 
     # ------------------------------------------------------------------------------------------
     # Topics

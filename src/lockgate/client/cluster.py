@@ -6,8 +6,8 @@
 # per broker id keeps two callers from opening two. Bootstrap addresses are only used until a
 # Metadata answer names the brokers (and again if every known broker is unreachable).
 #
-# ClientCluster is the set-up the Producer, Consumer and Admin share: the Cluster made from their
-# connection options (or the one they were handed), and whether the client starts and closes it.
+# ClusterClient is what the Producer, Consumer and Admin share: the Cluster made from their
+# connection options (or the one they were handed), started and closed only when made.
 from __future__ import annotations
 
 import asyncio
@@ -18,7 +18,7 @@ import random
 import uuid
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Self
 
 from lockgate.client.connection import DEFAULT_CLIENT_ID, BrokerConnection
 from lockgate.client.errors import (
@@ -131,7 +131,24 @@ def parse_bootstrap(servers: str | Sequence[str]) -> list[tuple[str, int]]:
     return addresses
 
 
-class Cluster:
+class Started:
+    """`async with`: start() on entering, close() on leaving."""
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
+
+class Cluster(Started):
     """Bootstrap, metadata and connections shared by the admin, producer and consumer."""
 
     def __init__(
@@ -167,13 +184,6 @@ class Cluster:
         # topic's metadata is invalidated, so that a lagging broker's answer is still caught.
         self._leader_epochs: dict[str, tuple[uuid.UUID, dict[int, int]]] = {}
         self._closed = False
-
-    async def __aenter__(self) -> Cluster:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
 
     async def start(self) -> None:
         """Connects to a bootstrap server and learns the brokers (no topics yet), then keeps
@@ -499,45 +509,42 @@ class Cluster:
         await asyncio.gather(*(c.close() for c in connections), return_exceptions=True)
 
 
-@dataclass(frozen=True, slots=True)
-class ClientCluster:
-    """The Cluster a client works with. `owned`: the client made it from its own options, so
-    the client starts and closes it; a Cluster handed in is its giver's to start and close
+class ClusterClient(Started):
+    """The base of the Producer, Consumer and Admin: their cluster set-up and `async with`
+    (start on entry, close on exit). A client given no `cluster` makes its own from its
+    options and starts and closes it; a Cluster handed in is its giver's to start and close
     (several clients may share it)."""
 
-    cluster: Cluster
-    owned: bool
-
-    @classmethod
-    def of(
-        cls,
+    def __init__(
+        self,
         bootstrap_servers: str | Sequence[str] | None,
         cluster: Cluster | None,
         client_id: str | None,
         security: ClientSecurity | None,
         request_timeout_ms: int,
         retry_backoff_ms: int = DEFAULT_RETRY_BACKOFF_MS,
-    ) -> ClientCluster:
-        """The given `cluster`, or a new one for `bootstrap_servers` (one of them is needed)."""
-        if cluster is not None:
-            return cls(cluster, owned=False)
-        if bootstrap_servers is None:
-            raise ValueError("give bootstrap_servers or a cluster")
-        made = Cluster(
-            bootstrap_servers,
-            client_id=client_id,
-            request_timeout_ms=request_timeout_ms,
-            retry_backoff_ms=retry_backoff_ms,
-            security=security,
-        )
-        return cls(made, owned=True)
+    ) -> None:
+        if cluster is None:
+            if bootstrap_servers is None:
+                raise ValueError("give bootstrap_servers or a cluster")
+            cluster = Cluster(
+                bootstrap_servers,
+                client_id=client_id,
+                request_timeout_ms=request_timeout_ms,
+                retry_backoff_ms=retry_backoff_ms,
+                security=security,
+            )
+            self._owns_cluster = True
+        else:
+            self._owns_cluster = False
+        self.cluster = cluster
 
     async def start(self) -> None:
-        if self.owned:
+        if self._owns_cluster:
             await self.cluster.start()
 
     async def close(self) -> None:
-        if self.owned:
+        if self._owns_cluster:
             await self.cluster.close()
 
 

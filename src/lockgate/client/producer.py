@@ -30,7 +30,7 @@ from typing import Any
 
 from lockgate.client import fastpath
 from lockgate.client.batches import ProducerIdentity, size_bound
-from lockgate.client.cluster import ClientCluster, Cluster, TopicInfo, TopicPartition
+from lockgate.client.cluster import Cluster, ClusterClient, TopicInfo, TopicPartition
 from lockgate.client.connection import DEFAULT_CLIENT_ID
 from lockgate.client.errors import (
     ErrorCode,
@@ -71,7 +71,7 @@ __all__ = [
 ]
 
 
-class Producer:
+class Producer(ClusterClient):
     """`async with Producer("host:port") as producer: await producer.send_and_wait(...)`.
 
     `acks`: 0, 1 or -1 (all). `compression`: none, gzip, snappy, lz4 or zstd. `linger_ms`:
@@ -132,10 +132,10 @@ class Producer:
             )
         if not 0 < sequence_overflow_threshold <= SEQUENCE_LIMIT:
             raise ValueError(f"sequence_overflow_threshold must be in 1..{SEQUENCE_LIMIT}")
-        self._client_cluster = ClientCluster.of(
+        super().__init__(
             bootstrap_servers, cluster, client_id, security, request_timeout_ms, retry_backoff_ms
         )
-        self.cluster = cluster = self._client_cluster.cluster
+        cluster = self.cluster
         self.acks = acks
         self.codec = COMPRESSION_CODECS[compression]
         self.linger = linger_ms / 1000
@@ -192,15 +192,8 @@ class Producer:
         self._topic_infos: dict[str, TopicInfo] = {}
         self._closing = False
 
-    async def __aenter__(self) -> Producer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
-
     async def start(self) -> None:
-        await self._client_cluster.start()
+        await super().start()
         self._sender.start()
         self._accumulator.start(asyncio.get_running_loop())
 
@@ -421,7 +414,7 @@ class Producer:
             self._closing = True
             self._accumulator.sendable = False
             await self._sender.stop()
-            await self._client_cluster.close()
+            await super().close()
 
     # ------------------------------------------------------------------------------------------
     # The caller's side: transactions

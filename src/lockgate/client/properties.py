@@ -12,7 +12,7 @@ from lockgate.client.security_options import SECURITY_PROPERTIES, security_from_
 # Kafka property → (keyword of the asyncio client, conversion).
 PropertyTable = Mapping[str, tuple[str, Callable[[Any], Any]]]
 
-# What every client needs to reach the cluster (ClientCluster in cluster.py takes them).
+# What every client needs to reach the cluster (ClusterClient in cluster.py takes them).
 CONNECTION_PROPERTIES: PropertyTable = {
     "bootstrap.servers": ("bootstrap_servers", str),
     "client.id": ("client_id", str),
