@@ -18,23 +18,18 @@ from psycopg.rows import TupleRow
 
 from lockgate.client.errors import KafkaError
 from lockgate.client.producer import Producer, ProducerStats, RecordMetadata
-from lockgate.dualwrite.core import WriterCore, run_async
+from lockgate.dualwrite.core import CLOSE_SECONDS, UnitCore, WriterCore, run_async
 from lockgate.dualwrite.protocol import Recovery
 
 log = logging.getLogger(__name__)
 
 AsyncConnection = psycopg.AsyncConnection[TupleRow]
 AsyncConnect = Callable[[], Awaitable[AsyncConnection]]
-CLOSE_SECONDS = 5.0
 
 
-class AsyncUnitOfWork:
+class AsyncUnitOfWork(UnitCore[AsyncConnection, Producer]):
     """What the application writes in one unit: rows through `execute` (or `connection`, inside
     the database transaction) and records through `send`."""
-
-    def __init__(self, connection: AsyncConnection, producer: Producer) -> None:
-        self.connection = connection
-        self.producer = producer
 
     async def execute(
         self, query: QueryNoTemplate, params: Params | None = None

@@ -55,6 +55,9 @@ ConnectionT = TypeVar(
 ProducerT = TypeVar("ProducerT", bound=TransactionalProducer)
 ConnectT = TypeVar("ConnectT", bound=Callable[[], Any])
 
+# Seconds a writer waits for its producer to close before dropping it.
+CLOSE_SECONDS = 5.0
+
 # A call a step wants made: the blocking writer calls it, the asyncio writer awaits its result.
 Call = Callable[[], Any]
 Steps = Generator[Call, Any, T]
@@ -92,6 +95,15 @@ def _advance(steps: Steps[Any], outcome: tuple[Any, BaseException | None]) -> tu
         return (steps.send(result) if error is None else steps.throw(error)), False
     except StopIteration as stop:
         return stop.value, True
+
+
+class UnitCore(Generic[ConnectionT, ProducerT]):
+    """What the application writes in one unit: rows through `execute` (or `connection`, inside
+    the database transaction) and records through `send`."""
+
+    def __init__(self, connection: ConnectionT, producer: ProducerT) -> None:
+        self.connection: ConnectionT = connection
+        self.producer: ProducerT = producer
 
 
 class WriterCore(Generic[ConnectionT, ProducerT, ConnectT]):

@@ -17,23 +17,18 @@ from psycopg.rows import TupleRow
 from lockgate.client.errors import KafkaError
 from lockgate.client.producer import ProducerStats
 from lockgate.client.sync import DeliveryCallback, Producer
-from lockgate.dualwrite.core import WriterCore, run_blocking
+from lockgate.dualwrite.core import CLOSE_SECONDS, UnitCore, WriterCore, run_blocking
 from lockgate.dualwrite.protocol import Recovery
 
 log = logging.getLogger(__name__)
 
 Connection = psycopg.Connection[TupleRow]
 Connect = Callable[[], Connection]
-CLOSE_SECONDS = 5.0
 
 
-class UnitOfWork:
+class UnitOfWork(UnitCore[Connection, Producer]):
     """What the application writes in one unit: rows through `execute` (or `connection`, inside
     the database transaction) and records through `send`."""
-
-    def __init__(self, connection: Connection, producer: Producer) -> None:
-        self.connection = connection
-        self.producer = producer
 
     def execute(self, query: QueryNoTemplate, params: Params | None = None) -> psycopg.Cursor[Any]:
         return self.connection.execute(query, params)
