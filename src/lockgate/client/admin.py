@@ -20,7 +20,7 @@ from lockgate.client import admin_quotas as quotas
 from lockgate.client import admin_records as records
 from lockgate.client import admin_scram as scram
 from lockgate.client import admin_transactions as transactions
-from lockgate.client.cluster import Cluster, PartitionInfo, TopicInfo, TopicPartition
+from lockgate.client.cluster import Cluster, ClusterClient, PartitionInfo, TopicInfo, TopicPartition
 from lockgate.client.connection import DEFAULT_CLIENT_ID
 from lockgate.client.errors import (
     ErrorCode,
@@ -99,7 +99,7 @@ class TopicDescription:
         return max((len(p.replicas) for p in self.partitions), default=0)
 
 
-class Admin:
+class Admin(ClusterClient):
     """`async with Admin("host:port") as admin: await admin.create_topics([...])`."""
 
     def __init__(
@@ -111,34 +111,7 @@ class Admin:
         request_timeout_ms: int = 30_000,
         security: ClientSecurity | None = None,
     ) -> None:
-        if cluster is None:
-            if bootstrap_servers is None:
-                raise ValueError("give bootstrap_servers or a cluster")
-            cluster = Cluster(
-                bootstrap_servers,
-                client_id=client_id,
-                request_timeout_ms=request_timeout_ms,
-                security=security,
-            )
-            self._owns_cluster = True
-        else:
-            self._owns_cluster = False
-        self.cluster = cluster
-
-    async def __aenter__(self) -> Admin:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
-
-    async def start(self) -> None:
-        if self._owns_cluster:
-            await self.cluster.start()
-
-    async def close(self) -> None:
-        if self._owns_cluster:
-            await self.cluster.close()
+        super().__init__(bootstrap_servers, cluster, client_id, security, request_timeout_ms)
 
     # ------------------------------------------------------------------------------------------
     # Topics

@@ -5,6 +5,9 @@
 # view. Connections are opened lazily, one per broker id, and replaced when they break; a lock
 # per broker id keeps two callers from opening two. Bootstrap addresses are only used until a
 # Metadata answer names the brokers (and again if every known broker is unreachable).
+#
+# ClusterClient is what the Producer, Consumer and Admin share: the Cluster made from their
+# connection options (or the one they were handed), started and closed only when made.
 from __future__ import annotations
 
 import asyncio
@@ -15,7 +18,7 @@ import random
 import uuid
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Self
 
 from lockgate.client.connection import DEFAULT_CLIENT_ID, BrokerConnection
 from lockgate.client.errors import (
@@ -35,6 +38,7 @@ log = logging.getLogger(__name__)
 NO_LEADER = -1
 NO_LEADER_EPOCH = -1
 DEFAULT_PORT = 9092
+DEFAULT_RETRY_BACKOFF_MS = 100
 # FindCoordinator answers that a wait cures
 COORDINATOR_PENDING = frozenset(
     {ErrorCode.coordinator_not_available, ErrorCode.coordinator_load_in_progress}
@@ -127,7 +131,24 @@ def parse_bootstrap(servers: str | Sequence[str]) -> list[tuple[str, int]]:
     return addresses
 
 
-class Cluster:
+class Started:
+    """`async with`: start() on entering, close() on leaving."""
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
+
+class Cluster(Started):
     """Bootstrap, metadata and connections shared by the admin, producer and consumer."""
 
     def __init__(
@@ -137,7 +158,7 @@ class Cluster:
         client_id: str | None = DEFAULT_CLIENT_ID,
         request_timeout_ms: int = 30_000,
         connect_timeout_ms: int = 10_000,
-        retry_backoff_ms: int = 100,
+        retry_backoff_ms: int = DEFAULT_RETRY_BACKOFF_MS,
         retry_backoff_max_ms: int = 1_000,
         metadata_retries: int = 20,
         metadata_max_age_ms: int = 300_000,
@@ -163,13 +184,6 @@ class Cluster:
         # topic's metadata is invalidated, so that a lagging broker's answer is still caught.
         self._leader_epochs: dict[str, tuple[uuid.UUID, dict[int, int]]] = {}
         self._closed = False
-
-    async def __aenter__(self) -> Cluster:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
 
     async def start(self) -> None:
         """Connects to a bootstrap server and learns the brokers (no topics yet), then keeps
@@ -475,11 +489,6 @@ class Cluster:
                 self.metadata.cluster_id, self.metadata.controller_id, self.metadata.brokers, topics
             )
 
-    async def drop_connection(self, node_id: int) -> None:
-        connection = self._connections.pop(node_id, None)
-        if connection is not None:
-            await connection.close()
-
     # ------------------------------------------------------------------------------------------
 
     def _check_open(self) -> None:
@@ -498,6 +507,45 @@ class Cluster:
         self._connections.clear()
         self._bootstrap_connection = None
         await asyncio.gather(*(c.close() for c in connections), return_exceptions=True)
+
+
+class ClusterClient(Started):
+    """The base of the Producer, Consumer and Admin: their cluster set-up and `async with`
+    (start on entry, close on exit). A client given no `cluster` makes its own from its
+    options and starts and closes it; a Cluster handed in is its giver's to start and close
+    (several clients may share it)."""
+
+    def __init__(
+        self,
+        bootstrap_servers: str | Sequence[str] | None,
+        cluster: Cluster | None,
+        client_id: str | None,
+        security: ClientSecurity | None,
+        request_timeout_ms: int,
+        retry_backoff_ms: int = DEFAULT_RETRY_BACKOFF_MS,
+    ) -> None:
+        if cluster is None:
+            if bootstrap_servers is None:
+                raise ValueError("give bootstrap_servers or a cluster")
+            cluster = Cluster(
+                bootstrap_servers,
+                client_id=client_id,
+                request_timeout_ms=request_timeout_ms,
+                retry_backoff_ms=retry_backoff_ms,
+                security=security,
+            )
+            self._owns_cluster = True
+        else:
+            self._owns_cluster = False
+        self.cluster = cluster
+
+    async def start(self) -> None:
+        if self._owns_cluster:
+            await self.cluster.start()
+
+    async def close(self) -> None:
+        if self._owns_cluster:
+            await self.cluster.close()
 
 
 def _topic_info(topic: Any) -> TopicInfo:

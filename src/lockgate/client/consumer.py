@@ -30,7 +30,7 @@ from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from lockgate.client.cluster import Cluster, PartitionInfo, TopicPartition
+from lockgate.client.cluster import Cluster, ClusterClient, PartitionInfo, TopicPartition
 from lockgate.client.connection import DEFAULT_CLIENT_ID
 from lockgate.client.consumer_member import ConsumerMember
 from lockgate.client.errors import (
@@ -112,7 +112,7 @@ class FetchedPartition:
     next_position: int | None  # None: keep the position (nothing complete was returned)
 
 
-class Consumer:
+class Consumer(ClusterClient):
     """`async with Consumer("host:port") as consumer: consumer.assign([...]); await ...`, or
     with `group_id=...`: `consumer.subscribe(["topic"])`, then poll() and commit()."""
 
@@ -143,20 +143,10 @@ class Consumer:
         check_crcs: bool = True,
         security: ClientSecurity | None = None,
     ) -> None:
-        if cluster is None:
-            if bootstrap_servers is None:
-                raise ValueError("give bootstrap_servers or a cluster")
-            cluster = Cluster(
-                bootstrap_servers,
-                client_id=client_id,
-                request_timeout_ms=request_timeout_ms,
-                retry_backoff_ms=retry_backoff_ms,
-                security=security,
-            )
-            self._owns_cluster = True
-        else:
-            self._owns_cluster = False
-        self.cluster = cluster
+        super().__init__(
+            bootstrap_servers, cluster, client_id, security, request_timeout_ms, retry_backoff_ms
+        )
+        cluster = self.cluster
         self.isolation_level = (
             IsolationLevel[isolation_level.upper()]
             if isinstance(isolation_level, str)
@@ -212,17 +202,6 @@ class Consumer:
         self._next_pattern_check = 0.0
         self._pending_commits: set[asyncio.Task[None]] = set()
 
-    async def __aenter__(self) -> Consumer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
-
-    async def start(self) -> None:
-        if self._owns_cluster:
-            await self.cluster.start()
-
     async def close(self) -> None:
         """Commits (auto commit) and leaves the group, then closes the connections."""
         if self._closed:
@@ -234,8 +213,7 @@ class Consumer:
                 with contextlib.suppress(KafkaError):
                     await self.commit()
             await self._member.leave()
-        if self._owns_cluster:
-            await self.cluster.close()
+        await super().close()
 
     # ------------------------------------------------------------------------------------------
     # Assignment and positions

@@ -6,12 +6,19 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from collections.abc import Coroutine
-from typing import Any, TypeVar
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol, TypeVar
 
 from lockgate.client.errors import KafkaError, KafkaTimeoutError
 
 T = TypeVar("T")
+
+
+class _Startable(Protocol):
+    async def start(self) -> None: ...
+
+
+C = TypeVar("C", bound=_Startable)
 # Seconds added to a call's own timeout before the caller stops waiting for the loop.
 GRACE_SECONDS = 5.0
 
@@ -35,6 +42,22 @@ class LoopThread:
         except concurrent.futures.TimeoutError:
             future.cancel()
             raise KafkaTimeoutError(f"no answer within {timeout} s") from None
+
+    def start_client(self, make: Callable[[], C], timeout: float | None) -> C:
+        """Makes an asyncio client on the loop's thread (its events belong to that loop) and
+        starts it; if either fails, the thread stops too and the error goes to the caller (a
+        facade's constructor that then has nothing to close)."""
+
+        async def started() -> C:
+            client = make()
+            await client.start()
+            return client
+
+        try:
+            return self.run(started(), timeout)
+        except BaseException:
+            self.stop()
+            raise
 
     def stop(self) -> None:
         self.stopped = True

@@ -22,7 +22,11 @@ from lockgate.client.errors import KafkaError, KafkaTimeoutError, UnknownTopicOr
 from lockgate.client.loop_thread import GRACE_SECONDS, LoopThread
 from lockgate.client.producer import Producer as AsyncProducer
 from lockgate.client.producer import RecordMetadata
-from lockgate.client.security_options import SECURITY_PROPERTIES, security_from_properties
+from lockgate.client.properties import (
+    CONNECTION_PROPERTIES,
+    PropertyTable,
+    options_from_properties,
+)
 from lockgate.client.transactions import (
     ConsumerGroupMetadata,
     OffsetAndMetadata,
@@ -59,9 +63,8 @@ def _bool(value: Any) -> bool:
     return text == "true"
 
 
-_PROPERTIES: dict[str, tuple[str, Callable[[Any], Any]]] = {
-    "bootstrap.servers": ("bootstrap_servers", str),
-    "client.id": ("client_id", str),
+_PROPERTIES: PropertyTable = {
+    **CONNECTION_PROPERTIES,
     "acks": ("acks", _acks),
     "request.required.acks": ("acks", _acks),
     "compression.type": ("compression", str),
@@ -72,7 +75,6 @@ _PROPERTIES: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "message.max.bytes": ("max_request_size", int),
     "max.request.size": ("max_request_size", int),
     "buffer.memory": ("buffer_memory", int),
-    "request.timeout.ms": ("request_timeout_ms", int),
     "delivery.timeout.ms": ("delivery_timeout_ms", int),
     "message.timeout.ms": ("delivery_timeout_ms", int),
     "retry.backoff.ms": ("retry_backoff_ms", int),
@@ -91,21 +93,9 @@ _PROPERTIES: dict[str, tuple[str, Callable[[Any], Any]]] = {
 def producer_options(config: Mapping[str, Any]) -> dict[str, Any]:
     """Keyword arguments of the asyncio Producer for a confluent-style config dict. Unknown
     properties are refused rather than silently ignored."""
-    options: dict[str, Any] = {}
-    security = security_from_properties(config)
-    if security is not None:
-        options["security"] = security
-    for name, value in config.items():
-        if name in SECURITY_PROPERTIES:
-            continue
-        entry = _PROPERTIES.get(name)
-        if entry is None:
-            raise ValueError(f"unknown producer property {name!r}")
-        keyword, convert = entry
-        try:
-            options[keyword] = convert(value)
-        except (KeyError, ValueError, TypeError):
-            raise ValueError(f"bad value {value!r} for {name}") from None
+    options = options_from_properties(
+        config, _PROPERTIES, unknown="unknown producer property", name_bad_values=True
+    )
     if "bootstrap_servers" not in options:
         raise ValueError("bootstrap.servers is required")
     return options
@@ -199,17 +189,7 @@ class Producer:
         self._settled = threading.Condition()
         self._worker = LoopThread("lockgate-producer-loop")
         self._closed = False
-        try:
-            self._producer = self._run(self._create(merged), self._block)
-        except BaseException:
-            self._worker.stop()
-            raise
-
-    @staticmethod
-    async def _create(options: dict[str, Any]) -> AsyncProducer:
-        producer = AsyncProducer(**options)
-        await producer.start()
-        return producer
+        self._producer = self._worker.start_client(lambda: AsyncProducer(**merged), self._block)
 
     def _run(self, coroutine: Coroutine[Any, Any, T], timeout: float | None) -> T:
         if self._closed:

@@ -14,7 +14,11 @@ from lockgate.client.cluster import TopicPartition
 from lockgate.client.consumer import Consumer as AsyncConsumer
 from lockgate.client.consumer import Message
 from lockgate.client.loop_thread import LoopThread
-from lockgate.client.security_options import SECURITY_PROPERTIES, security_from_properties
+from lockgate.client.properties import (
+    CONNECTION_PROPERTIES,
+    PropertyTable,
+    options_from_properties,
+)
 from lockgate.client.transactions import ConsumerGroupMetadata, OffsetAndMetadata
 
 __all__ = ["Consumer", "consumer_options"]
@@ -29,9 +33,8 @@ _RESET_ALIASES = {
 }
 
 # Kafka property → (keyword of the asyncio Consumer, conversion).
-_PROPERTIES: dict[str, tuple[str, Callable[[Any], Any]]] = {
-    "bootstrap.servers": ("bootstrap_servers", str),
-    "client.id": ("client_id", str),
+_PROPERTIES: PropertyTable = {
+    **CONNECTION_PROPERTIES,
     "group.id": ("group_id", str),
     "group.instance.id": ("group_instance_id", str),
     "auto.offset.reset": (
@@ -52,24 +55,14 @@ _PROPERTIES: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "group.remote.assignor": ("group_remote_assignor", str),
     "fetch.wait.max.ms": ("fetch_max_wait_ms", int),
     "fetch.min.bytes": ("fetch_min_bytes", int),
-    "request.timeout.ms": ("request_timeout_ms", int),
 }
 
 
 def consumer_options(config: Mapping[str, Any]) -> dict[str, Any]:
     """Kafka property names → the asyncio Consumer's keywords; unknown properties raise."""
-    options: dict[str, Any] = {}
-    security = security_from_properties(config)
-    if security is not None:
-        options["security"] = security
-    for name, value in config.items():
-        if name in SECURITY_PROPERTIES:
-            continue
-        if name not in _PROPERTIES:
-            raise ValueError(f"unsupported consumer property {name!r}")
-        keyword, convert = _PROPERTIES[name]
-        options[keyword] = convert(value)
-    return options
+    return options_from_properties(
+        config, _PROPERTIES, unknown="unsupported consumer property", name_bad_values=False
+    )
 
 
 class _Listener:
@@ -98,17 +91,7 @@ class Consumer:
         merged = {**consumer_options(dict(config or {})), **options}
         self._worker = LoopThread("lockgate-consumer-loop")
         self._buffer: deque[Message] = deque()
-        try:
-            self._consumer: AsyncConsumer = self._worker.run(self._create(merged), None)
-        except BaseException:
-            self._worker.stop()
-            raise
-
-    @staticmethod
-    async def _create(options: dict[str, Any]) -> AsyncConsumer:
-        consumer = AsyncConsumer(**options)
-        await consumer.start()
-        return consumer
+        self._consumer = self._worker.start_client(lambda: AsyncConsumer(**merged), None)
 
     async def _call(self, function: Callable[[], Any]) -> Any:
         return function()
