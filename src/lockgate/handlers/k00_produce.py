@@ -73,7 +73,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from lockgate.config.log import LogConfig
-from lockgate.coordinator.txn import coordinator as rules
+from lockgate.coordinator.txn import rules
 from lockgate.handlers.common import check_leader
 from lockgate.handlers.registry import HandlerResult, RawBody, RequestContext, handles
 from lockgate.handlers.txn_common import RETRIABLE_VERIFICATION, map_abortable

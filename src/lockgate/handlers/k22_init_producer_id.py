@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lockgate.coordinator.txn import coordinator as rules
+from lockgate.coordinator.txn import rules
 from lockgate.coordinator.txn.state import TxnState
 from lockgate.handlers.common import field, millis
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from lockgate.coordinator.txn import coordinator as rules
+from lockgate.coordinator.txn import rules
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.handlers.txn_common import map_fenced
 from lockgate.protocol.api import ApiKey

@@ -33,7 +33,7 @@ from __future__ import annotations
 from typing import Any
 
 from lockgate.coordinator.group.records import CommittedOffset
-from lockgate.coordinator.txn import coordinator as rules
+from lockgate.coordinator.txn import rules
 from lockgate.handlers.common import field
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.handlers.txn_common import RETRIABLE_VERIFICATION, map_abortable

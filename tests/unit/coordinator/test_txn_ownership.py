@@ -16,7 +16,7 @@ import pytest
 
 from lockgate.config.properties import BrokerConfig
 from lockgate.coordinator import writes
-from lockgate.coordinator.txn import coordinator as rules
+from lockgate.coordinator.txn import rules
 from lockgate.coordinator.txn.log import encode_key, encode_value, partition_for
 from lockgate.coordinator.txn.metadata import TxnMetadata
 from lockgate.coordinator.txn.service import TransactionCoordinator

@@ -1,5 +1,5 @@
 # The transaction coordinator at run time: owns every transactional id's metadata, applies the
-# pure rules of coordinator.py with prepare → durable append to __transaction_state → install,
+# pure rules of rules.py with prepare → durable append to __transaction_state → install,
 # writes the markers of PrepareCommit/PrepareAbort and completes them, aborts timed-out
 # transactions and expires idle ids. State is rebuilt at start-up by replaying the log; until
 # then requests get COORDINATOR_LOAD_IN_PROGRESS.
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from lockgate.coordinator import writes
 from lockgate.coordinator.snapshots import PartitionImage, restore
-from lockgate.coordinator.txn import coordinator as rules
+from lockgate.coordinator.txn import rules
 from lockgate.coordinator.txn.log import (
     decode_key,
     decode_value,
