@@ -20,8 +20,8 @@ from lockgate.config.properties import BrokerConfig
 from lockgate.coordinator.group.service import GroupCoordinator
 from lockgate.coordinator.locator import CoordinatorLocator
 from lockgate.coordinator.snapshots import Snapshotter
+from lockgate.coordinator.txn.coordinator import TransactionCoordinator
 from lockgate.coordinator.txn.producer_ids import ClusterProducerIds, ProducerIdManager
-from lockgate.coordinator.txn.service import TransactionCoordinator
 from lockgate.coordinator.txn.verifier import TxnVerifier
 from lockgate.handlers import load_all
 from lockgate.handlers.fetch_sessions import FetchSessionCache

@@ -17,9 +17,9 @@ import pytest
 from lockgate.config.properties import BrokerConfig
 from lockgate.coordinator import writes
 from lockgate.coordinator.txn import rules
+from lockgate.coordinator.txn.coordinator import TransactionCoordinator
 from lockgate.coordinator.txn.log import encode_key, encode_value, partition_for
 from lockgate.coordinator.txn.metadata import TxnMetadata
-from lockgate.coordinator.txn.service import TransactionCoordinator
 from lockgate.coordinator.txn.state import TxnState
 from lockgate.log.partition import Partition
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError

@@ -1,7 +1,7 @@
 # The transaction coordinator's rules as pure functions:
 #   (metadata or None, request, now) → Outcome(error, metadata to log, answer, markers?)
-# No awaits, no sockets, no clocks: the service (service.py) logs the new metadata durably,
-# then installs it, then (for PrepareCommit/PrepareAbort) writes markers and completes.
+# No awaits, no sockets, no clocks: the coordinator (coordinator.py) logs the new metadata
+# durably, then installs it, then (for PrepareCommit/PrepareAbort) writes markers and completes.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
