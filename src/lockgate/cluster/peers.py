@@ -6,20 +6,30 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from lockgate.client.connection import BrokerConnection
 from lockgate.client.errors import KafkaError
+from lockgate.client.security import ClientSecurity
+from lockgate.cluster.metadata import BrokerRegistration
 
-if TYPE_CHECKING:
-    from lockgate.server.broker import Broker
+
+class _Registered(Protocol):
+    def brokers(self) -> list[BrokerRegistration]: ...
 
 
 class PeerConnections:
-    def __init__(self, broker: Broker, client_id: str, request_timeout_ms: int) -> None:
-        self.broker = broker
+    def __init__(
+        self,
+        registered: _Registered,
+        client_id: str,
+        request_timeout_ms: int,
+        security: ClientSecurity | None,
+    ) -> None:
+        self.registered = registered  # the brokers' registrations, read at each connection
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
+        self.security = security  # this broker's inter-broker client settings
         self._connections: dict[int, BrokerConnection] = {}
         self._connecting: dict[int, asyncio.Lock] = {}
 
@@ -27,7 +37,7 @@ class PeerConnections:
         """The connection to the broker's registered address, opened if needed. Raises
         KafkaError (not registered, cannot connect) or OSError."""
         registration = next(
-            (b for b in self.broker.membership.brokers() if b.node_id == node_id), None
+            (b for b in self.registered.brokers() if b.node_id == node_id), None
         )
         if registration is None:
             raise KafkaError(f"broker {node_id} is not registered")
@@ -45,7 +55,7 @@ class PeerConnections:
                 node_id=node_id,
                 client_id=self.client_id,
                 request_timeout_ms=self.request_timeout_ms,
-                security=self.broker.inter_broker_security,
+                security=self.security,
             )
             await connection.connect()
             self._connections[node_id] = connection

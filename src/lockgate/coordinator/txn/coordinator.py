@@ -2,15 +2,20 @@
 # pure rules of rules.py with prepare → durable append to __transaction_state → install,
 # writes the markers of PrepareCommit/PrepareAbort and completes them, aborts timed-out
 # transactions and expires idle ids. State is rebuilt at start-up by replaying the log; until
-# then requests get COORDINATOR_LOAD_IN_PROGRESS.
+# then requests get COORDINATOR_LOAD_IN_PROGRESS. It has one method per transaction API
+# (init_producer_id, add_partitions, add_offsets, end_txn, describe, list_transactions, and
+# the transaction check of TxnOffsetCommit): handlers decode, authorize, call it and encode.
 from __future__ import annotations
 
 import asyncio
 import functools
 import logging
 import os
+import re
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from lockgate.coordinator import writes
 from lockgate.coordinator.snapshots import PartitionImage, restore
@@ -23,8 +28,15 @@ from lockgate.coordinator.txn.log import (
     partition_for,
 )
 from lockgate.coordinator.txn.markers import MarkerSender
-from lockgate.coordinator.txn.metadata import TV2, TopicPartition, TxnMetadata
+from lockgate.coordinator.txn.metadata import (
+    NO_EPOCH,
+    NO_PRODUCER_ID,
+    TV2,
+    TopicPartition,
+    TxnMetadata,
+)
 from lockgate.coordinator.txn.state import PREPARING, TxnState
+from lockgate.coordinator.txn.verifier import RETRIABLE_VERIFICATION, TxnVerifier
 from lockgate.log.partition import Partition
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.protocol.records import (
@@ -32,12 +44,15 @@ from lockgate.protocol.records import (
     build_batch,
     iter_records,
 )
-from lockgate.topics.internal import TRANSACTION_STATE_TOPIC
-
-if TYPE_CHECKING:
-    from lockgate.server.broker import Broker
+from lockgate.topics.directory import TopicManager
+from lockgate.topics.internal import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 
 log = logging.getLogger(__name__)
+
+# Appends a batch to a partition this broker leads (synchronously: callers must not await
+# before it, to keep their order) and returns the future of its commit (durable, and in a
+# cluster replicated to the ISR: coordinator/writes.py).
+Write = Callable[[Partition, bytes], asyncio.Future[None]]
 
 
 # Test hook, for crash-recovery tests only: when LOCKGATE_TEST_CRASH_POINT names a point of
@@ -47,21 +62,71 @@ CRASH_POINT_VARIABLE = "LOCKGATE_TEST_CRASH_POINT"
 CRASH_POINTS = frozenset({"after-prepare", "between-markers", "after-markers"})
 
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
+class _Snapshots(Protocol):
+    def follow(self, partition: Partition, image: PartitionImage, at: int) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerIdAnswer:
+    """InitProducerId's and EndTxn's answer: an error, or the producer id/epoch to use next
+    (and, KIP-939, the id/epoch of a transaction kept open across the client's restart)."""
+
+    error: ErrorCode
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_EPOCH
+    ongoing_producer_id: int = NO_PRODUCER_ID
+    ongoing_producer_epoch: int = NO_EPOCH
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionListing:
+    """ListTransactions' answer: the ids that pass the filters (by id), the state names the
+    filter named but no state has, or an error (and then no ids)."""
+
+    error: ErrorCode
+    unknown_state_filters: list[str] = field(default_factory=list)
+    transactions: list[TxnMetadata] = field(default_factory=list)
 
 
 class TransactionCoordinator:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        config = broker.config
-        self.num_partitions = config.integer("transaction.state.log.num.partitions")
-        self.max_timeout_ms = config.integer("transaction.max.timeout.ms")
-        self.expiration_ms = config.integer("transactional.id.expiration.ms")
+    def __init__(
+        self,
+        topics: TopicManager,
+        num_partitions: int,
+        max_timeout_ms: int,
+        expiration_ms: int,
+        allocate: rules.AllocateId,
+        write: Write,
+        durable: Callable[[Partition], asyncio.Future[None]],
+        clock: Callable[[], int],
+        on_loaded: Callable[[float], None],
+        snapshots: _Snapshots | None,
+        markers: MarkerSender | None,
+        verifier: TxnVerifier | None,
+    ) -> None:
+        """`topics` holds __transaction_state (created here on a single node) and the
+        partitions the markers go to; `allocate` hands out producer ids; `write` logs a
+        record; `durable` is the future of a local marker's durability; `on_loaded` is told
+        how long a partition took to load. `snapshots` follows the loaded partitions on a
+        single node (None in a cluster: snapshots are a single node's, for now). In a
+        cluster, `markers` sends markers to the partitions' leaders and `verifier` asks the
+        coordinator of an id this broker does not coordinate; both None on a single node."""
+        self.topics = topics
+        self.num_partitions = num_partitions
+        self.max_timeout_ms = max_timeout_ms
+        self.expiration_ms = expiration_ms
+        self.allocate = allocate
+        self.write = write
+        self.durable = durable
+        self.clock = clock
+        self.on_loaded = on_loaded
+        self.snapshots = snapshots
+        self.markers = markers
+        self.verifier = verifier
         self.txns: dict[str, TxnMetadata] = {}
         self.pending: set[str] = set()
         # transactional id → (producer id, epoch, the newest connection that producer's
-        # requests came on): see superseded
+        # requests came on): see _from_older_connection
         self.connections: dict[str, tuple[int, int, int]] = {}
         # __transaction_state partitions coordinated here → coordinator epoch (the partition's
         # leader epoch): every partition on a single node, those led here in a cluster
@@ -70,7 +135,6 @@ class TransactionCoordinator:
         self._loads: dict[int, asyncio.Task[Any]] = {}
         self.replayed_batches = 0  # by the last load, after the snapshots
         self._completions: dict[str, asyncio.Task[None]] = {}
-        self.markers = MarkerSender(broker) if broker.cluster is not None else None
         self._crash_point = os.environ.get(CRASH_POINT_VARIABLE, "")
         if self._crash_point not in CRASH_POINTS | {""}:
             log.error("ignoring %s=%r: not a crash point", CRASH_POINT_VARIABLE, self._crash_point)
@@ -87,7 +151,7 @@ class TransactionCoordinator:
 
     def ensure_topic(self) -> None:
         """A single node: creates the topic if needed and coordinates every partition."""
-        topics = self.broker.topics
+        topics = self.topics
         if TRANSACTION_STATE_TOPIC not in topics.topics:
             topics.create(TRANSACTION_STATE_TOPIC, self.num_partitions, 1, {}, internal=True)
         self.num_partitions = topics.topics[TRANSACTION_STATE_TOPIC].partitions
@@ -115,7 +179,7 @@ class TransactionCoordinator:
         self._unload(index)
         if epoch is None:
             return
-        self.num_partitions = self.broker.topics.topics[TRANSACTION_STATE_TOPIC].partitions
+        self.num_partitions = self.topics.topics[TRANSACTION_STATE_TOPIC].partitions
         self.owned[index] = epoch
         self._loads[index] = asyncio.get_running_loop().create_task(self._load_partition(index))
 
@@ -144,9 +208,9 @@ class TransactionCoordinator:
         partition = self._log_partition_at(index)
         image = PartitionImage()
         visit = functools.partial(self._replay_batch, replayed)
-        restored = await restore(partition, visit, image, now_ms())
-        if self.broker.cluster is None:  # (snapshots are a single node's, for now)
-            self.broker.snapshots.follow(partition, image, restored.snapshot_offset)
+        restored = await restore(partition, visit, image, self.clock())
+        if self.snapshots is not None:  # (snapshots are a single node's, for now)
+            self.snapshots.follow(partition, image, restored.snapshot_offset)
         self.loaded_partitions.add(index)
         resumed = 0
         for transactional_id in replayed:
@@ -154,8 +218,9 @@ class TransactionCoordinator:
             if meta is not None and meta.state in PREPARING:
                 self._spawn_completion(transactional_id)
                 resumed += 1
-        self.broker.metrics.coordinator_loaded("transaction", time.monotonic() - started)
-        log.log(logging.INFO if self.broker.cluster else logging.DEBUG,
+        self.on_loaded(time.monotonic() - started)
+        # a cluster broker (no snapshots) says it at INFO: its partitions come and go
+        log.log(logging.INFO if self.snapshots is None else logging.DEBUG,
                  "%s-%d loaded in epoch %d: %d ids from %s and %d batches in %.2fs; "
                  "resuming %d", TRANSACTION_STATE_TOPIC, index, self.owned.get(index, -1),
                  len(replayed), "a snapshot" if restored.snapshot_offset >= 0 else "no snapshot",
@@ -179,7 +244,7 @@ class TransactionCoordinator:
                 log.error("skipping a damaged %s record: %s", TRANSACTION_STATE_TOPIC, exc)
 
     def _log_partition_at(self, index: int) -> Partition:
-        partition = self.broker.topics.get(TRANSACTION_STATE_TOPIC, index)
+        partition = self.topics.get(TRANSACTION_STATE_TOPIC, index)
         if partition is None:  # the internal topic's log could not be opened
             raise KafkaProtocolError(
                 ErrorCode.coordinator_not_available, f"{TRANSACTION_STATE_TOPIC}-{index} not open"
@@ -188,6 +253,230 @@ class TransactionCoordinator:
 
     def coordinator_epoch(self, transactional_id: str) -> int:
         return self.owned.get(partition_for(transactional_id, self.num_partitions), -1)
+
+    # -- one method per API ---------------------------------------------------------------------
+
+    async def init_producer_id(
+        self,
+        transactional_id: str,
+        timeout_ms: int,
+        producer_id: int,
+        producer_epoch: int,
+        now_ms: int,
+        enable_2pc: bool,
+        keep_prepared: bool,
+        may_two_phase: Callable[[], bool],
+    ) -> ProducerIdAnswer:
+        """InitProducerId with a transactional id (rules.init_producer_id). `may_two_phase`
+        authorizes two-phase commit (and reports a denial); it is asked only when the request
+        takes part in it (KIP-939: Enable2Pc, KeepPreparedTxn, or aborting the id's open
+        two-phase transaction), once the id is known to be served here."""
+        await self.wait_for_completion(transactional_id)
+        if unavailable := self.unavailable(transactional_id):
+            return ProducerIdAnswer(unavailable)
+        meta = self.txns.get(transactional_id)
+        two_phase = (
+            enable_2pc
+            or keep_prepared
+            or (meta is not None and meta.two_phase_commit and meta.state == TxnState.ONGOING)
+        )
+        if two_phase and not may_two_phase():
+            return ProducerIdAnswer(ErrorCode.transactional_id_authorization_failed)
+        try:
+            outcome = rules.init_producer_id(
+                meta,
+                transactional_id,
+                timeout_ms,
+                producer_id,
+                producer_epoch,
+                now_ms,
+                self.max_timeout_ms,
+                self.allocate,
+                enable_2pc,
+                keep_prepared,
+            )
+        except KafkaProtocolError as exc:  # no producer id could be allocated
+            return ProducerIdAnswer(exc.code)
+        if error := await self.apply(transactional_id, outcome):
+            return ProducerIdAnswer(error)
+        return ProducerIdAnswer(
+            ErrorCode.none,
+            outcome.producer_id,
+            outcome.producer_epoch,
+            outcome.ongoing_producer_id,
+            outcome.ongoing_producer_epoch,
+        )
+
+    async def add_partitions(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Sequence[TopicPartition],
+        now_ms: int,
+        client_connection: int | None,
+        verify_only: bool = False,
+    ) -> dict[TopicPartition, ErrorCode]:
+        """AddPartitionsToTxn: each partition's answer. `client_connection` is the connection
+        of a client's request (v0-3); None for a broker's (v4+, KIP-890), whose additions are
+        a TV2 produce's implicit ones and which may only verify (`verify_only`)."""
+        unknown = {tp for tp in partitions if not self.topics.exists(*tp)}
+        if unknown:
+            return {
+                tp: ErrorCode.unknown_topic_or_partition
+                if tp in unknown
+                else ErrorCode.operation_not_attempted
+                for tp in partitions
+            }
+        await self.wait_for_completion(transactional_id)
+        if unavailable := self.unavailable(transactional_id):
+            return dict.fromkeys(partitions, unavailable)
+        meta = self.txns.get(transactional_id)
+        if client_connection is not None:
+            producer = (producer_id, producer_epoch, client_connection)
+            self._record_connection(transactional_id, *producer)
+        if verify_only:
+            return {
+                tp: rules.verify_partition(meta, producer_id, producer_epoch, tp)
+                for tp in partitions
+            }
+        version = TV2 if client_connection is None else 0
+        outcome = rules.add_partitions(
+            meta, producer_id, producer_epoch, partitions, now_ms, version
+        )
+        return dict.fromkeys(partitions, await self.apply(transactional_id, outcome))
+
+    async def add_offsets(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        group_id: str,
+        now_ms: int,
+        connection: int,
+    ) -> ErrorCode:
+        """AddOffsetsToTxn: adds the group's __consumer_offsets partition to the transaction."""
+        await self.wait_for_completion(transactional_id)
+        if unavailable := self.unavailable(transactional_id):
+            return unavailable
+        self._record_connection(transactional_id, producer_id, producer_epoch, connection)
+        offsets = self.topics.topics[CONSUMER_OFFSETS_TOPIC]
+        partition = (CONSUMER_OFFSETS_TOPIC, partition_for(group_id, offsets.partitions))
+        outcome = rules.add_partitions(
+            self.txns.get(transactional_id), producer_id, producer_epoch, [partition], now_ms
+        )
+        return await self.apply(transactional_id, outcome)
+
+    async def end_txn(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        now_ms: int,
+        transaction_version: int,
+        connection: int,
+        peer: str,
+    ) -> ProducerIdAnswer:
+        """EndTxn: logs PrepareCommit/PrepareAbort and starts the markers (rules.end_txn).
+        Before TV2, a request on a connection older than one the id's producer has since
+        used is a delayed copy: INVALID_TXN_STATE, nothing changes."""
+        await self.wait_for_completion(transactional_id)
+        if unavailable := self.unavailable(transactional_id):
+            return ProducerIdAnswer(unavailable)
+        # TV2's epoch bump fences a delayed EndTxn; before it, only its connection tells
+        producer = (producer_id, producer_epoch, connection)
+        if transaction_version < TV2 and self._from_older_connection(transactional_id, *producer):
+            log.warning("EndTxn for %r from %s refused: its client has moved to a newer connection "
+                        "(a request delayed in the network)", transactional_id, peer)  # fmt: skip
+            return ProducerIdAnswer(ErrorCode.invalid_txn_state)
+        self._record_connection(transactional_id, *producer)
+        try:
+            outcome = rules.end_txn(
+                self.txns.get(transactional_id),
+                producer_id,
+                producer_epoch,
+                commit,
+                now_ms,
+                transaction_version,
+                self.allocate,
+            )
+        except KafkaProtocolError as exc:  # epoch exhausted and no new producer id available
+            return ProducerIdAnswer(exc.code)
+        if error := await self.apply(transactional_id, outcome):
+            return ProducerIdAnswer(error)
+        return ProducerIdAnswer(ErrorCode.none, outcome.producer_id, outcome.producer_epoch)
+
+    async def check_txn_offset_commit(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partition: TopicPartition,
+        add: bool,
+        timeout_s: float,
+    ) -> ErrorCode:
+        """TxnOffsetCommit's transaction check: the group's offsets `partition` must be in the
+        producer's open transaction; `add` (v5, TV2) adds it if not. An id coordinated by
+        another broker is that broker's answer (COORDINATOR_NOT_AVAILABLE for what may pass
+        on another try, as Kafka)."""
+        unavailable = self.unavailable(transactional_id)
+        if unavailable == ErrorCode.not_coordinator and self.verifier is not None:
+            error = await self.verifier.ask(
+                transactional_id, producer_id, producer_epoch, partition, add, timeout_s
+            )
+            if error in RETRIABLE_VERIFICATION:
+                error = ErrorCode.coordinator_not_available  # Kafka's answer: clients retry it
+            return error
+        if unavailable:
+            return unavailable
+        error, _durable = self.verify_or_add(
+            transactional_id, producer_id, producer_epoch, partition, add
+        )
+        return error
+
+    def describe(self, transactional_id: str) -> TxnMetadata | ErrorCode:
+        """DescribeTransactions: the id's metadata, or NOT_COORDINATOR,
+        COORDINATOR_LOAD_IN_PROGRESS or TRANSACTIONAL_ID_NOT_FOUND."""
+        if error := self.serving(transactional_id):
+            return error
+        meta = self.txns.get(transactional_id)
+        return ErrorCode.transactional_id_not_found if meta is None else meta
+
+    def list_transactions(
+        self,
+        state_filters: Collection[str],
+        producer_ids: Collection[int],
+        min_duration_ms: int,
+        id_pattern: str | None,
+        now_ms: int,
+    ) -> TransactionListing:
+        """ListTransactions: the ids in one of the named states (all if none named), of one
+        of the producer ids (all if none), open for longer than `min_duration_ms` (unless
+        negative) and matching the regular expression `id_pattern` (an invalid one:
+        INVALID_REQUEST). Until every partition is loaded: COORDINATOR_LOAD_IN_PROGRESS."""
+        if not self.loaded:
+            return TransactionListing(ErrorCode.coordinator_load_in_progress)
+        wanted_states = {TxnState.from_name(name) for name in state_filters}
+        unknown = [name for name in state_filters if TxnState.from_name(name) is None]
+        try:
+            pattern = re.compile(id_pattern) if id_pattern else None
+        except re.error:
+            return TransactionListing(ErrorCode.invalid_request, unknown)
+        listed = []
+        for transactional_id, meta in sorted(self.txns.items()):
+            if state_filters and meta.state not in wanted_states:
+                continue
+            if producer_ids and meta.producer_id not in producer_ids:
+                continue
+            if min_duration_ms >= 0 and (
+                meta.start_ms < 0 or now_ms - meta.start_ms <= min_duration_ms
+            ):
+                continue
+            if pattern is not None and not pattern.fullmatch(transactional_id):
+                continue
+            listed.append(meta)
+        return TransactionListing(ErrorCode.none, unknown, listed)
 
     # -- applying transitions ------------------------------------------------------------------
 
@@ -200,15 +489,18 @@ class TransactionCoordinator:
             return ErrorCode.coordinator_load_in_progress
         return ErrorCode.none
 
-    def spoke(self, transactional_id: str, producer_id: int, epoch: int, connection: int) -> None:
-        """Records the connection of a client request for a known id (see superseded)."""
+    def _record_connection(
+        self, transactional_id: str, producer_id: int, epoch: int, connection: int
+    ) -> None:
+        """Records the connection a client request of a known id came on (see
+        _from_older_connection)."""
         if transactional_id not in self.txns:
             return
         session = self.connections.get(transactional_id)
         if session is None or session[:2] != (producer_id, epoch) or connection > session[2]:
             self.connections[transactional_id] = (producer_id, epoch, connection)
 
-    def superseded(
+    def _from_older_connection(
         self, transactional_id: str, producer_id: int, epoch: int, connection: int
     ) -> bool:
         """Whether a request of the id's producer (this id and epoch) comes on a connection
@@ -223,8 +515,10 @@ class TransactionCoordinator:
             session is not None and session[:2] == (producer_id, epoch) and connection < session[2]
         )
 
-    def gate(self, transactional_id: str) -> ErrorCode:
-        """The error to answer before the rules are even consulted, if any."""
+    def unavailable(self, transactional_id: str) -> ErrorCode:
+        """Why the id cannot be served now, answered before the rules are even consulted:
+        NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, or CONCURRENT_TRANSACTIONS while a
+        write of it is in flight; NONE when it can."""
         if serving := self.serving(transactional_id):
             return serving
         if transactional_id in self.pending:
@@ -238,8 +532,8 @@ class TransactionCoordinator:
         if index not in self.owned:  # lost while the caller awaited something
             raise KafkaProtocolError(ErrorCode.not_coordinator)
         value = None if meta is None else encode_value(meta)
-        batch = build_batch([(encode_key(transactional_id), value)], timestamp_ms=now_ms())
-        return writes.append(self.broker, self._log_partition_at(index), batch)
+        batch = build_batch([(encode_key(transactional_id), value)], timestamp_ms=self.clock())
+        return self.write(self._log_partition_at(index), batch)
 
     async def apply(self, transactional_id: str, outcome: rules.Outcome) -> ErrorCode:
         """Logs the outcome's transition durably, installs it and starts its markers. Returns
@@ -274,11 +568,15 @@ class TransactionCoordinator:
         """TV2 (Produce v12+): adds the partition inside the produce path, without awaiting, so
         pipelined produces keep their order. The transaction-log record is appended before
         the data and made durable by the same group commit the produce waits for."""
-        gate = self.gate(transactional_id)
-        if gate:
-            return gate, None
+        if unavailable := self.unavailable(transactional_id):
+            return unavailable, None
         outcome = rules.add_partitions(
-            self.txns.get(transactional_id), producer_id, producer_epoch, [partition], now_ms(), TV2
+            self.txns.get(transactional_id),
+            producer_id,
+            producer_epoch,
+            [partition],
+            self.clock(),
+            TV2,
         )
         if outcome.error or outcome.transition is None:
             return outcome.error, None
@@ -288,6 +586,23 @@ class TransactionCoordinator:
             return writes.write_error(exc), None
         self.txns[transactional_id] = outcome.transition
         return ErrorCode.none, future
+
+    def verify_or_add(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partition: TopicPartition,
+        add: bool,
+    ) -> tuple[ErrorCode, asyncio.Future[None] | None]:
+        """KIP-890: whether `partition` is in the producer's open transaction; with `add`
+        (TV2) a partition not yet in it is added as add_implicitly adds it (the future: the
+        commit of that addition's record)."""
+        meta = self.txns.get(transactional_id)
+        error = rules.verify_partition(meta, producer_id, producer_epoch, partition)
+        if error == ErrorCode.transaction_abortable and add:
+            return self.add_implicitly(transactional_id, producer_id, producer_epoch, partition)
+        return error, None
 
     def _spawn_completion(self, transactional_id: str) -> None:
         task = asyncio.get_running_loop().create_task(self._complete(transactional_id))
@@ -299,11 +614,12 @@ class TransactionCoordinator:
             del self._completions[transactional_id]
 
     def completing(self, transactional_id: str) -> bool:
-        """Whether the id's last decision is still having its markers written (see settle)."""
+        """Whether the id's last decision is still having its markers written (see
+        wait_for_completion)."""
         task = self._completions.get(transactional_id)
         return task is not None and not task.done()
 
-    async def settle(self, transactional_id: str, timeout_s: float = 1.0) -> None:
+    async def wait_for_completion(self, transactional_id: str, timeout_s: float = 1.0) -> None:
         """Waits (bounded) for the id's markers to be written and its Complete state logged.
         A producer's next request usually arrives right after its commit was answered; waiting
         here spares it a CONCURRENT_TRANSACTIONS round trip and its client-side backoff."""
@@ -323,7 +639,7 @@ class TransactionCoordinator:
             try:
                 await self._write_markers(transactional_id, meta, commit, epoch)
                 self._crash_if_at("after-markers")
-                done = rules.complete(meta, now_ms())
+                done = rules.complete(meta, self.clock())
                 self.pending.add(transactional_id)
                 try:
                     await self._append(done, transactional_id)
@@ -347,19 +663,19 @@ class TransactionCoordinator:
             return
         written = []
         for topic, index in sorted(meta.partitions):
-            partition = self.broker.topics.get(topic, index)
+            partition = self.topics.get(topic, index)
             if partition is None:
                 continue  # the topic was deleted: nothing left to mark
             try:
                 partition.write_marker(
-                    meta.producer_id, meta.producer_epoch, commit, epoch, now_ms(), meta.tv2
+                    meta.producer_id, meta.producer_epoch, commit, epoch, self.clock(), meta.tv2
                 )
             except KafkaProtocolError as exc:
                 log.warning(
                     "marker for %r on %s-%d refused: %s", transactional_id, topic, index, exc
                 )
                 continue
-            written.append(self.broker.group_commit.appended(partition))
+            written.append(self.durable(partition))
             if self._crash_point == "between-markers" and len(meta.partitions) > 1:
                 await written[0]  # test hook: the first marker is durable, the others unwritten
                 self._crash_if_at("between-markers")
@@ -383,7 +699,7 @@ class TransactionCoordinator:
 
     async def abort_timed_out(self) -> int:
         aborted = 0
-        now = now_ms()
+        now = self.clock()
         for transactional_id in list(self.txns):
             # Read the state now, not from a snapshot taken before the loop: each abort below
             # awaits its log write, and meanwhile requests change other ids' transactions (an
@@ -400,7 +716,7 @@ class TransactionCoordinator:
         return aborted
 
     async def expire_idle(self) -> int:
-        now = now_ms()
+        now = self.clock()
         expired = []
         for transactional_id in list(self.txns):
             # checked right before its own write: earlier writes await, and the id may have

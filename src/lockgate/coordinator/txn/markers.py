@@ -9,19 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from lockgate.client.errors import KafkaError, UnsupportedVersionError
-from lockgate.cluster.metadata import NO_LEADER
+from lockgate.client.security import ClientSecurity
+from lockgate.cluster.metadata import NO_LEADER, BrokerRegistration, PartitionState, TopicRecord
 from lockgate.cluster.peers import PeerConnections
 from lockgate.coordinator.txn.metadata import TopicPartition
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
-
-if TYPE_CHECKING:
-    from lockgate.server.broker import Broker
 
 log = logging.getLogger(__name__)
 
@@ -72,11 +70,33 @@ class _Delivery:
             log.log(level, "%s: " + message, self, *args)
 
 
+class _ClusterView(Protocol):
+    """The registered brokers and each partition's leader (the cluster membership)."""
+
+    def brokers(self) -> list[BrokerRegistration]: ...
+
+    def partition(self, topic: str, index: int) -> PartitionState | None: ...
+
+
+class _Topics(Protocol):
+    """The cluster's topics (to tell a deleted topic, whose partitions need no marker)."""
+
+    @property
+    def topics(self) -> Mapping[str, TopicRecord]: ...
+
+
 class MarkerSender:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(
+        self,
+        node_id: int,
+        view: _ClusterView,
+        topics: _Topics,
+        security: ClientSecurity | None,
+    ) -> None:
+        self.view = view
+        self.topics = topics
         self.peers = PeerConnections(
-            broker, f"lockgate-markers-{broker.node_id}", REQUEST_TIMEOUT_MS
+            view, f"lockgate-markers-{node_id}", REQUEST_TIMEOUT_MS, security
         )
 
     async def write(
@@ -116,7 +136,7 @@ class MarkerSender:
         for key in partitions:
             if self._deleted(delivery, key):
                 continue
-            state = self.broker.membership.partition(*key)
+            state = self.view.partition(*key)
             if state is None or state.leader == NO_LEADER:
                 delivery.report_once(
                     "no leader", logging.INFO, "%s-%d has no leader; waiting for one", *key
@@ -145,7 +165,7 @@ class MarkerSender:
         return retry
 
     def _deleted(self, delivery: _Delivery, key: TopicPartition) -> bool:
-        if key[0] in self.broker.topics.topics:
+        if key[0] in self.topics.topics:
             return False
         delivery.report_once(
             f"deleted {key[0]}",
