@@ -160,7 +160,7 @@ class MarkerSender:
                 retry.extend(by_leader[leader])
                 continue
             for key, code in answer.items():
-                if self._settle(delivery, leader, key, code):
+                if self._must_retry(delivery, leader, key, code):
                     retry.append(key)
         return retry
 
@@ -175,7 +175,7 @@ class MarkerSender:
         )
         return True
 
-    def _settle(
+    def _must_retry(
         self, delivery: _Delivery, leader: int, key: TopicPartition, code: ErrorCode
     ) -> bool:
         """Whether the partition must be tried again after this answer."""
