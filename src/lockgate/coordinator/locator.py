@@ -12,11 +12,12 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
-from lockgate.cluster.metadata import BrokerRegistration, PartitionState, TopicRecord
+from lockgate.cluster.membership import Membership
+from lockgate.cluster.metadata import BrokerRegistration, TopicRecord
 from lockgate.config.properties import BrokerConfig
 from lockgate.coordinator.txn.log import partition_for
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
-from lockgate.topics.admin import Assignments
+from lockgate.topics.admin import TopicCreator
 from lockgate.topics.internal import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 
 log = logging.getLogger(__name__)
@@ -49,33 +50,12 @@ class _Topics(Protocol):
     def topics(self) -> Mapping[str, TopicRecord]: ...
 
 
-class _ClusterView(Protocol):
-    """The registered brokers and each partition's leader (the cluster membership)."""
-
-    def brokers(self) -> list[BrokerRegistration]: ...
-
-    def partition(self, topic: str, index: int) -> PartitionState | None: ...
-
-
-class _TopicCreator(Protocol):
-    async def create(
-        self,
-        name: str,
-        partitions: int,
-        replication_factor: int,
-        configs: Mapping[str, str | None],
-        validate_only: bool = False,
-        assignments: Assignments | None = None,
-        internal: bool = False,
-    ) -> TopicRecord: ...
-
-
 class CoordinatorLocator:
     def __init__(
         self,
         topics: _Topics,
-        view: _ClusterView,
-        admin: _TopicCreator,
+        view: Membership,
+        admin: TopicCreator,
         config: BrokerConfig,
         single_node: Callable[[], BrokerRegistration] | None,
     ) -> None:

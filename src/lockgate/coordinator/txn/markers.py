@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from lockgate.client.errors import KafkaError, UnsupportedVersionError
 from lockgate.client.security import ClientSecurity
-from lockgate.cluster.metadata import NO_LEADER, BrokerRegistration, PartitionState, TopicRecord
+from lockgate.cluster.membership import Membership
+from lockgate.cluster.metadata import NO_LEADER
 from lockgate.cluster.peers import PeerConnections
 from lockgate.coordinator.txn.metadata import TopicPartition
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
+from lockgate.topics.directory import TopicManager
 
 log = logging.getLogger(__name__)
 
@@ -70,31 +72,16 @@ class _Delivery:
             log.log(level, "%s: " + message, self, *args)
 
 
-class _ClusterView(Protocol):
-    """The registered brokers and each partition's leader (the cluster membership)."""
-
-    def brokers(self) -> list[BrokerRegistration]: ...
-
-    def partition(self, topic: str, index: int) -> PartitionState | None: ...
-
-
-class _Topics(Protocol):
-    """The cluster's topics (to tell a deleted topic, whose partitions need no marker)."""
-
-    @property
-    def topics(self) -> Mapping[str, TopicRecord]: ...
-
-
 class MarkerSender:
     def __init__(
         self,
         node_id: int,
-        view: _ClusterView,
-        topics: _Topics,
+        view: Membership,
+        topics: TopicManager,
         security: ClientSecurity | None,
     ) -> None:
-        self.view = view
-        self.topics = topics
+        self.view = view  # the partitions' leaders and the brokers' addresses
+        self.topics = topics  # (a deleted topic's partitions need no marker)
         self.peers = PeerConnections(
             view, f"lockgate-markers-{node_id}", REQUEST_TIMEOUT_MS, security
         )

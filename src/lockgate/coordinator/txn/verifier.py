@@ -9,18 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from lockgate.client.errors import KafkaError
 from lockgate.client.security import ClientSecurity
-from lockgate.cluster.metadata import BrokerRegistration, PartitionState, TopicRecord
+from lockgate.cluster.membership import Membership
 from lockgate.cluster.peers import PeerConnections
 from lockgate.coordinator.txn.log import partition_for
 from lockgate.coordinator.txn.metadata import TopicPartition
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
+from lockgate.topics.directory import TopicManager
 from lockgate.topics.internal import TRANSACTION_STATE_TOPIC
 
 log = logging.getLogger(__name__)
@@ -52,32 +51,17 @@ class _Pending:
     )
 
 
-class _ClusterView(Protocol):
-    """The registered brokers and each partition's leader (the cluster membership)."""
-
-    def brokers(self) -> list[BrokerRegistration]: ...
-
-    def partition(self, topic: str, index: int) -> PartitionState | None: ...
-
-
-class _Topics(Protocol):
-    """The cluster's topics (__transaction_state's partition count places an id)."""
-
-    @property
-    def topics(self) -> Mapping[str, TopicRecord]: ...
-
-
 class TxnVerifier:
     def __init__(
         self,
         node_id: int,
-        view: _ClusterView,
-        topics: _Topics,
+        view: Membership,
+        topics: TopicManager,
         security: ClientSecurity | None,
     ) -> None:
         self.node_id = node_id
-        self.view = view
-        self.topics = topics
+        self.view = view  # who leads each __transaction_state partition, and where they are
+        self.topics = topics  # (__transaction_state's partition count places an id)
         self.peers = PeerConnections(
             view, f"lockgate-txn-verify-{node_id}", REQUEST_TIMEOUT_MS, security
         )
