@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from typing import Protocol
 
 from lockgate.client.connection import BrokerConnection
@@ -15,30 +16,30 @@ from lockgate.cluster.metadata import BrokerRegistration
 
 
 class _Registered(Protocol):
-    def brokers(self) -> list[BrokerRegistration]: ...
+    """The brokers registered in the cluster (cluster/membership.py's Membership)."""
+
+    def brokers(self) -> Iterable[BrokerRegistration]: ...
 
 
 class PeerConnections:
     def __init__(
         self,
-        registered: _Registered,
+        membership: _Registered,
+        security: ClientSecurity | None,
         client_id: str,
         request_timeout_ms: int,
-        security: ClientSecurity | None,
     ) -> None:
-        self.registered = registered  # the brokers' registrations, read at each connection
+        self.membership = membership
+        self.security = security  # this broker's inter-broker settings (None: plaintext)
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
-        self.security = security  # this broker's inter-broker client settings
         self._connections: dict[int, BrokerConnection] = {}
         self._connecting: dict[int, asyncio.Lock] = {}
 
     async def get(self, node_id: int) -> BrokerConnection:
         """The connection to the broker's registered address, opened if needed. Raises
         KafkaError (not registered, cannot connect) or OSError."""
-        registration = next(
-            (b for b in self.registered.brokers() if b.node_id == node_id), None
-        )
+        registration = next((b for b in self.membership.brokers() if b.node_id == node_id), None)
         if registration is None:
             raise KafkaError(f"broker {node_id} is not registered")
         async with self._connecting.setdefault(node_id, asyncio.Lock()):

@@ -10,13 +10,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from lockgate.cluster.controller import with_isr
 from lockgate.cluster.metadata import NO_LEADER, Change, MetadataStore, PartitionState
-from lockgate.log.clock import now_ms
 from lockgate.log.partition import Partition
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.replication.fetcher import ReplicaFetcher
@@ -30,6 +30,10 @@ log = logging.getLogger(__name__)
 Key = tuple[str, int]
 # (topic, partition, leader epoch) when this broker starts leading it, epoch None when it stops
 LeadershipListener = Callable[[str, int, int | None], None]
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def _ignore(_end: int) -> None:
@@ -146,7 +150,7 @@ class ReplicaManager:
             state.isr,
             partition.log_end_offset,
             partition.high_watermark,
-            now_ms(),
+            _now_ms(),
         )
         self.leaders[key] = term = LeaderTerm(state, revision, replication)
         partition.on_flushed = lambda _end: self._update_high_watermark(partition, term)
@@ -266,7 +270,7 @@ class ReplicaManager:
         if term is None:
             return
         replication = term.replication
-        replication.on_fetch(replica, fetch_offset, partition.log_end_offset, now_ms())
+        replication.on_fetch(replica, fetch_offset, partition.log_end_offset, _now_ms())
         self._update_high_watermark(partition, term)
         joining = replication.caught_up(set(self.store.view.brokers))
         if joining:
@@ -276,7 +280,7 @@ class ReplicaManager:
         lag_max = self.broker.config.integer("replica.lag.time.max.ms")
         while True:
             await asyncio.sleep(max(lag_max / 2000, 0.1))
-            now = now_ms()
+            now = _now_ms()
             for key, term in list(self.leaders.items()):
                 lagging = term.replication.lagging(now, lag_max)
                 if lagging:

@@ -125,7 +125,7 @@ class Broker:
             expiration_ms=config.integer("transactional.id.expiration.ms"),
             allocate=self.producer_ids.allocate,
             write=functools.partial(writes.append, self),
-            # (late: the group commit and the metrics are built below, and tests swap them)
+            # (looked up at each call: tests swap the group commit after construction)
             durable=lambda partition: self.group_commit.appended(partition),
             clock=now_ms,
             on_loaded=lambda seconds: self.metrics.coordinator_loaded("transaction", seconds),

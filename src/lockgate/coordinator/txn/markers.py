@@ -83,7 +83,7 @@ class MarkerSender:
         self.view = view  # the partitions' leaders and the brokers' addresses
         self.topics = topics  # (a deleted topic's partitions need no marker)
         self.peers = PeerConnections(
-            view, f"lockgate-markers-{node_id}", REQUEST_TIMEOUT_MS, security
+            view, security, f"lockgate-markers-{node_id}", REQUEST_TIMEOUT_MS
         )
 
     async def write(

@@ -63,7 +63,7 @@ class TxnVerifier:
         self.view = view  # who leads each __transaction_state partition, and where they are
         self.topics = topics  # (__transaction_state's partition count places an id)
         self.peers = PeerConnections(
-            view, f"lockgate-txn-verify-{node_id}", REQUEST_TIMEOUT_MS, security
+            view, security, f"lockgate-txn-verify-{node_id}", REQUEST_TIMEOUT_MS
         )
         self._pending: dict[int, _Pending] = {}
         self._sends: set[asyncio.Task[None]] = set()
