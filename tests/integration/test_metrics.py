@@ -7,7 +7,7 @@ import asyncio
 import re
 
 from lockgate.config.properties import BrokerConfig
-from lockgate.coordinator.txn import coordinator as rules
+from lockgate.coordinator.txn import rules
 from lockgate.server.broker import Broker
 from lockgate.storage.memory import MemoryEngine
 

@@ -22,6 +22,7 @@ from lockgate.cluster.metadata import (
     Versioned,
 )
 from lockgate.config.properties import BrokerConfig
+from lockgate.coordinator.locator import CoordinatorLocator
 from lockgate.coordinator.txn.markers import MarkerSender
 from lockgate.coordinator.txn.verifier import TxnVerifier
 from lockgate.replication.fetcher import FetchSettings
@@ -106,12 +107,20 @@ class MemoryClusterBroker:
         self.broker = broker = Broker(config, MemoryEngine())
         broker.replicas = replica_manager(broker, store)
         broker.membership = ClusterMembership(store, node_id)  # type: ignore[arg-type]
-        broker.verifier = TxnVerifier(broker)
+        broker.verifier = TxnVerifier(
+            node_id, broker.membership, broker.topics, broker.inter_broker_security
+        )
+        broker.transactions.verifier = broker.verifier
+        # coordinators are found as in a cluster: the leaders of the internal partitions
+        broker.coordinators = CoordinatorLocator(
+            broker.topics, broker.membership, broker.admin, config, single_node=None
+        )
         broker.services = dataclasses.replace(
             broker.services,
             replicas=broker.replicas,
             membership=broker.membership,
             verifier=broker.verifier,
+            coordinators=broker.coordinators,
         )
         self.store = store
         self._server: asyncio.Server | None = None
@@ -129,7 +138,10 @@ class MemoryClusterBroker:
         has joined (off by default: only the listener runs)."""
         assert self.broker.replicas is not None
         self.broker.replicas.leadership_listeners.append(self.broker._on_leadership)
-        self.broker.transactions.markers = MarkerSender(self.broker)
+        broker = self.broker
+        broker.transactions.markers = MarkerSender(
+            self.node_id, broker.membership, broker.topics, broker.inter_broker_security
+        )
 
     @property
     def connection_count(self) -> int:

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import Protocol
 
-from lockgate.cluster.metadata import BrokerRegistration
+from lockgate.cluster.membership import Membership
+from lockgate.cluster.metadata import BrokerRegistration, TopicRecord
+from lockgate.config.properties import BrokerConfig
 from lockgate.coordinator.txn.log import partition_for
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
+from lockgate.topics.admin import TopicCreator
 from lockgate.topics.internal import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
-
-if TYPE_CHECKING:
-    from lockgate.server.broker import Broker
 
 log = logging.getLogger(__name__)
 
@@ -42,19 +43,38 @@ _TOPICS = {
 }
 
 
+class _Topics(Protocol):
+    """The cluster's topics, as this broker knows them."""
+
+    @property
+    def topics(self) -> Mapping[str, TopicRecord]: ...
+
+
 class CoordinatorLocator:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(
+        self,
+        topics: _Topics,
+        view: Membership,
+        admin: TopicCreator,
+        config: BrokerConfig,
+        single_node: Callable[[], BrokerRegistration] | None,
+    ) -> None:
+        """`single_node`: on a single node, this node's registration (it coordinates every
+        key); None in a cluster."""
+        self.topics = topics
+        self.view = view
+        self.admin = admin
+        self.config = config
+        self.single_node = single_node
         self._creating: dict[str, asyncio.Task[None]] = {}
 
     def locate(self, key_type: int, key: str) -> BrokerRegistration | ErrorCode:
         if key_type not in _TOPICS:
             return ErrorCode.invalid_request
-        broker = self.broker
-        if broker.replicas is None:
-            return broker.registration(incarnation="")
+        if self.single_node is not None:
+            return self.single_node()
         topic = _TOPICS[key_type][0]
-        record = broker.topics.topics.get(topic)
+        record = self.topics.topics.get(topic)
         if record is None:
             creating = self._creating.get(topic)
             if creating is None or creating.done():
@@ -62,17 +82,17 @@ class CoordinatorLocator:
                     self._create(key_type)
                 )
             return ErrorCode.coordinator_not_available
-        state = broker.membership.partition(topic, partition_for(key, record.partitions))
+        state = self.view.partition(topic, partition_for(key, record.partitions))
         leader = None if state is None else state.leader
-        registration = next((b for b in broker.membership.brokers() if b.node_id == leader), None)
+        registration = next((b for b in self.view.brokers() if b.node_id == leader), None)
         return ErrorCode.coordinator_not_available if registration is None else registration
 
     async def _create(self, key_type: int) -> None:
         topic, partitions_key, factor_key, min_isr_key = _TOPICS[key_type]
-        config = self.broker.config
+        config = self.config
         configs = {} if min_isr_key is None else {"min.insync.replicas": config.get(min_isr_key)}
         try:
-            await self.broker.admin.create(
+            await self.admin.create(
                 topic,
                 config.integer(partitions_key),
                 config.integer(factor_key),

@@ -73,7 +73,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from lockgate.config.log import LogConfig
-from lockgate.coordinator.txn import coordinator as rules
+from lockgate.coordinator.txn import rules
 from lockgate.handlers.common import check_leader
 from lockgate.handlers.registry import HandlerResult, RawBody, RequestContext, handles
 from lockgate.handlers.txn_common import RETRIABLE_VERIFICATION, map_abortable
@@ -200,7 +200,7 @@ def _verification(
     if ctx.services.append_order.waiting(key):
         return later()
     coordinator = ctx.services.transactions
-    if ctx.services.verifier is not None and coordinator.gate(transactional_id) == (
+    if ctx.services.verifier is not None and coordinator.unavailable(transactional_id) == (
         ErrorCode.not_coordinator
     ):
         return ErrorCode.none if _in_open_transaction(partition, header) else later()
@@ -241,7 +241,9 @@ async def _append_when_verified(
     verifier = ctx.services.verifier
     if partition is not None and _in_open_transaction(partition, header):
         verified = ErrorCode.none
-    elif verifier is not None and coordinator.gate(transactional_id) == ErrorCode.not_coordinator:
+    elif verifier is not None and coordinator.unavailable(transactional_id) == (
+        ErrorCode.not_coordinator
+    ):
         verified = await verifier.ask(
             transactional_id,
             header.producer_id,
@@ -251,7 +253,7 @@ async def _append_when_verified(
             timeout_s=timeout_s,
         )
     else:
-        await coordinator.settle(transactional_id, timeout_s)
+        await coordinator.wait_for_completion(transactional_id, timeout_s)
         verified = _verify_locally(
             ctx, transactional_id, (topic_name, data.index), header, waits.durable
         )

@@ -34,8 +34,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from lockgate.coordinator.txn import coordinator as rules
-from lockgate.coordinator.txn.state import TxnState
 from lockgate.handlers.common import field, millis
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.handlers.txn_common import map_fenced
@@ -82,55 +80,19 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     enable_2pc = field(request, "enable2_pc", False)
     if enable_2pc and not services.config.flag("transaction.two.phase.commit.enable"):
         return _answer(ErrorCode.transactional_id_authorization_failed)
-    coordinator = services.transactions
-    await coordinator.settle(transactional_id)
-    gate = coordinator.gate(transactional_id)
-    if gate:
-        return _answer(gate)
-    if _two_phase(ctx, request, transactional_id) and not authorize(
-        ctx, Operation.TWO_PHASE_COMMIT, ResourceType.TRANSACTIONAL_ID, transactional_id
-    ):
-        return _answer(ErrorCode.transactional_id_authorization_failed)
-    try:
-        outcome = _decide(ctx, request, transactional_id, producer_id, epoch, enable_2pc)
-    except KafkaProtocolError as exc:  # no producer id could be allocated
-        return _answer(exc.code)
-    error = await coordinator.apply(transactional_id, outcome)
-    if error:
-        return _answer(map_fenced(error, ctx.api_version, 4))
-    ongoing = (outcome.ongoing_producer_id, outcome.ongoing_producer_epoch)
-    return _answer(ErrorCode.none, outcome.producer_id, outcome.producer_epoch, ongoing)
-
-
-def _two_phase(ctx: RequestContext, request: Any, transactional_id: str) -> bool:
-    """KIP-939: whether this request takes part in two-phase commit, which needs
-    TWO_PHASE_COMMIT on the id besides WRITE: Enable2Pc, KeepPreparedTxn, or any request that
-    would abort the id's open two-phase transaction (force-terminating a prepared one)."""
-    if field(request, "enable2_pc", False) or field(request, "keep_prepared_txn", False):
-        return True
-    meta = ctx.services.transactions.txns.get(transactional_id)
-    return meta is not None and meta.two_phase_commit and meta.state == TxnState.ONGOING
-
-
-def _decide(
-    ctx: RequestContext,
-    request: Any,
-    transactional_id: str,
-    producer_id: int,
-    epoch: int,
-    enable_2pc: bool,
-) -> rules.Outcome:
-    services = ctx.services
-    coordinator = services.transactions
-    return rules.init_producer_id(
-        coordinator.txns.get(transactional_id),
+    answer = await services.transactions.init_producer_id(
         transactional_id,
         millis(request.transaction_timeout),
         producer_id,
         epoch,
         ctx.received_ms,
-        coordinator.max_timeout_ms,
-        services.producer_ids.allocate,
         enable_2pc,
         field(request, "keep_prepared_txn", False),
+        lambda: authorize(
+            ctx, Operation.TWO_PHASE_COMMIT, ResourceType.TRANSACTIONAL_ID, transactional_id
+        ),
     )
+    if answer.error:
+        return _answer(map_fenced(answer.error, ctx.api_version, 4))
+    ongoing = (answer.ongoing_producer_id, answer.ongoing_producer_epoch)
+    return _answer(ErrorCode.none, answer.producer_id, answer.producer_epoch, ongoing)

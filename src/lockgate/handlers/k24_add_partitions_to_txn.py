@@ -22,8 +22,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from lockgate.coordinator.txn import coordinator as rules
-from lockgate.coordinator.txn.metadata import TV2
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.handlers.txn_common import map_fenced
 from lockgate.protocol.api import ApiKey
@@ -56,29 +54,12 @@ async def _add(
     verify_only: bool,
 ) -> dict[tuple[str, int], ErrorCode]:
     wanted = [(topic.name, p) for topic in topics for p in topic.partitions]
-    unknown = {tp for tp in wanted if not ctx.services.topics.exists(*tp)}
-    if unknown:
-        return {
-            tp: ErrorCode.unknown_topic_or_partition
-            if tp in unknown
-            else ErrorCode.operation_not_attempted
-            for tp in wanted
-        }
-    coordinator = ctx.services.transactions
-    await coordinator.settle(transactional_id)
-    gate = coordinator.gate(transactional_id)
-    if gate:
-        return dict.fromkeys(wanted, gate)
-    meta = coordinator.txns.get(transactional_id)
-    if ctx.api_version < FIRST_BROKER_VERSION:  # a client's
-        coordinator.spoke(transactional_id, producer_id, epoch, ctx.connection)
-    if verify_only:
-        return {tp: rules.verify_partition(meta, producer_id, epoch, tp) for tp in wanted}
-    # from a broker (v4+), adding is a TV2 produce's implicit add
-    version = TV2 if ctx.api_version >= FIRST_BROKER_VERSION else 0
-    outcome = rules.add_partitions(meta, producer_id, epoch, wanted, ctx.received_ms, version)
-    error = await coordinator.apply(transactional_id, outcome)
-    return dict.fromkeys(wanted, map_fenced(error, ctx.api_version, 2))
+    # a client's request (v0-3) comes on its connection; a broker's (v4+) adds as a TV2 produce
+    client = ctx.connection if ctx.api_version < FIRST_BROKER_VERSION else None
+    errors = await ctx.services.transactions.add_partitions(
+        transactional_id, producer_id, epoch, wanted, ctx.received_ms, client, verify_only
+    )
+    return {tp: map_fenced(error, ctx.api_version, 2) for tp, error in errors.items()}
 
 
 def _denied(

@@ -12,38 +12,27 @@ from __future__ import annotations
 
 from typing import Any
 
-from lockgate.coordinator.txn import coordinator as rules
-from lockgate.coordinator.txn.log import partition_for
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.handlers.txn_common import map_fenced
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
 from lockgate.security.acls import Operation, ResourceType
 from lockgate.security.authorizer import authorize
-from lockgate.topics.internal import CONSUMER_OFFSETS_TOPIC
 
 
 @handles(ApiKey.ADD_OFFSETS_TO_TXN, 0, 4)
 async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
-    coordinator = ctx.services.transactions
     transactional_id = request.transactional_id
     if not authorize(ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
         return {"throttle_time": 0, "error_code": ErrorCode.transactional_id_authorization_failed}
     if not authorize(ctx, Operation.READ, ResourceType.GROUP, request.group_id):
         return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed}
-    await coordinator.settle(transactional_id)
-    gate = coordinator.gate(transactional_id)
-    if gate:
-        return {"throttle_time": 0, "error_code": gate}
-    coordinator.spoke(transactional_id, request.producer_id, request.producer_epoch, ctx.connection)
-    offsets = ctx.services.topics.topics[CONSUMER_OFFSETS_TOPIC]
-    partition = (CONSUMER_OFFSETS_TOPIC, partition_for(request.group_id, offsets.partitions))
-    outcome = rules.add_partitions(
-        coordinator.txns.get(transactional_id),
+    error = await ctx.services.transactions.add_offsets(
+        transactional_id,
         request.producer_id,
         request.producer_epoch,
-        [partition],
+        request.group_id,
         ctx.received_ms,
+        ctx.connection,
     )
-    error = await coordinator.apply(transactional_id, outcome)
     return {"throttle_time": 0, "error_code": map_fenced(error, ctx.api_version, 2)}

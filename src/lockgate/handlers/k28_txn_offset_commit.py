@@ -33,10 +33,9 @@ from __future__ import annotations
 from typing import Any
 
 from lockgate.coordinator.group.records import CommittedOffset
-from lockgate.coordinator.txn import coordinator as rules
 from lockgate.handlers.common import field
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
-from lockgate.handlers.txn_common import RETRIABLE_VERIFICATION, map_abortable
+from lockgate.handlers.txn_common import map_abortable
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
 from lockgate.security.acls import Operation, ResourceType
@@ -48,33 +47,15 @@ VERIFY_TIMEOUT_S = 30.0
 
 
 async def _check_transaction(ctx: RequestContext, request: Any) -> ErrorCode:
-    transactions = ctx.services.transactions
     partition = (CONSUMER_OFFSETS_TOPIC, ctx.services.groups.offsets_partition(request.group_id))
-    gate = transactions.gate(request.transactional_id)
-    verifier = ctx.services.verifier
-    if gate == ErrorCode.not_coordinator and verifier is not None:
-        error = await verifier.ask(
-            request.transactional_id,
-            request.producer_id,
-            request.producer_epoch,
-            partition,
-            add=ctx.api_version >= FIRST_IMPLICIT_ADD_VERSION,
-            timeout_s=VERIFY_TIMEOUT_S,
-        )
-        if error in RETRIABLE_VERIFICATION:
-            error = ErrorCode.coordinator_not_available  # Kafka's answer: clients retry it
-    elif gate:
-        return gate
-    else:
-        meta = transactions.txns.get(request.transactional_id)
-        error = rules.verify_partition(meta, request.producer_id, request.producer_epoch, partition)
-        if (
-            error == ErrorCode.transaction_abortable
-            and ctx.api_version >= FIRST_IMPLICIT_ADD_VERSION
-        ):
-            error, _durable = transactions.add_implicitly(
-                request.transactional_id, request.producer_id, request.producer_epoch, partition
-            )
+    error = await ctx.services.transactions.check_txn_offset_commit(
+        request.transactional_id,
+        request.producer_id,
+        request.producer_epoch,
+        partition,
+        add=ctx.api_version >= FIRST_IMPLICIT_ADD_VERSION,
+        timeout_s=VERIFY_TIMEOUT_S,
+    )
     if error == ErrorCode.producer_fenced:
         error = ErrorCode.invalid_producer_epoch
     return map_abortable(error, ctx.api_version, 4)

@@ -14,6 +14,7 @@ import datetime
 from collections import defaultdict
 from typing import Any
 
+from lockgate.coordinator.txn.metadata import TxnMetadata
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
@@ -29,19 +30,16 @@ def _timestamp(ms: int) -> datetime.datetime:
 
 @handles(ApiKey.DESCRIBE_TRANSACTIONS, 0, 0)
 async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
-    coordinator = ctx.services.transactions
     states = []
     for transactional_id in request.transactional_ids:
-        meta = coordinator.txns.get(transactional_id)
-        error = coordinator.serving(transactional_id)
         if not authorize(ctx, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, transactional_id):
-            error, meta = ErrorCode.transactional_id_authorization_failed, None
-        if not error and meta is None:
-            error = ErrorCode.transactional_id_not_found
-        if meta is None or error:
+            found: TxnMetadata | ErrorCode = ErrorCode.transactional_id_authorization_failed
+        else:
+            found = ctx.services.transactions.describe(transactional_id)
+        if isinstance(found, ErrorCode):
             states.append(
                 {
-                    "error_code": error,
+                    "error_code": found,
                     "transactional_id": transactional_id,
                     "transaction_state": "",
                     "transaction_timeout": 0,
@@ -52,6 +50,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
                 }
             )
             continue
+        meta = found
         by_topic: dict[str, list[int]] = defaultdict(list)
         for topic, index in sorted(meta.partitions):
             by_topic[topic].append(index)

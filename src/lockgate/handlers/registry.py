@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from lockgate.log.clock import now_ms
 from lockgate.protocol.api import ApiKey, decode_body, is_flexible, request_class
 from lockgate.protocol.frame import RequestHeader, parse_request_header
 from lockgate.security.session import Session
@@ -39,7 +40,7 @@ class RequestContext:
     connection: int = 0
     # who sent it: listener, security protocol, authenticated principal and client host
     session: Session = field(default_factory=Session.plaintext)
-    received_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    received_ms: int = field(default_factory=now_ms)
     started: float = field(default_factory=time.monotonic)
 
     @property

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from lockgate.config.properties import BrokerConfig
     from lockgate.coordinator.group.service import GroupCoordinator
     from lockgate.coordinator.locator import CoordinatorLocator
-    from lockgate.coordinator.txn.service import TransactionCoordinator
+    from lockgate.coordinator.txn.coordinator import TransactionCoordinator
     from lockgate.coordinator.txn.verifier import TxnVerifier
     from lockgate.handlers.fetch_sessions import FetchSessionCache
     from lockgate.log.append_order import AppendOrder

@@ -1,7 +1,11 @@
 # Shared by the transaction APIs: version-dependent error mapping (PROTOCOL.md).
 from __future__ import annotations
 
+from lockgate.coordinator.txn.verifier import RETRIABLE_VERIFICATION
 from lockgate.protocol.errors import ErrorCode
+
+# (defined beside the verifier whose answers it sorts; Produce maps it from here)
+__all__ = ["RETRIABLE_VERIFICATION", "map_abortable", "map_fenced"]
 
 
 def map_fenced(error: ErrorCode, version: int, first_fenced_version: int) -> ErrorCode:
@@ -19,16 +23,3 @@ def map_abortable(error: ErrorCode, version: int, first_abortable_version: int) 
         return ErrorCode.invalid_txn_state
     return error
 
-
-# A transaction check that may pass on another try (the coordinator is busy, loading, moving
-# or away): Produce answers NOT_ENOUGH_REPLICAS, TxnOffsetCommit COORDINATOR_NOT_AVAILABLE,
-# both retried by every client version.
-RETRIABLE_VERIFICATION = frozenset(
-    {
-        ErrorCode.concurrent_transactions,
-        ErrorCode.coordinator_load_in_progress,
-        ErrorCode.not_coordinator,
-        ErrorCode.coordinator_not_available,
-        ErrorCode.request_timed_out,
-    }
-)

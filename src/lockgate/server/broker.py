@@ -17,17 +17,20 @@ from lockgate.cluster.membership import ClusterMembership, Membership, SingleNod
 from lockgate.cluster.metadata import BrokerRegistration, Endpoint
 from lockgate.config.dynamic import open_dynamic_configs
 from lockgate.config.properties import BrokerConfig
+from lockgate.coordinator import writes
 from lockgate.coordinator.group.service import GroupCoordinator
 from lockgate.coordinator.locator import CoordinatorLocator
 from lockgate.coordinator.snapshots import Snapshotter
+from lockgate.coordinator.txn.coordinator import TransactionCoordinator
+from lockgate.coordinator.txn.markers import MarkerSender
 from lockgate.coordinator.txn.producer_ids import ClusterProducerIds, ProducerIdManager
-from lockgate.coordinator.txn.service import TransactionCoordinator
 from lockgate.coordinator.txn.verifier import TxnVerifier
 from lockgate.handlers import load_all
 from lockgate.handlers.fetch_sessions import FetchSessionCache
 from lockgate.handlers.services import Services
 from lockgate.log.append_order import AppendOrder
 from lockgate.log.cleaner import MAP_ENTRY_BYTES, LogCleaner
+from lockgate.log.clock import now_ms
 from lockgate.replication.fetcher import FetchSettings
 from lockgate.replication.group_commit import GroupCommit
 from lockgate.replication.manager import ReplicaManager
@@ -52,10 +55,6 @@ log = logging.getLogger(__name__)
 CLEAN_SHUTDOWN_MARK = "clean-shutdown"
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
 STREAM_LIMIT = 1 << 20
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class Broker:
@@ -134,7 +133,9 @@ class Broker:
             self.membership = ClusterMembership(self.cluster, self.node_id)
             self.admin = ClusterTopicAdmin(self.topics, self.cluster)
             self.producer_ids = ClusterProducerIds(self.cluster)
-            self.verifier = TxnVerifier(self)
+            self.verifier = TxnVerifier(
+                self.node_id, self.membership, self.topics, self.inter_broker_security
+            )
         else:
             self.membership = SingleNode(
                 self.node_id,
@@ -147,9 +148,37 @@ class Broker:
         self.snapshots = Snapshotter(
             self.storage, config.integer("lockgate.coordinator.snapshot.interval.ms"), now_ms
         )
-        self.transactions = TransactionCoordinator(self)
+        self.transactions = TransactionCoordinator(
+            topics=self.topics,
+            num_partitions=config.integer("transaction.state.log.num.partitions"),
+            max_timeout_ms=config.integer("transaction.max.timeout.ms"),
+            expiration_ms=config.integer("transactional.id.expiration.ms"),
+            allocate=self.producer_ids.allocate,
+            write=functools.partial(writes.append, self),
+            # (looked up at each call: tests swap the group commit after construction)
+            durable=lambda partition: self.group_commit.appended(partition),
+            clock=now_ms,
+            on_loaded=lambda seconds: self.metrics.coordinator_loaded("transaction", seconds),
+            snapshots=self.snapshots if self.cluster is None else None,
+            # a cluster's markers go to each partition's leader, a single node writes its own
+            markers=MarkerSender(
+                self.node_id, self.membership, self.topics, self.inter_broker_security
+            )
+            if self.cluster is not None
+            else None,
+            verifier=self.verifier,
+        )
         self.groups = GroupCoordinator(self)
-        self.coordinators = CoordinatorLocator(self)
+        self.coordinators = CoordinatorLocator(
+            self.topics,
+            self.membership,
+            self.admin,
+            config,
+            # a single node coordinates every key itself
+            single_node=(lambda: self.registration(incarnation=""))
+            if self.cluster is None
+            else None,
+        )
         # None unless authorizer.class.name is set: then every handler checks ACLs
         self.authorizer = Authorizer.from_config(config, self.storage)
         # client quotas: the store is the truth, `quotas` enforces its latest table

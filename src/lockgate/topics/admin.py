@@ -23,7 +23,10 @@ log = logging.getLogger(__name__)
 Assignments = Mapping[int, tuple[int, ...]]
 
 
-class TopicAdmin(Protocol):
+class TopicCreator(Protocol):
+    """Topic creation alone: what the coordinator locator needs to create an internal topic
+    on first use."""
+
     async def create(
         self,
         name: str,
@@ -35,6 +38,8 @@ class TopicAdmin(Protocol):
         internal: bool = False,
     ) -> TopicRecord: ...
 
+
+class TopicAdmin(TopicCreator, Protocol):
     async def delete(self, name: str) -> TopicRecord: ...
 
     async def add_partitions(

@@ -73,7 +73,8 @@ async def test_a_long_partition_loads_without_holding_the_loop() -> None:
         nonlocal ticks
         while not broker.transactions.loaded:
             ticks += 1
-            gates.append((broker.transactions.gate(early), broker.transactions.gate(busy)))
+            transactions = broker.transactions
+            gates.append((transactions.unavailable(early), transactions.unavailable(busy)))
             await asyncio.sleep(0)
 
     await broker.start()
@@ -87,7 +88,7 @@ async def test_a_long_partition_loads_without_holding_the_loop() -> None:
         assert ticks > 5  # the loop ran other work while the partition was replayed
         # partition 0 was served while partition 2 was still loading
         assert (ErrorCode.none, ErrorCode.coordinator_load_in_progress) in gates
-        assert broker.transactions.gate(busy) == ErrorCode.none
+        assert broker.transactions.unavailable(busy) == ErrorCode.none
         meta = broker.transactions.txns[busy]
         assert meta.producer_epoch == (HISTORY - 1) % 30_000  # the latest record won
         assert len(broker.transactions.txns) == 3

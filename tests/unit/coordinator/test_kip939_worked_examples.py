@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from lockgate.coordinator.txn import coordinator as rules
+from lockgate.coordinator.txn import rules
 from lockgate.coordinator.txn.metadata import MAX_EPOCH, TxnMetadata
 from lockgate.coordinator.txn.state import TxnState
 from lockgate.protocol.errors import ErrorCode

@@ -15,11 +15,10 @@ from collections.abc import AsyncIterator
 import pytest
 
 from lockgate.config.properties import BrokerConfig
-from lockgate.coordinator import writes
-from lockgate.coordinator.txn import coordinator as rules
+from lockgate.coordinator.txn import rules
+from lockgate.coordinator.txn.coordinator import TransactionCoordinator
 from lockgate.coordinator.txn.log import encode_key, encode_value, partition_for
 from lockgate.coordinator.txn.metadata import TxnMetadata
-from lockgate.coordinator.txn.service import TransactionCoordinator
 from lockgate.coordinator.txn.state import TxnState
 from lockgate.log.partition import Partition
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
@@ -148,7 +147,7 @@ def completions_running() -> list[asyncio.Task[object]]:
 
 async def test_an_id_of_a_partition_not_led_here_is_not_coordinated(broker: Broker) -> None:
     transactions = broker.transactions
-    assert transactions.gate(TXN_ID) == ErrorCode.not_coordinator
+    assert transactions.unavailable(TXN_ID) == ErrorCode.not_coordinator
     assert transactions.serving(TXN_ID) == ErrorCode.not_coordinator
     assert transactions.coordinator_epoch(TXN_ID) == -1
 
@@ -157,12 +156,12 @@ async def test_a_led_partition_is_loading_until_its_replay_ends(broker: Broker) 
     transactions = broker.transactions
     transactions.on_leadership(0, 6)
     assert transactions.owned == {0: 6} and not transactions.loaded
-    assert transactions.gate(TXN_ID) == ErrorCode.coordinator_load_in_progress
+    assert transactions.unavailable(TXN_ID) == ErrorCode.coordinator_load_in_progress
     assert transactions.serving(TXN_ID) == ErrorCode.coordinator_load_in_progress
     await wait_until(lambda: transactions.loaded)
-    assert transactions.gate(TXN_ID) == ErrorCode.none
+    assert transactions.unavailable(TXN_ID) == ErrorCode.none
     assert transactions.coordinator_epoch(TXN_ID) == 6
-    assert transactions.gate(OTHER_ID) == ErrorCode.not_coordinator
+    assert transactions.unavailable(OTHER_ID) == ErrorCode.not_coordinator
 
 
 async def test_serving_ignores_a_write_in_flight_but_gate_does_not(broker: Broker) -> None:
@@ -170,7 +169,7 @@ async def test_serving_ignores_a_write_in_flight_but_gate_does_not(broker: Broke
     await lead(transactions, 0)
     transactions.pending.add(TXN_ID)
     assert transactions.serving(TXN_ID) == ErrorCode.none
-    assert transactions.gate(TXN_ID) == ErrorCode.concurrent_transactions
+    assert transactions.unavailable(TXN_ID) == ErrorCode.concurrent_transactions
 
 
 async def test_the_ids_in_the_log_are_loaded(broker: Broker) -> None:
@@ -187,7 +186,7 @@ async def test_losing_the_leadership_forgets_that_partitions_ids_only(broker: Br
     await lead(transactions, 1)
     transactions.on_leadership(0, None)
     assert list(transactions.txns) == [OTHER_ID]
-    assert transactions.gate(TXN_ID) == ErrorCode.not_coordinator
+    assert transactions.unavailable(TXN_ID) == ErrorCode.not_coordinator
     assert transactions.owned == {1: 1} and transactions.loaded
 
 
@@ -219,7 +218,7 @@ async def test_a_new_epoch_while_loading_restarts_the_load(broker: Broker) -> No
     transactions.on_leadership(0, 1)
     for _ in range(3):
         await asyncio.sleep(0)
-    assert transactions.gate(TXN_ID) == ErrorCode.coordinator_load_in_progress
+    assert transactions.unavailable(TXN_ID) == ErrorCode.coordinator_load_in_progress
     transactions.on_leadership(0, 2)
     await wait_until(lambda: transactions.loaded)
     assert transactions.coordinator_epoch(TXN_ID) == 2
@@ -279,7 +278,7 @@ async def test_a_log_write_refused_by_replication_is_coordinator_not_available(
     def refused(*_args: object, **_kwargs: object) -> asyncio.Future[None]:
         raise KafkaProtocolError(ErrorCode.not_enough_replicas)
 
-    monkeypatch.setattr(writes, "append", refused)
+    monkeypatch.setattr(transactions, "write", refused)  # the coordinator's log writes
     answer = await transactions.apply(TXN_ID, rules.Outcome(ErrorCode.none, empty()))
     assert answer == ErrorCode.coordinator_not_available
     assert TXN_ID not in transactions.txns and TXN_ID not in transactions.pending

@@ -2,15 +2,15 @@
 itself; a cluster broker names the leader of the group's __consumer_offsets partition, or of
 the transactional id's __transaction_state partition (COORDINATOR_NOT_AVAILABLE while the
 topic does not exist, which the first lookup creates, or while the partition has no
-reachable leader). Against a stand-in broker: the locator reads only its topics, membership,
-admin, config, advertised address and node id, and whether it has replicas (a cluster)."""
+reachable leader). Against stand-ins for what the locator is given: the topics, the
+membership, the topic admin, the config and, on a single node, this node's registration."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
@@ -27,7 +27,6 @@ from lockgate.config.properties import BrokerConfig
 from lockgate.coordinator.locator import GROUP, TRANSACTION, CoordinatorLocator
 from lockgate.coordinator.txn.log import partition_for
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
-from lockgate.server.broker import Broker
 from lockgate.topics.internal import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 
 NODE = 7
@@ -78,7 +77,7 @@ class Topics:
 
 
 class StandIn:
-    """What of a Broker the locator uses; `replicas` None makes it a single node."""
+    """What the root hands the locator; `replicas` None makes it a single node."""
 
     def __init__(self, cluster: bool) -> None:
         self.node_id = NODE
@@ -103,7 +102,11 @@ class StandIn:
 
 
 def locator(broker: StandIn) -> CoordinatorLocator:
-    return CoordinatorLocator(cast(Broker, broker))
+    def single_node() -> BrokerRegistration:
+        return broker.registration(incarnation="")
+
+    local = single_node if broker.replicas is None else None
+    return CoordinatorLocator(broker.topics, broker.membership, broker.admin, broker.config, local)
 
 
 def with_offsets_topic(broker: StandIn, partitions: int = 5) -> int:

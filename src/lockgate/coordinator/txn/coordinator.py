@@ -1,486 +1,743 @@
-# The transaction coordinator's rules as pure functions:
-#   (metadata or None, request, now) → Outcome(error, metadata to log, answer, markers?)
-# No awaits, no sockets, no clocks: the service (service.py) logs the new metadata durably,
-# then installs it, then (for PrepareCommit/PrepareAbort) writes markers and completes.
+# The transaction coordinator at run time: owns every transactional id's metadata, applies the
+# pure rules of rules.py with prepare → durable append to __transaction_state → install,
+# writes the markers of PrepareCommit/PrepareAbort and completes them, aborts timed-out
+# transactions and expires idle ids. State is rebuilt at start-up by replaying the log; until
+# then requests get COORDINATOR_LOAD_IN_PROGRESS. It has one method per transaction API
+# (init_producer_id, add_partitions, add_offsets, end_txn, describe, list_transactions, and
+# the transaction check of TxnOffsetCommit): handlers decode, authorize, call it and encode.
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+import asyncio
+import functools
+import logging
+import os
+import re
+import time
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
+from lockgate.coordinator import writes
+from lockgate.coordinator.snapshots import PartitionImage, restore
+from lockgate.coordinator.txn import rules
+from lockgate.coordinator.txn.log import (
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+    partition_for,
+)
+from lockgate.coordinator.txn.markers import MarkerSender
 from lockgate.coordinator.txn.metadata import (
-    MAX_EPOCH,
     NO_EPOCH,
     NO_PRODUCER_ID,
     TV2,
     TopicPartition,
     TxnMetadata,
 )
-from lockgate.coordinator.txn.state import COMPLETE, PREPARING, TxnState
-from lockgate.protocol.errors import ErrorCode
+from lockgate.coordinator.txn.state import PREPARING, TxnState
+from lockgate.coordinator.txn.verifier import RETRIABLE_VERIFICATION, TxnVerifier
+from lockgate.log.partition import Partition
+from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
+from lockgate.protocol.records import (
+    BatchHeader,
+    build_batch,
+    iter_records,
+)
+from lockgate.topics.directory import TopicManager
+from lockgate.topics.internal import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 
-AllocateId = Callable[[], int]
+log = logging.getLogger(__name__)
+
+# Appends a batch to a partition this broker leads (synchronously: callers must not await
+# before it, to keep their order) and returns the future of its commit (durable, and in a
+# cluster replicated to the ISR: coordinator/writes.py).
+Write = Callable[[Partition, bytes], asyncio.Future[None]]
+
+
+# Test hook, for crash-recovery tests only: when LOCKGATE_TEST_CRASH_POINT names a point of
+# _complete, the broker dies there with os._exit(137), as if killed with SIGKILL. Read once per
+# coordinator; unset (always, outside those tests) it has no effect.
+CRASH_POINT_VARIABLE = "LOCKGATE_TEST_CRASH_POINT"
+CRASH_POINTS = frozenset({"after-prepare", "between-markers", "after-markers"})
+
+
+class _Snapshots(Protocol):
+    def follow(self, partition: Partition, image: PartitionImage, at: int) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
-class Outcome:
+class ProducerIdAnswer:
+    """InitProducerId's and EndTxn's answer: an error, or the producer id/epoch to use next
+    (and, KIP-939, the id/epoch of a transaction kept open across the client's restart)."""
+
     error: ErrorCode
-    transition: TxnMetadata | None = None  # to log durably before answering
     producer_id: int = NO_PRODUCER_ID
     producer_epoch: int = NO_EPOCH
-    ongoing_producer_id: int = NO_PRODUCER_ID  # KIP-939: the kept transaction's id/epoch
+    ongoing_producer_id: int = NO_PRODUCER_ID
     ongoing_producer_epoch: int = NO_EPOCH
 
+
+@dataclass(frozen=True, slots=True)
+class TransactionListing:
+    """ListTransactions' answer: the ids that pass the filters (by id), the state names the
+    filter named but no state has, or an error (and then no ids)."""
+
+    error: ErrorCode
+    unknown_state_filters: list[str] = field(default_factory=list)
+    transactions: list[TxnMetadata] = field(default_factory=list)
+
+
+class TransactionCoordinator:
+    def __init__(
+        self,
+        topics: TopicManager,
+        num_partitions: int,
+        max_timeout_ms: int,
+        expiration_ms: int,
+        allocate: rules.AllocateId,
+        write: Write,
+        durable: Callable[[Partition], asyncio.Future[None]],
+        clock: Callable[[], int],
+        on_loaded: Callable[[float], None],
+        snapshots: _Snapshots | None,
+        markers: MarkerSender | None,
+        verifier: TxnVerifier | None,
+    ) -> None:
+        """`topics` holds __transaction_state (created here on a single node) and the
+        partitions the markers go to; `allocate` hands out producer ids; `write` logs a
+        record; `durable` is the future of a local marker's durability; `on_loaded` is told
+        how long a partition took to load. `snapshots` follows the loaded partitions on a
+        single node (None in a cluster: snapshots are a single node's, for now). In a
+        cluster, `markers` sends markers to the partitions' leaders and `verifier` asks the
+        coordinator of an id this broker does not coordinate; both None on a single node."""
+        self.topics = topics
+        self.num_partitions = num_partitions
+        self.max_timeout_ms = max_timeout_ms
+        self.expiration_ms = expiration_ms
+        self.allocate = allocate
+        self.write = write
+        self.durable = durable
+        self.clock = clock
+        self.on_loaded = on_loaded
+        self.snapshots = snapshots
+        self.markers = markers
+        self.verifier = verifier
+        self.txns: dict[str, TxnMetadata] = {}
+        self.pending: set[str] = set()
+        # transactional id → (producer id, epoch, the newest connection that producer's
+        # requests came on): see _from_older_connection
+        self.connections: dict[str, tuple[int, int, int]] = {}
+        # __transaction_state partitions coordinated here → coordinator epoch (the partition's
+        # leader epoch): every partition on a single node, those led here in a cluster
+        self.owned: dict[int, int] = {}
+        self.loaded_partitions: set[int] = set()
+        self._loads: dict[int, asyncio.Task[Any]] = {}
+        self.replayed_batches = 0  # by the last load, after the snapshots
+        self._completions: dict[str, asyncio.Task[None]] = {}
+        self._crash_point = os.environ.get(CRASH_POINT_VARIABLE, "")
+        if self._crash_point not in CRASH_POINTS | {""}:
+            log.error("ignoring %s=%r: not a crash point", CRASH_POINT_VARIABLE, self._crash_point)
+            self._crash_point = ""
+        elif self._crash_point:
+            log.warning("test hook: will crash at %r of a transaction", self._crash_point)
+
+    # -- loading -------------------------------------------------------------------------------
+
     @property
-    def writes_markers(self) -> bool:
-        return self.transition is not None and self.transition.state in PREPARING
+    def loaded(self) -> bool:
+        """Every partition coordinated here is loaded."""
+        return self.loaded_partitions.issuperset(self.owned)
 
+    def ensure_topic(self) -> None:
+        """A single node: creates the topic if needed and coordinates every partition."""
+        topics = self.topics
+        if TRANSACTION_STATE_TOPIC not in topics.topics:
+            topics.create(TRANSACTION_STATE_TOPIC, self.num_partitions, 1, {}, internal=True)
+        self.num_partitions = topics.topics[TRANSACTION_STATE_TOPIC].partitions
+        self.owned = {index: self._log_partition_at(index).leader_epoch
+                      for index in range(self.num_partitions)}  # fmt: skip
 
-def fail(error: ErrorCode) -> Outcome:
-    return Outcome(error)
+    async def load(self) -> None:
+        """A single node's start: loads every partition, one at a time without holding the
+        event loop. The ids of a partition are served as soon as it is loaded
+        (COORDINATOR_LOAD_IN_PROGRESS before)."""
+        started = time.monotonic()
+        loads = [await self._load_partition(index) for index in sorted(self.owned)]
+        self.replayed_batches = sum(batches for _, batches, _ in loads)
+        log.info("transaction coordinator loaded %d ids from %d snapshots and %d batches in "
+                 "%.2fs; resuming %d", len(self.txns), sum(s for s, _, _ in loads),
+                 self.replayed_batches, time.monotonic() - started,
+                 sum(r for _, _, r in loads))  # fmt: skip
 
+    def on_leadership(self, index: int, epoch: int | None) -> None:
+        """Cluster mode: this broker leads `index` of __transaction_state in `epoch` and
+        coordinates its ids (loaded in the background), or (None) no longer does."""
+        task = self._loads.pop(index, None)
+        if task is not None:
+            task.cancel()
+        self._unload(index)
+        if epoch is None:
+            return
+        self.num_partitions = self.topics.topics[TRANSACTION_STATE_TOPIC].partitions
+        self.owned[index] = epoch
+        self._loads[index] = asyncio.get_running_loop().create_task(self._load_partition(index))
 
-def _epoch_exhausted(epoch: int) -> bool:
-    return epoch >= MAX_EPOCH - 1
+    def _unload(self, index: int) -> None:
+        """Forgets a partition's ids: their requests get NOT_COORDINATOR, their markers are
+        left to the next coordinator (it resumes what was prepared)."""
+        self.owned.pop(index, None)
+        self.loaded_partitions.discard(index)
+        gone = [t for t in self.txns if partition_for(t, self.num_partitions) == index]
+        for transactional_id in gone:
+            del self.txns[transactional_id]
+            self.connections.pop(transactional_id, None)
+            task = self._completions.pop(transactional_id, None)
+            if task is not None:
+                task.cancel()
+        if gone:
+            log.info("no longer coordinating %s-%d: %d ids unloaded", TRANSACTION_STATE_TOPIC,
+                     index, len(gone))  # fmt: skip
 
+    async def _load_partition(self, index: int) -> tuple[bool, int, int]:
+        """Replays one partition (the latest record per id wins; null = expired), marks it
+        loaded and resumes the transactions it left preparing. Returns whether a snapshot was
+        used, the batches replayed after it and the transactions resumed."""
+        started = time.monotonic()
+        replayed: set[str] = set()
+        partition = self._log_partition_at(index)
+        image = PartitionImage()
+        visit = functools.partial(self._replay_batch, replayed)
+        restored = await restore(partition, visit, image, self.clock())
+        if self.snapshots is not None:  # (snapshots are a single node's, for now)
+            self.snapshots.follow(partition, image, restored.snapshot_offset)
+        self.loaded_partitions.add(index)
+        resumed = 0
+        for transactional_id in replayed:
+            meta = self.txns.get(transactional_id)
+            if meta is not None and meta.state in PREPARING:
+                self._spawn_completion(transactional_id)
+                resumed += 1
+        self.on_loaded(time.monotonic() - started)
+        # a cluster broker (no snapshots) says it at INFO: its partitions come and go
+        log.log(logging.INFO if self.snapshots is None else logging.DEBUG,
+                 "%s-%d loaded in epoch %d: %d ids from %s and %d batches in %.2fs; "
+                 "resuming %d", TRANSACTION_STATE_TOPIC, index, self.owned.get(index, -1),
+                 len(replayed), "a snapshot" if restored.snapshot_offset >= 0 else "no snapshot",
+                 restored.replayed, time.monotonic() - started, resumed)  # fmt: skip
+        return restored.snapshot_offset >= 0, restored.replayed, resumed
 
-# -- InitProducerId --
+    def _replay_batch(self, replayed: set[str], header: BatchHeader, data: bytes) -> None:
+        if header.is_control:
+            return
+        for _offset, _ts, key, value in iter_records(data):
+            if key is None:
+                continue
+            try:
+                transactional_id = decode_key(key)
+                replayed.add(transactional_id)
+                if value is None:
+                    self.txns.pop(transactional_id, None)
+                else:
+                    self.txns[transactional_id] = decode_value(transactional_id, value)
+            except ValueError as exc:
+                log.error("skipping a damaged %s record: %s", TRANSACTION_STATE_TOPIC, exc)
 
-
-def init_producer_id(
-    meta: TxnMetadata | None,
-    transactional_id: str,
-    timeout_ms: int,
-    producer_id: int,
-    producer_epoch: int,
-    now_ms: int,
-    max_timeout_ms: int,
-    allocate: AllocateId,
-    enable_2pc: bool = False,
-    keep_prepared: bool = False,
-) -> Outcome:
-    """KIP-98 + KIP-360. (-1, -1) is a new instance that fences the old one; a known
-    (id, epoch) is a live producer bumping its epoch, and a retry with the epoch it had before
-    the last bump gets the same answer again. KIP-939: `keep_prepared` keeps an open
-    (prepared) transaction instead of aborting it and hands out the next id/epoch to finish it
-    with; `enable_2pc` marks the id's transactions as two-phase (no timeout abort). Whether
-    2PC is allowed at all is the caller's check (a broker setting)."""
-    if (producer_id == NO_PRODUCER_ID) != (producer_epoch == NO_EPOCH):
-        return fail(ErrorCode.invalid_request)
-    if not 0 < timeout_ms <= max_timeout_ms:
-        return fail(ErrorCode.invalid_transaction_timeout)
-    if meta is None or meta.state == TxnState.DEAD:
-        new = TxnMetadata(
-            transactional_id,
-            allocate(),
-            0,
-            timeout_ms,
-            TxnState.EMPTY,
-            last_update_ms=now_ms,
-            two_phase_commit=enable_2pc,
-        )
-        return Outcome(ErrorCode.none, new, new.producer_id, 0)
-    known = (meta.producer_id, meta.prev_producer_id, meta.next_producer_id)
-    if producer_id != NO_PRODUCER_ID and producer_id not in known:
-        return fail(ErrorCode.producer_fenced)
-    if (
-        producer_id != NO_PRODUCER_ID
-        and producer_id == meta.prev_producer_id
-        and not _epoch_exhausted(producer_epoch)
-    ):
-        # Kafka: the id before a rotation can only be a retry from its exhausted epoch; an
-        # older instance of that id must not fence (abort) the new id's transaction
-        return fail(ErrorCode.producer_fenced)
-    if meta.state in PREPARING or meta.state == TxnState.PREPARE_EPOCH_FENCE:
-        return fail(ErrorCode.concurrent_transactions)
-    if meta.state == TxnState.ONGOING:
-        if (
-            producer_id != NO_PRODUCER_ID
-            and producer_epoch != meta.producer_epoch
-            and producer_id != meta.next_producer_id
-        ):
-            # a fenced instance (KIP-360 bump with a stale epoch) must not abort the
-            # transaction of the instance that fenced it; Kafka would (it checks the id only)
-            return fail(ErrorCode.producer_fenced)
-        if keep_prepared:
-            return _keep_prepared(meta, now_ms, allocate, enable_2pc)
-        return _fence_and_abort(meta, now_ms)
-    # Empty, CompleteCommit, CompleteAbort
-    if producer_id != NO_PRODUCER_ID:
-        timed_out = producer_id == meta.producer_id and _timed_out_epoch(meta, producer_epoch)
-        is_retry = producer_epoch == meta.last_producer_epoch and producer_id in (
-            meta.producer_id,
-            meta.prev_producer_id,
-        )
-        # the epoch the timeout aborter bumped to was never handed out: give it, unless it is
-        # the last one, which only a fence may use (then a new producer id, as for a bump)
-        if is_retry and not (timed_out and _epoch_exhausted(meta.producer_epoch)):
-            return Outcome(ErrorCode.none, None, meta.producer_id, meta.producer_epoch)
-        if not timed_out and (
-            producer_id != meta.producer_id or producer_epoch != meta.producer_epoch
-        ):
-            return fail(ErrorCode.producer_fenced)
-    # the epoch a retry of this bump carries; after (-1, -1) the epoch before the bump is the
-    # fenced instance's, which must not pass for a retry (Kafka records none either)
-    last_epoch = producer_epoch if producer_id != NO_PRODUCER_ID else NO_EPOCH
-    if _epoch_exhausted(meta.producer_epoch):
-        new = meta.to(
-            TxnState.EMPTY,
-            producer_id=allocate(),
-            producer_epoch=0,
-            prev_producer_id=(
-                meta.prev_producer_id
-                if meta.prev_producer_id != NO_PRODUCER_ID
-                else meta.producer_id
-            ),
-            last_producer_epoch=last_epoch,
-        )
-    else:
-        new = meta.to(
-            TxnState.EMPTY,
-            producer_epoch=meta.producer_epoch + 1,
-            prev_producer_id=NO_PRODUCER_ID,
-            last_producer_epoch=last_epoch,
-        )
-    new = replace(_reset(new, timeout_ms, now_ms), two_phase_commit=enable_2pc)
-    return Outcome(ErrorCode.none, new, new.producer_id, new.producer_epoch)
-
-
-def _next_id(producer_id: int, epoch: int, allocate: AllocateId) -> tuple[int, int]:
-    """The id/epoch after (producer_id, epoch): the next epoch, or a new id at epoch 0 when the
-    next epoch would reach MAX_EPOCH (never handed to a client; markers may use it)."""
-    if epoch + 1 >= MAX_EPOCH:
-        return allocate(), 0
-    return producer_id, epoch + 1
-
-
-def _keep_prepared(
-    meta: TxnMetadata, now_ms: int, allocate: AllocateId, enable_2pc: bool
-) -> Outcome:
-    """KIP-939: the restarted client gets a fresh id/epoch (NextProducerId/NextProducerEpoch,
-    bumped on every such restart) while the prepared transaction keeps its own, reported as
-    OngoingTxnProducerId/Epoch; completing it later uses the fresh pair."""
-    if meta.next_producer_id != NO_PRODUCER_ID:
-        base = (meta.next_producer_id, meta.next_producer_epoch)
-    else:
-        base = (meta.producer_id, meta.producer_epoch)
-    next_id, next_epoch = _next_id(*base, allocate)
-    new = meta.to(
-        TxnState.ONGOING,
-        next_producer_id=next_id,
-        next_producer_epoch=next_epoch,
-        last_update_ms=now_ms,
-        two_phase_commit=meta.two_phase_commit or enable_2pc,
-    )
-    return Outcome(ErrorCode.none, new, next_id, next_epoch, meta.producer_id, meta.producer_epoch)
-
-
-def _reset(meta: TxnMetadata, timeout_ms: int, now_ms: int) -> TxnMetadata:
-    return replace(
-        meta,
-        timeout_ms=timeout_ms,
-        partitions=frozenset(),
-        start_ms=-1,
-        last_update_ms=now_ms,
-        next_producer_id=NO_PRODUCER_ID,
-        next_producer_epoch=NO_EPOCH,
-    )
-
-
-def _fence_and_abort(meta: TxnMetadata, now_ms: int) -> Outcome:
-    """A new instance arrived while a transaction is open: bump the epoch (fencing the old
-    instance's writes and markers) and abort. The caller retries after CONCURRENT_TRANSACTIONS."""
-    fenced = meta.to(TxnState.PREPARE_EPOCH_FENCE)
-    epoch = (
-        fenced.producer_epoch + 1 if fenced.producer_epoch < MAX_EPOCH else fenced.producer_epoch
-    )
-    aborting = fenced.to(
-        TxnState.PREPARE_ABORT,
-        producer_epoch=epoch,
-        last_producer_epoch=NO_EPOCH,
-        last_update_ms=now_ms,
-    )
-    return Outcome(ErrorCode.concurrent_transactions, aborting)
-
-
-# -- AddPartitionsToTxn / AddOffsetsToTxn --
-
-
-def add_partitions(
-    meta: TxnMetadata | None,
-    producer_id: int,
-    producer_epoch: int,
-    partitions: Iterable[TopicPartition],
-    now_ms: int,
-    client_transaction_version: int = 0,
-) -> Outcome:
-    wanted = frozenset(partitions)
-    if _answered_but_preparing(meta, producer_id, producer_epoch):
-        return fail(ErrorCode.concurrent_transactions)
-    error = _check_producer(meta, producer_id, producer_epoch)
-    if error:
-        return fail(error)
-    if meta is None:  # _check_producer answers for a missing id; this keeps mypy and us honest
-        return fail(ErrorCode.invalid_producer_id_mapping)
-    if meta.state in PREPARING or meta.state == TxnState.PREPARE_EPOCH_FENCE:
-        return fail(ErrorCode.concurrent_transactions)
-    if meta.state == TxnState.DEAD:
-        return fail(ErrorCode.invalid_producer_id_mapping)
-    if meta.state == TxnState.ONGOING and wanted <= meta.partitions:
-        return Outcome(ErrorCode.none)
-    start = meta.start_ms if meta.state == TxnState.ONGOING else now_ms
-    version = max(meta.client_transaction_version, client_transaction_version)
-    new = meta.to(
-        TxnState.ONGOING,
-        partitions=meta.partitions | wanted,
-        start_ms=start,
-        last_update_ms=now_ms,
-        client_transaction_version=version,
-        prev_producer_id=NO_PRODUCER_ID,  # Kafka: only right after a rotation
-    )
-    return Outcome(ErrorCode.none, new)
-
-
-def verify_partition(
-    meta: TxnMetadata | None, producer_id: int, producer_epoch: int, partition: TopicPartition
-) -> ErrorCode:
-    """KIP-890 part 1: a transactional produce must target a partition of the open transaction."""
-    if _answered_but_preparing(meta, producer_id, producer_epoch):
-        # the client's first batch under the epoch EndTxn v5 answered, before the markers are
-        # written: it must wait (retriable), not be taken for a fenced producer
-        return ErrorCode.concurrent_transactions
-    error = _check_producer(meta, producer_id, producer_epoch)
-    if error:
-        return error
-    if meta is None:
-        return ErrorCode.invalid_producer_id_mapping
-    if meta.state != TxnState.ONGOING or partition not in meta.partitions:
-        return ErrorCode.transaction_abortable
-    return ErrorCode.none
-
-
-def _answered_but_preparing(
-    meta: TxnMetadata | None, producer_id: int, producer_epoch: int
-) -> bool:
-    """TV2: EndTxn v5 answers with the next id/epoch before the markers are written. A client
-    already using a new id from an epoch overflow must be told to wait, like one using the
-    bumped epoch of the same id, not that its id is unknown."""
-    return (
-        meta is not None
-        and meta.state in PREPARING
-        and meta.next_producer_id != NO_PRODUCER_ID
-        and (producer_id, producer_epoch) == (meta.next_producer_id, meta.next_producer_epoch)
-    )
-
-
-def _check_producer(meta: TxnMetadata | None, producer_id: int, producer_epoch: int) -> ErrorCode:
-    if meta is None or producer_id != meta.producer_id:
-        return ErrorCode.invalid_producer_id_mapping
-    if producer_epoch != meta.producer_epoch:
-        return ErrorCode.producer_fenced
-    return ErrorCode.none
-
-
-# -- EndTxn --
-
-
-def end_txn(
-    meta: TxnMetadata | None,
-    producer_id: int,
-    producer_epoch: int,
-    commit: bool,
-    now_ms: int,
-    transaction_version: int,
-    allocate: AllocateId,
-) -> Outcome:
-    """Returns the transition to log (if any) and the answer. Markers are written after it."""
-    if meta is None:
-        return fail(ErrorCode.invalid_producer_id_mapping)
-    if transaction_version >= TV2:
-        return _end_txn_v2(meta, producer_id, producer_epoch, commit, now_ms, allocate)
-    if producer_id != meta.producer_id:
-        return fail(ErrorCode.invalid_producer_id_mapping)
-    if producer_epoch != meta.producer_epoch:
-        if not commit and _timed_out_epoch(meta, producer_epoch):
-            # the abort this producer asks for is the one the timeout aborter did (or is doing)
-            return fail(
-                ErrorCode.none
-                if meta.state == TxnState.COMPLETE_ABORT
-                else ErrorCode.concurrent_transactions
+    def _log_partition_at(self, index: int) -> Partition:
+        partition = self.topics.get(TRANSACTION_STATE_TOPIC, index)
+        if partition is None:  # the internal topic's log could not be opened
+            raise KafkaProtocolError(
+                ErrorCode.coordinator_not_available, f"{TRANSACTION_STATE_TOPIC}-{index} not open"
             )
-        return fail(ErrorCode.producer_fenced)
-    target = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
-    done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
-    if meta.state == TxnState.ONGOING:
-        return Outcome(ErrorCode.none, meta.to(target, last_update_ms=now_ms))
-    if meta.state == done:
-        return Outcome(ErrorCode.none)
-    if meta.state == target:
-        return fail(ErrorCode.concurrent_transactions)
-    return fail(ErrorCode.invalid_txn_state)
+        return partition
 
+    def coordinator_epoch(self, transactional_id: str) -> int:
+        return self.owned.get(partition_for(transactional_id, self.num_partitions), -1)
 
-def _end_txn_v2(
-    meta: TxnMetadata,
-    producer_id: int,
-    producer_epoch: int,
-    commit: bool,
-    now_ms: int,
-    allocate: AllocateId,
-) -> Outcome:
-    """TV2: every commit/abort bumps the epoch; the answer names the id/epoch to use next.
-    A retry whose first attempt completed (carrying the epoch before the bump, recorded as the
-    last epoch, or the id before an exhaustion rotation) is recognised and answered with
-    success."""
-    target = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
-    done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
-    # a Complete state at the last epoch comes from a fence (a TV2 bump to it rotates the id):
-    # taking the fenced producer's abort for a retry would hand it that epoch, with none left
-    # above it for the next transaction's markers
-    # the last bump must have been this producer's EndTxn (or the timeout aborter's, which
-    # records the epoch too): after a newer instance's fence the old epoch is a zombie's
-    retry_of_bump = (
-        producer_id == meta.producer_id
-        and producer_epoch == meta.producer_epoch - 1
-        and producer_epoch == meta.last_producer_epoch
-        and not (meta.state in COMPLETE and meta.producer_epoch >= MAX_EPOCH)
-    )
-    retry_of_rotation = (
-        producer_id == meta.prev_producer_id
-        and meta.prev_producer_id != NO_PRODUCER_ID
-        and _epoch_exhausted(producer_epoch)
-    )
-    retry_while_preparing = meta.state in PREPARING and (producer_id, producer_epoch + 1) == (
-        meta.next_producer_id,
-        meta.next_producer_epoch,
-    )
-    is_retry = retry_of_bump or retry_of_rotation or retry_while_preparing
-    if meta.state == TxnState.ONGOING and meta.next_producer_id != NO_PRODUCER_ID:
-        return _end_kept(meta, producer_id, producer_epoch, target, now_ms, allocate)
-    if _answered_but_preparing(meta, producer_id, producer_epoch):
-        return fail(ErrorCode.concurrent_transactions)
-    if meta.state in COMPLETE and is_retry:
-        if meta.state == done:
-            return Outcome(ErrorCode.none, None, meta.producer_id, meta.producer_epoch)
-        return fail(ErrorCode.invalid_txn_state)
-    if meta.state in PREPARING and is_retry:
-        return fail(
-            ErrorCode.concurrent_transactions
-            if meta.state == target
-            else ErrorCode.invalid_txn_state
+    # -- one method per API ---------------------------------------------------------------------
+
+    async def init_producer_id(
+        self,
+        transactional_id: str,
+        timeout_ms: int,
+        producer_id: int,
+        producer_epoch: int,
+        now_ms: int,
+        enable_2pc: bool,
+        keep_prepared: bool,
+        may_two_phase: Callable[[], bool],
+    ) -> ProducerIdAnswer:
+        """InitProducerId with a transactional id (rules.init_producer_id). `may_two_phase`
+        authorizes two-phase commit (and reports a denial); it is asked only when the request
+        takes part in it (KIP-939: Enable2Pc, KeepPreparedTxn, or aborting the id's open
+        two-phase transaction), once the id is known to be served here."""
+        await self.wait_for_completion(transactional_id)
+        if unavailable := self.unavailable(transactional_id):
+            return ProducerIdAnswer(unavailable)
+        meta = self.txns.get(transactional_id)
+        two_phase = (
+            enable_2pc
+            or keep_prepared
+            or (meta is not None and meta.two_phase_commit and meta.state == TxnState.ONGOING)
         )
-    if producer_id != meta.producer_id:
-        return fail(ErrorCode.invalid_producer_id_mapping)
-    if producer_epoch != meta.producer_epoch:
-        return fail(ErrorCode.producer_fenced)
-    if meta.state in PREPARING or meta.state == TxnState.PREPARE_EPOCH_FENCE:
-        return fail(ErrorCode.concurrent_transactions)
-    if meta.state != TxnState.ONGOING and commit:
-        return fail(ErrorCode.invalid_txn_state)
-    if meta.state == TxnState.DEAD:
-        return fail(ErrorCode.invalid_producer_id_mapping)
-    bumped = meta.producer_epoch + 1
-    changes: dict[str, object] = {
-        "producer_epoch": bumped,
-        "last_update_ms": now_ms,
-        "client_transaction_version": TV2,
-        "prev_producer_id": NO_PRODUCER_ID,
-        "last_producer_epoch": producer_epoch,
-    }
-    if bumped >= MAX_EPOCH:
-        changes["next_producer_id"] = allocate()
-        changes["next_producer_epoch"] = 0
-    new = meta.to(target, **changes)
-    if new.next_producer_id != NO_PRODUCER_ID:
-        return Outcome(ErrorCode.none, new, new.next_producer_id, new.next_producer_epoch)
-    return Outcome(ErrorCode.none, new, new.producer_id, new.producer_epoch)
-
-
-def _end_kept(
-    meta: TxnMetadata,
-    producer_id: int,
-    producer_epoch: int,
-    target: TxnState,
-    now_ms: int,
-    allocate: AllocateId,
-) -> Outcome:
-    """Completing a transaction kept across a client restart (KIP-939): the client speaks with
-    the latest id/epoch; markers go out under the transaction's own id with its epoch bumped;
-    the answer is the id/epoch after the client's. PrevProducerId remembers the client's id
-    when that answer is a new id, so that a retry is recognised."""
-    if producer_id != meta.next_producer_id:
-        return fail(ErrorCode.invalid_producer_id_mapping)
-    if producer_epoch != meta.next_producer_epoch:
-        return fail(ErrorCode.producer_fenced)
-    next_id, next_epoch = _next_id(producer_id, producer_epoch, allocate)
-    new = meta.to(
-        target,
-        producer_epoch=meta.producer_epoch + 1,
-        next_producer_id=next_id,
-        next_producer_epoch=next_epoch,
-        prev_producer_id=producer_id if next_id != producer_id else NO_PRODUCER_ID,
-        last_update_ms=now_ms,
-        client_transaction_version=TV2,
-    )
-    return Outcome(ErrorCode.none, new, next_id, next_epoch)
-
-
-def complete(meta: TxnMetadata, now_ms: int) -> TxnMetadata:
-    """After every marker of a PrepareCommit/PrepareAbort is durable: the Complete state, and
-    under TV2 with an exhausted epoch the switch to the next producer id."""
-    done = (
-        TxnState.COMPLETE_COMMIT
-        if meta.state == TxnState.PREPARE_COMMIT
-        else TxnState.COMPLETE_ABORT
-    )
-    changes: dict[str, object] = {
-        "partitions": frozenset(),
-        "last_update_ms": now_ms,
-        "start_ms": -1,
-    }
-    if meta.next_producer_id != NO_PRODUCER_ID:
-        changes.update(
-            producer_id=meta.next_producer_id,
-            producer_epoch=meta.next_producer_epoch,
-            prev_producer_id=(
-                meta.prev_producer_id
-                if meta.prev_producer_id != NO_PRODUCER_ID
-                else meta.producer_id
-            ),
-            next_producer_id=NO_PRODUCER_ID,
-            next_producer_epoch=NO_EPOCH,
+        if two_phase and not may_two_phase():
+            return ProducerIdAnswer(ErrorCode.transactional_id_authorization_failed)
+        try:
+            outcome = rules.init_producer_id(
+                meta,
+                transactional_id,
+                timeout_ms,
+                producer_id,
+                producer_epoch,
+                now_ms,
+                self.max_timeout_ms,
+                self.allocate,
+                enable_2pc,
+                keep_prepared,
+            )
+        except KafkaProtocolError as exc:  # no producer id could be allocated
+            return ProducerIdAnswer(exc.code)
+        if error := await self.apply(transactional_id, outcome):
+            return ProducerIdAnswer(error)
+        return ProducerIdAnswer(
+            ErrorCode.none,
+            outcome.producer_id,
+            outcome.producer_epoch,
+            outcome.ongoing_producer_id,
+            outcome.ongoing_producer_epoch,
         )
-    return meta.to(done, **changes)
 
+    async def add_partitions(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Sequence[TopicPartition],
+        now_ms: int,
+        client_connection: int | None,
+        verify_only: bool = False,
+    ) -> dict[TopicPartition, ErrorCode]:
+        """AddPartitionsToTxn: each partition's answer. `client_connection` is the connection
+        of a client's request (v0-3); None for a broker's (v4+, KIP-890), whose additions are
+        a TV2 produce's implicit ones and which may only verify (`verify_only`)."""
+        unknown = {tp for tp in partitions if not self.topics.exists(*tp)}
+        if unknown:
+            return {
+                tp: ErrorCode.unknown_topic_or_partition
+                if tp in unknown
+                else ErrorCode.operation_not_attempted
+                for tp in partitions
+            }
+        await self.wait_for_completion(transactional_id)
+        if unavailable := self.unavailable(transactional_id):
+            return dict.fromkeys(partitions, unavailable)
+        meta = self.txns.get(transactional_id)
+        if client_connection is not None:
+            producer = (producer_id, producer_epoch, client_connection)
+            self._record_connection(transactional_id, *producer)
+        if verify_only:
+            return {
+                tp: rules.verify_partition(meta, producer_id, producer_epoch, tp)
+                for tp in partitions
+            }
+        version = TV2 if client_connection is None else 0
+        outcome = rules.add_partitions(
+            meta, producer_id, producer_epoch, partitions, now_ms, version
+        )
+        return dict.fromkeys(partitions, await self.apply(transactional_id, outcome))
 
-# -- timeouts and expiry --
+    async def add_offsets(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        group_id: str,
+        now_ms: int,
+        connection: int,
+    ) -> ErrorCode:
+        """AddOffsetsToTxn: adds the group's __consumer_offsets partition to the transaction."""
+        await self.wait_for_completion(transactional_id)
+        if unavailable := self.unavailable(transactional_id):
+            return unavailable
+        self._record_connection(transactional_id, producer_id, producer_epoch, connection)
+        offsets = self.topics.topics[CONSUMER_OFFSETS_TOPIC]
+        partition = (CONSUMER_OFFSETS_TOPIC, partition_for(group_id, offsets.partitions))
+        outcome = rules.add_partitions(
+            self.txns.get(transactional_id), producer_id, producer_epoch, [partition], now_ms
+        )
+        return await self.apply(transactional_id, outcome)
 
+    async def end_txn(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        now_ms: int,
+        transaction_version: int,
+        connection: int,
+        peer: str,
+    ) -> ProducerIdAnswer:
+        """EndTxn: logs PrepareCommit/PrepareAbort and starts the markers (rules.end_txn).
+        Before TV2, a request on a connection older than one the id's producer has since
+        used is a delayed copy: INVALID_TXN_STATE, nothing changes."""
+        await self.wait_for_completion(transactional_id)
+        if unavailable := self.unavailable(transactional_id):
+            return ProducerIdAnswer(unavailable)
+        # TV2's epoch bump fences a delayed EndTxn; before it, only its connection tells
+        producer = (producer_id, producer_epoch, connection)
+        if transaction_version < TV2 and self._from_older_connection(transactional_id, *producer):
+            log.warning("EndTxn for %r from %s refused: its client has moved to a newer connection "
+                        "(a request delayed in the network)", transactional_id, peer)  # fmt: skip
+            return ProducerIdAnswer(ErrorCode.invalid_txn_state)
+        self._record_connection(transactional_id, *producer)
+        try:
+            outcome = rules.end_txn(
+                self.txns.get(transactional_id),
+                producer_id,
+                producer_epoch,
+                commit,
+                now_ms,
+                transaction_version,
+                self.allocate,
+            )
+        except KafkaProtocolError as exc:  # epoch exhausted and no new producer id available
+            return ProducerIdAnswer(exc.code)
+        if error := await self.apply(transactional_id, outcome):
+            return ProducerIdAnswer(error)
+        return ProducerIdAnswer(ErrorCode.none, outcome.producer_id, outcome.producer_epoch)
 
-def abort_if_timed_out(meta: TxnMetadata, now_ms: int) -> TxnMetadata | None:
-    """An Ongoing transaction older than its timeout is aborted with an epoch bump, so the
-    producer that let it time out is fenced. Unlike a new instance's fence, the bump remembers
-    the timed-out epoch as the last one (KIP-588's idea; Kafka records none here): that
-    producer's KIP-360 InitProducerId, or its EndTxn(abort), is then recognised and answered
-    instead of fenced, so it learns its transaction timed out and goes on. A new instance's
-    InitProducerId clears the mark, after which the old epoch is fenced for good."""
-    if meta.state != TxnState.ONGOING or now_ms - meta.start_ms <= meta.timeout_ms:
-        return None
-    if meta.two_phase_commit:
-        return None  # KIP-939: only the external transaction manager decides
-    aborting = _fence_and_abort(meta, now_ms).transition
-    assert aborting is not None
-    return replace(aborting, last_producer_epoch=meta.producer_epoch)
+    async def check_txn_offset_commit(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partition: TopicPartition,
+        add: bool,
+        timeout_s: float,
+    ) -> ErrorCode:
+        """TxnOffsetCommit's transaction check: the group's offsets `partition` must be in the
+        producer's open transaction; `add` (v5, TV2) adds it if not. An id coordinated by
+        another broker is that broker's answer (COORDINATOR_NOT_AVAILABLE for what may pass
+        on another try, as Kafka)."""
+        unavailable = self.unavailable(transactional_id)
+        if unavailable == ErrorCode.not_coordinator and self.verifier is not None:
+            error = await self.verifier.ask(
+                transactional_id, producer_id, producer_epoch, partition, add, timeout_s
+            )
+            if error in RETRIABLE_VERIFICATION:
+                error = ErrorCode.coordinator_not_available  # Kafka's answer: clients retry it
+            return error
+        if unavailable:
+            return unavailable
+        error, _durable = self.verify_or_add(
+            transactional_id, producer_id, producer_epoch, partition, add
+        )
+        return error
 
+    def describe(self, transactional_id: str) -> TxnMetadata | ErrorCode:
+        """DescribeTransactions: the id's metadata, or NOT_COORDINATOR,
+        COORDINATOR_LOAD_IN_PROGRESS or TRANSACTIONAL_ID_NOT_FOUND."""
+        if error := self.serving(transactional_id):
+            return error
+        meta = self.txns.get(transactional_id)
+        return ErrorCode.transactional_id_not_found if meta is None else meta
 
-def _timed_out_epoch(meta: TxnMetadata, producer_epoch: int) -> bool:
-    """Whether `producer_epoch` is the one the timeout aborter fenced, with no new instance
-    since (abort_if_timed_out records it; InitProducerId (-1, -1) clears it)."""
-    return (
-        meta.state in (TxnState.PREPARE_ABORT, TxnState.COMPLETE_ABORT)
-        and producer_epoch == meta.last_producer_epoch
-        and producer_epoch == meta.producer_epoch - 1
-    )
+    def list_transactions(
+        self,
+        state_filters: Collection[str],
+        producer_ids: Collection[int],
+        min_duration_ms: int,
+        id_pattern: str | None,
+        now_ms: int,
+    ) -> TransactionListing:
+        """ListTransactions: the ids in one of the named states (all if none named), of one
+        of the producer ids (all if none), open for longer than `min_duration_ms` (unless
+        negative) and matching the regular expression `id_pattern` (an invalid one:
+        INVALID_REQUEST). Until every partition is loaded: COORDINATOR_LOAD_IN_PROGRESS."""
+        if not self.loaded:
+            return TransactionListing(ErrorCode.coordinator_load_in_progress)
+        wanted_states = {TxnState.from_name(name) for name in state_filters}
+        unknown = [name for name in state_filters if TxnState.from_name(name) is None]
+        try:
+            pattern = re.compile(id_pattern) if id_pattern else None
+        except re.error:
+            return TransactionListing(ErrorCode.invalid_request, unknown)
+        listed = []
+        for transactional_id, meta in sorted(self.txns.items()):
+            if state_filters and meta.state not in wanted_states:
+                continue
+            if producer_ids and meta.producer_id not in producer_ids:
+                continue
+            if min_duration_ms >= 0 and (
+                meta.start_ms < 0 or now_ms - meta.start_ms <= min_duration_ms
+            ):
+                continue
+            if pattern is not None and not pattern.fullmatch(transactional_id):
+                continue
+            listed.append(meta)
+        return TransactionListing(ErrorCode.none, unknown, listed)
 
+    # -- applying transitions ------------------------------------------------------------------
 
-def expire_if_idle(meta: TxnMetadata, now_ms: int, expiration_ms: int) -> bool:
-    idle = meta.state in COMPLETE or meta.state == TxnState.EMPTY
-    return idle and now_ms - meta.last_update_ms > expiration_ms
+    def serving(self, transactional_id: str) -> ErrorCode:
+        """NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS for the id's partition, if so."""
+        index = partition_for(transactional_id, self.num_partitions)
+        if index not in self.owned:
+            return ErrorCode.not_coordinator
+        if index not in self.loaded_partitions:
+            return ErrorCode.coordinator_load_in_progress
+        return ErrorCode.none
+
+    def _record_connection(
+        self, transactional_id: str, producer_id: int, epoch: int, connection: int
+    ) -> None:
+        """Records the connection a client request of a known id came on (see
+        _from_older_connection)."""
+        if transactional_id not in self.txns:
+            return
+        session = self.connections.get(transactional_id)
+        if session is None or session[:2] != (producer_id, epoch) or connection > session[2]:
+            self.connections[transactional_id] = (producer_id, epoch, connection)
+
+    def _from_older_connection(
+        self, transactional_id: str, producer_id: int, epoch: int, connection: int
+    ) -> bool:
+        """Whether a request of the id's producer (this id and epoch) comes on a connection
+        older than one that producer has already used. A client sends an id's coordinator
+        requests on one connection at a time, so such a request is one it gave up on, held
+        back in the network. Before TV2, an EndTxn of transaction N retried on a new
+        connection lets the client start N+1 with the same epoch; the first copy, arriving
+        late on the old connection, would end N+1 early, torn (KIP-890's delayed EndTxn).
+        Another producer of the id (a zombie, or its successor) is told apart by its epoch."""
+        session = self.connections.get(transactional_id)
+        return (
+            session is not None and session[:2] == (producer_id, epoch) and connection < session[2]
+        )
+
+    def unavailable(self, transactional_id: str) -> ErrorCode:
+        """Why the id cannot be served now, answered before the rules are even consulted:
+        NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, or CONCURRENT_TRANSACTIONS while a
+        write of it is in flight; NONE when it can."""
+        if serving := self.serving(transactional_id):
+            return serving
+        if transactional_id in self.pending:
+            return ErrorCode.concurrent_transactions
+        return ErrorCode.none
+
+    def _append(self, meta: TxnMetadata | None, transactional_id: str) -> asyncio.Future[None]:
+        """Appends the record (synchronously: callers must not await before this) and returns
+        the future of its commit (coordinator/writes.py)."""
+        index = partition_for(transactional_id, self.num_partitions)
+        if index not in self.owned:  # lost while the caller awaited something
+            raise KafkaProtocolError(ErrorCode.not_coordinator)
+        value = None if meta is None else encode_value(meta)
+        batch = build_batch([(encode_key(transactional_id), value)], timestamp_ms=self.clock())
+        return self.write(self._log_partition_at(index), batch)
+
+    async def apply(self, transactional_id: str, outcome: rules.Outcome) -> ErrorCode:
+        """Logs the outcome's transition durably, installs it and starts its markers. Returns
+        the error to answer (the outcome's own, or NOT_COORDINATOR if the log write failed)."""
+        new = outcome.transition
+        if new is None:
+            return outcome.error
+        epoch = self.coordinator_epoch(transactional_id)
+        self.pending.add(transactional_id)
+        try:
+            await self._append(new, transactional_id)
+        except writes.WriteFailure as exc:
+            log.error("could not log %s for %r: %s", new.state.display_name, transactional_id, exc)
+            return writes.write_error(exc)
+        finally:
+            self.pending.discard(transactional_id)
+        if self.coordinator_epoch(transactional_id) != epoch:
+            # moved meanwhile: the new coordinator read this record; the client asks it again
+            return ErrorCode.not_coordinator
+        self.txns[transactional_id] = new
+        if new.state in PREPARING:
+            self._spawn_completion(transactional_id)
+        return outcome.error
+
+    def add_implicitly(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partition: TopicPartition,
+    ) -> tuple[ErrorCode, asyncio.Future[None] | None]:
+        """TV2 (Produce v12+): adds the partition inside the produce path, without awaiting, so
+        pipelined produces keep their order. The transaction-log record is appended before
+        the data and made durable by the same group commit the produce waits for."""
+        if unavailable := self.unavailable(transactional_id):
+            return unavailable, None
+        outcome = rules.add_partitions(
+            self.txns.get(transactional_id),
+            producer_id,
+            producer_epoch,
+            [partition],
+            self.clock(),
+            TV2,
+        )
+        if outcome.error or outcome.transition is None:
+            return outcome.error, None
+        try:
+            future = self._append(outcome.transition, transactional_id)
+        except KafkaProtocolError as exc:
+            return writes.write_error(exc), None
+        self.txns[transactional_id] = outcome.transition
+        return ErrorCode.none, future
+
+    def verify_or_add(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partition: TopicPartition,
+        add: bool,
+    ) -> tuple[ErrorCode, asyncio.Future[None] | None]:
+        """KIP-890: whether `partition` is in the producer's open transaction; with `add`
+        (TV2) a partition not yet in it is added as add_implicitly adds it (the future: the
+        commit of that addition's record)."""
+        meta = self.txns.get(transactional_id)
+        error = rules.verify_partition(meta, producer_id, producer_epoch, partition)
+        if error == ErrorCode.transaction_abortable and add:
+            return self.add_implicitly(transactional_id, producer_id, producer_epoch, partition)
+        return error, None
+
+    def _spawn_completion(self, transactional_id: str) -> None:
+        task = asyncio.get_running_loop().create_task(self._complete(transactional_id))
+        self._completions[transactional_id] = task
+        task.add_done_callback(functools.partial(self._completed, transactional_id))
+
+    def _completed(self, transactional_id: str, task: asyncio.Task[None]) -> None:
+        if self._completions.get(transactional_id) is task:  # (not a later term's completion)
+            del self._completions[transactional_id]
+
+    def completing(self, transactional_id: str) -> bool:
+        """Whether the id's last decision is still having its markers written (see
+        wait_for_completion)."""
+        task = self._completions.get(transactional_id)
+        return task is not None and not task.done()
+
+    async def wait_for_completion(self, transactional_id: str, timeout_s: float = 1.0) -> None:
+        """Waits (bounded) for the id's markers to be written and its Complete state logged.
+        A producer's next request usually arrives right after its commit was answered; waiting
+        here spares it a CONCURRENT_TRANSACTIONS round trip and its client-side backoff."""
+        task = self._completions.get(transactional_id)
+        if task is not None and not task.done():
+            await asyncio.wait({task}, timeout=timeout_s)
+
+    async def _complete(self, transactional_id: str) -> None:
+        """Writes the markers of a prepared decision, waits until they are committed, then
+        logs the Complete state. Retried on failures; the Prepare state stays until then (and
+        a coordinator elected meanwhile resumes it)."""
+        meta = self.txns[transactional_id]
+        commit = meta.state == TxnState.PREPARE_COMMIT
+        epoch = self.coordinator_epoch(transactional_id)
+        self._crash_if_at("after-prepare")
+        for attempt in range(1, 1000):
+            try:
+                await self._write_markers(transactional_id, meta, commit, epoch)
+                self._crash_if_at("after-markers")
+                done = rules.complete(meta, self.clock())
+                self.pending.add(transactional_id)
+                try:
+                    await self._append(done, transactional_id)
+                finally:
+                    self.pending.discard(transactional_id)
+            except writes.WriteFailure as exc:
+                log.error("completing %r failed (attempt %d): %s", transactional_id, attempt, exc)
+                await asyncio.sleep(min(attempt, 10))
+                continue
+            self.txns[transactional_id] = done
+            return
+
+    async def _write_markers(
+        self, transactional_id: str, meta: TxnMetadata, commit: bool, epoch: int
+    ) -> None:
+        if self.markers is not None:  # a cluster: each partition's leader writes its marker
+            refused = await self.markers.write(meta.producer_id, meta.producer_epoch, commit,
+                                               epoch, meta.tv2, meta.partitions)  # fmt: skip
+            if refused:  # as Kafka: nothing more to do for them (the sender logged why)
+                log.warning("markers for %r refused on %s", transactional_id, sorted(refused))
+            return
+        written = []
+        for topic, index in sorted(meta.partitions):
+            partition = self.topics.get(topic, index)
+            if partition is None:
+                continue  # the topic was deleted: nothing left to mark
+            try:
+                partition.write_marker(
+                    meta.producer_id, meta.producer_epoch, commit, epoch, self.clock(), meta.tv2
+                )
+            except KafkaProtocolError as exc:
+                log.warning(
+                    "marker for %r on %s-%d refused: %s", transactional_id, topic, index, exc
+                )
+                continue
+            written.append(self.durable(partition))
+            if self._crash_point == "between-markers" and len(meta.partitions) > 1:
+                await written[0]  # test hook: the first marker is durable, the others unwritten
+                self._crash_if_at("between-markers")
+        await asyncio.gather(*written)
+
+    def _crash_if_at(self, point: str) -> None:
+        """Test hook (see CRASH_POINT_VARIABLE): dies here, without any cleanup, if asked to."""
+        if self._crash_point == point:
+            log.warning("test hook: crashing at %r", point)
+            logging.shutdown()
+            os._exit(137)
+
+    async def drain(self) -> None:
+        """Shutdown: lets in-flight completions finish."""
+        if self._completions:
+            await asyncio.wait(list(self._completions.values()), timeout=10)
+        if self.markers is not None:
+            await self.markers.close()
+
+    # -- periodic work -------------------------------------------------------------------------
+
+    async def abort_timed_out(self) -> int:
+        aborted = 0
+        now = self.clock()
+        for transactional_id in list(self.txns):
+            # Read the state now, not from a snapshot taken before the loop: each abort below
+            # awaits its log write, and meanwhile requests change other ids' transactions (an
+            # implicitly added partition missed here would never get its abort marker).
+            meta = self.txns.get(transactional_id)
+            if meta is None or transactional_id in self.pending:
+                continue
+            transition = rules.abort_if_timed_out(meta, now)
+            if transition is None:
+                continue
+            log.info("aborting %r: open for longer than %d ms", transactional_id, meta.timeout_ms)
+            await self.apply(transactional_id, rules.Outcome(ErrorCode.none, transition))
+            aborted += 1
+        return aborted
+
+    async def expire_idle(self) -> int:
+        now = self.clock()
+        expired = []
+        for transactional_id in list(self.txns):
+            # checked right before its own write: earlier writes await, and the id may have
+            # come back to life meanwhile
+            meta = self.txns.get(transactional_id)
+            if (
+                meta is None
+                or transactional_id in self.pending
+                or not rules.expire_if_idle(meta, now, self.expiration_ms)
+            ):
+                continue
+            expired.append(transactional_id)
+            self.pending.add(transactional_id)
+            try:
+                await self._append(None, transactional_id)
+                self.txns.pop(transactional_id, None)
+                self.connections.pop(transactional_id, None)
+            except writes.WriteFailure as exc:
+                log.error("could not expire %r: %s", transactional_id, exc)
+            finally:
+                self.pending.discard(transactional_id)
+        if expired:
+            log.info("expired %d idle transactional ids", len(expired))
+        return len(expired)

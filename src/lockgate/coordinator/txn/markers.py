@@ -11,17 +11,17 @@ import asyncio
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from lockgate.client.errors import KafkaError, UnsupportedVersionError
+from lockgate.client.security import ClientSecurity
+from lockgate.cluster.membership import Membership
 from lockgate.cluster.metadata import NO_LEADER
 from lockgate.cluster.peers import PeerConnections
 from lockgate.coordinator.txn.metadata import TopicPartition
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
-
-if TYPE_CHECKING:
-    from lockgate.server.broker import Broker
+from lockgate.topics.directory import TopicManager
 
 log = logging.getLogger(__name__)
 
@@ -73,13 +73,17 @@ class _Delivery:
 
 
 class MarkerSender:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(
+        self,
+        node_id: int,
+        view: Membership,
+        topics: TopicManager,
+        security: ClientSecurity | None,
+    ) -> None:
+        self.view = view  # the partitions' leaders and the brokers' addresses
+        self.topics = topics  # (a deleted topic's partitions need no marker)
         self.peers = PeerConnections(
-            broker.membership,
-            broker.inter_broker_security,
-            f"lockgate-markers-{broker.node_id}",
-            REQUEST_TIMEOUT_MS,
+            view, security, f"lockgate-markers-{node_id}", REQUEST_TIMEOUT_MS
         )
 
     async def write(
@@ -119,7 +123,7 @@ class MarkerSender:
         for key in partitions:
             if self._deleted(delivery, key):
                 continue
-            state = self.broker.membership.partition(*key)
+            state = self.view.partition(*key)
             if state is None or state.leader == NO_LEADER:
                 delivery.report_once(
                     "no leader", logging.INFO, "%s-%d has no leader; waiting for one", *key
@@ -143,12 +147,12 @@ class MarkerSender:
                 retry.extend(by_leader[leader])
                 continue
             for key, code in answer.items():
-                if self._settle(delivery, leader, key, code):
+                if self._must_retry(delivery, leader, key, code):
                     retry.append(key)
         return retry
 
     def _deleted(self, delivery: _Delivery, key: TopicPartition) -> bool:
-        if key[0] in self.broker.topics.topics:
+        if key[0] in self.topics.topics:
             return False
         delivery.report_once(
             f"deleted {key[0]}",
@@ -158,7 +162,7 @@ class MarkerSender:
         )
         return True
 
-    def _settle(
+    def _must_retry(
         self, delivery: _Delivery, leader: int, key: TopicPartition, code: ErrorCode
     ) -> bool:
         """Whether the partition must be tried again after this answer."""

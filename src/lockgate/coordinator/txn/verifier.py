@@ -10,22 +10,33 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from lockgate.client.errors import KafkaError
+from lockgate.client.security import ClientSecurity
+from lockgate.cluster.membership import Membership
 from lockgate.cluster.peers import PeerConnections
 from lockgate.coordinator.txn.log import partition_for
 from lockgate.coordinator.txn.metadata import TopicPartition
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
+from lockgate.topics.directory import TopicManager
 from lockgate.topics.internal import TRANSACTION_STATE_TOPIC
-
-if TYPE_CHECKING:
-    from lockgate.server.broker import Broker
 
 log = logging.getLogger(__name__)
 
 FIRST_BATCHED_VERSION = 4  # v4+: sent by brokers, several transactions, VerifyOnly
+# A transaction check that may pass on another try (the coordinator is busy, loading, moving
+# or away): Produce answers NOT_ENOUGH_REPLICAS, TxnOffsetCommit COORDINATOR_NOT_AVAILABLE,
+# both retried by every client version.
+RETRIABLE_VERIFICATION = frozenset(
+    {
+        ErrorCode.concurrent_transactions,
+        ErrorCode.coordinator_load_in_progress,
+        ErrorCode.not_coordinator,
+        ErrorCode.coordinator_not_available,
+        ErrorCode.request_timed_out,
+    }
+)
 REQUEST_TIMEOUT_MS = 30_000
 LOG_INTERVAL_S = 10.0
 
@@ -41,13 +52,18 @@ class _Pending:
 
 
 class TxnVerifier:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(
+        self,
+        node_id: int,
+        view: Membership,
+        topics: TopicManager,
+        security: ClientSecurity | None,
+    ) -> None:
+        self.node_id = node_id
+        self.view = view  # who leads each __transaction_state partition, and where they are
+        self.topics = topics  # (__transaction_state's partition count places an id)
         self.peers = PeerConnections(
-            broker.membership,
-            broker.inter_broker_security,
-            f"lockgate-txn-verify-{broker.node_id}",
-            REQUEST_TIMEOUT_MS,
+            view, security, f"lockgate-txn-verify-{node_id}", REQUEST_TIMEOUT_MS
         )
         self._pending: dict[int, _Pending] = {}
         self._sends: set[asyncio.Task[None]] = set()
@@ -55,10 +71,10 @@ class TxnVerifier:
 
     def coordinator(self, transactional_id: str) -> int | None:
         """The broker leading the id's partition of __transaction_state, per the view."""
-        record = self.broker.topics.topics.get(TRANSACTION_STATE_TOPIC)
+        record = self.topics.topics.get(TRANSACTION_STATE_TOPIC)
         if record is None:
             return None
-        state = self.broker.membership.partition(
+        state = self.view.partition(
             TRANSACTION_STATE_TOPIC, partition_for(transactional_id, record.partitions)
         )
         return None if state is None or state.leader < 0 else state.leader
@@ -77,7 +93,7 @@ class TxnVerifier:
         node = self.coordinator(transactional_id)
         if node is None:
             return ErrorCode.coordinator_not_available
-        if node == self.broker.node_id:  # ours by the view, not loaded here yet
+        if node == self.node_id:  # ours by the view, not loaded here yet
             return ErrorCode.not_coordinator
         future: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
         pending = self._pending.get(node)

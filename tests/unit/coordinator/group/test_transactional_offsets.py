@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 
 from lockgate.coordinator.group.state import GroupState
-from lockgate.coordinator.txn import coordinator as rules
+from lockgate.coordinator.txn import rules
 from lockgate.coordinator.txn.state import TxnState
 from lockgate.log.partition import Partition
 from lockgate.protocol.errors import ErrorCode

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from lockgate.coordinator.txn import coordinator as rules
+from lockgate.coordinator.txn import rules
 from lockgate.coordinator.txn.metadata import MAX_EPOCH, TopicPartition, TxnMetadata
 from lockgate.coordinator.txn.state import TxnState
 

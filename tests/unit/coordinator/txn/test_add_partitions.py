@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lockgate.coordinator.txn import coordinator as rules
+from lockgate.coordinator.txn import rules
 from lockgate.coordinator.txn.metadata import TopicPartition, TxnMetadata
 from lockgate.coordinator.txn.state import TxnState
 from lockgate.protocol.errors import ErrorCode

@@ -78,7 +78,7 @@ async def test_a_delayed_end_txn_on_an_abandoned_connection_is_refused(broker: B
         assert await add(first, pid, epoch, 0) == ErrorCode.none
         # transaction N's EndTxn times out on `first`; the client sends it again on `second`
         assert (await end(second, pid, epoch)).error_code == ErrorCode.none
-        await broker.transactions.settle(TXN_ID)
+        await broker.transactions.wait_for_completion(TXN_ID)
         assert await add(second, pid, epoch, 1) == ErrorCode.none  # N+1, same epoch
         # the first copy arrives at last, on the connection the client left
         late = await end(first, pid, epoch)
@@ -99,7 +99,7 @@ async def test_a_client_that_reconnects_goes_on(broker: Broker) -> None:
     second = await connect(broker)
     try:
         assert (await end(second, pid, epoch)).error_code == ErrorCode.none
-        await broker.transactions.settle(TXN_ID)
+        await broker.transactions.wait_for_completion(TXN_ID)
         assert await add(second, pid, epoch, 1) == ErrorCode.none
         assert (await end(second, pid, epoch)).error_code == ErrorCode.none
     finally:

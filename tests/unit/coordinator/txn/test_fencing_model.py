@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from lockgate.coordinator.txn import coordinator as rules
+from lockgate.coordinator.txn import rules
 from lockgate.coordinator.txn.log import decode_value, encode_value
 from lockgate.coordinator.txn.metadata import NO_EPOCH, NO_PRODUCER_ID, TV2, TxnMetadata
 from lockgate.coordinator.txn.state import PREPARING

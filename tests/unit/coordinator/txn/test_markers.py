@@ -48,7 +48,8 @@ async def cluster() -> AsyncIterator[Cluster]:
         await wait_until(
             lambda: leads(brokers[0].broker, "a", 0) and leads(brokers[1].broker, "a", 1)
         )
-        sender = MarkerSender(brokers[0].broker)
+        broker = brokers[0].broker
+        sender = MarkerSender(0, broker.membership, broker.topics, broker.inter_broker_security)
         try:
             yield store, brokers, sender
         finally:

@@ -67,7 +67,7 @@ async def cluster() -> AsyncIterator[Cluster]:
         coordinator = brokers[1].broker.transactions
         await wait_until(
             lambda: (
-                coordinator.gate(TXN_ID) == ErrorCode.none
+                coordinator.unavailable(TXN_ID) == ErrorCode.none
                 and leads(brokers[0].broker, TOPIC, 0)
                 and leads(brokers[1].broker, TOPIC, 1)
             )

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from lockgate.coordinator.txn import coordinator as rules
+from lockgate.coordinator.txn import rules
 from lockgate.coordinator.txn.metadata import MAX_EPOCH, NO_EPOCH, TV2, TxnMetadata
 from lockgate.coordinator.txn.state import TxnState
 from lockgate.protocol.errors import ErrorCode

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from lockgate.coordinator.txn import coordinator as rules
+from lockgate.coordinator.txn import rules
 from lockgate.coordinator.txn.state import TxnState
 from lockgate.protocol.errors import ErrorCode
 from tests.unit.coordinator.txn.support import NOW, PID, TIMEOUT_MS, TP_A, TP_B, init, meta

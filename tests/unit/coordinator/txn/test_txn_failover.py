@@ -60,7 +60,7 @@ async def cluster() -> AsyncIterator[Cluster]:
 
 
 def coordinates(member: MemoryClusterBroker) -> bool:
-    return member.broker.transactions.gate(TXN_ID) == ErrorCode.none
+    return member.broker.transactions.unavailable(TXN_ID) == ErrorCode.none
 
 
 async def move_coordinator(store: MemoryStore, brokers: list[MemoryClusterBroker]) -> None:
