@@ -17,6 +17,7 @@ from lockgate.cluster.membership import ClusterMembership, Membership, SingleNod
 from lockgate.cluster.metadata import BrokerRegistration, Endpoint
 from lockgate.config.dynamic import open_dynamic_configs
 from lockgate.config.properties import BrokerConfig
+from lockgate.coordinator import writes
 from lockgate.coordinator.group.service import GroupCoordinator
 from lockgate.coordinator.locator import CoordinatorLocator
 from lockgate.coordinator.snapshots import Snapshotter
@@ -118,7 +119,14 @@ class Broker:
             self.storage, config.integer("lockgate.coordinator.snapshot.interval.ms"), now_ms
         )
         self.transactions = TransactionCoordinator(self)
-        self.groups = GroupCoordinator(self)
+        self.groups = GroupCoordinator(
+            config,
+            self.topics,
+            lambda partition, batch: writes.append(self, partition, batch, internal=True),
+            now_ms,
+            self.snapshots if self.cluster is None else None,  # (snapshots: a single node's)
+            lambda seconds: self.metrics.coordinator_loaded("group", seconds),
+        )
         self.coordinators = CoordinatorLocator(self)
         # None unless authorizer.class.name is set: then every handler checks ACLs
         self.authorizer = Authorizer.from_config(config, self.storage)

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
-from lockgate.config.properties import ConfigError
+from lockgate.config.properties import BrokerConfig, ConfigError
 from lockgate.coordinator import writes
 from lockgate.coordinator.group import consumer_records
 from lockgate.coordinator.group.assignors import ASSIGNORS
+from lockgate.coordinator.group.classic_runtime import ClassicRuntime
 from lockgate.coordinator.group.consumer_group import (
     STATIC_LEAVE_EPOCH,
     ClassicMember,
@@ -49,25 +50,41 @@ from lockgate.coordinator.group.embedded import (
 from lockgate.coordinator.group.group import Group, Member, instance_error
 from lockgate.coordinator.group.state import GroupState
 from lockgate.protocol.errors import ErrorCode
-
-if TYPE_CHECKING:
-    from lockgate.coordinator.group.service import GroupCoordinator
+from lockgate.topics.directory import TopicManager
 
 log = logging.getLogger(__name__)
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
 MIGRATION_POLICIES = ("bidirectional", "upgrade", "downgrade", "disabled")
 Answer = dict[str, Any]
+Records = list[tuple[bytes, bytes | None]]
 
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
+class _Append(Protocol):
+    def __call__(self, group_id: str, records: Records) -> asyncio.Future[None]:
+        """Appends to the group's offsets partition; the future of the records' durability."""
 
 
 class ConsumerProtocol:
-    def __init__(self, coordinator: GroupCoordinator) -> None:
-        self.coordinator = coordinator
-        config = coordinator.broker.config
+    def __init__(
+        self,
+        config: BrokerConfig,
+        topics: TopicManager,
+        groups: dict[str, Group],
+        gate: Callable[[str], ErrorCode],
+        append: _Append,
+        classic: ClassicRuntime,
+        clock: Callable[[], int],
+    ) -> None:
+        """`groups`: the coordinator's (a consumer-protocol group is a Group whose `consumer`
+        is set); `gate`: NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS for a group;
+        `classic`: runs the classic groups this converts from and to."""
+        self.topics = topics
+        self.groups = groups
+        self._gate = gate
+        self._append_records = append
+        self.classic = classic
+        self._clock = clock
         assignors = tuple(
             _assignor_name(name)
             for name in config.get("group.consumer.assignors").split(",")
@@ -105,11 +122,11 @@ class ConsumerProtocol:
     # -- topics ----------------------------------------------------------------------------------
 
     def topic_counts(self) -> dict[str, int]:
-        topics = self.coordinator.broker.topics.topics
+        topics = self.topics.topics
         return {name: record.partitions for name, record in topics.items() if not record.internal}
 
     def topic_ids(self) -> dict[str, uuid.UUID]:
-        return {name: r.topic_id for name, r in self.coordinator.broker.topics.topics.items()}
+        return {name: r.topic_id for name, r in self.topics.topics.items()}
 
     # -- heartbeat -------------------------------------------------------------------------------
 
@@ -119,10 +136,9 @@ class ConsumerProtocol:
                 code, request.member_id, request.member_epoch, self.config.heartbeat_interval_ms
             )
 
-        coordinator = self.coordinator
-        if request.group_id and (gate := coordinator.gate(request.group_id)):
+        if request.group_id and (gate := self._gate(request.group_id)):
             return refused(gate)
-        container = coordinator.groups.get(request.group_id)
+        container = self.groups.get(request.group_id)
         classic = container is not None and container.consumer is None
         if (
             container is not None
@@ -138,7 +154,7 @@ class ConsumerProtocol:
             request,
             self.topic_counts(),
             self.config,
-            now_ms(),
+            self._clock(),
             other_protocol_group=classic and container is not None and bool(container.members),
         )
         if outcome.response.error or outcome.group is None:
@@ -159,12 +175,12 @@ class ConsumerProtocol:
         """Installs the outcome's group, rearms the timers of its members, and appends its
         records; returns their durability."""
         assert outcome.group is not None
-        container = self.coordinator.groups.get(group_id)
+        container = self.groups.get(group_id)
         if container is None or container.consumer is None:
             if container is not None and container.generation:
                 log.info("group %s: empty classic group converted to the consumer protocol",
                          group_id)  # fmt: skip
-            container = self.coordinator.groups.setdefault(group_id, Group(group_id))
+            container = self.groups.setdefault(group_id, Group(group_id))
             container.protocol_type = CONSUMER_PROTOCOL_TYPE
             container.protocol = None
             container.generation = 0
@@ -231,11 +247,7 @@ class ConsumerProtocol:
         container.state = GroupState.STABLE
         log.info("group %s: only classic members left: converted to a classic group at "
                  "generation %d", container.group_id, container.generation)  # fmt: skip
-        durable = self.coordinator._persist_group(container)
-        for member in members.values():
-            self.coordinator._touch(container, member)
-        self.coordinator._prepare_rebalance(container, "converted to a classic group")
-        return durable
+        return self.classic.adopt(container, "converted to a classic group")
 
     def _append(self, group_id: str, records: tuple[ConsumerRecord, ...]) -> asyncio.Future[None]:
         ids = self.topic_ids()
@@ -244,7 +256,7 @@ class ConsumerProtocol:
             done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             done.set_result(None)
             return done
-        return self.coordinator._append(group_id, encoded)
+        return self._append_records(group_id, encoded)
 
     # -- timers ----------------------------------------------------------------------------------
 
@@ -279,7 +291,7 @@ class ConsumerProtocol:
             or member.revocation_deadline_ms < 0
         ):
             return
-        delay = max(member.revocation_deadline_ms - now_ms(), 0) / 1000
+        delay = max(member.revocation_deadline_ms - self._clock(), 0) / 1000
         self.revocations[key] = asyncio.get_running_loop().call_later(
             delay, self._revocation_expired, container, member_id
         )
@@ -291,7 +303,7 @@ class ConsumerProtocol:
                 timer.cancel()
 
     def _current(self, container: Group) -> ConsumerGroup | None:
-        if self.coordinator.groups.get(container.group_id) is not container:
+        if self.groups.get(container.group_id) is not container:
             return None
         return container.consumer
 
@@ -312,7 +324,9 @@ class ConsumerProtocol:
         group = self._current(container)
         if group is None:
             return
-        outcome = expire_revocation(group, member_id, self.topic_counts(), self.config, now_ms())
+        outcome = expire_revocation(
+            group, member_id, self.topic_counts(), self.config, self._clock()
+        )
         if outcome.group is not None:
             log.info("group %s: %s did not revoke its partitions within its rebalance timeout "
                      "and is fenced", container.group_id, member_id)  # fmt: skip
@@ -359,15 +373,7 @@ class ConsumerProtocol:
         group, records = convert_classic(
             container.group_id, container.generation, members, self.topic_counts()
         )
-        for m in container.members.values():
-            if m.expiry is not None:
-                m.expiry.cancel()
-            for waiter in (m.join_waiter, m.sync_waiter):
-                if waiter is not None and not waiter.done():
-                    waiter.set_result({"error_code": ErrorCode.rebalance_in_progress,
-                                       "member_id": m.member_id})  # fmt: skip
-        if container.rebalance_task is not None:
-            container.rebalance_task.cancel()
+        self.classic.forget(container, ErrorCode.rebalance_in_progress)
         container.members = {}
         container.static_members = {}
         container.pending_members = set()
@@ -532,7 +538,7 @@ class ConsumerProtocol:
     # -- load / unload ---------------------------------------------------------------------------
 
     def replay(self, container: Group, key: bytes, value: bytes | None) -> None:
-        names = {r.topic_id: name for name, r in self.coordinator.broker.topics.topics.items()}
+        names = {r.topic_id: name for name, r in self.topics.topics.items()}
         record = consumer_records.decode(key, value, names)
         container.consumer = replay(container.consumer, record)
         container.protocol_type = CONSUMER_PROTOCOL_TYPE
@@ -549,7 +555,7 @@ class ConsumerProtocol:
         not in the records)."""
         if container.consumer is None:
             return
-        container.consumer = rearm_revocations(container.consumer, now_ms())
+        container.consumer = rearm_revocations(container.consumer, self._clock())
         for member_id in container.consumer.members:
             self._touch(container, member_id)
             self._arm_revocation(container, member_id)
