@@ -59,6 +59,36 @@ class Effects:
     write: bool = False  # the group record must be written (group_record)
 
 
+@dataclass(frozen=True, slots=True)
+class JoinRequest:
+    """A JoinGroup, as the coordinator hands it on (classic group, or a classic member of a
+    consumer-protocol group)."""
+
+    group_id: str
+    member_id: str
+    group_instance_id: str | None
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    client_id: str
+    client_host: str
+    require_known_member_id: bool  # (v4+: a new member is first told its id)
+
+
+@dataclass(frozen=True, slots=True)
+class SyncRequest:
+    """A SyncGroup, as the coordinator hands it on."""
+
+    group_id: str
+    generation: int
+    member_id: str
+    group_instance_id: str | None
+    protocol_type: str | None  # (v5+: checked against the group's when given)
+    protocol_name: str | None
+    assignments: dict[str, bytes]  # the leader's: member id → assignment
+
+
 @dataclass(slots=True)
 class JoinOutcome:
     effects: Effects
@@ -111,24 +141,13 @@ def touch(member: Member, now: int, effects: Effects) -> None:
 
 
 def join(
-    group: Group,
-    member_id: str,
-    group_instance_id: str | None,
-    protocol_type: str,
-    protocols: list[tuple[str, bytes]],
-    session_timeout_ms: int,
-    rebalance_timeout_ms: int,
-    client_id: str,
-    client_host: str,
-    require_known_member_id: bool,
-    *,
-    fresh_id: str,
-    now: int,
-    initial_delay_ms: int,
+    group: Group, request: JoinRequest, *, fresh_id: str, now: int, initial_delay_ms: int
 ) -> JoinOutcome:
     """A JoinGroup of a classic group (the coordinator's checks before it: availability, group
     id, session timeout). `fresh_id` makes the id of a member that comes without one."""
     effects = Effects()
+    member_id, group_instance_id = request.member_id, request.group_instance_id
+    protocol_type, protocols = request.protocol_type, request.protocols
 
     def error(code: ErrorCode, member: str = member_id) -> JoinOutcome:
         return JoinOutcome(effects, member, _error(code, member))
@@ -139,8 +158,8 @@ def join(
     rejoined_static = False
     previous_leader = group.leader
     if not member_id:
-        member_id = f"{group_instance_id or client_id}-{fresh_id}"
-        if group_instance_id is None and require_known_member_id:
+        member_id = f"{group_instance_id or request.client_id}-{fresh_id}"
+        if group_instance_id is None and request.require_known_member_id:
             group.pending_members.add(member_id)
             return error(ErrorCode.member_id_required, member_id)
         if group_instance_id is not None:
@@ -179,18 +198,18 @@ def join(
         member = group.members[member_id] = Member(
             member_id,
             group_instance_id,
-            client_id,
-            client_host,
-            rebalance_timeout_ms,
-            session_timeout_ms,
+            request.client_id,
+            request.client_host,
+            request.rebalance_timeout_ms,
+            request.session_timeout_ms,
             protocol_type,
             protocols,
         )
         if group_instance_id is not None:
             group.static_members[group_instance_id] = member_id
     member.protocols = protocols
-    member.session_timeout_ms = session_timeout_ms
-    member.rebalance_timeout_ms = rebalance_timeout_ms
+    member.session_timeout_ms = request.session_timeout_ms
+    member.rebalance_timeout_ms = request.rebalance_timeout_ms
     touch(member, now, effects)
     if (
         rejoined_static
@@ -370,22 +389,14 @@ def join_written(group: Group, generation: int, now: int) -> Effects:
 # -- SyncGroup, Heartbeat, LeaveGroup, sessions ------------------------------------------------
 
 
-def sync(
-    group: Group,
-    generation: int,
-    member_id: str,
-    group_instance_id: str | None,
-    protocol_type: str | None,
-    protocol_name: str | None,
-    assignments: dict[str, bytes],
-    now: int,
-) -> SyncOutcome:
+def sync(group: Group, request: SyncRequest, now: int) -> SyncOutcome:
     effects = Effects()
-    error = group.check_member(member_id, group_instance_id, generation)
+    member_id = request.member_id
+    error = group.check_member(member_id, request.group_instance_id, request.generation)
     if error:
         return SyncOutcome(effects, {"error_code": error})
-    if (protocol_type is not None and protocol_type != group.protocol_type) or (
-        protocol_name is not None and protocol_name != group.protocol
+    if (request.protocol_type is not None and request.protocol_type != group.protocol_type) or (
+        request.protocol_name is not None and request.protocol_name != group.protocol
     ):
         return SyncOutcome(effects, {"error_code": ErrorCode.inconsistent_group_protocol})
     member = group.members[member_id]
@@ -403,7 +414,7 @@ def sync(
     if member_id != group.leader:
         return SyncOutcome(effects, None)
     for m in group.members.values():
-        m.assignment = assignments.get(m.member_id, b"")
+        m.assignment = request.assignments.get(m.member_id, b"")
     group.transition(GroupState.STABLE)
     effects.write = True
     return SyncOutcome(effects, None, answer)

@@ -18,7 +18,14 @@ from dataclasses import dataclass
 
 from lockgate.coordinator import writes
 from lockgate.coordinator.group import classic
-from lockgate.coordinator.group.classic import Answer, BarrierWait, Effects, Wait
+from lockgate.coordinator.group.classic import (
+    Answer,
+    BarrierWait,
+    Effects,
+    JoinRequest,
+    SyncRequest,
+    Wait,
+)
 from lockgate.coordinator.group.group import Group, Member
 from lockgate.coordinator.group.records import group_key, group_value
 from lockgate.coordinator.group.state import GroupState
@@ -62,24 +69,14 @@ class ClassicRuntime:
 
     # -- the APIs ----------------------------------------------------------------------------
 
-    async def join(
-        self,
-        group: Group,
-        member_id: str,
-        group_instance_id: str | None,
-        protocol_type: str,
-        protocols: list[tuple[str, bytes]],
-        session_timeout_ms: int,
-        rebalance_timeout_ms: int,
-        client_id: str,
-        client_host: str,
-        require_known_member_id: bool,
-    ) -> Answer:
+    async def join(self, group: Group, request: JoinRequest) -> Answer:
         outcome = classic.join(
-            group, member_id, group_instance_id, protocol_type, protocols, session_timeout_ms,
-            rebalance_timeout_ms, client_id, client_host, require_known_member_id,
-            fresh_id=str(uuid.uuid4()), now=self._clock(), initial_delay_ms=self.initial_delay_ms,
-        )  # fmt: skip
+            group,
+            request,
+            fresh_id=str(uuid.uuid4()),
+            now=self._clock(),
+            initial_delay_ms=self.initial_delay_ms,
+        )
         if outcome.static_rejoin is not None:
             durable = self._apply(group, outcome.effects)
             member, previous_leader = outcome.static_rejoin
@@ -95,24 +92,12 @@ class ClassicRuntime:
         waiter, _ = self._wait(self.joins, group, outcome.member_id, outcome.effects)
         return await waiter
 
-    async def sync(
-        self,
-        group: Group,
-        generation: int,
-        member_id: str,
-        group_instance_id: str | None,
-        protocol_type: str | None,
-        protocol_name: str | None,
-        assignments: dict[str, bytes],
-    ) -> Answer:
-        outcome = classic.sync(
-            group, generation, member_id, group_instance_id, protocol_type, protocol_name,
-            assignments, self._clock(),
-        )  # fmt: skip
+    async def sync(self, group: Group, request: SyncRequest) -> Answer:
+        outcome = classic.sync(group, request, self._clock())
         if outcome.answer is not None:
             self._apply(group, outcome.effects)
             return outcome.answer
-        waiter, durable = self._wait(self.syncs, group, member_id, outcome.effects)
+        waiter, durable = self._wait(self.syncs, group, request.member_id, outcome.effects)
         if outcome.assigned is not None:
             try:
                 await durable

@@ -20,6 +20,7 @@ from lockgate.config.properties import BrokerConfig, ConfigError
 from lockgate.coordinator import writes
 from lockgate.coordinator.group import consumer_records
 from lockgate.coordinator.group.assignors import ASSIGNORS
+from lockgate.coordinator.group.classic import JoinRequest, SyncRequest
 from lockgate.coordinator.group.classic_runtime import ClassicRuntime
 from lockgate.coordinator.group.consumer_group import (
     STATIC_LEAVE_EPOCH,
@@ -388,27 +389,17 @@ class ConsumerProtocol:
             self._touch(container, member_id)
         return True
 
-    async def classic_join(
-        self,
-        container: Group,
-        member_id: str,
-        instance_id: str | None,
-        protocol_type: str,
-        protocols: list[tuple[str, bytes]],
-        session_timeout_ms: int,
-        rebalance_timeout_ms: int,
-        client_id: str,
-        client_host: str,
-        require_known_member_id: bool,
-    ) -> Answer:
+    async def classic_join(self, container: Group, request: JoinRequest) -> Answer:
         """JoinGroup of a classic member in a consumer-protocol group: its subscription and
         owned partitions go through the state machine like a heartbeat; it is answered at
         once, as a follower, with its member epoch as the generation."""
+        member_id, instance_id = request.member_id, request.group_instance_id
+        protocol_type, protocols = request.protocol_type, request.protocols
         if protocol_type != CONSUMER_PROTOCOL_TYPE or not protocols:
             return {"error_code": ErrorCode.inconsistent_group_protocol, "member_id": member_id}
         if not member_id:
-            member_id = f"{instance_id or client_id}-{uuid.uuid4()}"
-            if instance_id is None and require_known_member_id:
+            member_id = f"{instance_id or request.client_id}-{uuid.uuid4()}"
+            if instance_id is None and request.require_known_member_id:
                 return {"error_code": ErrorCode.member_id_required, "member_id": member_id}
         try:
             subscription = parse_subscription(protocols[0][1])
@@ -426,11 +417,11 @@ class ConsumerProtocol:
         answer = await self.heartbeat(
             HeartbeatRequest(
                 container.group_id, member_id, 0, instance_id=instance_id,
-                rebalance_timeout_ms=rebalance_timeout_ms,
+                rebalance_timeout_ms=request.rebalance_timeout_ms,
                 subscribed_topic_names=subscription.topics,
                 owned={t: p for t, p in subscription.owned.items() if t in topics},
-                client_id=client_id, client_host=client_host,
-                classic=ClassicMember(session_timeout_ms, tuple(protocols)),
+                client_id=request.client_id, client_host=request.client_host,
+                classic=ClassicMember(request.session_timeout_ms, tuple(protocols)),
             )
         )  # fmt: skip
         if answer.error:
@@ -460,17 +451,15 @@ class ConsumerProtocol:
             return ErrorCode.illegal_generation
         return ErrorCode.none
 
-    def classic_sync(
-        self,
-        container: Group,
-        generation: int,
-        member_id: str,
-        instance_id: str | None,
-        protocol_type: str | None,
-        protocol_name: str | None,
-    ) -> Answer:
+    def classic_sync(self, container: Group, request: SyncRequest) -> Answer:
         """SyncGroup of a classic member: its current assignment, from the state machine."""
-        if error := self._classic_member(container, member_id, instance_id, generation):
+        member_id, protocol_type, protocol_name = (
+            request.member_id, request.protocol_type, request.protocol_name
+        )  # fmt: skip
+        error = self._classic_member(
+            container, member_id, request.group_instance_id, request.generation
+        )
+        if error:
             return {"error_code": error}
         assert container.consumer is not None
         member = container.consumer.members[member_id]

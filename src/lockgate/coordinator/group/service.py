@@ -18,7 +18,7 @@ from typing import Any
 from lockgate.config.properties import BrokerConfig
 from lockgate.coordinator import writes
 from lockgate.coordinator.group import consumer_records
-from lockgate.coordinator.group.classic import Answer, restore_group
+from lockgate.coordinator.group.classic import Answer, JoinRequest, SyncRequest, restore_group
 from lockgate.coordinator.group.classic_runtime import ClassicRuntime
 from lockgate.coordinator.group.consumer_runtime import ConsumerProtocol
 from lockgate.coordinator.group.group import Group, TopicPartition
@@ -315,20 +315,18 @@ class GroupCoordinator:
             if member_id:
                 return error(ErrorCode.unknown_member_id)
             group = self.groups[group_id] = Group(group_id)
+        request = JoinRequest(
+            group_id, member_id, group_instance_id, protocol_type, protocols,
+            session_timeout_ms, rebalance_timeout_ms, client_id, client_host,
+            require_known_member_id,
+        )  # fmt: skip
         if group.consumer is not None:
             if group.consumer.members:
                 # a classic member in a consumer-protocol group (Kafka 4's mixed groups): the
                 # server-side assignor assigns it
-                return await self.consumer.classic_join(
-                    group, member_id, group_instance_id, protocol_type, protocols,
-                    session_timeout_ms, rebalance_timeout_ms, client_id, client_host,
-                    require_known_member_id,
-                )  # fmt: skip
+                return await self.consumer.classic_join(group, request)
             await self._drop_consumer_protocol(group)
-        return await self.classic.join(
-            group, member_id, group_instance_id, protocol_type, protocols, session_timeout_ms,
-            rebalance_timeout_ms, client_id, client_host, require_known_member_id,
-        )  # fmt: skip
+        return await self.classic.join(group, request)
 
     async def _drop_consumer_protocol(self, group: Group) -> None:
         """An empty consumer-protocol group becomes a classic one (as Kafka): its records
@@ -357,14 +355,13 @@ class GroupCoordinator:
             return {"error_code": gate}
         if group is None:
             return {"error_code": ErrorCode.unknown_member_id}
-        if group.consumer is not None:
-            return self.consumer.classic_sync(
-                group, generation, member_id, group_instance_id, protocol_type, protocol_name
-            )
-        return await self.classic.sync(
-            group, generation, member_id, group_instance_id, protocol_type, protocol_name,
+        request = SyncRequest(
+            group_id, generation, member_id, group_instance_id, protocol_type, protocol_name,
             assignments,
         )  # fmt: skip
+        if group.consumer is not None:
+            return self.consumer.classic_sync(group, request)
+        return await self.classic.sync(group, request)
 
     def heartbeat(
         self, group_id: str, generation: int, member_id: str, group_instance_id: str | None

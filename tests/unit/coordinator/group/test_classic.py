@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from lockgate.coordinator.group import classic
-from lockgate.coordinator.group.classic import Effects, Reply, Wait
+from lockgate.coordinator.group.classic import Effects, JoinRequest, Reply, SyncRequest, Wait
 from lockgate.coordinator.group.group import Group
 from lockgate.coordinator.group.state import GroupState
 from lockgate.protocol.errors import ErrorCode
@@ -31,11 +31,27 @@ def join(
     delay_ms: int = DELAY_MS,
     protocols: list[tuple[str, bytes]] | None = None,
 ) -> classic.JoinOutcome:
-    return classic.join(
-        group, member_id, instance, "consumer", protocols or PROTOCOLS, SESSION_MS,
+    request = JoinRequest(
+        group.group_id, member_id, instance, "consumer", protocols or PROTOCOLS, SESSION_MS,
         REBALANCE_MS, "client", "127.0.0.1", True,
-        fresh_id=fresh, now=now, initial_delay_ms=delay_ms,
     )  # fmt: skip
+    return classic.join(group, request, fresh_id=fresh, now=now, initial_delay_ms=delay_ms)
+
+
+def sync(
+    group: Group,
+    member_id: str,
+    assignments: dict[str, bytes] | None = None,
+    *,
+    generation: int = 1,
+    instance: str | None = None,
+    protocol: tuple[str | None, str | None] = (None, None),
+    now: int = NOW,
+) -> classic.SyncOutcome:
+    request = SyncRequest(
+        group.group_id, generation, member_id, instance, *protocol, assignments or {}
+    )
+    return classic.sync(group, request, now)
 
 
 def joined_group(*member_ids: str, now: int = NOW) -> Group:
@@ -54,7 +70,7 @@ def stable_group(*member_ids: str) -> Group:
     classic.join_written(group, completion.generation or 0, NOW)
     for member_id in reversed(member_ids):  # followers first, the leader last
         assignments = {m: m.encode() for m in member_ids}
-        classic.sync(group, 1, member_id, None, None, None, assignments, NOW)
+        sync(group, member_id, assignments)
     classic.assignments_written(group, {"error_code": 0})
     assert group.state is GroupState.STABLE
     return group
@@ -119,7 +135,7 @@ def test_an_unchanged_follower_rejoining_a_stable_group_gets_its_generation_agai
 def test_the_leaders_rejoin_rebalances_and_answers_waiting_syncs() -> None:
     group = joined_group("m1", "m2")
     classic.join_written(group, classic.complete_join(group).generation or 0, NOW)
-    assert classic.sync(group, 1, "m2", None, None, None, {}, NOW).answer is None  # waits
+    assert sync(group, "m2").answer is None  # waits
     outcome = join(group, "m1", now=NOW + 10, protocols=[("range", b"new")])
     assert outcome.answer is None and outcome.effects.rebalance
     assert replies(outcome.effects) == [("m2", Wait.SYNC, ErrorCode.rebalance_in_progress)]
@@ -143,7 +159,7 @@ def test_a_static_rejoin_of_a_stable_group_keeps_the_assignment_after_a_write() 
     group = Group("g")
     assert join(group, "", instance="i1", fresh="a").answer is None
     classic.join_written(group, classic.complete_join(group).generation or 0, NOW)
-    classic.sync(group, 1, "i1-a", "i1", None, None, {"i1-a": b"x"}, NOW)
+    sync(group, "i1-a", {"i1-a": b"x"}, instance="i1")
     outcome = join(group, "", instance="i1", fresh="b", now=NOW + 5)
     assert outcome.answer is None and outcome.static_rejoin is not None
     assert outcome.effects.write and not outcome.effects.rebalance
@@ -232,9 +248,9 @@ def test_a_barrier_without_members_leaves_the_group_empty() -> None:
 def test_syncs_wait_for_the_leader_whose_assignments_are_written_first() -> None:
     group = joined_group("m1", "m2")
     classic.join_written(group, classic.complete_join(group).generation or 0, NOW)
-    follower = classic.sync(group, 1, "m2", None, "consumer", "range", {}, NOW)
+    follower = sync(group, "m2", protocol=("consumer", "range"))
     assert follower.answer is None and group.members["m2"].syncing
-    leader = classic.sync(group, 1, "m1", None, None, None, {"m1": b"a", "m2": b"b"}, NOW)
+    leader = sync(group, "m1", {"m1": b"a", "m2": b"b"})
     assert leader.answer is None and leader.effects.write and leader.assigned is not None
     assert group.state is GroupState.STABLE
     written = classic.assignments_written(group, leader.assigned)
@@ -242,7 +258,7 @@ def test_syncs_wait_for_the_leader_whose_assignments_are_written_first() -> None
         ("m1", b"a"),
         ("m2", b"b"),
     ]
-    late = classic.sync(group, 1, "m2", None, None, None, {}, NOW)  # Stable: at once
+    late = sync(group, "m2")  # Stable: at once
     assert late.answer is not None and late.answer["assignment"] == b"b"
 
 
