@@ -79,6 +79,7 @@ class ClassicRuntime:
         )
         if outcome.static_rejoin is not None:
             durable = self._apply(group, outcome.effects)
+            assert durable is not None  # (the new member id must survive a restart)
             member, previous_leader = outcome.static_rejoin
             try:
                 await durable
@@ -99,6 +100,7 @@ class ClassicRuntime:
             return outcome.answer
         waiter, durable = self._wait(self.syncs, group, request.member_id, outcome.effects)
         if outcome.assigned is not None:
+            assert durable is not None
             try:
                 await durable
             except writes.WriteFailure as exc:
@@ -157,18 +159,14 @@ class ClassicRuntime:
 
     # -- effects -----------------------------------------------------------------------------
 
-    def _apply(self, group: Group, effects: Effects) -> asyncio.Future[None]:
-        """Answers, timers and the group record's write (its durability; done if none)."""
+    def _apply(self, group: Group, effects: Effects) -> asyncio.Future[None] | None:
+        """Answers, timers and the group record's write (the future of its durability)."""
         self._answer(group, effects)
         for member_id, timeout_ms in effects.sessions:
             self._arm(group, member_id, timeout_ms)
         if effects.rebalance:
             self._start_barrier(group)
-        if effects.write:
-            return self._persist(group)
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        done.set_result(None)
-        return done
+        return self._persist(group) if effects.write else None
 
     def _answer(self, group: Group, effects: Effects) -> None:
         for reply in effects.replies:
@@ -183,7 +181,7 @@ class ClassicRuntime:
         group: Group,
         member_id: str,
         effects: Effects,
-    ) -> tuple[asyncio.Future[Answer], asyncio.Future[None]]:
+    ) -> tuple[asyncio.Future[Answer], asyncio.Future[None] | None]:
         """The caller's request waits; the transition's replies are to requests from before
         it (a JoinGroup sent again is answered; a SyncGroup sent twice is replaced, as Kafka
         does). Returns the wait and the durability of the group record's write, if any."""
@@ -253,6 +251,7 @@ class ClassicRuntime:
             return
         completion = classic.complete_join(group)
         durable = self._apply(group, completion.effects)
+        assert durable is not None  # (a generation is written before anyone is answered)
         if durable.done():  # (as an await of a done future: no turn of the loop between)
             self._written(barrier, completion.generation, durable)
             return
