@@ -14,14 +14,13 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Callable
-from typing import Any, Protocol
 
 from lockgate.config.properties import BrokerConfig, ConfigError
 from lockgate.coordinator import writes
 from lockgate.coordinator.group import consumer_records
 from lockgate.coordinator.group.assignors import ASSIGNORS
-from lockgate.coordinator.group.classic import JoinRequest, SyncRequest
-from lockgate.coordinator.group.classic_runtime import ClassicRuntime
+from lockgate.coordinator.group.classic import Answer, JoinRequest, SyncRequest
+from lockgate.coordinator.group.classic_runtime import Append, ClassicRuntime
 from lockgate.coordinator.group.consumer_group import (
     STATIC_LEAVE_EPOCH,
     ClassicMember,
@@ -57,13 +56,6 @@ log = logging.getLogger(__name__)
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
 MIGRATION_POLICIES = ("bidirectional", "upgrade", "downgrade", "disabled")
-Answer = dict[str, Any]
-Records = list[tuple[bytes, bytes | None]]
-
-
-class _Append(Protocol):
-    def __call__(self, group_id: str, records: Records) -> asyncio.Future[None]:
-        """Appends to the group's offsets partition; the future of the records' durability."""
 
 
 class ConsumerProtocol:
@@ -73,7 +65,7 @@ class ConsumerProtocol:
         topics: TopicManager,
         groups: dict[str, Group],
         gate: Callable[[str], ErrorCode],
-        append: _Append,
+        append: Append,
         classic: ClassicRuntime,
         clock: Callable[[], int],
     ) -> None:
