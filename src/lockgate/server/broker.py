@@ -121,11 +121,11 @@ class Broker:
         self.transactions = TransactionCoordinator(self)
         self.groups = GroupCoordinator(
             config,
-            self.topics,
-            lambda partition, batch: writes.append(self, partition, batch, internal=True),
-            now_ms,
-            self.snapshots if self.cluster is None else None,  # (snapshots: a single node's)
-            lambda seconds: self.metrics.coordinator_loaded("group", seconds),
+            topics=self.topics,
+            write=lambda partition, batch: writes.append(self, partition, batch, internal=True),
+            clock=now_ms,
+            on_loaded=lambda seconds: self.metrics.coordinator_loaded("group", seconds),
+            snapshots=self.snapshots if self.cluster is None else None,
         )
         self.coordinators = CoordinatorLocator(self)
         # None unless authorizer.class.name is set: then every handler checks ACLs

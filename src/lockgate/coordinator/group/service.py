@@ -13,7 +13,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from lockgate.config.properties import BrokerConfig
 from lockgate.coordinator import writes
@@ -29,7 +29,7 @@ from lockgate.coordinator.group.records import (
     decode_key,
     decode_offset_value,
 )
-from lockgate.coordinator.snapshots import PartitionImage, Snapshotter, restore
+from lockgate.coordinator.snapshots import PartitionImage, restore
 from lockgate.coordinator.txn.log import partition_for
 from lockgate.log.partition import Partition
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
@@ -47,7 +47,11 @@ from lockgate.topics.internal import CONSUMER_OFFSETS_TOPIC
 log = logging.getLogger(__name__)
 
 # appends a batch to a coordinator partition as its leader; the future of its commit
-AppendBatch = Callable[[Partition, bytes], "asyncio.Future[None]"]
+Write = Callable[[Partition, bytes], "asyncio.Future[None]"]
+
+
+class _Snapshots(Protocol):
+    def follow(self, partition: Partition, image: PartitionImage, at: int) -> None: ...
 
 
 class GroupCoordinator:
@@ -55,19 +59,20 @@ class GroupCoordinator:
         self,
         config: BrokerConfig,
         topics: TopicManager,
-        append_batch: AppendBatch,
+        write: Write,
         clock: Callable[[], int],
-        snapshots: Snapshotter | None,
-        loaded_metric: Callable[[float], None],
+        on_loaded: Callable[[float], None],
+        snapshots: _Snapshots | None,
     ) -> None:
-        """`snapshots`: where a single node's partition images are kept (None: a cluster
-        broker's coordinator replays the whole partition); `loaded_metric`: the seconds a
-        partition's load took."""
+        """`topics` holds __consumer_offsets (created here on a single node) and answers which
+        topics exist; `write` appends a batch as the partition's leader; `on_loaded` is told
+        how long a partition took to load; `snapshots` follows the loaded partitions on a
+        single node (None in a cluster: snapshots are a single node's, for now)."""
         self.topics = topics
-        self._append_batch = append_batch
+        self._write = write
         self._clock = clock
         self._snapshots = snapshots
-        self._loaded_metric = loaded_metric
+        self._on_loaded = on_loaded
         self.num_partitions = config.integer("offsets.topic.num.partitions")
         self.min_session_ms = config.integer("group.min.session.timeout.ms")
         self.max_session_ms = config.integer("group.max.session.timeout.ms")
@@ -187,7 +192,7 @@ class GroupCoordinator:
         try:
             if index not in self.owned:  # lost while the caller awaited something
                 raise KafkaProtocolError(ErrorCode.not_coordinator)
-            return self._append_batch(self._partition_at(index), batch)
+            return self._write(self._partition_at(index), batch)
         except KafkaProtocolError as exc:  # (callers handle every failure where they await)
             failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             failed.set_exception(exc)
@@ -231,7 +236,7 @@ class GroupCoordinator:
             for member in each.members.values():
                 self.classic.touch(each, member)
             self.consumer.loaded(each)
-        self._loaded_metric(time.monotonic() - started)
+        self._on_loaded(time.monotonic() - started)
         log.log(level,
                 "%s-%d loaded in epoch %d: %d groups from %s and %d batches in %.2fs",
                 CONSUMER_OFFSETS_TOPIC, index, self.owned.get(index, -1), len(restored),
