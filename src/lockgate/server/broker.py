@@ -168,7 +168,14 @@ class Broker:
             else None,
             verifier=self.verifier,
         )
-        self.groups = GroupCoordinator(self)
+        self.groups = GroupCoordinator(
+            config,
+            topics=self.topics,
+            write=lambda partition, batch: writes.append(self, partition, batch, internal=True),
+            clock=now_ms,
+            on_loaded=lambda seconds: self.metrics.coordinator_loaded("group", seconds),
+            snapshots=self.snapshots if self.cluster is None else None,
+        )
         self.coordinators = CoordinatorLocator(
             self.topics,
             self.membership,

@@ -156,27 +156,26 @@ async def test_a_member_waiting_in_a_join_is_answered_not_coordinator(broker: Br
     joining = join(groups, GROUP)
     await wait_until(lambda: GROUP in groups.groups and bool(groups.groups[GROUP].members))
     (member,) = groups.groups[GROUP].members.values()
-    assert not joining.done() and member.expiry is not None
-    session = member.expiry
+    session = groups.classic.sessions.get((GROUP, member.member_id))
+    assert not joining.done() and session is not None
     groups.on_leadership(0, None)
     answer = await asyncio.wait_for(joining, 5)
     assert answer["error_code"] == ErrorCode.not_coordinator
     assert session.cancelled()  # no session timer left behind
+    assert not groups.classic.sessions and not groups.classic.joins
 
 
 async def test_the_rebalance_timer_of_a_forgotten_group_is_cancelled(broker: Broker) -> None:
     groups = broker.groups
     await lead(groups, 0)
     joining = join(groups, GROUP)
-    await wait_until(
-        lambda: GROUP in groups.groups and groups.groups[GROUP].rebalance_task is not None
-    )
-    timer = groups.groups[GROUP].rebalance_task
+    await wait_until(lambda: GROUP in groups.classic.barriers)
+    timer = groups.classic.barriers[GROUP].timer  # the rebalance barrier's next check
     assert timer is not None
     groups.on_leadership(0, None)
     await asyncio.wait_for(joining, 5)
     await asyncio.sleep(0)
-    assert timer.cancelled()
+    assert timer.cancelled() and GROUP not in groups.classic.barriers
 
 
 async def test_pending_transactional_offsets_of_the_partition_are_dropped(broker: Broker) -> None:
@@ -191,7 +190,7 @@ async def test_pending_transactional_offsets_of_the_partition_are_dropped(broker
         (TOPIC, 0): ErrorCode.none
     }
     groups.on_leadership(0, None)
-    assert list(groups.pending_txn_offsets[77]) == [OTHER_GROUP]
+    assert list(groups.offsets.pending[77]) == [OTHER_GROUP]
 
 
 async def test_a_new_epoch_while_loading_restarts_the_load(broker: Broker) -> None:

@@ -79,7 +79,7 @@ def state(broker: Broker) -> tuple[Any, ...]:
     loading broker's time: that time is left out)."""
     groups = {g: dict(group.offsets) for g, group in broker.groups.groups.items() if group.offsets}
     txns = {t: replace(m, last_update_ms=0) for t, m in broker.transactions.txns.items()}
-    return txns, groups, broker.groups.pending_txn_offsets
+    return txns, groups, broker.groups.offsets.pending
 
 
 async def started(engine: MemoryEngine, **changes: str) -> Broker:

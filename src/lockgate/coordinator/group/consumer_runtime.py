@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
 
-from lockgate.config.properties import ConfigError
+from lockgate.config.properties import BrokerConfig, ConfigError
 from lockgate.coordinator import writes
 from lockgate.coordinator.group import consumer_records
 from lockgate.coordinator.group.assignors import ASSIGNORS
+from lockgate.coordinator.group.classic import Answer, JoinRequest, SyncRequest
+from lockgate.coordinator.group.classic_runtime import Append, ClassicRuntime
 from lockgate.coordinator.group.consumer_group import (
     STATIC_LEAVE_EPOCH,
     ClassicMember,
@@ -49,25 +50,34 @@ from lockgate.coordinator.group.embedded import (
 from lockgate.coordinator.group.group import Group, Member, instance_error
 from lockgate.coordinator.group.state import GroupState
 from lockgate.protocol.errors import ErrorCode
-
-if TYPE_CHECKING:
-    from lockgate.coordinator.group.service import GroupCoordinator
+from lockgate.topics.directory import TopicManager
 
 log = logging.getLogger(__name__)
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
 MIGRATION_POLICIES = ("bidirectional", "upgrade", "downgrade", "disabled")
-Answer = dict[str, Any]
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class ConsumerProtocol:
-    def __init__(self, coordinator: GroupCoordinator) -> None:
-        self.coordinator = coordinator
-        config = coordinator.broker.config
+    def __init__(
+        self,
+        config: BrokerConfig,
+        topics: TopicManager,
+        groups: dict[str, Group],
+        gate: Callable[[str], ErrorCode],
+        append: Append,
+        classic: ClassicRuntime,
+        clock: Callable[[], int],
+    ) -> None:
+        """`groups`: the coordinator's (a consumer-protocol group is a Group whose `consumer`
+        is set); `gate`: NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS for a group;
+        `classic`: runs the classic groups this converts from and to."""
+        self.topics = topics
+        self.groups = groups
+        self._gate = gate
+        self._append_records = append
+        self.classic = classic
+        self._clock = clock
         assignors = tuple(
             _assignor_name(name)
             for name in config.get("group.consumer.assignors").split(",")
@@ -105,11 +115,11 @@ class ConsumerProtocol:
     # -- topics ----------------------------------------------------------------------------------
 
     def topic_counts(self) -> dict[str, int]:
-        topics = self.coordinator.broker.topics.topics
+        topics = self.topics.topics
         return {name: record.partitions for name, record in topics.items() if not record.internal}
 
     def topic_ids(self) -> dict[str, uuid.UUID]:
-        return {name: r.topic_id for name, r in self.coordinator.broker.topics.topics.items()}
+        return {name: r.topic_id for name, r in self.topics.topics.items()}
 
     # -- heartbeat -------------------------------------------------------------------------------
 
@@ -119,10 +129,9 @@ class ConsumerProtocol:
                 code, request.member_id, request.member_epoch, self.config.heartbeat_interval_ms
             )
 
-        coordinator = self.coordinator
-        if request.group_id and (gate := coordinator.gate(request.group_id)):
+        if request.group_id and (gate := self._gate(request.group_id)):
             return refused(gate)
-        container = coordinator.groups.get(request.group_id)
+        container = self.groups.get(request.group_id)
         classic = container is not None and container.consumer is None
         if (
             container is not None
@@ -138,7 +147,7 @@ class ConsumerProtocol:
             request,
             self.topic_counts(),
             self.config,
-            now_ms(),
+            self._clock(),
             other_protocol_group=classic and container is not None and bool(container.members),
         )
         if outcome.response.error or outcome.group is None:
@@ -159,12 +168,12 @@ class ConsumerProtocol:
         """Installs the outcome's group, rearms the timers of its members, and appends its
         records; returns their durability."""
         assert outcome.group is not None
-        container = self.coordinator.groups.get(group_id)
+        container = self.groups.get(group_id)
         if container is None or container.consumer is None:
             if container is not None and container.generation:
                 log.info("group %s: empty classic group converted to the consumer protocol",
                          group_id)  # fmt: skip
-            container = self.coordinator.groups.setdefault(group_id, Group(group_id))
+            container = self.groups.setdefault(group_id, Group(group_id))
             container.protocol_type = CONSUMER_PROTOCOL_TYPE
             container.protocol = None
             container.generation = 0
@@ -231,11 +240,7 @@ class ConsumerProtocol:
         container.state = GroupState.STABLE
         log.info("group %s: only classic members left: converted to a classic group at "
                  "generation %d", container.group_id, container.generation)  # fmt: skip
-        durable = self.coordinator._persist_group(container)
-        for member in members.values():
-            self.coordinator._touch(container, member)
-        self.coordinator._prepare_rebalance(container, "converted to a classic group")
-        return durable
+        return self.classic.adopt(container, "converted to a classic group")
 
     def _append(self, group_id: str, records: tuple[ConsumerRecord, ...]) -> asyncio.Future[None]:
         ids = self.topic_ids()
@@ -244,7 +249,7 @@ class ConsumerProtocol:
             done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             done.set_result(None)
             return done
-        return self.coordinator._append(group_id, encoded)
+        return self._append_records(group_id, encoded)
 
     # -- timers ----------------------------------------------------------------------------------
 
@@ -279,7 +284,7 @@ class ConsumerProtocol:
             or member.revocation_deadline_ms < 0
         ):
             return
-        delay = max(member.revocation_deadline_ms - now_ms(), 0) / 1000
+        delay = max(member.revocation_deadline_ms - self._clock(), 0) / 1000
         self.revocations[key] = asyncio.get_running_loop().call_later(
             delay, self._revocation_expired, container, member_id
         )
@@ -291,7 +296,7 @@ class ConsumerProtocol:
                 timer.cancel()
 
     def _current(self, container: Group) -> ConsumerGroup | None:
-        if self.coordinator.groups.get(container.group_id) is not container:
+        if self.groups.get(container.group_id) is not container:
             return None
         return container.consumer
 
@@ -312,7 +317,9 @@ class ConsumerProtocol:
         group = self._current(container)
         if group is None:
             return
-        outcome = expire_revocation(group, member_id, self.topic_counts(), self.config, now_ms())
+        outcome = expire_revocation(
+            group, member_id, self.topic_counts(), self.config, self._clock()
+        )
         if outcome.group is not None:
             log.info("group %s: %s did not revoke its partitions within its rebalance timeout "
                      "and is fenced", container.group_id, member_id)  # fmt: skip
@@ -359,15 +366,7 @@ class ConsumerProtocol:
         group, records = convert_classic(
             container.group_id, container.generation, members, self.topic_counts()
         )
-        for m in container.members.values():
-            if m.expiry is not None:
-                m.expiry.cancel()
-            for waiter in (m.join_waiter, m.sync_waiter):
-                if waiter is not None and not waiter.done():
-                    waiter.set_result({"error_code": ErrorCode.rebalance_in_progress,
-                                       "member_id": m.member_id})  # fmt: skip
-        if container.rebalance_task is not None:
-            container.rebalance_task.cancel()
+        self.classic.forget(container, ErrorCode.rebalance_in_progress)
         container.members = {}
         container.static_members = {}
         container.pending_members = set()
@@ -382,27 +381,17 @@ class ConsumerProtocol:
             self._touch(container, member_id)
         return True
 
-    async def classic_join(
-        self,
-        container: Group,
-        member_id: str,
-        instance_id: str | None,
-        protocol_type: str,
-        protocols: list[tuple[str, bytes]],
-        session_timeout_ms: int,
-        rebalance_timeout_ms: int,
-        client_id: str,
-        client_host: str,
-        require_known_member_id: bool,
-    ) -> Answer:
+    async def classic_join(self, container: Group, request: JoinRequest) -> Answer:
         """JoinGroup of a classic member in a consumer-protocol group: its subscription and
         owned partitions go through the state machine like a heartbeat; it is answered at
         once, as a follower, with its member epoch as the generation."""
+        member_id, instance_id = request.member_id, request.group_instance_id
+        protocol_type, protocols = request.protocol_type, request.protocols
         if protocol_type != CONSUMER_PROTOCOL_TYPE or not protocols:
             return {"error_code": ErrorCode.inconsistent_group_protocol, "member_id": member_id}
         if not member_id:
-            member_id = f"{instance_id or client_id}-{uuid.uuid4()}"
-            if instance_id is None and require_known_member_id:
+            member_id = f"{instance_id or request.client_id}-{uuid.uuid4()}"
+            if instance_id is None and request.require_known_member_id:
                 return {"error_code": ErrorCode.member_id_required, "member_id": member_id}
         try:
             subscription = parse_subscription(protocols[0][1])
@@ -420,11 +409,11 @@ class ConsumerProtocol:
         answer = await self.heartbeat(
             HeartbeatRequest(
                 container.group_id, member_id, 0, instance_id=instance_id,
-                rebalance_timeout_ms=rebalance_timeout_ms,
+                rebalance_timeout_ms=request.rebalance_timeout_ms,
                 subscribed_topic_names=subscription.topics,
                 owned={t: p for t, p in subscription.owned.items() if t in topics},
-                client_id=client_id, client_host=client_host,
-                classic=ClassicMember(session_timeout_ms, tuple(protocols)),
+                client_id=request.client_id, client_host=request.client_host,
+                classic=ClassicMember(request.session_timeout_ms, tuple(protocols)),
             )
         )  # fmt: skip
         if answer.error:
@@ -454,17 +443,15 @@ class ConsumerProtocol:
             return ErrorCode.illegal_generation
         return ErrorCode.none
 
-    def classic_sync(
-        self,
-        container: Group,
-        generation: int,
-        member_id: str,
-        instance_id: str | None,
-        protocol_type: str | None,
-        protocol_name: str | None,
-    ) -> Answer:
+    def classic_sync(self, container: Group, request: SyncRequest) -> Answer:
         """SyncGroup of a classic member: its current assignment, from the state machine."""
-        if error := self._classic_member(container, member_id, instance_id, generation):
+        member_id, protocol_type, protocol_name = (
+            request.member_id, request.protocol_type, request.protocol_name
+        )  # fmt: skip
+        error = self._classic_member(
+            container, member_id, request.group_instance_id, request.generation
+        )
+        if error:
             return {"error_code": error}
         assert container.consumer is not None
         member = container.consumer.members[member_id]
@@ -532,7 +519,7 @@ class ConsumerProtocol:
     # -- load / unload ---------------------------------------------------------------------------
 
     def replay(self, container: Group, key: bytes, value: bytes | None) -> None:
-        names = {r.topic_id: name for name, r in self.coordinator.broker.topics.topics.items()}
+        names = {r.topic_id: name for name, r in self.topics.topics.items()}
         record = consumer_records.decode(key, value, names)
         container.consumer = replay(container.consumer, record)
         container.protocol_type = CONSUMER_PROTOCOL_TYPE
@@ -549,7 +536,7 @@ class ConsumerProtocol:
         not in the records)."""
         if container.consumer is None:
             return
-        container.consumer = rearm_revocations(container.consumer, now_ms())
+        container.consumer = rearm_revocations(container.consumer, self._clock())
         for member_id in container.consumer.members:
             self._touch(container, member_id)
             self._arm_revocation(container, member_id)

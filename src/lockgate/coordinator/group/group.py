@@ -1,13 +1,12 @@
-# One classic group's state and the membership checks shared by its APIs. The rules here are
-# synchronous and side-effect free apart from mutating the Group they are given; waiting
-# (join barriers, sync) lives in service.py.
+# One classic group's state and the membership checks shared by its APIs. Plain data: no
+# futures, no timer handles. Whether a member waits in a JoinGroup or SyncGroup is a flag here;
+# the waiting requests themselves and the session and rebalance timers are held by the I/O
+# shell (classic_runtime.py), the transitions that move this state are in classic.py.
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from lockgate.coordinator.group.consumer_group import ConsumerGroup
 from lockgate.coordinator.group.records import CommittedOffset
@@ -28,10 +27,9 @@ class Member:
     protocol_type: str
     protocols: list[tuple[str, bytes]]
     assignment: bytes = b""
-    last_heartbeat: float = 0.0
-    expiry: asyncio.TimerHandle | None = None  # fires session_timeout_ms after last_heartbeat
-    join_waiter: asyncio.Future[dict[str, Any]] | None = None
-    sync_waiter: asyncio.Future[dict[str, Any]] | None = None
+    last_heartbeat_ms: int = 0  # its session ends session_timeout_ms after this
+    joining: bool = False  # a JoinGroup of this member waits for the next generation
+    syncing: bool = False  # a SyncGroup of this member waits for the leader's assignments
 
     def metadata_for(self, protocol: str | None) -> bytes:
         return next((meta for name, meta in self.protocols if name == protocol), b"")
@@ -64,8 +62,7 @@ class Group:
     pending_members: set[str] = field(default_factory=set)  # told MEMBER_ID_REQUIRED
     offsets: dict[TopicPartition, CommittedOffset] = field(default_factory=dict)
     state_timestamp: int = -1
-    rebalance_task: asyncio.Task[None] | None = None
-    rebalance_deadline: float = 0.0
+    rebalance_deadline_ms: int = 0  # the running rebalance completes the join by then
     rebalance_initial: bool = False  # the running rebalance began in Empty (initial delay)
     # set: a consumer-protocol group (KIP-848), whose members live there, not in `members`
     consumer: ConsumerGroup | None = None
@@ -150,7 +147,7 @@ class Group:
         return ErrorCode.none
 
     def all_joined(self) -> bool:
-        return all(m.join_waiter is not None for m in self.members.values())
+        return all(m.joining for m in self.members.values())
 
     @property
     def max_rebalance_timeout_ms(self) -> int:

@@ -139,19 +139,22 @@ async def test_a_members_commit_restarts_its_session(broker: Broker) -> None:
     groups = broker.groups
     generation, (member,) = await stable_group(groups, GROUP, 1)
     group = groups.groups[GROUP]
-    before = group.members[member].last_heartbeat
-    timer = group.members[member].expiry
+    sessions = groups.classic.sessions  # the runtime's session timer of each member
+    before = group.members[member].last_heartbeat_ms
+    timer = sessions[(GROUP, member)]
     await asyncio.sleep(0.01)
     results = await groups.commit(GROUP, generation, member, None, offsets((TOPIC, 0, 1)))
     assert results == {(TOPIC, 0): ErrorCode.none}
-    assert group.members[member].last_heartbeat > before
-    assert timer is not None and timer.cancelled() and group.members[member].expiry is not timer
+    assert group.members[member].last_heartbeat_ms > before
+    assert timer.cancelled() and sessions[(GROUP, member)] is not timer
     # a refused commit is no sign of life
-    before = group.members[member].last_heartbeat
+    before = group.members[member].last_heartbeat_ms
+    timer = sessions[(GROUP, member)]
     await asyncio.sleep(0.01)
     results = await groups.commit(GROUP, generation + 1, member, None, offsets((TOPIC, 0, 2)))
     assert results == {(TOPIC, 0): ErrorCode.illegal_generation}
-    assert group.members[member].last_heartbeat == before
+    assert group.members[member].last_heartbeat_ms == before
+    assert not timer.cancelled() and sessions[(GROUP, member)] is timer
 
 
 async def test_fenced_static_member_cannot_commit(broker: Broker) -> None:

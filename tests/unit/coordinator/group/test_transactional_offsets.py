@@ -87,7 +87,7 @@ async def test_invisible_until_the_commit_marker(broker: Broker) -> None:
     marker(broker, commit=True)
     assert visible(broker.groups, GROUP) == {(TOPIC, 0): 10, (TOPIC, 1): 10, (TOPIC, 2): 1}
     assert set(stable_answers(broker, (TOPIC, 0), (TOPIC, 1), (TOPIC, 2)).values()) == {0}
-    assert broker.groups.pending_txn_offsets == {}
+    assert broker.groups.offsets.pending == {}
 
 
 async def test_dropped_on_abort(broker: Broker) -> None:
@@ -96,7 +96,7 @@ async def test_dropped_on_abort(broker: Broker) -> None:
     marker(broker, commit=False)
     assert visible(broker.groups, GROUP) == {(TOPIC, 0): 1}
     assert set(stable_answers(broker, (TOPIC, 0), (TOPIC, 1)).values()) == {0}
-    assert broker.groups.pending_txn_offsets == {}
+    assert broker.groups.offsets.pending == {}
 
 
 async def test_markers_end_only_their_own_producers_offsets(broker: Broker) -> None:
@@ -181,7 +181,7 @@ async def test_a_group_that_does_not_exist_or_is_empty(broker: Broker) -> None:
     assert groups.groups["absent"].state == GroupState.EMPTY
     assert await commit(3, "m") == ErrorCode.unknown_member_id
     assert await commit(-1, "other") == ErrorCode.none
-    assert groups.pending_txn_offsets == {PRODUCER: {"absent": offsets((TOPIC, 0, 1))}}
+    assert groups.offsets.pending == {PRODUCER: {"absent": offsets((TOPIC, 0, 1))}}
 
 
 async def test_a_stale_generation_is_fenced(broker: Broker) -> None:
@@ -199,7 +199,7 @@ async def test_a_stale_generation_is_fenced(broker: Broker) -> None:
     assert removed == {(TOPIC, 0): ErrorCode.unknown_member_id}
     current = await txn_commit(broker, (TOPIC, 0, 6), generation=generation + 1, member_id=first)
     assert current == {(TOPIC, 0): ErrorCode.none}
-    assert groups.pending_txn_offsets == {PRODUCER: {GROUP: offsets((TOPIC, 0, 6))}}
+    assert groups.offsets.pending == {PRODUCER: {GROUP: offsets((TOPIC, 0, 6))}}
     marker(broker, commit=True)
     assert visible(groups, GROUP) == {(TOPIC, 0): 6}
 
@@ -313,7 +313,7 @@ async def test_a_new_instance_aborts_the_old_ones_offsets(broker: Broker) -> Non
     # Ongoing: the epoch is bumped, the transaction aborted, and the client told to retry
     assert await coordinator.apply("pipeline-2", replacement) == ErrorCode.concurrent_transactions
     await wait_until(lambda: coordinator.txns["pipeline-2"].state is TxnState.COMPLETE_ABORT)
-    assert groups.pending_txn_offsets == {}
+    assert groups.offsets.pending == {}
     assert visible(groups, GROUP) == {}
     assert set(stable_answers(broker, (TOPIC, 1)).values()) == {ErrorCode.none}
 

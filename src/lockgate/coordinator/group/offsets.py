@@ -1,0 +1,396 @@
+# Committed offsets of the groups coordinated here: OffsetCommit and OffsetFetch (with the
+# membership checks of classic and consumer-protocol groups), transactional offsets (KIP-447)
+# that become visible only when their transaction's commit marker reaches the offsets
+# partition, DeleteGroups and OffsetDelete, and offsets retention (KIP-211). Every change is
+# appended to __consumer_offsets in Kafka's record layout (records.py); the coordinator
+# (service.py) owns the partitions, their loading and the availability answer.
+#
+# Invariant: memory and the log change together: the records are appended (synchronously)
+# before the change is visible, and a commit is answered only once they are durable.
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Protocol
+
+from lockgate.coordinator import writes
+from lockgate.coordinator.group import consumer_records
+from lockgate.coordinator.group.consumer_group import (
+    ConsumerRecord,
+    RecordKind,
+    validate_offset_commit,
+    validate_offset_fetch,
+)
+from lockgate.coordinator.group.group import Group, Member, TopicPartition
+from lockgate.coordinator.group.records import (
+    CommittedOffset,
+    group_key,
+    offset_key,
+    offset_value,
+    subscribed_topics,
+)
+from lockgate.coordinator.group.state import GroupState
+from lockgate.protocol.errors import ErrorCode
+
+log = logging.getLogger(__name__)
+
+Records = list[tuple[bytes, bytes | None]]
+# producer id → group → offsets written in its open transaction
+PendingOffsets = dict[int, dict[str, dict[TopicPartition, CommittedOffset]]]
+
+
+class _Append(Protocol):
+    def __call__(
+        self, group_id: str, records: Records, producer: tuple[int, int] | None = None
+    ) -> asyncio.Future[None]:
+        """Appends to the group's offsets partition (transactional: `producer` (id, epoch));
+        the future of the records' durability."""
+
+
+def _retrieve(durable: asyncio.Future[None]) -> None:
+    """Expiry tombstones nobody waits for: a failed write is logged by the group commit and
+    the next start replays the offsets again, to expire them again."""
+    if not durable.cancelled():
+        durable.exception()
+
+
+class Offsets:
+    def __init__(
+        self,
+        groups: dict[str, Group],
+        gate: Callable[[str], ErrorCode],
+        append: _Append,
+        topic_exists: Callable[[str, int], bool],
+        topic_counts: Callable[[], dict[str, int]],
+        touch: Callable[[Group, Member], None],
+        *,
+        max_metadata_bytes: int,
+        retention_ms: int,
+    ) -> None:
+        self.groups = groups  # the coordinator's groups (offsets live in each Group)
+        self._gate = gate  # NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS for a group
+        self._append = append
+        self._topic_exists = topic_exists
+        self._topic_counts = topic_counts  # (consumer-protocol members' subscriptions)
+        self._touch = touch  # a classic member's sign of life
+        self.max_metadata_bytes = max_metadata_bytes
+        self.retention_ms = retention_ms
+        self.pending: PendingOffsets = {}
+
+    # -- OffsetCommit, OffsetFetch ---------------------------------------------------------------
+
+    async def commit(
+        self,
+        group_id: str,
+        generation: int,
+        member_id: str,
+        group_instance_id: str | None,
+        offsets: dict[TopicPartition, CommittedOffset],
+        api_version: int = 10,
+    ) -> dict[TopicPartition, ErrorCode]:
+        def all_(code: ErrorCode) -> dict[TopicPartition, ErrorCode]:
+            return dict.fromkeys(offsets, code)
+
+        if gate := self._gate(group_id):
+            return all_(gate)
+        if not group_id:
+            return all_(ErrorCode.invalid_group_id)
+        group = self.groups.get(group_id)
+        results = self._check_offsets(offsets)
+        if group is None:
+            if generation >= 0:
+                # as Kafka 4.4: the group is gone (expired, deleted) or never was, so the
+                # committer's generation or member epoch is of no group: GROUP_ID_NOT_FOUND
+                # from v9 (a KIP-848 consumer whose group expired rejoins), ILLEGAL_GENERATION
+                # before (what older clients know)
+                gone = ErrorCode.group_id_not_found if api_version >= 9 else None
+                return all_(gone or ErrorCode.illegal_generation)
+            # generation -1 (the admin client, a consumer without group management, whatever
+            # member id it names): a group without members is created for the offsets
+            group = self.groups[group_id] = Group(group_id)
+        if group.consumer is not None:
+            # KIP-848: the member epoch instead of the generation (KIP-1251: an older one for
+            # partitions the member already had then); -1 only for an empty group
+            code = validate_offset_commit(
+                group.consumer, member_id, group_instance_id, generation,
+                (tp for tp, error in results.items() if not error),
+                transactional=False, api_version=api_version,
+            )  # fmt: skip
+            if code:
+                return all_(code)
+        else:
+            error = group.check_offset_commit(
+                member_id, group_instance_id, generation, transactional=False
+            )
+            if error:
+                return all_(error)
+            if group.state in (GroupState.STABLE, GroupState.PREPARING_REBALANCE):
+                # as Kafka 4.4, a member's commit is a sign of life: its session restarts
+                member = group.members.get(member_id)
+                if member is not None:
+                    self._touch(group, member)
+        accepted = {tp: o for tp, o in offsets.items() if not results[tp]}
+        if accepted:
+            try:
+                await self._append(
+                    group_id,
+                    [(offset_key(group_id, *tp), offset_value(o)) for tp, o in accepted.items()],
+                )
+            except writes.WriteFailure as exc:
+                return all_(writes.write_error(exc, ErrorCode.kafka_storage_error))
+            group.offsets.update(accepted)
+        return results
+
+    def _check_offsets(
+        self, offsets: dict[TopicPartition, CommittedOffset]
+    ) -> dict[TopicPartition, ErrorCode]:
+        results = {}
+        for tp, committed in offsets.items():
+            if not self._topic_exists(*tp):
+                results[tp] = ErrorCode.unknown_topic_or_partition
+            elif len(committed.metadata.encode()) > self.max_metadata_bytes:
+                results[tp] = ErrorCode.offset_metadata_too_large
+            else:
+                results[tp] = ErrorCode.none
+        return results
+
+    def fetch(
+        self,
+        group_id: str,
+        partitions: list[TopicPartition] | None,
+        require_stable: bool,
+        member_id: str | None = None,
+        member_epoch: int = -1,
+    ) -> tuple[ErrorCode, dict[TopicPartition, tuple[CommittedOffset | None, ErrorCode]]]:
+        """`member_id`/`member_epoch` (OffsetFetch v9+) are checked in a consumer-protocol
+        group: UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH (ILLEGAL_GENERATION for a classic member);
+        none (null member id, epoch -1) is the admin."""
+        if gate := self._gate(group_id):
+            return gate, {}
+        group = self.groups.get(group_id)
+        if group is not None and group.consumer is not None:
+            code = validate_offset_fetch(group.consumer, member_id, member_epoch)
+            if code:
+                return code, {}
+        committed = group.offsets if group else {}
+        wanted = list(committed) if partitions is None else partitions
+        unstable = set()
+        if require_stable:
+            for by_group in self.pending.values():
+                unstable |= set(by_group.get(group_id, {}))
+        answers: dict[TopicPartition, tuple[CommittedOffset | None, ErrorCode]] = {}
+        for tp in wanted:
+            error = ErrorCode.unstable_offset_commit if tp in unstable else ErrorCode.none
+            answers[tp] = (committed.get(tp), error)
+        return ErrorCode.none, answers
+
+    # -- transactional offsets (KIP-447) ---------------------------------------------------------
+
+    async def txn_commit(
+        self,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        generation: int,
+        member_id: str,
+        group_instance_id: str | None,
+        offsets: dict[TopicPartition, CommittedOffset],
+    ) -> dict[TopicPartition, ErrorCode]:
+        """Transactional offsets (the transaction checks are the caller's): KIP-447 fencing
+        when the request names a generation, member or instance; then a transactional batch
+        of the producer in the offsets partition; visible once its commit marker lands.
+        Before fencing, Kafka 4.4's rules for a group that does not exist: a generation >= 0
+        is ILLEGAL_GENERATION (GROUP_ID_NOT_FOUND from v6, which lockgate does not serve);
+        generation -1 creates it (empty) and, as into any empty group, is accepted whatever
+        member or instance id it names (Group.check_offset_commit)."""
+        if gate := self._gate(group_id):
+            return dict.fromkeys(offsets, gate)
+        group = self.groups.get(group_id)
+        results = self._check_offsets(offsets)
+        if group is not None and group.consumer is not None:
+            # KIP-447 with the consumer protocol: the generation is the member epoch, checked as
+            # in OffsetCommit (KIP-1251 included); a stale one is ILLEGAL_GENERATION, as Kafka
+            # answers TxnOffsetCommit before v6 (which has no STALE_MEMBER_EPOCH)
+            error = validate_offset_commit(
+                group.consumer, member_id, group_instance_id, generation,
+                (tp for tp, code in results.items() if not code),
+                transactional=True, api_version=0,
+            )  # fmt: skip
+            if error == ErrorCode.stale_member_epoch:
+                error = ErrorCode.illegal_generation
+            if error:
+                return dict.fromkeys(offsets, error)
+        elif group is None:
+            if generation >= 0:
+                return dict.fromkeys(offsets, ErrorCode.illegal_generation)
+            group = self.groups[group_id] = Group(group_id)
+        else:
+            error = group.check_offset_commit(
+                member_id, group_instance_id, generation, transactional=True
+            )
+            if error:
+                return dict.fromkeys(offsets, error)
+        accepted = {tp: o for tp, o in offsets.items() if not results[tp]}
+        if accepted:
+            records: Records = [
+                (offset_key(group_id, *tp), offset_value(o)) for tp, o in accepted.items()
+            ]
+            durable = self._append(group_id, records, (producer_id, producer_epoch))
+            self.pending.setdefault(producer_id, {}).setdefault(group_id, {}).update(accepted)
+            try:
+                await durable
+            except writes.WriteFailure as exc:
+                return dict.fromkeys(
+                    offsets, writes.write_error(exc, ErrorCode.kafka_storage_error)
+                )
+        return results
+
+    def transaction_ended(
+        self, groups_here: Callable[[str], bool], producer_id: int, commit: bool
+    ) -> None:
+        """A transaction marker reached an offsets partition: the producer's pending offsets of
+        the groups there (`groups_here`) become visible (commit) or are dropped (abort)."""
+        by_group = self.pending.get(producer_id)
+        if not by_group:
+            return
+        for group_id in [g for g in by_group if groups_here(g)]:
+            offsets = by_group.pop(group_id)
+            if commit:
+                self.groups.setdefault(group_id, Group(group_id)).offsets.update(offsets)
+        if not by_group:
+            del self.pending[producer_id]
+
+    def forget(self, groups_here: Callable[[str], bool]) -> None:
+        """An offsets partition is unloaded: its groups' pending offsets go with it."""
+        for by_group in self.pending.values():
+            for group_id in [g for g in by_group if groups_here(g)]:
+                del by_group[group_id]
+
+    # -- offsets retention (KIP-211) ------------------------------------------------------------
+
+    def expire(self, now: int) -> int:
+        """Expires committed offsets older than offsets.retention.ms, as Kafka: every offset of
+        an Empty group once the group has been Empty that long (by commit time for a group that
+        never had members), only unsubscribed topics' offsets of a group with consumer
+        members (by commit time); pending transactional offsets never. A group left with no
+        offsets and no members is deleted. Memory and the log change together (the tombstones
+        are appended before anything else can be), their durability is awaited by nobody."""
+        expired = 0
+        for group_id in list(self.groups):
+            group = self.groups[group_id]
+            if self._gate(group_id):
+                continue
+            doomed = self._expired_offsets(group, now)
+            drop_group = (
+                not group.has_members
+                and group.state == GroupState.EMPTY
+                and (len(doomed) == len(group.offsets))
+            )
+            if not doomed and not (drop_group and group.generation):
+                continue
+            records: Records = [(offset_key(group_id, *tp), None) for tp in doomed]
+            if drop_group:
+                records.append((group_key(group_id), None))
+                records += consumer_tombstones(group)
+            try:
+                durable = self._append(group_id, records)
+            except writes.WriteFailure as exc:
+                log.error("group %s: could not expire offsets: %s", group_id, exc)
+                continue
+            durable.add_done_callback(_retrieve)
+            for tp in doomed:
+                group.offsets.pop(tp, None)
+            if drop_group:
+                del self.groups[group_id]
+            expired += len(doomed)
+            log.info(
+                "group %s: %d offsets expired (offsets.retention.ms)%s",
+                group_id,
+                len(doomed),
+                "; group removed" if drop_group else "",
+            )
+        return expired
+
+    def _expired_offsets(self, group: Group, now: int) -> list[TopicPartition]:
+        deadline = now - self.retention_ms
+        if group.state == GroupState.EMPTY and not group.has_members:
+            base = group.state_timestamp if group.generation else -1
+            return [
+                tp
+                for tp, committed in group.offsets.items()
+                if (base if base >= 0 else committed.commit_timestamp) <= deadline
+            ]
+        if group.protocol_type != "consumer":
+            return []  # other protocols' members may still need every offset (as Kafka)
+        subscribed = self._subscribed_topics(group)
+        return [
+            tp
+            for tp, committed in group.offsets.items()
+            if tp[0] not in subscribed and committed.commit_timestamp <= deadline
+        ]
+
+    def _subscribed_topics(self, group: Group) -> set[str]:
+        """Topics the members subscribe to (classic consumer or consumer-protocol members)."""
+        subscribed: set[str] = set()
+        for member in group.members.values():
+            subscribed |= subscribed_topics(member.metadata_for(group.protocol))
+        if group.consumer is not None:
+            counts = self._topic_counts()
+            for consumer_member in group.consumer.members.values():
+                subscribed |= consumer_member.subscribed(counts)
+        return subscribed
+
+    # -- DeleteGroups, OffsetDelete -------------------------------------------------------------
+
+    async def delete_group(self, group_id: str) -> ErrorCode:
+        group = self.groups.get(group_id)
+        if gate := self._gate(group_id):
+            return gate
+        if group is None:
+            return ErrorCode.group_id_not_found
+        if group.has_members:
+            return ErrorCode.non_empty_group
+        records: Records = [(offset_key(group_id, *tp), None) for tp in group.offsets]
+        records.append((group_key(group_id), None))
+        records += consumer_tombstones(group)
+        del self.groups[group_id]
+        try:
+            await self._append(group_id, records)
+        except writes.WriteFailure as exc:
+            return writes.write_error(exc, ErrorCode.kafka_storage_error)
+        return ErrorCode.none
+
+    async def delete_offsets(
+        self, group_id: str, partitions: list[TopicPartition]
+    ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
+        group = self.groups.get(group_id)
+        if gate := self._gate(group_id):
+            return gate, {}
+        if group is None:
+            return ErrorCode.group_id_not_found, {}
+        subscribed = self._subscribed_topics(group) if group.protocol_type == "consumer" else set()
+        results = {
+            tp: ErrorCode.group_subscribed_to_topic if tp[0] in subscribed else ErrorCode.none
+            for tp in partitions
+        }
+        doomed = [tp for tp, error in results.items() if not error and tp in group.offsets]
+        if doomed:
+            try:
+                await self._append(group_id, [(offset_key(group_id, *tp), None) for tp in doomed])
+            except writes.WriteFailure as exc:
+                return writes.write_error(exc, ErrorCode.kafka_storage_error), {}
+            for tp in doomed:
+                group.offsets.pop(tp, None)
+        return ErrorCode.none, results
+
+
+def consumer_tombstones(group: Group) -> Records:
+    """Deletes an empty consumer-protocol group's records (none for a classic group)."""
+    if group.consumer is None:
+        return []
+    return [
+        consumer_records.encode(ConsumerRecord(kind, group.group_id, None, None), {})
+        for kind in (RecordKind.TARGET_EPOCH, RecordKind.PARTITION_METADATA,
+                     RecordKind.GROUP_EPOCH)
+    ]  # fmt: skip
