@@ -25,6 +25,7 @@ from lockgate.config.properties import BrokerConfig
 from lockgate.coordinator.txn.markers import MarkerSender
 from lockgate.coordinator.txn.verifier import TxnVerifier
 from lockgate.replication.manager import ReplicaManager
+from lockgate.replication.writer import ReplicatedWriter
 from lockgate.server.broker import Broker
 from lockgate.server.connection import Connection
 from lockgate.storage.memory import MemoryEngine
@@ -89,11 +90,13 @@ class MemoryClusterBroker:
         self.node_id = node_id
         self.broker = broker = Broker(config, MemoryEngine())
         broker.replicas = ReplicaManager(broker, store)  # type: ignore[arg-type]
+        broker.writer = ReplicatedWriter(broker.group_commit, broker.replicas, broker.writer.clock)
         broker.membership = ClusterMembership(store, node_id)  # type: ignore[arg-type]
         broker.verifier = TxnVerifier(broker)
         broker.services = dataclasses.replace(
             broker.services,
             replicas=broker.replicas,
+            writer=broker.writer,
             membership=broker.membership,
             verifier=broker.verifier,
         )

@@ -30,6 +30,7 @@ from lockgate.log.append_order import AppendOrder
 from lockgate.log.cleaner import MAP_ENTRY_BYTES, LogCleaner
 from lockgate.replication.group_commit import GroupCommit
 from lockgate.replication.manager import ReplicaManager
+from lockgate.replication.writer import LocalWriter, PartitionWriter, ReplicatedWriter
 from lockgate.security.authorizer import Authorizer
 from lockgate.security.credentials import open_credential_store
 from lockgate.security.listeners import Listener, check_properties, inter_broker_listener
@@ -134,6 +135,12 @@ class Broker:
         self.credentials = open_credential_store(self.storage, cluster_url)
         self.metrics_port = -1
         self.group_commit = GroupCommit(config.durable and self.storage.durable)
+        # how appends as leader wait: for the group commit, and in a cluster for the ISR too
+        self.writer: PartitionWriter = (
+            LocalWriter(self.group_commit, now_ms)
+            if self.replicas is None
+            else ReplicatedWriter(self.group_commit, self.replicas, now_ms)
+        )
         self.connections: set[Connection] = set()
         self.connection_limits = ConnectionLimits(config)
         self.request_memory = RequestMemory(config.integer("queued.max.request.bytes"))
@@ -163,7 +170,7 @@ class Broker:
             transactions=self.transactions,
             coordinators=self.coordinators,
             producer_ids=self.producer_ids,
-            group_commit=self.group_commit,
+            writer=self.writer,
             append_order=self.append_order,
             fetch_sessions=self.fetch_sessions,
             authorizer=self.authorizer,

@@ -192,7 +192,8 @@ class GroupCoordinator:
         try:
             if index not in self.owned:  # lost while the caller awaited something
                 raise KafkaProtocolError(ErrorCode.not_coordinator)
-            return writes.append(self.broker, self._partition_at(index), batch, internal=True)
+            partition = self._partition_at(index)
+            return writes.append(self.broker.writer, partition, batch, internal=True)
         except KafkaProtocolError as exc:  # (callers handle every failure where they await)
             failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             failed.set_exception(exc)

@@ -239,7 +239,7 @@ class TransactionCoordinator:
             raise KafkaProtocolError(ErrorCode.not_coordinator)
         value = None if meta is None else encode_value(meta)
         batch = build_batch([(encode_key(transactional_id), value)], timestamp_ms=now_ms())
-        return writes.append(self.broker, self._log_partition_at(index), batch)
+        return writes.append(self.broker.writer, self._log_partition_at(index), batch)
 
     async def apply(self, transactional_id: str, outcome: rules.Outcome) -> ErrorCode:
         """Logs the outcome's transition durably, installs it and starts its markers. Returns
@@ -351,15 +351,16 @@ class TransactionCoordinator:
             if partition is None:
                 continue  # the topic was deleted: nothing left to mark
             try:
-                partition.write_marker(
-                    meta.producer_id, meta.producer_epoch, commit, epoch, now_ms(), meta.tv2
-                )
+                committed = self.broker.writer.write_marker(
+                    partition, meta.producer_id, meta.producer_epoch, commit, epoch, now_ms(),
+                    meta.tv2,
+                )  # fmt: skip
             except KafkaProtocolError as exc:
                 log.warning(
                     "marker for %r on %s-%d refused: %s", transactional_id, topic, index, exc
                 )
                 continue
-            written.append(self.broker.group_commit.appended(partition))
+            written.append(committed)
             if self._crash_point == "between-markers" and len(meta.partitions) > 1:
                 await written[0]  # test hook: the first marker is durable, the others unwritten
                 self._crash_if_at("between-markers")
