@@ -161,6 +161,12 @@ class LocalWriter(PartitionWriter):
     def check(self, partition: Partition, acks: int) -> None:
         return None
 
+    def validate(
+        self, partition: Partition, acks: int, records: bytes | None, now_ms: int
+    ) -> tuple[bytes, BatchHeader]:
+        # the log's checks alone: spares produce's hot path a call per batch to `check`
+        return validate_batch(records, partition.config, now_ms)
+
     def wait(self, partition: Partition, acks: int, waits: Waits[T], slot: T) -> None:
         waits.durable.append(self.group_commit.appended(partition))
 
