@@ -60,8 +60,10 @@ system-deps: compiler-deps
 		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
 	fi
 
+# ruff, then the layers of the house (import-linter's contracts in pyproject.toml)
 lint: setup-dev
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 
 typecheck: setup-dev
 	$(BIN)/mypy

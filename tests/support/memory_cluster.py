@@ -27,6 +27,7 @@ from lockgate.coordinator.txn.markers import MarkerSender
 from lockgate.coordinator.txn.verifier import TxnVerifier
 from lockgate.replication.fetcher import FetchSettings
 from lockgate.replication.manager import ReplicaManager
+from lockgate.replication.writer import ReplicatedWriter
 from lockgate.server.broker import Broker
 from lockgate.server.connection import Connection
 from lockgate.storage.memory import MemoryEngine
@@ -106,6 +107,7 @@ class MemoryClusterBroker:
         self.node_id = node_id
         self.broker = broker = Broker(config, MemoryEngine())
         broker.replicas = replica_manager(broker, store)
+        broker.writer = ReplicatedWriter(broker.group_commit, broker.replicas, broker.writer.clock)
         broker.membership = ClusterMembership(store, node_id)  # type: ignore[arg-type]
         broker.verifier = TxnVerifier(
             node_id, broker.membership, broker.topics, broker.inter_broker_security
@@ -118,6 +120,7 @@ class MemoryClusterBroker:
         broker.services = dataclasses.replace(
             broker.services,
             replicas=broker.replicas,
+            writer=broker.writer,
             membership=broker.membership,
             verifier=broker.verifier,
             coordinators=broker.coordinators,

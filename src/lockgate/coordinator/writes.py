@@ -1,21 +1,10 @@
-# A coordinator's writes to its internal partition, as Kafka's coordinators append: with
-# acks=all. On a single node a record is committed once durable; in a cluster once the ISR has
-# it too, so that a coordinator elected after a failover reads every decision answered.
+# What a coordinator answers when a write to its internal partition fails. The writes
+# themselves go through the partition writer (replication/writer.py) with acks=all: on a
+# single node a record is committed once durable, in a cluster once the ISR has it too, so
+# that a coordinator elected after a failover reads every decision answered.
 from __future__ import annotations
 
-import asyncio
-import time
-from typing import TYPE_CHECKING
-
-from lockgate.log.partition import Partition
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
-from lockgate.protocol.records import validate_produced_batch
-
-if TYPE_CHECKING:
-    from lockgate.replication.manager import ReplicaManager
-    from lockgate.server.broker import Broker
-
-REPLICATION_TIMEOUT_S = 30.0
 
 # failures a caller catches around a coordinator write
 WriteFailure = (OSError, KafkaProtocolError)
@@ -29,31 +18,6 @@ _NOT_AVAILABLE = frozenset({
     ErrorCode.request_timed_out,
     ErrorCode.unknown_topic_or_partition,
 })  # fmt: skip
-
-
-def append(
-    broker: Broker, partition: Partition, batch: bytes, internal: bool = False
-) -> asyncio.Future[None]:
-    """Appends (synchronously: callers must not await before this, to keep their order) and
-    returns the future of the batch's commit. Raises KafkaProtocolError if a cluster broker
-    cannot append there (not the leader, too few replicas in sync)."""
-    replicas = broker.replicas
-    if replicas is not None:
-        replicas.check_append(partition, -1)
-    now_ms = int(time.time() * 1000)
-    partition.append(bytearray(batch), validate_produced_batch(batch), now_ms, internal=internal)
-    durable = broker.group_commit.appended(partition)
-    if replicas is None:
-        return durable
-    end = partition.log_end_offset
-    return asyncio.ensure_future(_replicated(replicas, partition, end, durable))
-
-
-async def _replicated(
-    replicas: ReplicaManager, partition: Partition, end: int, durable: asyncio.Future[None]
-) -> None:
-    await durable
-    await replicas.replicated(partition, end, REPLICATION_TIMEOUT_S)
 
 
 def write_error(exc: BaseException, storage: ErrorCode = ErrorCode.not_coordinator) -> ErrorCode:

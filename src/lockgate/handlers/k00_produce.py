@@ -15,8 +15,8 @@ Behaviour:
 - A CreateTime record further from the broker's clock than message.timestamp.before.max.ms /
   message.timestamp.after.max.ms (1 hour ahead by default, as Kafka 4.4): INVALID_TIMESTAMP;
   a compressed record larger once decompressed than max.decompressed.message.bytes:
-  INVALID_RECORD (log/record_limits.py; the record's message is the partition's
-  error_message, lockgate sends no record_errors).
+  INVALID_RECORD (the record's message is the partition's error_message, lockgate sends no
+  record_errors). The order of these checks: log/validator.py.
 - A topic whose compression.type names a codec (not `producer`) gets every batch of another
   codec re-encoded with it before the append, header fields kept (protocol/recompress.py);
   inner offsets not running 0..n-1 get INVALID_RECORD, a re-encoded batch over
@@ -70,15 +70,12 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-from lockgate.config.log import LogConfig
 from lockgate.coordinator.txn import rules
 from lockgate.handlers.common import check_leader
 from lockgate.handlers.registry import HandlerResult, RawBody, RequestContext, handles
 from lockgate.handlers.txn_common import RETRIABLE_VERIFICATION, map_abortable
 from lockgate.log.partition import Partition
-from lockgate.log.record_limits import check_records
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.protocol.produce import (
@@ -89,15 +86,11 @@ from lockgate.protocol.produce import (
     decode_produce,
     encode_produce_response,
 )
-from lockgate.protocol.recompress import recompress
-from lockgate.protocol.records import BatchHeader, validate_produced_batch
-from lockgate.protocol.rewrite import split_records
+from lockgate.protocol.records import BatchHeader
+from lockgate.replication import writer as partition_writer
 from lockgate.security.acls import Operation, ResourceType
 from lockgate.security.authorizer import authorize
 from lockgate.security.quotas import QuotaType, charge
-
-if TYPE_CHECKING:
-    from lockgate.handlers.services import Services
 
 log = logging.getLogger(__name__)
 
@@ -134,15 +127,11 @@ _storage_errors = _StorageErrorLog()
 
 
 @dataclass(slots=True)
-class Waits:
-    """What a produce's answer waits for: flushes (and durable transaction changes), in a
-    cluster each acks=all partition's high watermark (its answer, per partition), and the
+class Waits(partition_writer.Waits[PartitionResult]):
+    """What a produce's answer waits for: the partition writer's waits (flushes, durable
+    transaction changes, in a cluster each acks=all partition's high watermark), and the
     batches waiting for a transaction coordinator on another broker (their answer's slot)."""
 
-    durable: list[asyncio.Future[None]] = field(default_factory=list)
-    replicated: list[tuple[PartitionResult, asyncio.Future[ErrorCode]]] = field(
-        default_factory=list
-    )
     deferred: list[tuple[list[PartitionResult], int, asyncio.Task[PartitionResult]]] = field(
         default_factory=list
     )
@@ -291,22 +280,8 @@ def _append(
         raise KafkaProtocolError(ErrorCode.unknown_topic_or_partition)
     result.log_start_offset = partition.log_start_offset
     check_leader(partition, data.current_leader_epoch)
-    if services.replicas is not None:
-        services.replicas.check_append(partition, request.acks)
-    records = data.records
-    if records is None:
-        raise KafkaProtocolError(ErrorCode.invalid_record, "null records")
-    config = partition.config
-    if len(records) > config.max_message_bytes:
-        raise KafkaProtocolError(
-            ErrorCode.message_too_large,
-            f"batch of {len(records)} bytes exceeds max.message.bytes",
-        )
-    header = validate_produced_batch(records)
-    if config.compact:
-        _require_keys(records)
-    check_records(records, header, config, ctx.received_ms)
-    records, header = _with_topic_codec(records, header, config)
+    writer = services.writer
+    records, header = writer.validate(partition, request.acks, data.records, ctx.received_ms)
     if header.is_transactional:
         if verified is None:
             checked = _verification(ctx, request, topic_name, data, partition, header, waits)
@@ -318,53 +293,13 @@ def _append(
                 _transaction_error(verified, ctx.api_version),
                 f"transaction {request.transactional_id!r}",
             )
-    base_offset, append_time = partition.append(bytearray(records), header, ctx.received_ms)
+    base_offset, append_time = writer.append(
+        partition, records, header, ctx.received_ms, request.acks, waits, result
+    )
     services.metrics.appended(topic_name, len(records), header.last_offset_delta + 1)
-    _wait_for(services, partition, request.acks, result, waits)
     result.base_offset = base_offset
     result.log_append_time_ms = append_time
     return result
-
-
-def _with_topic_codec(
-    records: bytes, header: BatchHeader, config: LogConfig
-) -> tuple[bytes, BatchHeader]:
-    """The batch re-encoded when the topic's compression.type names another codec (as Kafka);
-    like Kafka, the re-encoded batch must fit max.message.bytes too (MESSAGE_TOO_LARGE)."""
-    codec = config.compression_codec
-    if codec is None or codec == header.compression:
-        return records, header
-    rebuilt, rebuilt_header = recompress(records, codec, config.compression_level)
-    if len(rebuilt) > config.max_message_bytes:
-        raise KafkaProtocolError(
-            ErrorCode.message_too_large,
-            f"batch of {len(rebuilt)} bytes once recompressed exceeds max.message.bytes",
-        )
-    return rebuilt, rebuilt_header
-
-
-def _wait_for(
-    services: Services, partition: Partition, acks: int, result: PartitionResult, waits: Waits
-) -> None:
-    """The flush covering the partition's end, and in a cluster its ISR's (acks=all)."""
-    waits.durable.append(services.group_commit.appended(partition))
-    if services.replicas is not None and acks == -1:
-        end = partition.log_end_offset
-        waits.replicated.append((result, services.replicas.acknowledged(partition, end)))
-
-
-def _require_keys(records: bytes) -> None:
-    """A compacted topic keeps the latest record per key: a record without one is refused, as
-    Kafka does (it would be dropped by the first cleaning)."""
-    try:
-        keyless = [r.offset_delta for r in split_records(records)[2] if r.key is None]
-    except ValueError as exc:
-        raise KafkaProtocolError(ErrorCode.corrupt_message, str(exc)) from None
-    if keyless:
-        raise KafkaProtocolError(
-            ErrorCode.invalid_record,
-            f"compacted topic cannot accept a record without a key (offset delta {keyless[0]})",
-        )
 
 
 def _topic_name(ctx: RequestContext, topic: ProduceTopic) -> tuple[str | None, ErrorCode]:
@@ -482,7 +417,7 @@ def _attempt(
             partition = ctx.services.topics.get(name, data.index)
             if partition is not None:
                 duplicate = PartitionResult(data.index)  # its wait delays, no more
-                _wait_for(ctx.services, partition, request.acks, duplicate, waits)
+                ctx.services.writer.wait(partition, request.acks, waits, duplicate)
         log.info(
             "produce to %s-%d from %s (client id %r) rejected: %s",
             name,
@@ -513,40 +448,21 @@ async def handle(ctx: RequestContext, request: ProduceRequestData) -> HandlerRes
         for _result, waiter in waits.replicated:
             waiter.cancel()
         return None
-    if request.acks == -1 and waits.replicated:
-        await _replicated(waits.replicated, request.timeout_ms)
-    if request.acks == -1 and waits.durable:
-        outcomes = await asyncio.gather(*waits.durable, return_exceptions=True)
-        for outcome in outcomes:
-            if isinstance(outcome, BaseException) and not isinstance(outcome, OSError):
-                raise outcome
-        if any(isinstance(outcome, OSError) for outcome in outcomes):
-            # the flush failed: none of this request's appends may be acknowledged
-            for _topic, results in answer:
-                for result in results:
-                    if result.error_code == 0:
-                        result.error_code = ErrorCode.kafka_storage_error
-                        result.base_offset = -1
+    if request.acks == -1 and not await ctx.services.writer.acknowledged(
+        waits, request.timeout_ms, _refuse
+    ):
+        # the flush failed: none of this request's appends may be acknowledged
+        for _topic, results in answer:
+            for result in results:
+                _refuse(result, ErrorCode.kafka_storage_error)
     codes = (result.error_code for _topic, results in answer for result in results)
     ctx.services.metrics.partition_errors(ApiKey.PRODUCE, codes)
     return RawBody(encode_produce_response(request.version, answer, throttle_ms))
 
 
-async def _replicated(
-    waits: list[tuple[PartitionResult, asyncio.Future[ErrorCode]]], timeout_ms: int
-) -> None:
-    """acks=all in a cluster: each partition's answer once its ISR has the records, or
-    REQUEST_TIMED_OUT after the request's timeout (the records stay on the leader's log)."""
-    futures = [waiter for _result, waiter in waits]
-    _done, late = await asyncio.wait(futures, timeout=max(timeout_ms, 0) / 1000)
-    for result, waiter in waits:
-        if waiter in late:
-            waiter.cancel()
-            answer: ErrorCode = ErrorCode.request_timed_out
-        elif isinstance(exc := waiter.exception(), KafkaProtocolError):
-            answer = exc.code
-        else:
-            answer = waiter.result()
-        if answer and result.error_code == 0:
-            result.error_code = answer
-            result.base_offset = -1
+def _refuse(result: PartitionResult, answer: ErrorCode) -> None:
+    """acks=all: the answer of a partition appended without error becomes `answer` when its
+    ISR did not take it (or not in time) or its flush failed (its records stay in the log)."""
+    if result.error_code == 0:
+        result.error_code = answer
+        result.base_offset = -1

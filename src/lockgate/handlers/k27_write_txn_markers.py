@@ -13,7 +13,8 @@ lapsed), with acks=all as in Kafka: an ISR smaller than min.insync.replicas gets
 NOT_ENOUGH_REPLICAS with nothing written, and each marker is answered once the high watermark
 passes it: NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below the minimum meanwhile,
 NOT_LEADER_OR_FOLLOWER if leadership moved, REQUEST_TIMED_OUT after 30 s (Kafka's
-request.timeout.ms; the marker stays on the leader's log).
+request.timeout.ms; the marker stays on the leader's log). The partition writer
+(replication/writer.py) writes the marker and waits for it.
 - Authorization: CLUSTER_ACTION on the cluster (brokers send markers; their principal must
   be a super user or be granted it), else CLUSTER_AUTHORIZATION_FAILED for every partition.
 Version notes: v1 flexible; v2 TransactionVersion.
@@ -22,32 +23,17 @@ Version notes: v1 flexible; v2 TransactionVersion.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from lockgate.handlers.common import NO_EPOCH, check_leader, field
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
-from lockgate.log.partition import Partition
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.security.acls import Operation, ResourceType
 from lockgate.security.authorizer import authorize
 
-if TYPE_CHECKING:
-    from lockgate.handlers.services import Services
-
-ACKS_ALL = -1
-# Kafka appends markers with the broker's request.timeout.ms (30 s by default); lockgate has
-# no such broker key.
-REPLICATION_TIMEOUT_MS = 30_000
-
-
-@dataclass(slots=True)
-class _Written:
-    answer: dict[str, Any]  # the partition's entry in the response
-    partition: Partition
-    end: int  # just past the marker
-    durable: asyncio.Future[None]
+# a marker written: the partition's entry in the response, and the future of its commit
+_Written = tuple[dict[str, Any], asyncio.Future[None]]
 
 
 @handles(ApiKey.WRITE_TXN_MARKERS, 1, 2)
@@ -69,9 +55,8 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
                     if partition is None:
                         raise KafkaProtocolError(ErrorCode.unknown_topic_or_partition)
                     check_leader(partition, NO_EPOCH)
-                    if services.replicas is not None:
-                        services.replicas.check_append(partition, ACKS_ALL)
-                    offset = partition.write_marker(
+                    committed = services.writer.write_marker(
+                        partition,
                         marker.producer_id,
                         marker.producer_epoch,
                         marker.transaction_result,
@@ -79,8 +64,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
                         ctx.received_ms,
                         strict,
                     )
-                    durable = services.group_commit.appended(partition)
-                    written.append(_Written(answer, partition, offset + 1, durable))
+                    written.append((answer, committed))
                 except KafkaProtocolError as exc:
                     answer["error_code"] = exc.code
                 except OSError:  # storage's contract: nothing of this marker was written
@@ -88,7 +72,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
                 partitions.append(answer)
             topics.append({"name": topic.name, "partitions": partitions})
         answers.append({"producer_id": marker.producer_id, "topics": topics})
-    await _acknowledged(services, written)
+    await _acknowledged(written)
     return {"markers": answers}
 
 
@@ -112,26 +96,16 @@ def _denied(request: Any) -> list[dict[str, Any]]:
     ]
 
 
-async def _acknowledged(services: Services, written: list[_Written]) -> None:
-    """Durable first (the group commit), then in a cluster replicated to the ISR; a marker
-    that is neither gets its error in its answer."""
-    outcomes = await asyncio.gather(*(w.durable for w in written), return_exceptions=True)
-    for w, outcome in zip(written, outcomes, strict=True):
-        if isinstance(outcome, BaseException):
-            if not isinstance(outcome, OSError):
-                raise outcome
-            w.answer["error_code"] = ErrorCode.kafka_storage_error
-    replicas = services.replicas
-    if replicas is None:
-        return
-    pending = [w for w in written if w.answer["error_code"] == ErrorCode.none]
-    timeout_s = REPLICATION_TIMEOUT_MS / 1000
+async def _acknowledged(written: list[_Written]) -> None:
+    """Each marker's commit (durable, and in a cluster in the ISR's logs): a marker whose flush
+    failed gets KAFKA_STORAGE_ERROR in its answer, one the ISR did not take its error."""
     outcomes = await asyncio.gather(
-        *(replicas.replicated(w.partition, w.end, timeout_s) for w in pending),
-        return_exceptions=True,
+        *(committed for _, committed in written), return_exceptions=True
     )
-    for w, outcome in zip(pending, outcomes, strict=True):
-        if isinstance(outcome, KafkaProtocolError):
-            w.answer["error_code"] = outcome.code
+    for (answer, _), outcome in zip(written, outcomes, strict=True):
+        if isinstance(outcome, OSError):
+            answer["error_code"] = ErrorCode.kafka_storage_error
+        elif isinstance(outcome, KafkaProtocolError):
+            answer["error_code"] = outcome.code
         elif isinstance(outcome, BaseException):
             raise outcome

@@ -20,8 +20,8 @@ if TYPE_CHECKING:
     from lockgate.coordinator.txn.verifier import TxnVerifier
     from lockgate.handlers.fetch_sessions import FetchSessionCache
     from lockgate.log.append_order import AppendOrder
-    from lockgate.replication.group_commit import GroupCommit
     from lockgate.replication.manager import ReplicaManager
+    from lockgate.replication.writer import PartitionWriter
     from lockgate.security.authorizer import Authorizer
     from lockgate.security.credentials import CredentialStore
     from lockgate.security.quota_store import QuotaStore
@@ -60,7 +60,7 @@ class Services:
     transactions: TransactionCoordinator
     coordinators: CoordinatorLocator
     producer_ids: ProducerIds
-    group_commit: GroupCommit  # appends become durable in shared fsyncs
+    writer: PartitionWriter  # appends as leader, then waits until durable (and replicated)
     append_order: AppendOrder  # a producer's batches that wait keep their order
     fetch_sessions: FetchSessionCache
     authorizer: Authorizer | None  # None: no ACLs to check

@@ -17,7 +17,6 @@ from lockgate.cluster.membership import ClusterMembership, Membership, SingleNod
 from lockgate.cluster.metadata import BrokerRegistration, Endpoint
 from lockgate.config.dynamic import open_dynamic_configs
 from lockgate.config.properties import BrokerConfig
-from lockgate.coordinator import writes
 from lockgate.coordinator.group.service import GroupCoordinator
 from lockgate.coordinator.locator import CoordinatorLocator
 from lockgate.coordinator.snapshots import Snapshotter
@@ -34,6 +33,7 @@ from lockgate.log.clock import now_ms
 from lockgate.replication.fetcher import FetchSettings
 from lockgate.replication.group_commit import GroupCommit
 from lockgate.replication.manager import ReplicaManager
+from lockgate.replication.writer import LocalWriter, PartitionWriter, ReplicatedWriter
 from lockgate.security.authorizer import Authorizer
 from lockgate.security.credentials import open_credential_store
 from lockgate.security.listeners import Listener, check_properties, inter_broker_listener
@@ -145,6 +145,12 @@ class Broker:
             )
             self.admin = LocalTopicAdmin(self.topics, self.node_id)
             self.producer_ids = ProducerIdManager(self.storage)
+        # how appends as leader wait: for the group commit, and in a cluster for the ISR too
+        self.writer: PartitionWriter = (
+            LocalWriter(self.group_commit, now_ms)
+            if self.replicas is None
+            else ReplicatedWriter(self.group_commit, self.replicas, now_ms)
+        )
         self.snapshots = Snapshotter(
             self.storage, config.integer("lockgate.coordinator.snapshot.interval.ms"), now_ms
         )
@@ -154,9 +160,9 @@ class Broker:
             max_timeout_ms=config.integer("transaction.max.timeout.ms"),
             expiration_ms=config.integer("transactional.id.expiration.ms"),
             allocate=self.producer_ids.allocate,
-            write=functools.partial(writes.append, self),
-            # (looked up at each call: tests swap the group commit after construction)
-            durable=lambda partition: self.group_commit.appended(partition),
+            # (looked up at each call: the in-memory test cluster swaps the writer)
+            write=lambda partition, batch: self.writer.write(partition, batch),
+            write_marker=lambda *marker: self.writer.write_marker(*marker),
             clock=now_ms,
             on_loaded=lambda seconds: self.metrics.coordinator_loaded("transaction", seconds),
             snapshots=self.snapshots if self.cluster is None else None,
@@ -171,7 +177,7 @@ class Broker:
         self.groups = GroupCoordinator(
             config,
             topics=self.topics,
-            write=lambda partition, batch: writes.append(self, partition, batch, internal=True),
+            write=lambda partition, batch: self.writer.write(partition, batch, internal=True),
             clock=now_ms,
             on_loaded=lambda seconds: self.metrics.coordinator_loaded("group", seconds),
             snapshots=self.snapshots if self.cluster is None else None,
@@ -227,7 +233,7 @@ class Broker:
             transactions=self.transactions,
             coordinators=self.coordinators,
             producer_ids=self.producer_ids,
-            group_commit=self.group_commit,
+            writer=self.writer,
             append_order=self.append_order,
             fetch_sessions=self.fetch_sessions,
             authorizer=self.authorizer,

@@ -73,7 +73,7 @@ async def test_a_single_node_write_is_committed_once_appended() -> None:
     partition = broker.topics.get("internal", 0)
     assert partition is not None
     try:
-        await asyncio.wait_for(writes.append(broker, partition, BATCH, internal=True), 5)
+        await asyncio.wait_for(broker.writer.write(partition, BATCH, internal=True), 5)
         assert partition.log_end_offset == 1
     finally:
         broker.topics.close()
@@ -99,7 +99,7 @@ async def leader() -> AsyncIterator[Leader]:
 
 async def test_a_cluster_write_is_committed_once_the_isr_has_it(leader: Leader) -> None:
     _store, member, partition = leader
-    committed = writes.append(member.broker, partition, BATCH)
+    committed = member.broker.writer.write(partition, BATCH)
     assert partition.log_end_offset == 1  # appended at once, before any await
     await asyncio.sleep(0.05)
     assert not committed.done()
@@ -118,7 +118,7 @@ async def test_a_cluster_write_where_this_broker_does_not_lead_is_refused(
             break
         await asyncio.sleep(0.01)
     with pytest.raises(KafkaProtocolError) as refused:
-        writes.append(member.broker, partition, BATCH)
+        member.broker.writer.write(partition, BATCH)
     assert refused.value.code == ErrorCode.not_leader_or_follower
     assert partition.log_end_offset == 0  # nothing appended
     assert writes.write_error(refused.value) == ErrorCode.not_coordinator
@@ -128,7 +128,7 @@ async def test_a_cluster_write_whose_leadership_ends_fails_not_coordinator(
     leader: Leader,
 ) -> None:
     store, member, partition = leader
-    committed = writes.append(member.broker, partition, BATCH)
+    committed = member.broker.writer.write(partition, BATCH)
     store.put("t", 0, PartitionState((0, FOLLOWER), FOLLOWER, 2, (0, FOLLOWER)))
     with pytest.raises(KafkaProtocolError) as failed:
         await asyncio.wait_for(committed, 5)

@@ -14,10 +14,10 @@ import pytest
 
 from lockgate.client.connection import BrokerConnection
 from lockgate.cluster.metadata import PartitionState
-from lockgate.handlers import k27_write_txn_markers
 from lockgate.log.partition import Partition
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
+from lockgate.replication import writer
 from tests.support.memory_cluster import MemoryClusterBroker, MemoryStore, memory_cluster
 
 PID = 4242
@@ -86,7 +86,7 @@ async def test_a_marker_the_isr_does_not_take_in_time_is_request_timed_out(
     leader: Setup, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _store, _member, partition, connection = leader
-    monkeypatch.setattr(k27_write_txn_markers, "REPLICATION_TIMEOUT_MS", 200)
+    monkeypatch.setattr(writer, "REPLICATION_TIMEOUT_MS", 200)
     assert await write(connection) == ErrorCode.request_timed_out
     assert partition.log_end_offset == 1  # the marker stays on the leader's log
 

@@ -53,6 +53,9 @@ log = logging.getLogger(__name__)
 # before it, to keep their order) and returns the future of its commit (durable, and in a
 # cluster replicated to the ISR: coordinator/writes.py).
 Write = Callable[[Partition, bytes], asyncio.Future[None]]
+# Writes a COMMIT/ABORT marker to a partition this broker leads: (partition, producer id,
+# producer epoch, commit, coordinator epoch, now, strict epoch) → the future of its commit.
+WriteMarker = Callable[[Partition, int, int, bool, int, int, bool], asyncio.Future[None]]
 
 
 # Test hook, for crash-recovery tests only: when LOCKGATE_TEST_CRASH_POINT names a point of
@@ -97,7 +100,7 @@ class TransactionCoordinator:
         expiration_ms: int,
         allocate: rules.AllocateId,
         write: Write,
-        durable: Callable[[Partition], asyncio.Future[None]],
+        write_marker: WriteMarker,
         clock: Callable[[], int],
         on_loaded: Callable[[float], None],
         snapshots: _Snapshots | None,
@@ -106,7 +109,7 @@ class TransactionCoordinator:
     ) -> None:
         """`topics` holds __transaction_state (created here on a single node) and the
         partitions the markers go to; `allocate` hands out producer ids; `write` logs a
-        record; `durable` is the future of a local marker's durability; `on_loaded` is told
+        record; `write_marker` writes a single node's own markers; `on_loaded` is told
         how long a partition took to load. `snapshots` follows the loaded partitions on a
         single node (None in a cluster: snapshots are a single node's, for now). In a
         cluster, `markers` sends markers to the partitions' leaders and `verifier` asks the
@@ -117,7 +120,7 @@ class TransactionCoordinator:
         self.expiration_ms = expiration_ms
         self.allocate = allocate
         self.write = write
-        self.durable = durable
+        self.write_marker = write_marker
         self.clock = clock
         self.on_loaded = on_loaded
         self.snapshots = snapshots
@@ -667,15 +670,14 @@ class TransactionCoordinator:
             if partition is None:
                 continue  # the topic was deleted: nothing left to mark
             try:
-                partition.write_marker(
-                    meta.producer_id, meta.producer_epoch, commit, epoch, self.clock(), meta.tv2
-                )
+                committed = self.write_marker(partition, meta.producer_id, meta.producer_epoch,
+                                              commit, epoch, self.clock(), meta.tv2)  # fmt: skip
             except KafkaProtocolError as exc:
                 log.warning(
                     "marker for %r on %s-%d refused: %s", transactional_id, topic, index, exc
                 )
                 continue
-            written.append(self.durable(partition))
+            written.append(committed)
             if self._crash_point == "between-markers" and len(meta.partitions) > 1:
                 await written[0]  # test hook: the first marker is durable, the others unwritten
                 self._crash_if_at("between-markers")

@@ -15,7 +15,6 @@ import pytest
 from lockgate.coordinator.group.records import CommittedOffset
 from lockgate.coordinator.group.state import GroupState
 from lockgate.protocol.errors import ErrorCode
-from lockgate.replication.group_commit import GroupCommit
 from lockgate.server.broker import Broker
 from lockgate.storage.memory import MemoryEngine
 from tests.unit.coordinator.group.support import (
@@ -492,7 +491,7 @@ async def test_an_unknown_instance_id_is_an_unknown_member_for_every_api(broker:
 async def test_a_join_while_the_generation_is_being_persisted(broker: Broker) -> None:
     """With fsync durability the coordinator awaits the write of a new generation; a member
     joining during that await starts the next rebalance, which must still complete."""
-    broker.group_commit = GroupCommit(durable=True)  # MemoryFile.sync is a no-op in a thread
+    broker.group_commit.durable = True  # MemoryFile.sync is a no-op in a thread
     groups = broker.groups
     first = asyncio.create_task(join(groups, GROUP, require_known_member_id=False))
     deadline = time.monotonic() + 5

@@ -47,7 +47,7 @@ def coordinator(allocate: Allocator | None = None, loaded: bool = True) -> Trans
         expiration_ms=7 * 24 * 3600 * 1000,
         allocate=allocate or no_allocation,
         write=committed,
-        durable=lambda _partition: committed(_partition, b""),
+        write_marker=lambda partition, *marker: committed(partition, b""),
         clock=lambda: NOW,
         on_loaded=lambda _seconds: None,
         snapshots=None,
