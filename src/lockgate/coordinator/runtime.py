@@ -61,6 +61,8 @@ class LoopTimers:
 
 
 class Snapshots(Protocol):
+    """Keeps a loaded partition's image up to date for its snapshots (snapshots.Snapshotter)."""
+
     def follow(self, partition: Partition, image: PartitionImage, at: int) -> None: ...
 
 
