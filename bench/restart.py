@@ -137,7 +137,7 @@ async def measure_restart(data: Path) -> dict[str, float]:
     await ticking
     await asyncio.to_thread(poller.join)
     await broker.stop()
-    replayed = broker.transactions.replayed_batches + broker.groups.replayed_batches
+    replayed = broker.transactions.runtime.replayed_batches + broker.groups.runtime.replayed_batches
     return {
         "replayed": replayed,
         "listening": listening,

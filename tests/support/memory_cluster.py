@@ -182,8 +182,8 @@ class MemoryClusterBroker:
         assert self.broker.replicas is not None and self.broker.verifier is not None
         await self.broker.replicas.stop()
         await self.broker.verifier.close()
-        for index in list(self.broker.transactions.owned):  # cancels loads and completions
-            self.broker.transactions.on_leadership(index, None)
+        for index in list(self.broker.transactions.runtime.owned):  # cancels loads and completions
+            self.broker.transactions.runtime.on_leadership(index, None)
         if self.broker.transactions.markers is not None:
             await self.broker.transactions.markers.close()
         if self._server is not None:

@@ -19,6 +19,7 @@ from lockgate.config.dynamic import open_dynamic_configs
 from lockgate.config.properties import BrokerConfig
 from lockgate.coordinator.group.service import GroupCoordinator
 from lockgate.coordinator.locator import CoordinatorLocator
+from lockgate.coordinator.runtime import LoopTimers
 from lockgate.coordinator.snapshots import Snapshotter
 from lockgate.coordinator.txn.coordinator import TransactionCoordinator
 from lockgate.coordinator.txn.markers import MarkerSender
@@ -154,6 +155,7 @@ class Broker:
         self.snapshots = Snapshotter(
             self.storage, config.integer("lockgate.coordinator.snapshot.interval.ms"), now_ms
         )
+        timers = LoopTimers()  # the coordinators' timers, on this broker's event loop
         self.transactions = TransactionCoordinator(
             topics=self.topics,
             num_partitions=config.integer("transaction.state.log.num.partitions"),
@@ -173,6 +175,7 @@ class Broker:
             if self.cluster is not None
             else None,
             verifier=self.verifier,
+            timers=timers,
         )
         self.groups = GroupCoordinator(
             config,
@@ -181,6 +184,7 @@ class Broker:
             clock=now_ms,
             on_loaded=lambda seconds: self.metrics.coordinator_loaded("group", seconds),
             snapshots=self.snapshots if self.cluster is None else None,
+            timers=timers,
         )
         self.coordinators = CoordinatorLocator(
             self.topics,
@@ -377,9 +381,9 @@ class Broker:
     def _on_leadership(self, topic: str, index: int, epoch: int | None) -> None:
         """A cluster broker coordinates the ids and groups of the internal partitions it leads."""
         if topic == TRANSACTION_STATE_TOPIC:
-            self.transactions.on_leadership(index, epoch)
+            self.transactions.runtime.on_leadership(index, epoch)
         elif topic == CONSUMER_OFFSETS_TOPIC:
-            self.groups.on_leadership(index, epoch)
+            self.groups.runtime.on_leadership(index, epoch)
 
     async def _leave_cluster(self) -> None:
         """A controlled shutdown: stop leading and fetching, then give the lease back, so
@@ -406,8 +410,8 @@ class Broker:
         return clean
 
     def _ensure_internal_topics(self) -> None:
-        self.transactions.ensure_topic()
-        self.groups.ensure_topic()
+        self.transactions.runtime.ensure_topic()
+        self.groups.runtime.ensure_topic()
 
     async def _transaction_loops(self) -> None:
         """Loads the coordinators' logs after the listener is up (requests meanwhile get
@@ -415,8 +419,8 @@ class Broker:
         transactions and expires idle ids."""
         await asyncio.sleep(0)
         if self.cluster is None:  # (a cluster broker loads partitions as it comes to lead them)
-            await self.transactions.load()
-            await self.groups.load()
+            await self.transactions.runtime.load()
+            await self.groups.runtime.load()
         if self.config.flag("log.cleaner.enable"):  # after the loads, not competing with them
             self._cleaner_task = asyncio.create_task(self.cleaner.run())
         abort_every = self.config.integer(

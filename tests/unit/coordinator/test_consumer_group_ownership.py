@@ -28,14 +28,14 @@ async def broker() -> AsyncIterator[Broker]:
     try:
         yield broker
     finally:
-        for index in list(broker.groups.owned):
-            broker.groups.on_leadership(index, None)
+        for index in list(broker.groups.runtime.owned):
+            broker.groups.runtime.on_leadership(index, None)
         broker.topics.close()
 
 
 async def lead(groups: GroupCoordinator, epoch: int) -> None:
-    groups.on_leadership(0, epoch)
-    await wait_until(lambda: 0 in groups.loaded_partitions)
+    groups.runtime.on_leadership(0, epoch)
+    await wait_until(lambda: 0 in groups.runtime.loaded_partitions)
 
 
 async def beat(groups: GroupCoordinator, epoch: int) -> HeartbeatResponse:
@@ -52,7 +52,7 @@ async def test_consumer_groups_follow_the_leadership(broker: Broker) -> None:
     joined = await beat(groups, 0)
     assert joined.error == ErrorCode.none and joined.assignment == {TOPIC: frozenset({0, 1})}
     assert (GROUP, "m1") in groups.consumer.sessions
-    groups.on_leadership(0, None)
+    groups.runtime.on_leadership(0, None)
     assert GROUP not in groups.groups and not groups.consumer.sessions
     assert (await beat(groups, joined.member_epoch)).error == ErrorCode.not_coordinator
     await lead(groups, 2)

@@ -83,7 +83,7 @@ async def test_the_next_leader_serves_the_offsets_committed_on_the_first(
     assert successor.gate(GROUP) == ErrorCode.not_coordinator
     store.put(CONSUMER_OFFSETS_TOPIC, INDEX, led_by(1, 2))
     await wait_until(lambda: successor.gate(GROUP) == ErrorCode.none)
-    assert successor.owned == {INDEX: 2}
+    assert successor.runtime.owned == {INDEX: 2}
     assert committed(successor) == 42
 
 
@@ -93,7 +93,7 @@ async def test_the_previous_leader_stops_coordinating_the_group(cluster: Cluster
     assert await commit(groups, 42) == ErrorCode.none
     store.put(CONSUMER_OFFSETS_TOPIC, INDEX, led_by(1, 2))
     await wait_until(lambda: groups.gate(GROUP) == ErrorCode.not_coordinator)
-    assert GROUP not in groups.groups and groups.owned == {}
+    assert GROUP not in groups.groups and groups.runtime.owned == {}
     assert await commit(groups, 43) == ErrorCode.not_coordinator
 
 

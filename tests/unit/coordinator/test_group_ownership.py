@@ -63,14 +63,14 @@ async def broker() -> AsyncIterator[Broker]:
     try:
         yield broker
     finally:
-        for index in list(broker.groups.owned):  # cancels the groups' timers and loads
-            broker.groups.on_leadership(index, None)
+        for index in list(broker.groups.runtime.owned):  # cancels the groups' timers and loads
+            broker.groups.runtime.on_leadership(index, None)
         broker.topics.close()
 
 
 async def lead(groups: GroupCoordinator, index: int, epoch: int = 1) -> None:
-    groups.on_leadership(index, epoch)
-    await wait_until(lambda: index in groups.loaded_partitions)
+    groups.runtime.on_leadership(index, epoch)
+    await wait_until(lambda: index in groups.runtime.loaded_partitions)
 
 
 async def commit(groups: GroupCoordinator, group_id: str, offset: int) -> ErrorCode:
@@ -105,8 +105,8 @@ async def test_a_partition_not_led_here_is_not_coordinated(broker: Broker) -> No
 
 async def test_a_led_partition_is_loading_until_its_replay_ends(broker: Broker) -> None:
     groups = broker.groups
-    groups.on_leadership(0, 4)
-    assert groups.owned == {0: 4}
+    groups.runtime.on_leadership(0, 4)
+    assert groups.runtime.owned == {0: 4}
     assert groups.gate(GROUP) == ErrorCode.coordinator_load_in_progress
     assert not groups.loaded
     await wait_until(lambda: groups.loaded)
@@ -118,7 +118,7 @@ async def test_offsets_committed_in_an_earlier_term_are_replayed(broker: Broker)
     groups = broker.groups
     await lead(groups, 0, epoch=1)
     assert await commit(groups, GROUP, 42) == ErrorCode.none
-    groups.on_leadership(0, None)
+    groups.runtime.on_leadership(0, None)
     assert groups.gate(GROUP) == ErrorCode.not_coordinator
     await lead(groups, 0, epoch=2)
     assert committed(groups, GROUP) == 42
@@ -142,12 +142,12 @@ async def test_losing_the_leadership_forgets_that_partitions_groups_only(broker:
     await lead(groups, 1)
     assert await commit(groups, GROUP, 1) == ErrorCode.none
     assert await commit(groups, OTHER_GROUP, 2) == ErrorCode.none
-    groups.on_leadership(0, None)
+    groups.runtime.on_leadership(0, None)
     assert GROUP not in groups.groups
     assert groups.gate(GROUP) == ErrorCode.not_coordinator
     assert groups.fetch(GROUP, None, False) == (ErrorCode.not_coordinator, {})
     assert committed(groups, OTHER_GROUP) == 2
-    assert groups.owned == {1: 1} and groups.loaded
+    assert groups.runtime.owned == {1: 1} and groups.loaded
 
 
 async def test_a_member_waiting_in_a_join_is_answered_not_coordinator(broker: Broker) -> None:
@@ -158,7 +158,7 @@ async def test_a_member_waiting_in_a_join_is_answered_not_coordinator(broker: Br
     (member,) = groups.groups[GROUP].members.values()
     session = groups.classic.sessions.get((GROUP, member.member_id))
     assert not joining.done() and session is not None
-    groups.on_leadership(0, None)
+    groups.runtime.on_leadership(0, None)
     answer = await asyncio.wait_for(joining, 5)
     assert answer["error_code"] == ErrorCode.not_coordinator
     assert session.cancelled()  # no session timer left behind
@@ -172,7 +172,7 @@ async def test_the_rebalance_timer_of_a_forgotten_group_is_cancelled(broker: Bro
     await wait_until(lambda: GROUP in groups.classic.barriers)
     timer = groups.classic.barriers[GROUP].timer  # the rebalance barrier's next check
     assert timer is not None
-    groups.on_leadership(0, None)
+    groups.runtime.on_leadership(0, None)
     await asyncio.wait_for(joining, 5)
     await asyncio.sleep(0)
     assert timer.cancelled() and GROUP not in groups.classic.barriers
@@ -189,7 +189,7 @@ async def test_pending_transactional_offsets_of_the_partition_are_dropped(broker
     assert await groups.txn_commit(OTHER_GROUP, 77, 0, -1, "", None, offsets) == {
         (TOPIC, 0): ErrorCode.none
     }
-    groups.on_leadership(0, None)
+    groups.runtime.on_leadership(0, None)
     assert list(groups.offsets.pending[77]) == [OTHER_GROUP]
 
 
@@ -203,14 +203,14 @@ async def test_a_new_epoch_while_loading_restarts_the_load(broker: Broker) -> No
         batch = build_batch([record], timestamp_ms=1)
         partition.append(bytearray(batch), validate_produced_batch(batch), 1, internal=True)
     groups = broker.groups
-    groups.on_leadership(0, 1)
+    groups.runtime.on_leadership(0, 1)
     for _ in range(3):
         await asyncio.sleep(0)
     assert groups.gate(GROUP) == ErrorCode.coordinator_load_in_progress
-    groups.on_leadership(0, 2)
+    groups.runtime.on_leadership(0, 2)
     assert groups.gate(GROUP) == ErrorCode.coordinator_load_in_progress
     await wait_until(lambda: groups.loaded)
-    assert groups.owned == {0: 2}
+    assert groups.runtime.owned == {0: 2}
     assert committed(groups, GROUP) == 1_999
 
 
@@ -235,7 +235,7 @@ async def test_a_waiting_join_group_request_is_answered_not_coordinator(broker: 
 
     handled = asyncio.create_task(handle())
     await wait_until(lambda: GROUP in groups.groups and bool(groups.groups[GROUP].members))
-    groups.on_leadership(0, None)
+    groups.runtime.on_leadership(0, None)
     result = await asyncio.wait_for(handled, 5)
     assert result is not None and not isinstance(result, RawBody)
     response = build(response_class(ApiKey.JOIN_GROUP, version), result)  # as the connection

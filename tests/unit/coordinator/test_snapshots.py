@@ -132,7 +132,8 @@ async def test_a_clean_stop_writes_snapshots_and_the_next_start_replays_nothing(
     assert sum(p.endswith(".coordinator") for p in engine.files) == 2
     full = await started(without_snapshots(engine))
     again = await started(engine)
-    assert again.transactions.replayed_batches == 0 and again.groups.replayed_batches == 0
+    assert again.transactions.runtime.replayed_batches == 0
+    assert again.groups.runtime.replayed_batches == 0
     assert state(again) == state(full) and state(full)[0] and state(full)[1]
     await again.stop()
     await full.stop()
@@ -146,10 +147,10 @@ async def test_a_snapshot_plus_the_log_after_it_is_a_full_replay() -> None:
     history(broker, 200, 150)
     # a crash: no stop, so no newer snapshot; the next broker reads the same files
     resumed = await started(engine)
-    assert 0 < resumed.groups.replayed_batches < 150 * 3
-    assert 0 < resumed.transactions.replayed_batches < 150 * 2
+    assert 0 < resumed.groups.runtime.replayed_batches < 150 * 3
+    assert 0 < resumed.transactions.runtime.replayed_batches < 150 * 2
     full = await started(without_snapshots(engine))
-    assert full.groups.replayed_batches > 350
+    assert full.groups.runtime.replayed_batches > 350
     assert state(resumed) == state(full)
     assert state(resumed)[2]  # producer 1002's transactional offsets are still pending
     await resumed.stop()

@@ -91,8 +91,8 @@ async def broker() -> AsyncIterator[Broker]:
     try:
         yield broker
     finally:
-        for index in list(broker.transactions.owned):  # cancels loads and completions
-            broker.transactions.on_leadership(index, None)
+        for index in list(broker.transactions.runtime.owned):  # cancels loads and completions
+            broker.transactions.runtime.on_leadership(index, None)
         await asyncio.sleep(0)
         broker.topics.close()
 
@@ -132,8 +132,8 @@ def markers(partition: Partition) -> list[tuple[int, int, int]]:
 
 
 async def lead(transactions: TransactionCoordinator, index: int, epoch: int = 1) -> None:
-    transactions.on_leadership(index, epoch)
-    await wait_until(lambda: index in transactions.loaded_partitions)
+    transactions.runtime.on_leadership(index, epoch)
+    await wait_until(lambda: index in transactions.runtime.loaded_partitions)
 
 
 def completions_running() -> list[asyncio.Task[object]]:
@@ -154,8 +154,8 @@ async def test_an_id_of_a_partition_not_led_here_is_not_coordinated(broker: Brok
 
 async def test_a_led_partition_is_loading_until_its_replay_ends(broker: Broker) -> None:
     transactions = broker.transactions
-    transactions.on_leadership(0, 6)
-    assert transactions.owned == {0: 6} and not transactions.loaded
+    transactions.runtime.on_leadership(0, 6)
+    assert transactions.runtime.owned == {0: 6} and not transactions.loaded
     assert transactions.unavailable(TXN_ID) == ErrorCode.coordinator_load_in_progress
     assert transactions.serving(TXN_ID) == ErrorCode.coordinator_load_in_progress
     await wait_until(lambda: transactions.loaded)
@@ -184,10 +184,10 @@ async def test_losing_the_leadership_forgets_that_partitions_ids_only(broker: Br
     transactions = broker.transactions
     await lead(transactions, 0)
     await lead(transactions, 1)
-    transactions.on_leadership(0, None)
+    transactions.runtime.on_leadership(0, None)
     assert list(transactions.txns) == [OTHER_ID]
     assert transactions.unavailable(TXN_ID) == ErrorCode.not_coordinator
-    assert transactions.owned == {1: 1} and transactions.loaded
+    assert transactions.runtime.owned == {1: 1} and transactions.loaded
 
 
 async def test_a_prepared_commit_is_resumed_once_its_partition_is_loaded(broker: Broker) -> None:
@@ -206,7 +206,7 @@ async def test_losing_the_leadership_cancels_a_completion(
     transactions = broker.transactions
     await lead(transactions, 0)
     assert len(completions_running()) == 1  # waiting for its marker to be durable
-    transactions.on_leadership(0, None)
+    transactions.runtime.on_leadership(0, None)
     await wait_until(lambda: not completions_running(), timeout=1.0)
     held.release()
 
@@ -215,11 +215,11 @@ async def test_a_new_epoch_while_loading_restarts_the_load(broker: Broker) -> No
     for epoch in range(2_000):  # a long partition: its replay yields to the loop
         write_state(broker, empty(epoch=epoch))
     transactions = broker.transactions
-    transactions.on_leadership(0, 1)
+    transactions.runtime.on_leadership(0, 1)
     for _ in range(3):
         await asyncio.sleep(0)
     assert transactions.unavailable(TXN_ID) == ErrorCode.coordinator_load_in_progress
-    transactions.on_leadership(0, 2)
+    transactions.runtime.on_leadership(0, 2)
     await wait_until(lambda: transactions.loaded)
     assert transactions.coordinator_epoch(TXN_ID) == 2
     assert transactions.txns[TXN_ID] == empty(epoch=1_999)
@@ -243,7 +243,7 @@ async def test_a_transition_logged_after_the_leadership_moved_is_not_installed(
         transactions.apply(TXN_ID, rules.Outcome(ErrorCode.none, empty()))
     )
     await wait_until(lambda: bool(held.futures))
-    transactions.on_leadership(0, None)
+    transactions.runtime.on_leadership(0, None)
     held.release()
     assert await asyncio.wait_for(applying, 5) == ErrorCode.not_coordinator
     assert TXN_ID not in transactions.txns
@@ -262,7 +262,7 @@ async def test_a_transition_logged_across_a_new_epoch_is_answered_not_coordinato
         transactions.apply(TXN_ID, rules.Outcome(ErrorCode.none, empty()))
     )
     await wait_until(lambda: bool(held.futures))
-    transactions.on_leadership(0, 2)
+    transactions.runtime.on_leadership(0, 2)
     await wait_until(lambda: transactions.loaded)
     held.release()
     assert await asyncio.wait_for(applying, 5) == ErrorCode.not_coordinator
@@ -278,7 +278,7 @@ async def test_a_log_write_refused_by_replication_is_coordinator_not_available(
     def refused(*_args: object, **_kwargs: object) -> asyncio.Future[None]:
         raise KafkaProtocolError(ErrorCode.not_enough_replicas)
 
-    monkeypatch.setattr(transactions, "write", refused)  # the coordinator's log writes
+    monkeypatch.setattr(transactions.runtime, "write", refused)  # the coordinator's log writes
     answer = await transactions.apply(TXN_ID, rules.Outcome(ErrorCode.none, empty()))
     assert answer == ErrorCode.coordinator_not_available
     assert TXN_ID not in transactions.txns and TXN_ID not in transactions.pending
@@ -291,12 +291,12 @@ async def test_a_completion_resumed_by_a_new_term_is_cancelled_when_the_partitio
     write_state(broker, prepared_commit())
     transactions = broker.transactions
     await lead(transactions, 0, epoch=1)
-    transactions.on_leadership(0, 2)  # cancels the first completion, resumes it again
+    transactions.runtime.on_leadership(0, 2)  # cancels the first completion, resumes it again
     await wait_until(lambda: transactions.loaded)
     for _ in range(3):
         await asyncio.sleep(0)
     assert len(completions_running()) == 1
-    transactions.on_leadership(0, None)
+    transactions.runtime.on_leadership(0, None)
     try:
         await wait_until(lambda: not completions_running(), timeout=1.0)
     finally:

@@ -29,6 +29,7 @@ from lockgate.coordinator.group.classic import (
 from lockgate.coordinator.group.group import Group, Member
 from lockgate.coordinator.group.records import group_key, group_value
 from lockgate.coordinator.group.state import GroupState
+from lockgate.coordinator.runtime import Timer, Timers
 from lockgate.protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -44,7 +45,7 @@ class _Barrier:
     write of the generation it completed."""
 
     group: Group
-    timer: asyncio.Handle | None = None
+    timer: Timer | None = None
     stopped: bool = False  # the group left this runtime: a write under way answers nobody
 
 
@@ -54,15 +55,17 @@ class ClassicRuntime:
         groups: dict[str, Group],
         append: Append,
         clock: Callable[[], int],
+        timers: Timers,
         initial_delay_ms: int,
     ) -> None:
         self.groups = groups  # the coordinator's groups (shared: the timers check identity)
         self._append = append
         self._clock = clock
+        self._timers = timers
         self.initial_delay_ms = initial_delay_ms
         self.joins: dict[tuple[str, str], asyncio.Future[Answer]] = {}
         self.syncs: dict[tuple[str, str], asyncio.Future[Answer]] = {}
-        self.sessions: dict[tuple[str, str], asyncio.TimerHandle] = {}
+        self.sessions: dict[tuple[str, str], Timer] = {}
         self.barriers: dict[str, _Barrier] = {}
         self.sessions_expired = 0
         self.expiry_lateness_ms = 0.0  # the latest a session expired after its deadline
@@ -203,7 +206,7 @@ class ClassicRuntime:
         if timer is not None:
             timer.cancel()
         if timeout_ms is not None:
-            self.sessions[key] = asyncio.get_running_loop().call_later(
+            self.sessions[key] = self._timers.call_later(
                 timeout_ms / 1000, self._session_timer, group, member_id
             )
 
@@ -231,7 +234,7 @@ class ClassicRuntime:
         if barrier is not None and barrier.group is group:
             return
         barrier = self.barriers[group.group_id] = _Barrier(group)
-        barrier.timer = asyncio.get_running_loop().call_soon(self._check, barrier, None, False)
+        barrier.timer = self._timers.call_soon(self._check, barrier, None, False)
 
     def _check(self, barrier: _Barrier, wait: BarrierWait | None, all_joined: bool) -> None:
         barrier.timer = None
@@ -245,7 +248,7 @@ class ClassicRuntime:
         step = classic.barrier_check(group, wait, now, all_joined)
         if step is not None:
             delay_ms, everyone = step
-            barrier.timer = asyncio.get_running_loop().call_later(
+            barrier.timer = self._timers.call_later(
                 delay_ms / 1000, self._check, barrier, wait, everyone
             )
             return

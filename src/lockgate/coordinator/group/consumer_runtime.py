@@ -49,6 +49,7 @@ from lockgate.coordinator.group.embedded import (
 )
 from lockgate.coordinator.group.group import Group, Member, instance_error
 from lockgate.coordinator.group.state import GroupState
+from lockgate.coordinator.runtime import Timer, Timers
 from lockgate.protocol.errors import ErrorCode
 from lockgate.topics.directory import TopicManager
 
@@ -68,16 +69,19 @@ class ConsumerProtocol:
         append: Append,
         classic: ClassicRuntime,
         clock: Callable[[], int],
+        timers: Timers,
     ) -> None:
         """`groups`: the coordinator's (a consumer-protocol group is a Group whose `consumer`
         is set); `gate`: NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS for a group;
-        `classic`: runs the classic groups this converts from and to."""
+        `classic`: runs the classic groups this converts from and to; `timers`: the port the
+        members' session and revocation timers are armed through."""
         self.topics = topics
         self.groups = groups
         self._gate = gate
         self._append_records = append
         self.classic = classic
         self._clock = clock
+        self._timers = timers
         assignors = tuple(
             _assignor_name(name)
             for name in config.get("group.consumer.assignors").split(",")
@@ -108,8 +112,8 @@ class ConsumerProtocol:
         if unknown:
             raise ConfigError(f"group.consumer.assignors: unknown {', '.join(unknown)} "
                               f"(known: {', '.join(ASSIGNORS)})")  # fmt: skip
-        self.sessions: dict[tuple[str, str], asyncio.TimerHandle] = {}
-        self.revocations: dict[tuple[str, str], asyncio.TimerHandle] = {}
+        self.sessions: dict[tuple[str, str], Timer] = {}
+        self.revocations: dict[tuple[str, str], Timer] = {}
         self.sessions_expired = 0
 
     # -- topics ----------------------------------------------------------------------------------
@@ -264,7 +268,7 @@ class ConsumerProtocol:
             if member is not None and member.classic is not None
             else self.session_timeout_ms
         )
-        self.sessions[key] = asyncio.get_running_loop().call_later(
+        self.sessions[key] = self._timers.call_later(
             timeout_ms / 1000, self._session_expired, container, member_id
         )
 
@@ -285,7 +289,7 @@ class ConsumerProtocol:
         ):
             return
         delay = max(member.revocation_deadline_ms - self._clock(), 0) / 1000
-        self.revocations[key] = asyncio.get_running_loop().call_later(
+        self.revocations[key] = self._timers.call_later(
             delay, self._revocation_expired, container, member_id
         )
 

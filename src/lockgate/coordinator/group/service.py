@@ -1,8 +1,10 @@
-# The group coordinator: owns the __consumer_offsets partitions coordinated here (all of them
-# on a single node, those led here in a cluster), loads their groups in the background
-# (snapshots, then the records after them), answers NOT_COORDINATOR /
-# COORDINATOR_LOAD_IN_PROGRESS for a group whose partition is not (yet) served, appends the
-# groups' records, and has one method per group API, which it hands to the piece that runs it:
+# The group coordinator: the groups of the __consumer_offsets partitions coordinated here (all
+# of them on a single node, those led here in a cluster). Its CoordinatorRuntime (runtime.py)
+# owns those partitions, loads them in the background (snapshots, then the records after them),
+# answers NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS for a group whose partition is not
+# (yet) served and appends the groups' records; this coordinator is its shard (the replay of
+# the groups' records, what a partition's load and unload do to the groups) and has one method
+# per group API, which it hands to the piece that runs it:
 # classic_runtime.py (classic membership: JoinGroup, SyncGroup, Heartbeat, LeaveGroup),
 # consumer_runtime.py (the consumer group protocol, KIP-848, and mixed groups) and offsets.py
 # (committed and transactional offsets, deletions, retention).
@@ -11,12 +13,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import time
 from collections.abc import Callable
-from typing import Any, Protocol
 
 from lockgate.config.properties import BrokerConfig
-from lockgate.coordinator import writes
+from lockgate.coordinator import runtime, writes
 from lockgate.coordinator.group import consumer_records
 from lockgate.coordinator.group.classic import Answer, JoinRequest, SyncRequest, restore_group
 from lockgate.coordinator.group.classic_runtime import ClassicRuntime
@@ -29,9 +29,6 @@ from lockgate.coordinator.group.records import (
     decode_key,
     decode_offset_value,
 )
-from lockgate.coordinator.snapshots import PartitionImage, restore
-from lockgate.coordinator.txn.log import partition_for
-from lockgate.log.partition import Partition
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.protocol.records import (
     CONTROL_COMMIT,
@@ -46,49 +43,51 @@ from lockgate.topics.internal import CONSUMER_OFFSETS_TOPIC
 
 log = logging.getLogger(__name__)
 
-# appends a batch to a coordinator partition as its leader; the future of its commit
-Write = Callable[[Partition, bytes], "asyncio.Future[None]"]
-
-
-class _Snapshots(Protocol):
-    def follow(self, partition: Partition, image: PartitionImage, at: int) -> None: ...
-
 
 class GroupCoordinator:
     def __init__(
         self,
         config: BrokerConfig,
         topics: TopicManager,
-        write: Write,
+        write: runtime.Write,
         clock: Callable[[], int],
         on_loaded: Callable[[float], None],
-        snapshots: _Snapshots | None,
+        snapshots: runtime.Snapshots | None,
+        timers: runtime.Timers,
     ) -> None:
         """`topics` holds __consumer_offsets (created here on a single node) and answers which
         topics exist; `write` appends a batch as the partition's leader; `on_loaded` is told
         how long a partition took to load; `snapshots` follows the loaded partitions on a
-        single node (None in a cluster: snapshots are a single node's, for now)."""
+        single node (None in a cluster: snapshots are a single node's, for now); `timers`
+        is the root's timers port, the members' sessions and rebalances are armed through."""
         self.topics = topics
-        self._write = write
         self._clock = clock
-        self._snapshots = snapshots
-        self._on_loaded = on_loaded
-        self.num_partitions = config.integer("offsets.topic.num.partitions")
+        # the partitions of __consumer_offsets coordinated here, their loads and epochs
+        self.runtime = runtime.CoordinatorRuntime(
+            CONSUMER_OFFSETS_TOPIC,
+            topics,
+            config.integer("offsets.topic.num.partitions"),
+            shard=self,
+            write=write,
+            clock=clock,
+            on_loaded=on_loaded,
+            snapshots=snapshots,
+            timers=timers,
+            voice=runtime.Voice(log, "group", "groups", logging.DEBUG, logging.INFO),
+        )
         self.min_session_ms = config.integer("group.min.session.timeout.ms")
         self.max_session_ms = config.integer("group.max.session.timeout.ms")
         self.groups: dict[str, Group] = {}
-        # __consumer_offsets partitions coordinated here → their leader epoch: every
-        # partition on a single node, those led here in a cluster
-        self.owned: dict[int, int] = {}
-        self.loaded_partitions: set[int] = set()
-        self._loads: dict[int, asyncio.Task[Any]] = {}
-        self.replayed_batches = 0  # by the last load, after the snapshots
         self.classic = ClassicRuntime(
-            self.groups, self._append, clock, config.integer("group.initial.rebalance.delay.ms")
+            self.groups,
+            self._append,
+            clock,
+            timers,
+            config.integer("group.initial.rebalance.delay.ms"),
         )
         # the consumer group protocol (KIP-848)
         self.consumer = ConsumerProtocol(
-            config, topics, self.groups, self.gate, self._append, self.classic, clock
+            config, topics, self.groups, self.gate, self._append, self.classic, clock, timers
         )
         self.offsets = Offsets(
             self.groups,
@@ -101,76 +100,70 @@ class GroupCoordinator:
             retention_ms=config.integer("offsets.retention.ms"),
         )
 
-    # -- the offsets topic ----------------------------------------------------------------------
+    # -- the offsets topic's partitions (the runtime's) ------------------------------------------
 
     @property
     def loaded(self) -> bool:
-        """Every partition coordinated here is loaded."""
-        return self.loaded_partitions.issuperset(self.owned)
+        """Every partition coordinated here is loaded (ListGroups needs them all)."""
+        return self.runtime.loaded
 
-    def ensure_topic(self) -> None:
-        """A single node: creates the topic if needed and coordinates every partition."""
-        topics = self.topics
-        if CONSUMER_OFFSETS_TOPIC not in topics.topics:
-            topics.create(CONSUMER_OFFSETS_TOPIC, self.num_partitions, 1, {}, internal=True)
-        self.num_partitions = topics.topics[CONSUMER_OFFSETS_TOPIC].partitions
-        for index in range(self.num_partitions):
-            partition = self._partition_at(index)
-            partition.marker_listeners.append(self._on_marker(index))
-            self.owned[index] = partition.leader_epoch
+    def gate(self, group_id: str) -> ErrorCode:
+        """NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS for the group's partition, if so."""
+        return self.runtime.serving(group_id)
 
-    def on_leadership(self, index: int, epoch: int | None) -> None:
-        """Cluster mode: this broker leads `index` of __consumer_offsets in `epoch` and
-        coordinates its groups (loaded in the background), or (None) no longer does."""
-        task = self._loads.pop(index, None)
-        if task is not None:
-            task.cancel()
-        self._unload(index)
-        if epoch is None:
-            return
-        self.num_partitions = self.topics.topics[CONSUMER_OFFSETS_TOPIC].partitions
-        partition = self._partition_at(index)
-        listener = self._on_marker(index)
-        partition.marker_listeners[:] = [listener]  # (the partition is this coordinator's alone)
-        self.owned[index] = epoch
-        self._loads[index] = asyncio.get_running_loop().create_task(
-            self._load_partition(index, logging.INFO)
-        )
+    def offsets_partition(self, group_id: str) -> int:
+        return self.runtime.partition_for(group_id)
 
-    def _unload(self, index: int) -> None:
-        """Forgets a partition's groups: their members' waits end with NOT_COORDINATOR and
-        they look for the new coordinator; nothing is written."""
-        self.owned.pop(index, None)
-        self.loaded_partitions.discard(index)
+    # -- the shard: what the runtime's loads and unloads do to the groups ----------------------
+
+    def size(self) -> int:
+        """(Shard) The groups held here."""
+        return len(self.groups)
+
+    def attach(self, index: int) -> None:
+        """(Shard) The partition's transaction markers apply its groups' pending offsets
+        (the partition is this coordinator's alone)."""
+        self.runtime.partition_at(index).marker_listeners[:] = [self._on_marker(index)]
+
+    def unload(self, index: int) -> int:
+        """(Shard) Forgets a partition's groups: their members' waits end with
+        NOT_COORDINATOR and they look for the new coordinator; nothing is written."""
         gone = [g for g in self.groups.values() if self.offsets_partition(g.group_id) == index]
         for group in gone:
             del self.groups[group.group_id]
             self.consumer.unloaded(group)
             self.classic.forget(group, ErrorCode.not_coordinator)
         self.offsets.forget(lambda group_id: self.offsets_partition(group_id) == index)
-        if gone:
-            log.info("no longer coordinating %s-%d: %d groups unloaded", CONSUMER_OFFSETS_TOPIC,
-                     index, len(gone))  # fmt: skip
+        return len(gone)
 
-    def gate(self, group_id: str) -> ErrorCode:
-        """NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS for the group's partition, if so."""
-        index = self.offsets_partition(group_id)
-        if index not in self.owned:
-            return ErrorCode.not_coordinator
-        if index not in self.loaded_partitions:
-            return ErrorCode.coordinator_load_in_progress
-        return ErrorCode.none
+    def replay(self, index: int) -> runtime.Replay:
+        """(Shard) A load of one partition. Transactional offsets wait for their marker,
+        which is in the same partition."""
+        pending: dict[int, list[tuple[bytes, bytes | None]]] = {}
+        return runtime.Replay(
+            functools.partial(self._replay_batch, pending),
+            functools.partial(self._loaded, index, pending),
+        )
 
-    def offsets_partition(self, group_id: str) -> int:
-        return partition_for(group_id, self.num_partitions)
-
-    def _partition_at(self, index: int) -> Partition:
-        partition = self.topics.get(CONSUMER_OFFSETS_TOPIC, index)
-        if partition is None:  # the internal topic's log could not be opened
-            raise KafkaProtocolError(
-                ErrorCode.coordinator_not_available, f"{CONSUMER_OFFSETS_TOPIC}-{index} is not open"
-            )
-        return partition
+    def _loaded(
+        self, index: int, pending: dict[int, list[tuple[bytes, bytes | None]]]
+    ) -> runtime.Loaded:
+        """The partition is loaded: the offsets of transactions still open wait for their
+        markers, restored members get a session to come back."""
+        for producer_id, records in pending.items():  # transactions still open
+            for key, value in records:
+                decoded = decode_key(key)
+                if isinstance(decoded, tuple) and value is not None:
+                    group, topic, p = decoded
+                    self.offsets.pending.setdefault(producer_id, {}).setdefault(group, {})[
+                        (topic, p)
+                    ] = decode_offset_value(value)
+        restored = [g for g in self.groups.values() if self.offsets_partition(g.group_id) == index]
+        for each in restored:  # restored members get a session to come back
+            for member in each.members.values():
+                self.classic.touch(each, member)
+            self.consumer.loaded(each)
+        return runtime.Loaded(len(restored))
 
     def _append(
         self,
@@ -188,61 +181,12 @@ class GroupCoordinator:
             producer_id=producer_id,
             producer_epoch=epoch,
         )
-        index = self.offsets_partition(group_id)
         try:
-            if index not in self.owned:  # lost while the caller awaited something
-                raise KafkaProtocolError(ErrorCode.not_coordinator)
-            return self._write(self._partition_at(index), batch)
+            return self.runtime.append(group_id, batch)
         except KafkaProtocolError as exc:  # (callers handle every failure where they await)
             failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             failed.set_exception(exc)
             return failed
-
-    async def load(self) -> None:
-        """A single node's start: loads every partition, one at a time without holding the
-        event loop; a group is served as soon as its partition is loaded
-        (COORDINATOR_LOAD_IN_PROGRESS before)."""
-        started = time.monotonic()
-        loads = [await self._load_partition(index, logging.DEBUG) for index in sorted(self.owned)]
-        self.replayed_batches = sum(batches for _, batches in loads)
-        log.info("group coordinator loaded %d groups from %d snapshots and %d batches in %.2fs",
-                 len(self.groups), sum(s for s, _ in loads), self.replayed_batches,
-                 time.monotonic() - started)  # fmt: skip
-
-    async def _load_partition(self, index: int, level: int) -> tuple[bool, int]:
-        """Replays one partition and marks it loaded; returns whether a snapshot was used and
-        the batches replayed after it (logged at `level`: a single node loads every partition
-        at start, a cluster broker one as it comes to lead it).
-        Transactional offsets wait for their marker, which is in the same partition."""
-        started = time.monotonic()
-        pending: dict[int, list[tuple[bytes, bytes | None]]] = {}
-        partition = self._partition_at(index)
-        image = PartitionImage()
-        visit = functools.partial(self._replay_batch, pending)
-        loaded = await restore(partition, visit, image, self._clock())
-        if self._snapshots is not None:
-            self._snapshots.follow(partition, image, loaded.snapshot_offset)
-        for producer_id, records in pending.items():  # transactions still open
-            for key, value in records:
-                decoded = decode_key(key)
-                if isinstance(decoded, tuple) and value is not None:
-                    group, topic, p = decoded
-                    self.offsets.pending.setdefault(producer_id, {}).setdefault(group, {})[
-                        (topic, p)
-                    ] = decode_offset_value(value)
-        self.loaded_partitions.add(index)
-        restored = [g for g in self.groups.values() if self.offsets_partition(g.group_id) == index]
-        for each in restored:  # restored members get a session to come back
-            for member in each.members.values():
-                self.classic.touch(each, member)
-            self.consumer.loaded(each)
-        self._on_loaded(time.monotonic() - started)
-        log.log(level,
-                "%s-%d loaded in epoch %d: %d groups from %s and %d batches in %.2fs",
-                CONSUMER_OFFSETS_TOPIC, index, self.owned.get(index, -1), len(restored),
-                "a snapshot" if loaded.snapshot_offset >= 0 else "no snapshot", loaded.replayed,
-                time.monotonic() - started)  # fmt: skip
-        return loaded.snapshot_offset >= 0, loaded.replayed
 
     def _replay_batch(
         self,
@@ -289,7 +233,6 @@ class GroupCoordinator:
             )  # fmt: skip
         except (ValueError, UnicodeDecodeError, IndexError) as exc:
             log.error("skipping a damaged %s record: %s", CONSUMER_OFFSETS_TOPIC, exc)
-
 
     # -- classic membership (classic_runtime.py; consumer-protocol groups: consumer_runtime.py)
 
@@ -445,7 +388,7 @@ class GroupCoordinator:
 
     def _on_marker(self, partition_index: int) -> Callable[[int, bool], None]:
         def apply(producer_id: int, commit: bool) -> None:
-            if partition_index not in self.loaded_partitions:
+            if partition_index not in self.runtime.loaded_partitions:
                 return  # the partition's replay reads this marker itself
             self.offsets.transaction_ended(
                 lambda group_id: self.offsets_partition(group_id) == partition_index,

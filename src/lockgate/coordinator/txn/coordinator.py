@@ -1,10 +1,13 @@
 # The transaction coordinator at run time: owns every transactional id's metadata, applies the
 # pure rules of rules.py with prepare → durable append to __transaction_state → install,
 # writes the markers of PrepareCommit/PrepareAbort and completes them, aborts timed-out
-# transactions and expires idle ids. State is rebuilt at start-up by replaying the log; until
-# then requests get COORDINATOR_LOAD_IN_PROGRESS. It has one method per transaction API
-# (init_producer_id, add_partitions, add_offsets, end_txn, describe, list_transactions, and
-# the transaction check of TxnOffsetCommit): handlers decode, authorize, call it and encode.
+# transactions and expires idle ids. Its CoordinatorRuntime (runtime.py) owns the partitions
+# of __transaction_state coordinated here, their epochs, loads (until a partition is loaded its
+# ids get COORDINATOR_LOAD_IN_PROGRESS) and appends; this coordinator is its shard (the replay of
+# the ids' records, the transactions a load resumes, the ids an unload forgets). It has one
+# method per transaction API (init_producer_id, add_partitions, add_offsets, end_txn,
+# describe, list_transactions, and the transaction check of TxnOffsetCommit): handlers
+# decode, authorize, call it and encode.
 from __future__ import annotations
 
 import asyncio
@@ -12,13 +15,10 @@ import functools
 import logging
 import os
 import re
-import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
 
-from lockgate.coordinator import writes
-from lockgate.coordinator.snapshots import PartitionImage, restore
+from lockgate.coordinator import runtime, writes
 from lockgate.coordinator.txn import rules
 from lockgate.coordinator.txn.log import (
     decode_key,
@@ -49,10 +49,6 @@ from lockgate.topics.internal import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_T
 
 log = logging.getLogger(__name__)
 
-# Appends a batch to a partition this broker leads (synchronously: callers must not await
-# before it, to keep their order) and returns the future of its commit (durable, and in a
-# cluster replicated to the ISR: coordinator/writes.py).
-Write = Callable[[Partition, bytes], asyncio.Future[None]]
 # Writes a COMMIT/ABORT marker to a partition this broker leads: (partition, producer id,
 # producer epoch, commit, coordinator epoch, now, strict epoch) → the future of its commit.
 WriteMarker = Callable[[Partition, int, int, bool, int, int, bool], asyncio.Future[None]]
@@ -63,10 +59,6 @@ WriteMarker = Callable[[Partition, int, int, bool, int, int, bool], asyncio.Futu
 # coordinator; unset (always, outside those tests) it has no effect.
 CRASH_POINT_VARIABLE = "LOCKGATE_TEST_CRASH_POINT"
 CRASH_POINTS = frozenset({"after-prepare", "between-markers", "after-markers"})
-
-
-class _Snapshots(Protocol):
-    def follow(self, partition: Partition, image: PartitionImage, at: int) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,13 +91,14 @@ class TransactionCoordinator:
         max_timeout_ms: int,
         expiration_ms: int,
         allocate: rules.AllocateId,
-        write: Write,
+        write: runtime.Write,
         write_marker: WriteMarker,
         clock: Callable[[], int],
         on_loaded: Callable[[float], None],
-        snapshots: _Snapshots | None,
+        snapshots: runtime.Snapshots | None,
         markers: MarkerSender | None,
         verifier: TxnVerifier | None,
+        timers: runtime.Timers,
     ) -> None:
         """`topics` holds __transaction_state (created here on a single node) and the
         partitions the markers go to; `allocate` hands out producer ids; `write` logs a
@@ -113,17 +106,14 @@ class TransactionCoordinator:
         how long a partition took to load. `snapshots` follows the loaded partitions on a
         single node (None in a cluster: snapshots are a single node's, for now). In a
         cluster, `markers` sends markers to the partitions' leaders and `verifier` asks the
-        coordinator of an id this broker does not coordinate; both None on a single node."""
+        coordinator of an id this broker does not coordinate; both None on a single node.
+        `timers` is the root's timers port (CoordinatorRuntime)."""
         self.topics = topics
-        self.num_partitions = num_partitions
         self.max_timeout_ms = max_timeout_ms
         self.expiration_ms = expiration_ms
         self.allocate = allocate
-        self.write = write
         self.write_marker = write_marker
         self.clock = clock
-        self.on_loaded = on_loaded
-        self.snapshots = snapshots
         self.markers = markers
         self.verifier = verifier
         self.txns: dict[str, TxnMetadata] = {}
@@ -131,12 +121,22 @@ class TransactionCoordinator:
         # transactional id → (producer id, epoch, the newest connection that producer's
         # requests came on): see _from_older_connection
         self.connections: dict[str, tuple[int, int, int]] = {}
-        # __transaction_state partitions coordinated here → coordinator epoch (the partition's
-        # leader epoch): every partition on a single node, those led here in a cluster
-        self.owned: dict[int, int] = {}
-        self.loaded_partitions: set[int] = set()
-        self._loads: dict[int, asyncio.Task[Any]] = {}
-        self.replayed_batches = 0  # by the last load, after the snapshots
+        # the partitions of __transaction_state coordinated here, their loads and epochs
+        loads_at = logging.INFO if snapshots is None else logging.DEBUG
+        self.runtime = runtime.CoordinatorRuntime(
+            TRANSACTION_STATE_TOPIC,
+            topics,
+            num_partitions,
+            shard=self,
+            write=write,
+            clock=clock,
+            on_loaded=on_loaded,
+            snapshots=snapshots,
+            timers=timers,
+            # a cluster broker (no snapshots) says a partition's load at INFO: its partitions
+            # come and go
+            voice=runtime.Voice(log, "transaction", "ids", loads_at, loads_at),
+        )
         self._completions: dict[str, asyncio.Task[None]] = {}
         self._crash_point = os.environ.get(CRASH_POINT_VARIABLE, "")
         if self._crash_point not in CRASH_POINTS | {""}:
@@ -145,90 +145,44 @@ class TransactionCoordinator:
         elif self._crash_point:
             log.warning("test hook: will crash at %r of a transaction", self._crash_point)
 
-    # -- loading -------------------------------------------------------------------------------
+    # -- the shard: what the runtime's loads and unloads do to the ids ------------------------
 
-    @property
-    def loaded(self) -> bool:
-        """Every partition coordinated here is loaded."""
-        return self.loaded_partitions.issuperset(self.owned)
+    def size(self) -> int:
+        """(Shard) The ids held here."""
+        return len(self.txns)
 
-    def ensure_topic(self) -> None:
-        """A single node: creates the topic if needed and coordinates every partition."""
-        topics = self.topics
-        if TRANSACTION_STATE_TOPIC not in topics.topics:
-            topics.create(TRANSACTION_STATE_TOPIC, self.num_partitions, 1, {}, internal=True)
-        self.num_partitions = topics.topics[TRANSACTION_STATE_TOPIC].partitions
-        self.owned = {index: self._log_partition_at(index).leader_epoch
-                      for index in range(self.num_partitions)}  # fmt: skip
+    def attach(self, index: int) -> None:
+        """(Shard) Nothing to do before a partition's load."""
 
-    async def load(self) -> None:
-        """A single node's start: loads every partition, one at a time without holding the
-        event loop. The ids of a partition are served as soon as it is loaded
-        (COORDINATOR_LOAD_IN_PROGRESS before)."""
-        started = time.monotonic()
-        loads = [await self._load_partition(index) for index in sorted(self.owned)]
-        self.replayed_batches = sum(batches for _, batches, _ in loads)
-        log.info("transaction coordinator loaded %d ids from %d snapshots and %d batches in "
-                 "%.2fs; resuming %d", len(self.txns), sum(s for s, _, _ in loads),
-                 self.replayed_batches, time.monotonic() - started,
-                 sum(r for _, _, r in loads))  # fmt: skip
-
-    def on_leadership(self, index: int, epoch: int | None) -> None:
-        """Cluster mode: this broker leads `index` of __transaction_state in `epoch` and
-        coordinates its ids (loaded in the background), or (None) no longer does."""
-        task = self._loads.pop(index, None)
-        if task is not None:
-            task.cancel()
-        self._unload(index)
-        if epoch is None:
-            return
-        self.num_partitions = self.topics.topics[TRANSACTION_STATE_TOPIC].partitions
-        self.owned[index] = epoch
-        self._loads[index] = asyncio.get_running_loop().create_task(self._load_partition(index))
-
-    def _unload(self, index: int) -> None:
-        """Forgets a partition's ids: their requests get NOT_COORDINATOR, their markers are
-        left to the next coordinator (it resumes what was prepared)."""
-        self.owned.pop(index, None)
-        self.loaded_partitions.discard(index)
-        gone = [t for t in self.txns if partition_for(t, self.num_partitions) == index]
+    def unload(self, index: int) -> int:
+        """(Shard) Forgets a partition's ids: their requests get NOT_COORDINATOR, their
+        markers are left to the next coordinator (it resumes what was prepared)."""
+        gone = [t for t in self.txns if self.runtime.partition_for(t) == index]
         for transactional_id in gone:
             del self.txns[transactional_id]
             self.connections.pop(transactional_id, None)
             task = self._completions.pop(transactional_id, None)
             if task is not None:
                 task.cancel()
-        if gone:
-            log.info("no longer coordinating %s-%d: %d ids unloaded", TRANSACTION_STATE_TOPIC,
-                     index, len(gone))  # fmt: skip
+        return len(gone)
 
-    async def _load_partition(self, index: int) -> tuple[bool, int, int]:
-        """Replays one partition (the latest record per id wins; null = expired), marks it
-        loaded and resumes the transactions it left preparing. Returns whether a snapshot was
-        used, the batches replayed after it and the transactions resumed."""
-        started = time.monotonic()
+    def replay(self, index: int) -> runtime.Replay:
+        """(Shard) A load of one partition: the latest record per id wins (null = expired);
+        once loaded, the transactions it left preparing are resumed."""
         replayed: set[str] = set()
-        partition = self._log_partition_at(index)
-        image = PartitionImage()
-        visit = functools.partial(self._replay_batch, replayed)
-        restored = await restore(partition, visit, image, self.clock())
-        if self.snapshots is not None:  # (snapshots are a single node's, for now)
-            self.snapshots.follow(partition, image, restored.snapshot_offset)
-        self.loaded_partitions.add(index)
+        return runtime.Replay(
+            functools.partial(self._replay_batch, replayed),
+            functools.partial(self._resume, replayed),
+        )
+
+    def _resume(self, replayed: set[str]) -> runtime.Loaded:
         resumed = 0
         for transactional_id in replayed:
             meta = self.txns.get(transactional_id)
             if meta is not None and meta.state in PREPARING:
                 self._spawn_completion(transactional_id)
                 resumed += 1
-        self.on_loaded(time.monotonic() - started)
-        # a cluster broker (no snapshots) says it at INFO: its partitions come and go
-        log.log(logging.INFO if self.snapshots is None else logging.DEBUG,
-                 "%s-%d loaded in epoch %d: %d ids from %s and %d batches in %.2fs; "
-                 "resuming %d", TRANSACTION_STATE_TOPIC, index, self.owned.get(index, -1),
-                 len(replayed), "a snapshot" if restored.snapshot_offset >= 0 else "no snapshot",
-                 restored.replayed, time.monotonic() - started, resumed)  # fmt: skip
-        return restored.snapshot_offset >= 0, restored.replayed, resumed
+        return runtime.Loaded(len(replayed), resumed)
 
     def _replay_batch(self, replayed: set[str], header: BatchHeader, data: bytes) -> None:
         if header.is_control:
@@ -246,16 +200,13 @@ class TransactionCoordinator:
             except ValueError as exc:
                 log.error("skipping a damaged %s record: %s", TRANSACTION_STATE_TOPIC, exc)
 
-    def _log_partition_at(self, index: int) -> Partition:
-        partition = self.topics.get(TRANSACTION_STATE_TOPIC, index)
-        if partition is None:  # the internal topic's log could not be opened
-            raise KafkaProtocolError(
-                ErrorCode.coordinator_not_available, f"{TRANSACTION_STATE_TOPIC}-{index} not open"
-            )
-        return partition
+    @property
+    def loaded(self) -> bool:
+        """Every partition coordinated here is loaded."""
+        return self.runtime.loaded
 
     def coordinator_epoch(self, transactional_id: str) -> int:
-        return self.owned.get(partition_for(transactional_id, self.num_partitions), -1)
+        return self.runtime.epoch(transactional_id)
 
     # -- one method per API ---------------------------------------------------------------------
 
@@ -485,12 +436,7 @@ class TransactionCoordinator:
 
     def serving(self, transactional_id: str) -> ErrorCode:
         """NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS for the id's partition, if so."""
-        index = partition_for(transactional_id, self.num_partitions)
-        if index not in self.owned:
-            return ErrorCode.not_coordinator
-        if index not in self.loaded_partitions:
-            return ErrorCode.coordinator_load_in_progress
-        return ErrorCode.none
+        return self.runtime.serving(transactional_id)
 
     def _record_connection(
         self, transactional_id: str, producer_id: int, epoch: int, connection: int
@@ -530,13 +476,10 @@ class TransactionCoordinator:
 
     def _append(self, meta: TxnMetadata | None, transactional_id: str) -> asyncio.Future[None]:
         """Appends the record (synchronously: callers must not await before this) and returns
-        the future of its commit (coordinator/writes.py)."""
-        index = partition_for(transactional_id, self.num_partitions)
-        if index not in self.owned:  # lost while the caller awaited something
-            raise KafkaProtocolError(ErrorCode.not_coordinator)
+        the future of its commit (CoordinatorRuntime.append)."""
         value = None if meta is None else encode_value(meta)
         batch = build_batch([(encode_key(transactional_id), value)], timestamp_ms=self.clock())
-        return self.write(self._log_partition_at(index), batch)
+        return self.runtime.append(transactional_id, batch)
 
     async def apply(self, transactional_id: str, outcome: rules.Outcome) -> ErrorCode:
         """Logs the outcome's transition durably, installs it and starts its markers. Returns

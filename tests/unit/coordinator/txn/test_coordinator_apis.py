@@ -10,6 +10,7 @@ from dataclasses import replace
 
 from lockgate.cluster.local import LocalMetadataStore
 from lockgate.config.properties import BrokerConfig
+from lockgate.coordinator.runtime import LoopTimers
 from lockgate.coordinator.txn.coordinator import TransactionCoordinator
 from lockgate.coordinator.txn.metadata import TxnMetadata
 from lockgate.coordinator.txn.state import TxnState
@@ -53,10 +54,11 @@ def coordinator(allocate: Allocator | None = None, loaded: bool = True) -> Trans
         snapshots=None,
         markers=None,
         verifier=None,
+        timers=LoopTimers(),
     )
-    transactions.ensure_topic()
+    transactions.runtime.ensure_topic()
     if loaded:
-        transactions.loaded_partitions.update(transactions.owned)
+        transactions.runtime.loaded_partitions.update(transactions.runtime.owned)
     return transactions
 
 
@@ -123,10 +125,10 @@ async def test_describe_answers_for_the_ids_served_here() -> None:
     transactions = coordinator(loaded=False)
     found = put(transactions, meta(TxnState.ONGOING))
     assert transactions.describe(TXN_ID) == ErrorCode.coordinator_load_in_progress
-    transactions.loaded_partitions.update(transactions.owned)
+    transactions.runtime.loaded_partitions.update(transactions.runtime.owned)
     assert transactions.describe(TXN_ID) == found
     assert transactions.describe("unknown") == ErrorCode.transactional_id_not_found
-    transactions.on_leadership(0, None)  # the partition moved away
+    transactions.runtime.on_leadership(0, None)  # the partition moved away
     assert transactions.describe(TXN_ID) == ErrorCode.not_coordinator
 
 
