@@ -71,7 +71,6 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from lockgate.coordinator.txn import rules
 from lockgate.handlers.common import check_leader
 from lockgate.handlers.registry import HandlerResult, RawBody, RequestContext, handles
 from lockgate.handlers.txn_common import RETRIABLE_VERIFICATION, map_abortable
@@ -150,15 +149,15 @@ def _verify_locally(
     """KIP-890 against this broker's coordinator: a transactional batch must belong to the
     producer's open transaction and to a partition added to it; Produce v12+ (TV2) adds the
     partition implicitly."""
-    coordinator = ctx.services.transactions
-    meta = coordinator.txns.get(transactional_id)
-    error = rules.verify_partition(meta, header.producer_id, header.producer_epoch, partition)
-    if error == ErrorCode.transaction_abortable and ctx.api_version >= FIRST_IMPLICIT_ADD_VERSION:
-        error, durable = coordinator.add_implicitly(
-            transactional_id, header.producer_id, header.producer_epoch, partition
-        )
-        if durable is not None:
-            pending.append(durable)
+    error, durable = ctx.services.transactions.verify_or_add(
+        transactional_id,
+        header.producer_id,
+        header.producer_epoch,
+        partition,
+        add=ctx.api_version >= FIRST_IMPLICIT_ADD_VERSION,
+    )
+    if durable is not None:
+        pending.append(durable)
     return error
 
 
