@@ -15,11 +15,11 @@ Version notes: v2 flexible.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from lockgate.handlers.common import NO_EPOCH, check_leader
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
+from lockgate.log.clock import now_ms
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.security.acls import Operation, ResourceType
@@ -35,7 +35,7 @@ def _delete(ctx: RequestContext, topic: str, index: int, offset: int) -> int:
         raise KafkaProtocolError(ErrorCode.invalid_topic_exception, f"{topic} is internal")
     check_leader(partition, NO_EPOCH)
     try:
-        return partition.delete_records(offset, int(time.time() * 1000))
+        return partition.delete_records(offset, now_ms())
     except OSError as exc:
         raise KafkaProtocolError(ErrorCode.kafka_storage_error, str(exc)) from exc
 
