@@ -309,9 +309,7 @@ def _topic_name(ctx: RequestContext, topic: ProduceTopic) -> tuple[str | None, E
     if topic.name is None:
         return None, ErrorCode.unknown_topic_or_partition
     if topic.name not in topics.topics:
-        # a cluster creates topics on Metadata requests only, as Kafka does
-        auto_create = ctx.services.config.flag("auto.create.topics.enable")
-        if not auto_create or ctx.services.cluster is not None:
+        if not ctx.services.produce_creates_topics:
             return None, ErrorCode.unknown_topic_or_partition
         if not may_create_topic(ctx, topic.name):
             return None, ErrorCode.topic_authorization_failed

@@ -68,6 +68,9 @@ class Services:
     quota_store: QuotaStore
     credentials: CredentialStore
     metrics: RequestMetrics
+    # auto.create.topics.enable on a single node; a cluster creates topics on Metadata
+    # requests only, as Kafka does
+    produce_creates_topics: bool
     cluster: EtcdMetadataStore | None  # cluster mode only
     replicas: ReplicaManager | None  # cluster mode only
     verifier: TxnVerifier | None  # cluster mode only: asks other brokers' txn coordinators

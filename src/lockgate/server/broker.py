@@ -245,6 +245,8 @@ class Broker:
             quota_store=self.quota_store,
             credentials=self.credentials,
             metrics=self.metrics,
+            produce_creates_topics=config.flag("auto.create.topics.enable")
+            and self.cluster is None,
             cluster=self.cluster,
             replicas=self.replicas,
             verifier=self.verifier,
