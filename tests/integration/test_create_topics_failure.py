@@ -113,7 +113,9 @@ async def test_metadata_of_a_partition_without_an_open_log_is_an_error_not_a_cra
     bootstrap = f"127.0.0.1:{broker.port}"
     try:
         assert await asyncio.to_thread(create, bootstrap, "gap", 2) == 0
-        broker.topics.partitions.pop(("gap", 1))  # as if its log could not be opened
+        # as if its log could not be opened: not open here, so never led by this node
+        broker.topics.partitions.pop(("gap", 1))
+        broker.store.view.partitions.pop(("gap", 1))
         errors = await asyncio.to_thread(partition_errors, bootstrap, "gap")
         assert errors[0] == (0, broker.node_id)
         assert errors[1] == (KafkaError.LEADER_NOT_AVAILABLE, -1)

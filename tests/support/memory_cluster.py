@@ -115,7 +115,7 @@ class MemoryClusterBroker:
         broker.transactions.verifier = broker.verifier
         # coordinators are found as in a cluster: the leaders of the internal partitions
         broker.coordinators = CoordinatorLocator(
-            broker.topics, broker.membership, broker.admin, config, single_node=None
+            broker.topics, broker.membership, broker.admin, config
         )
         broker.services = dataclasses.replace(
             broker.services,

@@ -1,9 +1,9 @@
 # Who is in the cluster, as Metadata, DescribeCluster and FindCoordinator answer it: the
-# single node is alone and leads everything; a cluster broker reads the metadata store's view.
+# metadata store's view, in both modes (a single node's store, cluster/local.py, has this node
+# registered, as the controller and the leader of every partition it has open).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from typing import Protocol
 
 from lockgate.cluster.metadata import NO_LEADER, BrokerRegistration, MetadataStore, PartitionState
@@ -19,45 +19,6 @@ class Membership(Protocol):
     def partition(self, topic: str, index: int) -> PartitionState | None:
         """Replicas, leader, leader epoch and ISR; None if unknown."""
         ...
-
-
-class _Led(Protocol):
-    @property
-    def leader_epoch(self) -> int: ...
-
-
-class _Partitions(Protocol):
-    def get(self, topic: str, index: int) -> _Led | None: ...
-
-
-class SingleNode:
-    def __init__(
-        self,
-        node_id: int,
-        cluster_id: str,
-        registration: Callable[[], BrokerRegistration],
-        partitions: _Partitions,
-    ) -> None:
-        self.node_id = node_id
-        self._cluster_id = cluster_id
-        self._registration = registration  # (its ports are known once the listeners bind)
-        self.partitions = partitions
-
-    def cluster_id(self) -> str:
-        return self._cluster_id
-
-    def brokers(self) -> list[BrokerRegistration]:
-        return [self._registration()]
-
-    def controller_id(self) -> int:
-        return self.node_id
-
-    def partition(self, topic: str, index: int) -> PartitionState | None:
-        node = self.node_id
-        partition = self.partitions.get(topic, index)
-        if partition is None:  # its log could not be opened: no leader to name
-            return PartitionState((node,), NO_LEADER, -1, ())
-        return PartitionState((node,), node, partition.leader_epoch, (node,))
 
 
 class ClusterMembership:

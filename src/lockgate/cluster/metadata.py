@@ -115,7 +115,8 @@ class TopicRecord:
 
 
 class TopicCatalog(Protocol):
-    """The topics of the single-node engine (cluster/local.py), read and written in place."""
+    """The topics of the single-node engine (cluster/local.py), read and written in place
+    by TopicManager once the logs exist."""
 
     @property
     def cluster_id(self) -> str: ...
@@ -125,6 +126,10 @@ class TopicCatalog(Protocol):
     def put_topic(self, record: TopicRecord) -> None: ...
 
     def remove_topic(self, name: str) -> None: ...
+
+    def lead(self, topic: str, index: int, leader_epoch: int) -> None:
+        """This node leads the partition at `leader_epoch`: its log is open."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

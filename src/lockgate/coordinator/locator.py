@@ -1,15 +1,16 @@
-# FindCoordinator's answer: which broker coordinates a group or a transactional id. A single
-# node coordinates everything. In a cluster a group's coordinator is the leader of its
-# partition of __consumer_offsets (Kafka's placement: the key's Java hash modulo the partition
-# count). The first lookup creates the topic, as Kafka does, once as many brokers are
-# registered as its replication factor asks for; until then, and while a partition has no
-# leader, the answer is COORDINATOR_NOT_AVAILABLE, which clients retry. A transactional id's
-# coordinator is found the same way in __transaction_state.
+# FindCoordinator's answer: which broker coordinates a group or a transactional id, in both
+# modes the same way (a single node leads every partition, so it coordinates everything): a
+# group's coordinator is the leader of its partition of __consumer_offsets (Kafka's
+# placement: the key's Java hash modulo the partition count). The first lookup creates the
+# topic, as Kafka does, once as many brokers are registered as its replication factor asks
+# for; until then, and while a partition has no leader, the answer is
+# COORDINATOR_NOT_AVAILABLE, which clients retry. A transactional id's coordinator is found
+# the same way in __transaction_state.
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Protocol
 
 from lockgate.cluster.membership import Membership
@@ -57,22 +58,16 @@ class CoordinatorLocator:
         view: Membership,
         admin: TopicCreator,
         config: BrokerConfig,
-        single_node: Callable[[], BrokerRegistration] | None,
     ) -> None:
-        """`single_node`: on a single node, this node's registration (it coordinates every
-        key); None in a cluster."""
         self.topics = topics
         self.view = view
         self.admin = admin
         self.config = config
-        self.single_node = single_node
         self._creating: dict[str, asyncio.Task[None]] = {}
 
     def locate(self, key_type: int, key: str) -> BrokerRegistration | ErrorCode:
         if key_type not in _TOPICS:
             return ErrorCode.invalid_request
-        if self.single_node is not None:
-            return self.single_node()
         topic = _TOPICS[key_type][0]
         record = self.topics.topics.get(topic)
         if record is None:

@@ -13,7 +13,7 @@ from lockgate.client.security import ClientSecurity
 from lockgate.cluster.controller_service import ControllerService
 from lockgate.cluster.etcd import EtcdMetadataStore
 from lockgate.cluster.local import LocalMetadataStore
-from lockgate.cluster.membership import ClusterMembership, Membership, SingleNode
+from lockgate.cluster.membership import ClusterMembership, Membership
 from lockgate.cluster.metadata import BrokerRegistration, Endpoint
 from lockgate.config.dynamic import open_dynamic_configs
 from lockgate.config.properties import BrokerConfig
@@ -76,7 +76,9 @@ class Broker:
         self.dynamic_configs = open_dynamic_configs(
             config, self.node_id, self.storage, config.get("lockgate.cluster")
         )
-        self.store = LocalMetadataStore(self.storage)  # the single node's topics
+        # the single node's metadata (and its topics' catalog, whose document a cluster
+        # broker keeps too)
+        self.store = LocalMetadataStore(self.storage, self.node_id)
         self.topics = TopicManager(self.storage, self.store, config, now_ms)
         self.dynamic_configs.listeners.append(self.topics.refresh_log_configs)
         self.group_commit = GroupCommit(config.durable and self.storage.durable)
@@ -138,14 +140,9 @@ class Broker:
                 self.node_id, self.membership, self.topics, self.inter_broker_security
             )
         else:
-            self.membership = SingleNode(
-                self.node_id,
-                self.store.cluster_id,
-                lambda: self.registration(incarnation=""),
-                self.topics,
-            )
+            self.membership = ClusterMembership(self.store, self.node_id)
             self.admin = LocalTopicAdmin(self.topics, self.node_id)
-            self.producer_ids = ProducerIdManager(self.storage)
+            self.producer_ids = ProducerIdManager(self.store)
         # how appends as leader wait: for the group commit, and in a cluster for the ISR too
         self.writer: PartitionWriter = (
             LocalWriter(self.group_commit, now_ms)
@@ -191,10 +188,6 @@ class Broker:
             self.membership,
             self.admin,
             config,
-            # a single node coordinates every key itself
-            single_node=(lambda: self.registration(incarnation=""))
-            if self.cluster is None
-            else None,
         )
         # None unless authorizer.class.name is set: then every handler checks ACLs
         self.authorizer = Authorizer.from_config(config, self.storage)
@@ -295,7 +288,7 @@ class Broker:
         if self.authorizer is not None:  # ACLs before the first request
             await self.authorizer.start()
         if self.cluster is None:
-            self.topics.load(clean)
+            self.topics.load(clean)  # (each partition it opens, it leads)
             self._ensure_internal_topics()
         else:
             self.topics.clean_start = clean  # replicas open as the cluster metadata names them
@@ -334,6 +327,8 @@ class Broker:
             self._servers.append(server)
             if server.sockets and listener.port == 0:
                 self.listener_ports[listener.name] = server.sockets[0].getsockname()[1]
+            if self.cluster is None:  # serving already: registered with the ports bound so far
+                await self.store.register(self.registration(incarnation=""))
         self.port = self.listener_ports[self.listeners[0].name]
         await self.quota_store.start()
         await self.credentials.start()

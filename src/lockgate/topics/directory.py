@@ -105,6 +105,7 @@ class TopicManager:
     ) -> Partition:
         partition = self._load_partition(record, index, now_ms, clean)
         self.partitions[(record.name, index)] = partition
+        self.store.lead(record.name, index, partition.leader_epoch)
         return partition
 
     def _load_partition(
@@ -280,6 +281,7 @@ class TopicManager:
         self._register(record)
         for index, partition in enumerate(created):
             self.partitions[(name, index)] = partition
+            self.store.lead(name, index, partition.leader_epoch)
         log.info("created topic %s with %d partitions %s", name, partitions, checked or "")
         return record
 
@@ -345,6 +347,7 @@ class TopicManager:
             raise _storage_error(f"recording {count} partitions of {name}", exc) from None
         for index, partition in enumerate(created, start=old):
             self.partitions[(name, index)] = partition
+            self.store.lead(name, index, partition.leader_epoch)
         log.info("topic %s grew from %d to %d partitions", name, old, count)
 
     def altered_configs(

@@ -77,7 +77,7 @@ class Harness:
     def __init__(self, shard: RecordingShard) -> None:
         engine = MemoryEngine()
         self.topics = TopicManager(
-            engine, LocalMetadataStore(engine), BrokerConfig({}), lambda: NOW
+            engine, LocalMetadataStore(engine, 0), BrokerConfig({}), lambda: NOW
         )
         self.writes: list[tuple[Partition, bytes]] = []
         self.load_times: list[float] = []

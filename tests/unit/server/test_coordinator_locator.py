@@ -1,9 +1,10 @@
-"""FindCoordinator's answer (server/coordinator_locator.py): a single node coordinates every key
-itself; a cluster broker names the leader of the group's __consumer_offsets partition, or of
-the transactional id's __transaction_state partition (COORDINATOR_NOT_AVAILABLE while the
-topic does not exist, which the first lookup creates, or while the partition has no
-reachable leader). Against stand-ins for what the locator is given: the topics, the
-membership, the topic admin, the config and, on a single node, this node's registration."""
+"""FindCoordinator's answer (coordinator/locator.py): the broker named is the leader of the
+group's __consumer_offsets partition, or of the transactional id's __transaction_state
+partition (COORDINATOR_NOT_AVAILABLE while the topic does not exist, which the first lookup
+creates, or while the partition has no reachable leader). A single node takes the same path
+and names itself for every key, since it leads every partition. Against stand-ins for what a
+cluster broker's locator is given (the topics, the membership, the topic admin, the config),
+and against a single node's own pieces."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from lockgate.cluster.local import LocalMetadataStore
 from lockgate.cluster.membership import ClusterMembership
 from lockgate.cluster.metadata import (
     NO_LEADER,
@@ -27,6 +29,9 @@ from lockgate.config.properties import BrokerConfig
 from lockgate.coordinator.locator import GROUP, TRANSACTION, CoordinatorLocator
 from lockgate.coordinator.txn.log import partition_for
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
+from lockgate.storage.memory import MemoryEngine
+from lockgate.topics.admin import LocalTopicAdmin
+from lockgate.topics.directory import TopicManager
 from lockgate.topics.internal import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 
 NODE = 7
@@ -77,9 +82,9 @@ class Topics:
 
 
 class StandIn:
-    """What the root hands the locator; `replicas` None makes it a single node."""
+    """What the root hands a cluster broker's locator."""
 
-    def __init__(self, cluster: bool) -> None:
+    def __init__(self) -> None:
         self.node_id = NODE
         self.advertised = ("broker-7.example", 9097)
         self.config = BrokerConfig({
@@ -91,7 +96,6 @@ class StandIn:
             "transaction.state.log.min.isr": "2",
         })  # fmt: skip
         self.store = Store()
-        self.replicas = object() if cluster else None
         self.topics = Topics(self.store)
         self.membership = ClusterMembership(self.store, NODE)  # type: ignore[arg-type]
         self.admin = Admin()
@@ -102,11 +106,22 @@ class StandIn:
 
 
 def locator(broker: StandIn) -> CoordinatorLocator:
-    def single_node() -> BrokerRegistration:
-        return broker.registration(incarnation="")
+    return CoordinatorLocator(broker.topics, broker.membership, broker.admin, broker.config)
 
-    local = single_node if broker.replicas is None else None
-    return CoordinatorLocator(broker.topics, broker.membership, broker.admin, broker.config, local)
+
+async def single_node() -> CoordinatorLocator:
+    """A single node's locator over its own pieces, as the broker has them once started: the
+    internal topics loaded (each partition led by this node) and this node registered."""
+    engine = MemoryEngine()
+    config = BrokerConfig({"node.id": str(NODE), "offsets.topic.num.partitions": "12"})
+    store = LocalMetadataStore(engine, NODE)
+    topics = TopicManager(engine, store, config, lambda: 1_000)
+    topics.create(CONSUMER_OFFSETS_TOPIC, 12, 1, {}, internal=True)
+    topics.create(TRANSACTION_STATE_TOPIC, 8, 1, {}, internal=True)
+    await store.register(BrokerRegistration(NODE, "broker-7.example", 9097))
+    return CoordinatorLocator(
+        topics, ClusterMembership(store, NODE), LocalTopicAdmin(topics, NODE), config
+    )
 
 
 def with_offsets_topic(broker: StandIn, partitions: int = 5) -> int:
@@ -129,18 +144,21 @@ def register(broker: StandIn, node_id: int) -> BrokerRegistration:
 
 @pytest.mark.parametrize("key_type", [GROUP, TRANSACTION])
 async def test_a_single_node_coordinates_every_key_itself(key_type: int) -> None:
-    found = locator(StandIn(cluster=False)).locate(key_type, "any-key")
-    assert isinstance(found, BrokerRegistration)
-    assert (found.node_id, found.host, found.port) == (NODE, "broker-7.example", 9097)
+    locate = await single_node()
+    for key in ("any-key", GROUP_ID, TXN_ID, "another-key"):
+        found = locate.locate(key_type, key)
+        assert isinstance(found, BrokerRegistration)
+        assert (found.node_id, found.host, found.port) == (NODE, "broker-7.example", 9097)
 
 
 @pytest.mark.parametrize("cluster", [False, True])
 async def test_an_unknown_key_type_is_an_invalid_request(cluster: bool) -> None:
-    assert locator(StandIn(cluster)).locate(2, GROUP_ID) == ErrorCode.invalid_request
+    locate = locator(StandIn()) if cluster else await single_node()
+    assert locate.locate(2, GROUP_ID) == ErrorCode.invalid_request
 
 
 async def test_the_first_lookup_creates_the_offsets_topic_once() -> None:
-    broker = StandIn(cluster=True)
+    broker = StandIn()
     locate = locator(broker)
     assert locate.locate(GROUP, GROUP_ID) == ErrorCode.coordinator_not_available
     await asyncio.sleep(0)
@@ -152,7 +170,7 @@ async def test_the_first_lookup_creates_the_offsets_topic_once() -> None:
 
 
 async def test_a_failed_creation_is_asked_again_by_the_next_lookup() -> None:
-    broker = StandIn(cluster=True)
+    broker = StandIn()
     broker.admin.error = KafkaProtocolError(ErrorCode.invalid_replication_factor, "1 broker")
     locate = locator(broker)
     assert locate.locate(GROUP, GROUP_ID) == ErrorCode.coordinator_not_available
@@ -163,7 +181,7 @@ async def test_a_failed_creation_is_asked_again_by_the_next_lookup() -> None:
 
 
 async def test_the_group_partitions_leader_is_the_coordinator() -> None:
-    broker = StandIn(cluster=True)
+    broker = StandIn()
     index = with_offsets_topic(broker)  # (5 partitions, not the configured 12)
     leader = register(broker, 2)
     register(broker, 3)
@@ -173,7 +191,7 @@ async def test_the_group_partitions_leader_is_the_coordinator() -> None:
 
 
 async def test_a_partition_without_a_leader_is_coordinator_not_available() -> None:
-    broker = StandIn(cluster=True)
+    broker = StandIn()
     index = with_offsets_topic(broker)
     register(broker, 2)
     led_by(broker, index, NO_LEADER)
@@ -181,20 +199,20 @@ async def test_a_partition_without_a_leader_is_coordinator_not_available() -> No
 
 
 async def test_a_partition_not_yet_placed_is_coordinator_not_available() -> None:
-    broker = StandIn(cluster=True)
+    broker = StandIn()
     with_offsets_topic(broker)  # (the topic exists, its partition states not yet)
     assert locator(broker).locate(GROUP, GROUP_ID) == ErrorCode.coordinator_not_available
 
 
 async def test_a_leader_not_registered_is_coordinator_not_available() -> None:
-    broker = StandIn(cluster=True)
+    broker = StandIn()
     index = with_offsets_topic(broker)
     led_by(broker, index, 4)  # broker 4's registration is gone
     assert locator(broker).locate(GROUP, GROUP_ID) == ErrorCode.coordinator_not_available
 
 
 async def test_this_broker_without_its_lease_does_not_name_itself() -> None:
-    broker = StandIn(cluster=True)
+    broker = StandIn()
     index = with_offsets_topic(broker)
     register(broker, NODE)
     led_by(broker, index, NODE)
@@ -204,7 +222,7 @@ async def test_this_broker_without_its_lease_does_not_name_itself() -> None:
 
 
 async def test_the_first_transactional_lookup_creates_the_transaction_log() -> None:
-    broker = StandIn(cluster=True)
+    broker = StandIn()
     with_offsets_topic(broker)  # (another topic: no help to transactional ids)
     assert locator(broker).locate(TRANSACTION, TXN_ID) == ErrorCode.coordinator_not_available
     await asyncio.sleep(0)
@@ -216,7 +234,7 @@ async def test_the_first_transactional_lookup_creates_the_transaction_log() -> N
 
 
 async def test_the_transactional_ids_partition_leader_is_the_coordinator() -> None:
-    broker = StandIn(cluster=True)
+    broker = StandIn()
     record = TopicRecord(TRANSACTION_STATE_TOPIC, uuid.uuid4(), 6, {}, True)
     broker.store.view.topics[TRANSACTION_STATE_TOPIC] = Versioned(record, 1)
     index = partition_for(TXN_ID, 6)

@@ -187,7 +187,7 @@ async def test_failed_fsync_keeps_the_high_watermark_and_ends_acknowledgements()
 
 def manager(engine: MemoryEngine) -> TopicManager:
     config = BrokerConfig({})
-    return TopicManager(engine, LocalMetadataStore(engine), config, lambda: 1_000)
+    return TopicManager(engine, LocalMetadataStore(engine, 0), config, lambda: 1_000)
 
 
 def test_create_topic_failing_midway_records_nothing() -> None:

@@ -1,42 +1,50 @@
-# Producer id allocation: ids are handed out from blocks whose end is persisted before the
-# first id of the block is used, so no id is ever given twice, across restarts and crashes
-# (a crash only skips the rest of the current block).
+# Producer id allocation: ids are handed out from blocks reserved in the metadata store, so no
+# id is ever given twice, across restarts and crashes (a crash only skips the rest of the
+# current block). Two engines, because the first id must be at hand at once on a single node:
+# there the reservation is a synchronous write of the local store's counter when a block runs
+# out; a cluster broker reserves its blocks over the network ahead of need (KIP-730).
 from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Protocol
 
 from lockgate.cluster.metadata import MetadataStore
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
-from lockgate.storage.engine import StorageEngine
 
 log = logging.getLogger(__name__)
 
 BLOCK_SIZE = 1000
-_PATH = "producer-id-block"
+
+
+class _Blocks(Protocol):
+    def reserve_producer_ids(self, size: int) -> int:
+        """Moves the persisted counter on by `size`; returns where it was (OSError: not)."""
+        ...
 
 
 class ProducerIdManager:
-    def __init__(self, storage: StorageEngine) -> None:
-        self.storage = storage
-        raw = storage.read_all(_PATH)
-        self._block_end = int(raw.decode().strip()) if raw else 0
-        self._next = self._block_end  # nothing of the persisted block is trusted after a restart
+    """A single node's producer ids, from blocks of the local metadata store's counter."""
+
+    def __init__(self, blocks: _Blocks) -> None:
+        self.blocks = blocks
+        # nothing of the persisted block is trusted after a restart: the first id is a new one's
+        self._next = 0
+        self._block_end = 0
 
     def allocate(self) -> int:
         """The next producer id. When a new block cannot be persisted (a full disk), raises
         COORDINATOR_LOAD_IN_PROGRESS, Kafka's answer while no block is available: every client
         retries it, and the next try succeeds once the disk has room."""
         if self._next >= self._block_end:
-            new_end = self._next + BLOCK_SIZE
             try:
-                self.storage.write_atomic(_PATH, f"{new_end}\n".encode())
+                start = self.blocks.reserve_producer_ids(BLOCK_SIZE)
             except OSError as exc:
                 log.error("cannot persist the next producer id block: %s", exc)
                 raise KafkaProtocolError(
                     ErrorCode.coordinator_load_in_progress, "no producer id block available"
                 ) from exc
-            self._block_end = new_end
+            self._next, self._block_end = start, start + BLOCK_SIZE
         producer_id = self._next
         self._next += 1
         return producer_id

@@ -40,7 +40,7 @@ def committed(_partition: Partition, _batch: bytes) -> asyncio.Future[None]:
 def coordinator(allocate: Allocator | None = None, loaded: bool = True) -> TransactionCoordinator:
     """A single node's coordinator of one __transaction_state partition, loaded or not."""
     engine = MemoryEngine()
-    topics = TopicManager(engine, LocalMetadataStore(engine), BrokerConfig({}), lambda: NOW)
+    topics = TopicManager(engine, LocalMetadataStore(engine, 0), BrokerConfig({}), lambda: NOW)
     transactions = TransactionCoordinator(
         topics=topics,
         num_partitions=1,

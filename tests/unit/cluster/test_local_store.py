@@ -1,0 +1,190 @@
+"""The single node's engine of the metadata interface (cluster/local.py): a data directory written
+by earlier releases opens unchanged and is written back in the same format; the view has this
+node registered, as the controller and as the leader (at the log's own epoch, alone in the
+ISR) of every partition it has open; the interface's writes are compare-and-swap as the etcd
+engine's are, and listeners hear of every change."""
+
+from __future__ import annotations
+
+import errno
+import json
+import uuid
+
+import pytest
+
+from lockgate.cluster.local import CONTROLLER_EPOCH, LocalMetadataStore
+from lockgate.cluster.membership import ClusterMembership
+from lockgate.cluster.metadata import (
+    BrokerRegistration,
+    Change,
+    Controller,
+    MetadataStore,
+    PartitionState,
+    TopicRecord,
+)
+from lockgate.config.properties import BrokerConfig
+from lockgate.storage.memory import MemoryEngine
+from lockgate.topics.directory import TopicManager
+
+NODE = 4
+ORDERS_ID = uuid.UUID("5f1b2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d")
+AUDIT_ID = uuid.UUID("0a1b2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d")
+
+# As earlier releases left them: the topics' document (an entry written before topics had
+# config overrides or internal topics existed has neither key) and the producer id counter.
+OLD_DOCUMENT = {
+    "version": 1,
+    "cluster_id": "q1Hf3kTbR0uZl2cQy8xv9A",
+    "topics": {
+        "orders": {"id": str(ORDERS_ID), "partitions": 3,
+                   "configs": {"cleanup.policy": "compact"}, "internal": False},
+        "audit": {"id": str(AUDIT_ID), "partitions": 1},
+    },
+}  # fmt: skip
+
+
+def old_data_directory() -> MemoryEngine:
+    engine = MemoryEngine()
+    engine.write_atomic(LocalMetadataStore.PATH, json.dumps(OLD_DOCUMENT, indent=1).encode())
+    engine.write_atomic(LocalMetadataStore.PRODUCER_IDS_PATH, b"3000\n")
+    return engine
+
+
+def test_a_data_directory_of_an_earlier_release_opens_unchanged() -> None:
+    engine = old_data_directory()
+    store = LocalMetadataStore(engine, NODE)
+    assert store.cluster_id == "q1Hf3kTbR0uZl2cQy8xv9A"
+    assert store.topics() == {
+        "orders": TopicRecord("orders", ORDERS_ID, 3, {"cleanup.policy": "compact"}, False),
+        "audit": TopicRecord("audit", AUDIT_ID, 1, {}, False),
+    }
+    assert {name: v.value for name, v in store.view.topics.items()} == store.topics()
+    assert store.reserve_producer_ids(1000) == 3000  # the counter where it was left
+    assert engine.read_all(LocalMetadataStore.PRODUCER_IDS_PATH) == b"4000\n"
+
+
+def test_the_document_is_written_back_in_the_same_format() -> None:
+    engine = old_data_directory()
+    store = LocalMetadataStore(engine, NODE)
+    store.put_topic(TopicRecord("payments", ORDERS_ID, 2, {}, True))
+    raw = engine.read_all(LocalMetadataStore.PATH)
+    assert raw is not None
+    written = json.loads(raw)
+    expected = json.loads(json.dumps(OLD_DOCUMENT))
+    expected["topics"]["audit"].update({"configs": {}, "internal": False})
+    expected["topics"]["payments"] = {
+        "id": str(ORDERS_ID), "partitions": 2, "configs": {}, "internal": True
+    }  # fmt: skip
+    assert written == expected
+    reopened = LocalMetadataStore(engine, NODE)
+    assert reopened.topics() == store.topics()
+    assert reopened.cluster_id == store.cluster_id
+
+
+def test_a_new_data_directory_gets_a_cluster_id_that_stays() -> None:
+    engine = MemoryEngine()
+    first = LocalMetadataStore(engine, NODE)
+    assert first.topics() == {}
+    assert LocalMetadataStore(engine, NODE).cluster_id == first.cluster_id
+
+
+async def test_this_node_is_the_registered_broker_and_the_controller() -> None:
+    store = LocalMetadataStore(MemoryEngine(), NODE)
+    assert store.live
+    assert store.view.controller == Controller(NODE, CONTROLLER_EPOCH)
+    assert await store.campaign() == Controller(NODE, CONTROLLER_EPOCH)
+    await store.resign()  # nobody else could take over
+    assert store.view.controller == Controller(NODE, CONTROLLER_EPOCH)
+    registration = BrokerRegistration(NODE, "broker-4.example", 9094, incarnation="")
+    changes: list[Change] = []
+    store.view.listeners.append(changes.append)
+    await store.register(registration)
+    assert store.view.brokers == {NODE: registration}
+    assert changes == [("broker", str(NODE))]
+    membership = ClusterMembership(store, NODE)
+    assert membership.brokers() == [registration]
+    assert membership.controller_id() == NODE
+    assert membership.cluster_id() == store.cluster_id
+
+
+def test_every_open_partition_is_led_by_this_node_at_its_logs_epoch() -> None:
+    engine = MemoryEngine()
+    config = BrokerConfig({"node.id": str(NODE)})
+    store = LocalMetadataStore(engine, NODE)
+    topics = TopicManager(engine, store, config, lambda: 1_000)
+    topics.create("orders", 2, 1, {})
+    membership = ClusterMembership(store, NODE)
+    assert membership.partition("orders", 1) == PartitionState((NODE,), NODE, 0, (NODE,))
+    topics.add_partitions("orders", 3)
+    assert membership.partition("orders", 2) == PartitionState((NODE,), NODE, 0, (NODE,))
+    topics.close()
+    # a restart opens every log in a new epoch, and leads it there
+    store = LocalMetadataStore(engine, NODE)
+    topics = TopicManager(engine, store, config, lambda: 2_000)
+    topics.load()
+    membership = ClusterMembership(store, NODE)
+    for index in range(3):
+        partition = topics.get("orders", index)
+        assert partition is not None and partition.leader_epoch == 1
+        assert membership.partition("orders", index) == PartitionState((NODE,), NODE, 1, (NODE,))
+    topics.delete("orders")
+    assert store.view.topic_partitions("orders") == {}
+    assert membership.partition("orders", 0) is None
+
+
+def test_a_topic_that_cannot_be_recorded_leaves_no_partition_led() -> None:
+    engine = MemoryEngine()
+    store = LocalMetadataStore(engine, NODE)
+    topics = TopicManager(engine, store, BrokerConfig({"node.id": str(NODE)}), lambda: 1_000)
+    engine.faults.atomic_errno = errno.ENOSPC
+    with pytest.raises(Exception, match="recording topic orders"):
+        topics.create("orders", 2, 1, {})
+    engine.faults.atomic_errno = None
+    assert store.view.topics == {} and store.view.partitions == {}
+
+
+async def test_the_interface_writes_are_compare_and_swap() -> None:
+    engine = MemoryEngine()
+    store: MetadataStore = LocalMetadataStore(engine, NODE)
+    changes: list[Change] = []
+    store.view.listeners.append(changes.append)
+    record = TopicRecord("orders", ORDERS_ID, 1, {})
+    state = PartitionState((NODE,), NODE, 0, (NODE,))
+    assert await store.create_topic(record, {0: state})
+    assert not await store.create_topic(TopicRecord("orders", AUDIT_ID, 1, {}), {})
+    assert changes == [("topic", "orders"), ("partition", "orders/0")]
+    current = store.view.topics["orders"]
+    grown = TopicRecord("orders", ORDERS_ID, 2, {})
+    assert not await store.update_topic(grown, current.revision - 1, {1: state})
+    assert await store.update_topic(grown, current.revision, {1: state})
+    assert store.view.topics["orders"].value.partitions == 2
+    assert set(store.view.topic_partitions("orders")) == {0, 1}
+    assert LocalMetadataStore(engine, NODE).topics()["orders"].partitions == 2  # on disk
+
+    at = store.view.partitions[("orders", 0)].revision
+    moved = PartitionState((NODE,), NODE, 1, (NODE,), 1)
+    assert await store.compare_and_set("orders", 0, moved, at - 1) is None
+    assert await store.compare_and_set("orders", 0, moved, at, CONTROLLER_EPOCH + 1) is None
+    written = await store.compare_and_set("orders", 0, moved, at, CONTROLLER_EPOCH)
+    assert written is not None and written.value == moved and written.revision > at
+    assert store.view.partitions[("orders", 0)] == written
+    assert await store.compare_and_set("orders", 5, state, 0) is not None  # 0: if absent
+
+    assert await store.delete_topic("orders")
+    assert not await store.delete_topic("orders")
+    assert "orders" not in store.view.topics and store.view.topic_partitions("orders") == {}
+    assert "orders" not in LocalMetadataStore(engine, NODE).topics()
+
+
+async def test_producer_id_blocks_are_never_given_twice() -> None:
+    engine = MemoryEngine()
+    store = LocalMetadataStore(engine, NODE)
+    assert await store.allocate_producer_ids(1000) == 0
+    assert store.reserve_producer_ids(10) == 1000
+    store = LocalMetadataStore(engine, NODE)  # a restart
+    assert await store.allocate_producer_ids(5) == 1010
+    engine.faults.atomic_errno = errno.ENOSPC
+    with pytest.raises(OSError):
+        store.reserve_producer_ids(10)
+    engine.faults.atomic_errno = None
+    assert store.reserve_producer_ids(10) == 1015  # nothing was reserved by the failed write
