@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import queue
 import threading
+import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
@@ -182,11 +183,11 @@ class Producer:
     def __init__(self, config: Mapping[str, Any] | None = None, **options: Any) -> None:
         merged = {**producer_options(dict(config or {})), **options}
         self._block = merged.get("max_block_ms", _DEFAULT_BLOCK_SECONDS * 1000) / 1000
-        self._callbacks: queue.SimpleQueue[tuple[DeliveryCallback, DeliveredMessage]] = (
+        self._callbacks: queue.SimpleQueue[tuple[DeliveryCallback | None, DeliveredMessage]] = (
             queue.SimpleQueue()
         )
         self._outstanding = 0
-        self._settled = threading.Condition()
+        self._settled = threading.Lock()  # _outstanding moves on the caller's and the loop's threads
         self._worker = LoopThread("lockgate-producer-loop")
         self._closed = False
         self._producer = self._worker.start_client(lambda: AsyncProducer(**merged), self._block)
@@ -264,7 +265,7 @@ class Producer:
         report: DeliveryCallback | None,
     ) -> Callable[[asyncio.Future[RecordMetadata]], None]:
         """The done-callback (run on the loop's thread) that queues a record's delivery report
-        for the caller's next poll() or flush()."""
+        (with its callback, if any) for the caller's next poll() or flush()."""
 
         def delivered(done: asyncio.Future[RecordMetadata]) -> None:
             error: KafkaError | None = None
@@ -277,20 +278,18 @@ class Producer:
                     metadata = done.result()
                 else:
                     error = failure if isinstance(failure, KafkaError) else KafkaError(str(failure))
-            if report is not None:
-                message = DeliveredMessage(
-                    topic,
-                    metadata.partition
-                    if metadata
-                    else (partition if partition is not None else -1),
-                    metadata.offset if metadata else -1,
-                    metadata.timestamp if metadata else -1,
-                    key,
-                    value,
-                    error,
-                )
-                self._callbacks.put((report, message))
-            self._settle()
+            message = DeliveredMessage(
+                topic,
+                metadata.partition if metadata else (partition if partition is not None else -1),
+                metadata.offset if metadata else -1,
+                metadata.timestamp if metadata else -1,
+                key,
+                value,
+                error,
+            )
+            # still counted by len() until a poll() or flush() serves it, as librdkafka's
+            # queue length counts the delivery reports the application has not served
+            self._callbacks.put((report, message))
 
         return delivered
 
@@ -355,7 +354,6 @@ class Producer:
     def _settle(self) -> None:
         with self._settled:
             self._outstanding -= 1
-            self._settled.notify_all()
 
     def poll(self, timeout: float | None = 0) -> int:
         """Serves delivery callbacks; waits up to `timeout` seconds for the first one (None:
@@ -365,15 +363,19 @@ class Producer:
             first = self._callbacks.get(block=timeout != 0, timeout=timeout or None)
         except queue.Empty:
             return 0
-        pending: list[tuple[DeliveryCallback, DeliveredMessage]] = [first]
+        pending: list[tuple[DeliveryCallback | None, DeliveredMessage]] = [first]
         while True:
             try:
                 pending.append(self._callbacks.get_nowait())
             except queue.Empty:
                 break
         for report, message in pending:
-            report(message.error(), message)
-            served += 1
+            try:
+                if report is not None:
+                    report(message.error(), message)
+                    served += 1
+            finally:
+                self._settle()
         return served
 
     def flush(self, timeout: float | None = None) -> int:
@@ -382,9 +384,10 @@ class Producer:
         wait = None if timeout is None or timeout < 0 else timeout
         with contextlib.suppress(KafkaTimeoutError):
             self._run(self._flush(wait), wait)
-        with self._settled:
-            self._settled.wait_for(lambda: self._outstanding == 0, timeout=GRACE_SECONDS)
-        self.poll(0)
+        # the last outcomes reach the report queue from the loop's thread just after
+        deadline = time.monotonic() + GRACE_SECONDS
+        while len(self) and (remaining := deadline - time.monotonic()) > 0:
+            self.poll(remaining)
         return len(self)
 
     async def _flush(self, timeout: float | None) -> None:
