@@ -187,7 +187,8 @@ class Producer:
             queue.SimpleQueue()
         )
         self._outstanding = 0
-        self._settled = threading.Lock()  # _outstanding moves on the caller's and the loop's threads
+        # _outstanding moves on the caller's and the loop's threads
+        self._settled = threading.Lock()
         self._worker = LoopThread("lockgate-producer-loop")
         self._closed = False
         self._producer = self._worker.start_client(lambda: AsyncProducer(**merged), self._block)

@@ -22,4 +22,3 @@ def map_abortable(error: ErrorCode, version: int, first_abortable_version: int) 
     if error == ErrorCode.transaction_abortable and version < first_abortable_version:
         return ErrorCode.invalid_txn_state
     return error
-

@@ -508,10 +508,7 @@ def remove_member(group: Group, member_id: str, effects: Effects) -> None:
     if member is None:
         return
     effects.sessions.append((member_id, None))
-    if (
-        member.group_instance_id
-        and group.static_members.get(member.group_instance_id) == member_id
-    ):
+    if member.group_instance_id and group.static_members.get(member.group_instance_id) == member_id:
         del group.static_members[member.group_instance_id]
     for waits, wait in ((member.joining, Wait.JOIN), (member.syncing, Wait.SYNC)):
         if waits:
