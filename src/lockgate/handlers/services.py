@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from lockgate.cluster.etcd import EtcdMetadataStore
     from lockgate.cluster.membership import Membership
     from lockgate.config.dynamic import DynamicBrokerConfigs
     from lockgate.config.properties import BrokerConfig
@@ -71,6 +70,5 @@ class Services:
     # auto.create.topics.enable on a single node; a cluster creates topics on Metadata
     # requests only, as Kafka does
     produce_creates_topics: bool
-    cluster: EtcdMetadataStore | None  # cluster mode only
     replicas: ReplicaManager | None  # cluster mode only
     verifier: TxnVerifier | None  # cluster mode only: asks other brokers' txn coordinators

@@ -240,7 +240,6 @@ class Broker:
             metrics=self.metrics,
             produce_creates_topics=config.flag("auto.create.topics.enable")
             and self.cluster is None,
-            cluster=self.cluster,
             replicas=self.replicas,
             verifier=self.verifier,
         )
