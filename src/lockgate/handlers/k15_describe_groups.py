@@ -52,8 +52,8 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
             entry["authorized_operations"] = authorized_operations(
                 ctx, ResourceType.GROUP, group_id
             )
-        if gate := coordinator.gate(group_id):
-            entry["error_code"] = gate
+        if unavailable := coordinator.unavailable(group_id):
+            entry["error_code"] = unavailable
         elif group is None or group.consumer is not None:
             if ctx.api_version >= 6:
                 entry["error_code"] = ErrorCode.group_id_not_found

@@ -87,8 +87,8 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
         if not authorize(ctx, Operation.DESCRIBE, ResourceType.GROUP, group_id):
             entry["error_code"] = ErrorCode.group_authorization_failed
             continue
-        if gate := coordinator.gate(group_id):
-            entry["error_code"] = gate
+        if unavailable := coordinator.unavailable(group_id):
+            entry["error_code"] = unavailable
             continue
         container = coordinator.groups.get(group_id)
         group = container.consumer if container is not None else None

@@ -46,7 +46,7 @@ async def cluster() -> AsyncIterator[Cluster]:
         store.put(CONSUMER_OFFSETS_TOPIC, INDEX, led_by(0, 1))
         store.put(TOPIC, 0, led_by(0, 1))
         groups = brokers[0].broker.groups
-        await wait_until(lambda: groups.gate(GROUP) == ErrorCode.none)
+        await wait_until(lambda: groups.unavailable(GROUP) == ErrorCode.none)
         yield store, brokers
 
 
@@ -80,9 +80,9 @@ async def test_the_next_leader_serves_the_offsets_committed_on_the_first(
     store, brokers = cluster
     assert await commit(brokers[0].broker.groups, 42) == ErrorCode.none
     successor = brokers[1].broker.groups
-    assert successor.gate(GROUP) == ErrorCode.not_coordinator
+    assert successor.unavailable(GROUP) == ErrorCode.not_coordinator
     store.put(CONSUMER_OFFSETS_TOPIC, INDEX, led_by(1, 2))
-    await wait_until(lambda: successor.gate(GROUP) == ErrorCode.none)
+    await wait_until(lambda: successor.unavailable(GROUP) == ErrorCode.none)
     assert successor.runtime.owned == {INDEX: 2}
     assert committed(successor) == 42
 
@@ -92,7 +92,7 @@ async def test_the_previous_leader_stops_coordinating_the_group(cluster: Cluster
     groups = brokers[0].broker.groups
     assert await commit(groups, 42) == ErrorCode.none
     store.put(CONSUMER_OFFSETS_TOPIC, INDEX, led_by(1, 2))
-    await wait_until(lambda: groups.gate(GROUP) == ErrorCode.not_coordinator)
+    await wait_until(lambda: groups.unavailable(GROUP) == ErrorCode.not_coordinator)
     assert GROUP not in groups.groups and groups.runtime.owned == {}
     assert await commit(groups, 43) == ErrorCode.not_coordinator
 

@@ -98,7 +98,7 @@ def join(groups: GroupCoordinator, group_id: str) -> asyncio.Task[dict[str, Any]
 
 async def test_a_partition_not_led_here_is_not_coordinated(broker: Broker) -> None:
     groups = broker.groups
-    assert groups.gate(GROUP) == ErrorCode.not_coordinator
+    assert groups.unavailable(GROUP) == ErrorCode.not_coordinator
     assert await commit(groups, GROUP, 5) == ErrorCode.not_coordinator
     assert groups.heartbeat(GROUP, 1, "member", None) == ErrorCode.not_coordinator
 
@@ -107,11 +107,11 @@ async def test_a_led_partition_is_loading_until_its_replay_ends(broker: Broker) 
     groups = broker.groups
     groups.runtime.on_leadership(0, 4)
     assert groups.runtime.owned == {0: 4}
-    assert groups.gate(GROUP) == ErrorCode.coordinator_load_in_progress
+    assert groups.unavailable(GROUP) == ErrorCode.coordinator_load_in_progress
     assert not groups.loaded
     await wait_until(lambda: groups.loaded)
-    assert groups.gate(GROUP) == ErrorCode.none
-    assert groups.gate(OTHER_GROUP) == ErrorCode.not_coordinator  # (partition 1: not led)
+    assert groups.unavailable(GROUP) == ErrorCode.none
+    assert groups.unavailable(OTHER_GROUP) == ErrorCode.not_coordinator  # (partition 1: not led)
 
 
 async def test_offsets_committed_in_an_earlier_term_are_replayed(broker: Broker) -> None:
@@ -119,7 +119,7 @@ async def test_offsets_committed_in_an_earlier_term_are_replayed(broker: Broker)
     await lead(groups, 0, epoch=1)
     assert await commit(groups, GROUP, 42) == ErrorCode.none
     groups.runtime.on_leadership(0, None)
-    assert groups.gate(GROUP) == ErrorCode.not_coordinator
+    assert groups.unavailable(GROUP) == ErrorCode.not_coordinator
     await lead(groups, 0, epoch=2)
     assert committed(groups, GROUP) == 42
 
@@ -144,7 +144,7 @@ async def test_losing_the_leadership_forgets_that_partitions_groups_only(broker:
     assert await commit(groups, OTHER_GROUP, 2) == ErrorCode.none
     groups.runtime.on_leadership(0, None)
     assert GROUP not in groups.groups
-    assert groups.gate(GROUP) == ErrorCode.not_coordinator
+    assert groups.unavailable(GROUP) == ErrorCode.not_coordinator
     assert groups.fetch(GROUP, None, False) == (ErrorCode.not_coordinator, {})
     assert committed(groups, OTHER_GROUP) == 2
     assert groups.runtime.owned == {1: 1} and groups.loaded
@@ -206,9 +206,9 @@ async def test_a_new_epoch_while_loading_restarts_the_load(broker: Broker) -> No
     groups.runtime.on_leadership(0, 1)
     for _ in range(3):
         await asyncio.sleep(0)
-    assert groups.gate(GROUP) == ErrorCode.coordinator_load_in_progress
+    assert groups.unavailable(GROUP) == ErrorCode.coordinator_load_in_progress
     groups.runtime.on_leadership(0, 2)
-    assert groups.gate(GROUP) == ErrorCode.coordinator_load_in_progress
+    assert groups.unavailable(GROUP) == ErrorCode.coordinator_load_in_progress
     await wait_until(lambda: groups.loaded)
     assert groups.runtime.owned == {0: 2}
     assert committed(groups, GROUP) == 1_999

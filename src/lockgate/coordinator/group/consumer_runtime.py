@@ -65,19 +65,19 @@ class ConsumerProtocol:
         config: BrokerConfig,
         topics: TopicManager,
         groups: dict[str, Group],
-        gate: Callable[[str], ErrorCode],
+        unavailable: Callable[[str], ErrorCode],
         append: Append,
         classic: ClassicRuntime,
         clock: Callable[[], int],
         timers: Timers,
     ) -> None:
         """`groups`: the coordinator's (a consumer-protocol group is a Group whose `consumer`
-        is set); `gate`: NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS for a group;
+        is set); `unavailable`: NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS for a group;
         `classic`: runs the classic groups this converts from and to; `timers`: the port the
         members' session and revocation timers are armed through."""
         self.topics = topics
         self.groups = groups
-        self._gate = gate
+        self._unavailable = unavailable
         self._append_records = append
         self.classic = classic
         self._clock = clock
@@ -133,8 +133,8 @@ class ConsumerProtocol:
                 code, request.member_id, request.member_epoch, self.config.heartbeat_interval_ms
             )
 
-        if request.group_id and (gate := self._gate(request.group_id)):
-            return refused(gate)
+        if request.group_id and (unavailable := self._unavailable(request.group_id)):
+            return refused(unavailable)
         container = self.groups.get(request.group_id)
         classic = container is not None and container.consumer is None
         if (

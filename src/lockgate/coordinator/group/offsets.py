@@ -59,7 +59,7 @@ class Offsets:
     def __init__(
         self,
         groups: dict[str, Group],
-        gate: Callable[[str], ErrorCode],
+        unavailable: Callable[[str], ErrorCode],
         append: _Append,
         topic_exists: Callable[[str, int], bool],
         topic_counts: Callable[[], dict[str, int]],
@@ -69,7 +69,8 @@ class Offsets:
         retention_ms: int,
     ) -> None:
         self.groups = groups  # the coordinator's groups (offsets live in each Group)
-        self._gate = gate  # NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS for a group
+        # NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS for a group, or none
+        self._unavailable = unavailable
         self._append = append
         self._topic_exists = topic_exists
         self._topic_counts = topic_counts  # (consumer-protocol members' subscriptions)
@@ -92,8 +93,8 @@ class Offsets:
         def all_(code: ErrorCode) -> dict[TopicPartition, ErrorCode]:
             return dict.fromkeys(offsets, code)
 
-        if gate := self._gate(group_id):
-            return all_(gate)
+        if unavailable := self._unavailable(group_id):
+            return all_(unavailable)
         if not group_id:
             return all_(ErrorCode.invalid_group_id)
         group = self.groups.get(group_id)
@@ -166,8 +167,8 @@ class Offsets:
         """`member_id`/`member_epoch` (OffsetFetch v9+) are checked in a consumer-protocol
         group: UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH (ILLEGAL_GENERATION for a classic member);
         none (null member id, epoch -1) is the admin."""
-        if gate := self._gate(group_id):
-            return gate, {}
+        if unavailable := self._unavailable(group_id):
+            return unavailable, {}
         group = self.groups.get(group_id)
         if group is not None and group.consumer is not None:
             code = validate_offset_fetch(group.consumer, member_id, member_epoch)
@@ -204,8 +205,8 @@ class Offsets:
         is ILLEGAL_GENERATION (GROUP_ID_NOT_FOUND from v6, which lockgate does not serve);
         generation -1 creates it (empty) and, as into any empty group, is accepted whatever
         member or instance id it names (Group.check_offset_commit)."""
-        if gate := self._gate(group_id):
-            return dict.fromkeys(offsets, gate)
+        if unavailable := self._unavailable(group_id):
+            return dict.fromkeys(offsets, unavailable)
         group = self.groups.get(group_id)
         results = self._check_offsets(offsets)
         if group is not None and group.consumer is not None:
@@ -279,7 +280,7 @@ class Offsets:
         expired = 0
         for group_id in list(self.groups):
             group = self.groups[group_id]
-            if self._gate(group_id):
+            if self._unavailable(group_id):
                 continue
             doomed = self._expired_offsets(group, now)
             drop_group = (
@@ -345,8 +346,8 @@ class Offsets:
 
     async def delete_group(self, group_id: str) -> ErrorCode:
         group = self.groups.get(group_id)
-        if gate := self._gate(group_id):
-            return gate
+        if unavailable := self._unavailable(group_id):
+            return unavailable
         if group is None:
             return ErrorCode.group_id_not_found
         if group.has_members:
@@ -365,8 +366,8 @@ class Offsets:
         self, group_id: str, partitions: list[TopicPartition]
     ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
         group = self.groups.get(group_id)
-        if gate := self._gate(group_id):
-            return gate, {}
+        if unavailable := self._unavailable(group_id):
+            return unavailable, {}
         if group is None:
             return ErrorCode.group_id_not_found, {}
         subscribed = self._subscribed_topics(group) if group.protocol_type == "consumer" else set()

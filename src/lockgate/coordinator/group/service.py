@@ -87,11 +87,11 @@ class GroupCoordinator:
         )
         # the consumer group protocol (KIP-848)
         self.consumer = ConsumerProtocol(
-            config, topics, self.groups, self.gate, self._append, self.classic, clock, timers
+            config, topics, self.groups, self.unavailable, self._append, self.classic, clock, timers
         )
         self.offsets = Offsets(
             self.groups,
-            self.gate,
+            self.unavailable,
             self._append,
             topics.exists,
             self.consumer.topic_counts,
@@ -107,7 +107,7 @@ class GroupCoordinator:
         """Every partition coordinated here is loaded (ListGroups needs them all)."""
         return self.runtime.loaded
 
-    def gate(self, group_id: str) -> ErrorCode:
+    def unavailable(self, group_id: str) -> ErrorCode:
         """NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS for the group's partition, if so."""
         return self.runtime.serving(group_id)
 
@@ -252,8 +252,8 @@ class GroupCoordinator:
         def error(code: ErrorCode) -> Answer:
             return {"error_code": code, "member_id": member_id}
 
-        if gate := self.gate(group_id):
-            return error(gate)
+        if unavailable := self.unavailable(group_id):
+            return error(unavailable)
         if not group_id:
             return error(ErrorCode.invalid_group_id)
         if not self.min_session_ms <= session_timeout_ms <= self.max_session_ms:
@@ -299,8 +299,8 @@ class GroupCoordinator:
         assignments: dict[str, bytes],
     ) -> Answer:
         group = self.groups.get(group_id)
-        if gate := self.gate(group_id):
-            return {"error_code": gate}
+        if unavailable := self.unavailable(group_id):
+            return {"error_code": unavailable}
         if group is None:
             return {"error_code": ErrorCode.unknown_member_id}
         request = SyncRequest(
@@ -314,8 +314,8 @@ class GroupCoordinator:
     def heartbeat(
         self, group_id: str, generation: int, member_id: str, group_instance_id: str | None
     ) -> ErrorCode:
-        if gate := self.gate(group_id):
-            return gate
+        if unavailable := self.unavailable(group_id):
+            return unavailable
         group = self.groups.get(group_id)
         if group is None:
             return ErrorCode.unknown_member_id
@@ -327,8 +327,8 @@ class GroupCoordinator:
         self, group_id: str, members: list[tuple[str, str | None]]
     ) -> tuple[ErrorCode, list[Answer]]:
         group = self.groups.get(group_id)
-        if gate := self.gate(group_id):
-            return gate, []
+        if unavailable := self.unavailable(group_id):
+            return unavailable, []
         if group is None:
             return ErrorCode.unknown_member_id, []
         if group.consumer is not None:

@@ -192,7 +192,7 @@ async def test_txn_offset_commit_asks_the_remote_coordinator(cluster: Cluster) -
     store, brokers = cluster
     store.put_topic("__consumer_offsets", 1)
     store.put("__consumer_offsets", 0, alone(0))
-    await wait_until(lambda: brokers[0].broker.groups.gate("g") == ErrorCode.none)
+    await wait_until(lambda: brokers[0].broker.groups.unavailable("g") == ErrorCode.none)
     pid, epoch = await init_producer(brokers[1])
     async with connected(brokers[0]) as groups:
         assert await txn_offset_commit(groups, pid, epoch, version=3) == ErrorCode.invalid_txn_state
