@@ -119,7 +119,7 @@ class MemoryClusterBroker:
         )
         broker.services = dataclasses.replace(
             broker.services,
-            replicas=broker.replicas,
+            followers=broker.replicas,
             writer=broker.writer,
             membership=broker.membership,
             verifier=broker.verifier,
@@ -143,7 +143,11 @@ class MemoryClusterBroker:
         self.broker.replicas.leadership_listeners.append(self.broker._on_leadership)
         broker = self.broker
         broker.transactions.markers = MarkerSender(
-            self.node_id, broker.membership, broker.topics, broker.inter_broker_security
+            self.node_id,
+            broker.membership,
+            broker.topics,
+            broker.writer,
+            broker.inter_broker_security,
         )
 
     @property
@@ -179,7 +183,7 @@ class MemoryClusterBroker:
             return
         self._stopped = True
         self.store.view.brokers.pop(self.node_id, None)
-        assert self.broker.replicas is not None and self.broker.verifier is not None
+        assert self.broker.replicas is not None
         await self.broker.replicas.stop()
         await self.broker.verifier.close()
         for index in list(self.broker.transactions.runtime.owned):  # cancels loads and completions

@@ -188,9 +188,7 @@ def _verification(
     if ctx.services.append_order.waiting(key):
         return later()
     coordinator = ctx.services.transactions
-    if ctx.services.verifier is not None and coordinator.unavailable(transactional_id) == (
-        ErrorCode.not_coordinator
-    ):
+    if coordinator.unavailable(transactional_id) == ErrorCode.not_coordinator:
         return ErrorCode.none if _in_open_transaction(partition, header) else later()
     error = _verify_locally(ctx, transactional_id, (topic_name, data.index), header, waits.durable)
     if error == ErrorCode.concurrent_transactions and coordinator.completing(transactional_id):
@@ -226,13 +224,10 @@ async def _append_when_verified(
     partition = ctx.services.topics.get(topic_name, data.index)
     timeout_s = max(request.timeout_ms, 1000) / 1000
     coordinator = ctx.services.transactions
-    verifier = ctx.services.verifier
     if partition is not None and _in_open_transaction(partition, header):
         verified = ErrorCode.none
-    elif verifier is not None and coordinator.unavailable(transactional_id) == (
-        ErrorCode.not_coordinator
-    ):
-        verified = await verifier.ask(
+    elif coordinator.unavailable(transactional_id) == ErrorCode.not_coordinator:
+        verified = await ctx.services.verifier.ask(
             transactional_id,
             header.producer_id,
             header.producer_epoch,

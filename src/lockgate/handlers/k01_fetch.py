@@ -104,12 +104,10 @@ def _resolve(ctx: RequestContext, wanted: Wanted) -> Partition:
 
 
 def _replica_id(ctx: RequestContext, request: Any) -> int:
-    """The fetching follower's broker id in a cluster; -1 for a consumer (and on a single
-    node, where there are no followers)."""
-    if ctx.services.replicas is None:
-        return CONSUMER
+    """The fetching follower's broker id; -1 for a consumer (and on a single node, where a
+    fetch naming a replica is read as a consumer's: it has no followers)."""
     replica = _requested_replica(request)
-    return replica if replica >= 0 else CONSUMER
+    return replica if ctx.services.followers.is_follower(replica) else CONSUMER
 
 
 def _requested_replica(request: Any) -> int:
@@ -148,8 +146,8 @@ def _read(
         if offset < partition.log_start_offset or offset > partition.log_end_offset:
             raise KafkaProtocolError(ErrorCode.offset_out_of_range)
         upper = partition.high_watermark
-        if replica != CONSUMER and ctx.services.replicas is not None:
-            ctx.services.replicas.on_follower_fetch(partition, replica, offset)
+        if replica != CONSUMER:
+            ctx.services.followers.on_follower_fetch(partition, replica, offset)
             upper = partition.log_end_offset
             entry["high_watermark"] = partition.high_watermark
         elif isolation == READ_COMMITTED:

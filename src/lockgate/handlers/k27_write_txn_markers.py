@@ -13,8 +13,8 @@ lapsed), with acks=all as in Kafka: an ISR smaller than min.insync.replicas gets
 NOT_ENOUGH_REPLICAS with nothing written, and each marker is answered once the high watermark
 passes it: NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below the minimum meanwhile,
 NOT_LEADER_OR_FOLLOWER if leadership moved, REQUEST_TIMED_OUT after 30 s (Kafka's
-request.timeout.ms; the marker stays on the leader's log). The partition writer
-(replication/writer.py) writes the marker and waits for it.
+request.timeout.ms; the marker stays on the leader's log). Markers are written
+and waited for as the coordinator's own (replication/markers.py).
 - Authorization: CLUSTER_ACTION on the cluster (brokers send markers; their principal must
   be a super user or be granted it), else CLUSTER_AUTHORIZATION_FAILED for every partition.
 Version notes: v1 flexible; v2 TransactionVersion.
@@ -25,54 +25,48 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from lockgate.handlers.common import NO_EPOCH, check_leader, field
+from lockgate.handlers.common import field
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.protocol.api import ApiKey
-from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
+from lockgate.protocol.errors import ErrorCode
+from lockgate.replication.markers import Marker, append_marker, commit_errors
 from lockgate.security.acls import Operation, ResourceType
 from lockgate.security.authorizer import authorize
-
-# a marker written: the partition's entry in the response, and the future of its commit
-_Written = tuple[dict[str, Any], asyncio.Future[None]]
 
 
 @handles(ApiKey.WRITE_TXN_MARKERS, 1, 2)
 async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     services = ctx.services
-    written: list[_Written] = []
-    answers = []
     if not authorize(ctx, Operation.CLUSTER_ACTION, ResourceType.CLUSTER):
         return {"markers": _denied(request)}
-    for marker in request.markers:
-        strict = field(marker, "transaction_version", 0) >= 2
+    # each partition's answer, and the commit it waits for once every marker is appended
+    waiting: list[tuple[dict[str, Any], asyncio.Future[None]]] = []
+    answers = []
+    for entry in request.markers:
+        marker = Marker(
+            entry.producer_id,
+            entry.producer_epoch,
+            entry.transaction_result,
+            entry.coordinator_epoch,
+            strict_epoch=field(entry, "transaction_version", 0) >= 2,
+        )
         topics = []
-        for topic in marker.topics:
+        for topic in entry.topics:
             partitions = []
             for index in topic.partition_indexes:
-                answer: dict[str, Any] = {"partition_index": index, "error_code": ErrorCode.none}
                 partition = services.topics.get(topic.name, index)
-                try:
-                    if partition is None:
-                        raise KafkaProtocolError(ErrorCode.unknown_topic_or_partition)
-                    check_leader(partition, NO_EPOCH)
-                    committed = services.writer.write_marker(
-                        partition,
-                        marker.producer_id,
-                        marker.producer_epoch,
-                        marker.transaction_result,
-                        marker.coordinator_epoch,
-                        ctx.received_ms,
-                        strict,
-                    )
-                    written.append((answer, committed))
-                except KafkaProtocolError as exc:
-                    answer["error_code"] = exc.code
-                except OSError:  # storage's contract: nothing of this marker was written
-                    answer["error_code"] = ErrorCode.kafka_storage_error
+                written = append_marker(services.writer, partition, marker, ctx.received_ms)
+                answer: dict[str, Any] = {"partition_index": index, "error_code": ErrorCode.none}
+                if isinstance(written, ErrorCode):
+                    answer["error_code"] = written
+                else:
+                    waiting.append((answer, written))
                 partitions.append(answer)
             topics.append({"name": topic.name, "partitions": partitions})
-        answers.append({"producer_id": marker.producer_id, "topics": topics})
-    await _acknowledged(written)
+        answers.append({"producer_id": entry.producer_id, "topics": topics})
+    errors = await commit_errors([commit for _, commit in waiting])
+    for (answer, _), error in zip(waiting, errors, strict=True):
+        answer["error_code"] = error
     return {"markers": answers}
 
 
@@ -94,18 +88,3 @@ def _denied(request: Any) -> list[dict[str, Any]]:
         }
         for marker in request.markers
     ]
-
-
-async def _acknowledged(written: list[_Written]) -> None:
-    """Each marker's commit (durable, and in a cluster in the ISR's logs): a marker whose flush
-    failed gets KAFKA_STORAGE_ERROR in its answer, one the ISR did not take its error."""
-    outcomes = await asyncio.gather(
-        *(committed for _, committed in written), return_exceptions=True
-    )
-    for (answer, _), outcome in zip(written, outcomes, strict=True):
-        if isinstance(outcome, OSError):
-            answer["error_code"] = ErrorCode.kafka_storage_error
-        elif isinstance(outcome, KafkaProtocolError):
-            answer["error_code"] = outcome.code
-        elif isinstance(outcome, BaseException):
-            raise outcome

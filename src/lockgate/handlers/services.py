@@ -1,8 +1,8 @@
 # What a handler may call: the services the composition root builds once and hands to every
 # request's context. A handler reaches nothing else (not the broker, not the connection), so
-# this record is the whole surface of the request layer. Fields that only exist in cluster
-# mode are None on a single node; metrics is the narrow part of the broker's registry that
-# request handling feeds.
+# this record is the whole surface of the request layer; both modes fill every field (a single
+# node with engines that have nothing to replicate or ask). metrics is the narrow part of the
+# broker's registry that request handling feeds.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from lockgate.coordinator.txn.verifier import TxnVerifier
     from lockgate.handlers.fetch_sessions import FetchSessionCache
     from lockgate.log.append_order import AppendOrder
-    from lockgate.replication.manager import ReplicaManager
+    from lockgate.log.partition import Partition
     from lockgate.replication.writer import PartitionWriter
     from lockgate.security.authorizer import Authorizer
     from lockgate.security.credentials import CredentialStore
@@ -40,6 +40,15 @@ class RequestMetrics(Protocol):
     def fetched(
         self, entries: Iterable[tuple[str | None, Mapping[str, Any]]], follower: bool
     ) -> None: ...
+
+
+class Followers(Protocol):
+    """The leader's side of the follower fetches it serves (ReplicaManager in a cluster;
+    a single node has no followers, NO_FOLLOWERS)."""
+
+    def is_follower(self, replica_id: int) -> bool: ...
+
+    def on_follower_fetch(self, partition: Partition, replica: int, fetch_offset: int) -> None: ...
 
 
 class ProducerIds(Protocol):
@@ -70,5 +79,5 @@ class Services:
     # auto.create.topics.enable on a single node; a cluster creates topics on Metadata
     # requests only, as Kafka does
     produce_creates_topics: bool
-    replicas: ReplicaManager | None  # cluster mode only
-    verifier: TxnVerifier | None  # cluster mode only: asks other brokers' txn coordinators
+    followers: Followers
+    verifier: TxnVerifier  # asks other brokers' txn coordinators (none on a single node)

@@ -43,6 +43,20 @@ class LeaderTerm:
     isr_change: asyncio.Task[None] | None = None
 
 
+class NoFollowers:
+    """A single node's side of follower fetches: it has no followers, so a fetch that names a
+    replica is a consumer's."""
+
+    def is_follower(self, replica_id: int) -> bool:
+        return False
+
+    def on_follower_fetch(self, partition: Partition, replica: int, fetch_offset: int) -> None:
+        return None
+
+
+NO_FOLLOWERS = NoFollowers()
+
+
 class ReplicaManager:
     def __init__(
         self,
@@ -270,6 +284,10 @@ class ReplicaManager:
             raise KafkaProtocolError(ErrorCode.request_timed_out) from None
         if answer:
             raise KafkaProtocolError(answer)
+
+    def is_follower(self, replica_id: int) -> bool:
+        """Whether a Fetch naming `replica_id` is a follower's (a consumer names -1)."""
+        return replica_id >= 0
 
     def on_follower_fetch(self, partition: Partition, replica: int, fetch_offset: int) -> None:
         """A follower's Fetch: it has everything below `fetch_offset`."""

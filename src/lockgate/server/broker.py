@@ -33,7 +33,7 @@ from lockgate.log.cleaner import MAP_ENTRY_BYTES, LogCleaner
 from lockgate.log.clock import now_ms
 from lockgate.replication.fetcher import FetchSettings
 from lockgate.replication.group_commit import GroupCommit
-from lockgate.replication.manager import ReplicaManager
+from lockgate.replication.manager import NO_FOLLOWERS, ReplicaManager
 from lockgate.replication.writer import LocalWriter, PartitionWriter, ReplicatedWriter
 from lockgate.security.authorizer import Authorizer
 from lockgate.security.credentials import open_credential_store
@@ -109,7 +109,6 @@ class Broker:
         self.membership: Membership
         self.admin: TopicAdmin
         self.producer_ids: ProducerIdManager | ClusterProducerIds
-        self.verifier: TxnVerifier | None = None  # asks other brokers' txn coordinators
         # a producer's batches to a partition that wait (for a coordinator) keep their order
         self.append_order = AppendOrder()
         cluster_url = config.get("lockgate.cluster")
@@ -136,9 +135,6 @@ class Broker:
             self.membership = ClusterMembership(self.cluster, self.node_id)
             self.admin = ClusterTopicAdmin(self.topics, self.cluster)
             self.producer_ids = ClusterProducerIds(self.cluster)
-            self.verifier = TxnVerifier(
-                self.node_id, self.membership, self.topics, self.inter_broker_security
-            )
         else:
             self.membership = ClusterMembership(self.store, self.node_id)
             self.admin = LocalTopicAdmin(self.topics, self.node_id)
@@ -148,6 +144,10 @@ class Broker:
             LocalWriter(self.group_commit, now_ms)
             if self.replicas is None
             else ReplicatedWriter(self.group_commit, self.replicas, now_ms)
+        )
+        # asks the coordinators of ids other brokers coordinate (none on a single node)
+        self.verifier = TxnVerifier(
+            self.node_id, self.membership, self.topics, self.inter_broker_security
         )
         self.snapshots = Snapshotter(
             self.storage, config.integer("lockgate.coordinator.snapshot.interval.ms"), now_ms
@@ -161,16 +161,13 @@ class Broker:
             allocate=self.producer_ids.allocate,
             # (looked up at each call: the in-memory test cluster swaps the writer)
             write=lambda partition, batch: self.writer.write(partition, batch),
-            write_marker=lambda *marker: self.writer.write_marker(*marker),
             clock=now_ms,
             on_loaded=lambda seconds: self.metrics.coordinator_loaded("transaction", seconds),
             snapshots=self.snapshots if self.cluster is None else None,
-            # a cluster's markers go to each partition's leader, a single node writes its own
+            # to each partition's leader; those led here (a single node's all) in-process
             markers=MarkerSender(
-                self.node_id, self.membership, self.topics, self.inter_broker_security
-            )
-            if self.cluster is not None
-            else None,
+                self.node_id, self.membership, self.topics, self.writer, self.inter_broker_security
+            ),
             verifier=self.verifier,
             timers=timers,
         )
@@ -240,7 +237,7 @@ class Broker:
             metrics=self.metrics,
             produce_creates_topics=config.flag("auto.create.topics.enable")
             and self.cluster is None,
-            replicas=self.replicas,
+            followers=self.replicas if self.replicas is not None else NO_FOLLOWERS,
             verifier=self.verifier,
         )
 
@@ -476,8 +473,7 @@ class Broker:
         while self.connections and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
         await self.transactions.drain()
-        if self.verifier is not None:
-            await self.verifier.close()
+        await self.verifier.close()
         await self.group_commit.drain()
         synced = self.group_commit.failure is None
         try:

@@ -15,8 +15,9 @@ import functools
 import logging
 import os
 import re
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from lockgate.coordinator import runtime, writes
 from lockgate.coordinator.txn import rules
@@ -27,7 +28,6 @@ from lockgate.coordinator.txn.log import (
     encode_value,
     partition_for,
 )
-from lockgate.coordinator.txn.markers import MarkerSender
 from lockgate.coordinator.txn.metadata import (
     NO_EPOCH,
     NO_PRODUCER_ID,
@@ -36,8 +36,7 @@ from lockgate.coordinator.txn.metadata import (
     TxnMetadata,
 )
 from lockgate.coordinator.txn.state import PREPARING, TxnState
-from lockgate.coordinator.txn.verifier import RETRIABLE_VERIFICATION, TxnVerifier
-from lockgate.log.partition import Partition
+from lockgate.coordinator.txn.verifier import RETRIABLE_VERIFICATION
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.protocol.records import (
     BatchHeader,
@@ -49,9 +48,36 @@ from lockgate.topics.internal import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_T
 
 log = logging.getLogger(__name__)
 
-# Writes a COMMIT/ABORT marker to a partition this broker leads: (partition, producer id,
-# producer epoch, commit, coordinator epoch, now, strict epoch) → the future of its commit.
-WriteMarker = Callable[[Partition, int, int, bool, int, int, bool], asyncio.Future[None]]
+
+class Markers(Protocol):
+    """Writes a decision's markers to its partitions' leaders, this broker among them
+    (markers.py's MarkerSender); returns the refusals."""
+
+    async def write(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+        tv2: bool,
+        partitions: Iterable[TopicPartition],
+    ) -> dict[TopicPartition, ErrorCode]: ...
+
+    async def close(self) -> None: ...
+
+
+class Verifier(Protocol):
+    """Asks the coordinator of an id another broker coordinates (verifier.py's TxnVerifier)."""
+
+    async def ask(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partition: TopicPartition,
+        add: bool,
+        timeout_s: float,
+    ) -> ErrorCode: ...
 
 
 # Test hook, for crash-recovery tests only: when LOCKGATE_TEST_CRASH_POINT names a point of
@@ -92,27 +118,25 @@ class TransactionCoordinator:
         expiration_ms: int,
         allocate: rules.AllocateId,
         write: runtime.Write,
-        write_marker: WriteMarker,
         clock: Callable[[], int],
         on_loaded: Callable[[float], None],
         snapshots: runtime.Snapshots | None,
-        markers: MarkerSender | None,
-        verifier: TxnVerifier | None,
+        markers: Markers,
+        verifier: Verifier,
         timers: runtime.Timers,
     ) -> None:
         """`topics` holds __transaction_state (created here on a single node) and the
         partitions the markers go to; `allocate` hands out producer ids; `write` logs a
-        record; `write_marker` writes a single node's own markers; `on_loaded` is told
-        how long a partition took to load. `snapshots` follows the loaded partitions on a
-        single node (None in a cluster: snapshots are a single node's, for now). In a
-        cluster, `markers` sends markers to the partitions' leaders and `verifier` asks the
-        coordinator of an id this broker does not coordinate; both None on a single node.
-        `timers` is the root's timers port (CoordinatorRuntime)."""
+        record; `on_loaded` is told how long a partition took to load. `snapshots` follows
+        the loaded partitions on a single node (None in a cluster: snapshots are a single
+        node's, for now). `markers` writes markers to the partitions' leaders and `verifier`
+        asks the coordinator of an id this broker does not coordinate (the same on a single
+        node, which leads every partition and coordinates every id). `timers` is the root's
+        timers port (CoordinatorRuntime)."""
         self.topics = topics
         self.max_timeout_ms = max_timeout_ms
         self.expiration_ms = expiration_ms
         self.allocate = allocate
-        self.write_marker = write_marker
         self.clock = clock
         self.markers = markers
         self.verifier = verifier
@@ -375,7 +399,7 @@ class TransactionCoordinator:
         another broker is that broker's answer (COORDINATOR_NOT_AVAILABLE for what may pass
         on another try, as Kafka)."""
         unavailable = self.unavailable(transactional_id)
-        if unavailable == ErrorCode.not_coordinator and self.verifier is not None:
+        if unavailable == ErrorCode.not_coordinator:
             error = await self.verifier.ask(
                 transactional_id, producer_id, producer_epoch, partition, add, timeout_s
             )
@@ -601,30 +625,15 @@ class TransactionCoordinator:
     async def _write_markers(
         self, transactional_id: str, meta: TxnMetadata, commit: bool, epoch: int
     ) -> None:
-        if self.markers is not None:  # a cluster: each partition's leader writes its marker
-            refused = await self.markers.write(meta.producer_id, meta.producer_epoch, commit,
-                                               epoch, meta.tv2, meta.partitions)  # fmt: skip
-            if refused:  # as Kafka: nothing more to do for them (the sender logged why)
-                log.warning("markers for %r refused on %s", transactional_id, sorted(refused))
-            return
-        written = []
-        for topic, index in sorted(meta.partitions):
-            partition = self.topics.get(topic, index)
-            if partition is None:
-                continue  # the topic was deleted: nothing left to mark
-            try:
-                committed = self.write_marker(partition, meta.producer_id, meta.producer_epoch,
-                                              commit, epoch, self.clock(), meta.tv2)  # fmt: skip
-            except KafkaProtocolError as exc:
-                log.warning(
-                    "marker for %r on %s-%d refused: %s", transactional_id, topic, index, exc
-                )
-                continue
-            written.append(committed)
-            if self._crash_point == "between-markers" and len(meta.partitions) > 1:
-                await written[0]  # test hook: the first marker is durable, the others unwritten
-                self._crash_if_at("between-markers")
-        await asyncio.gather(*written)
+        partitions = sorted(meta.partitions)
+        marker = (meta.producer_id, meta.producer_epoch, commit, epoch, meta.tv2)
+        if self._crash_point == "between-markers" and len(partitions) > 1:
+            # test hook: the first partition's marker is committed, the others unwritten
+            await self.markers.write(*marker, partitions[:1])
+            self._crash_if_at("between-markers")
+        refused = await self.markers.write(*marker, partitions)
+        if refused:  # as Kafka: nothing more to do for them (the sender logged why)
+            log.warning("markers for %r refused on %s", transactional_id, sorted(refused))
 
     def _crash_if_at(self, point: str) -> None:
         """Test hook (see CRASH_POINT_VARIABLE): dies here, without any cleanup, if asked to."""
@@ -637,8 +646,7 @@ class TransactionCoordinator:
         """Shutdown: lets in-flight completions finish."""
         if self._completions:
             await asyncio.wait(list(self._completions.values()), timeout=10)
-        if self.markers is not None:
-            await self.markers.close()
+        await self.markers.close()
 
     # -- periodic work -------------------------------------------------------------------------
 

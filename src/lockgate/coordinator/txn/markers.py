@@ -5,6 +5,8 @@
 # moves); a partition is retried until its leader has written the marker and its ISR has it,
 # until an answer says it can never be written (reported to the caller), or until its topic
 # is deleted (nothing is left to mark). Only the caller's cancellation ends the retries early.
+# Partitions led by this broker are written in-process (replication/markers.py, what
+# WriteTxnMarkers runs), on a single node every one of them: both modes take this one path.
 from __future__ import annotations
 
 import asyncio
@@ -21,6 +23,8 @@ from lockgate.cluster.peers import PeerConnections
 from lockgate.coordinator.txn.metadata import TopicPartition
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
+from lockgate.replication.markers import Marker, append_marker, commit_errors
+from lockgate.replication.writer import PartitionWriter
 from lockgate.topics.directory import TopicManager
 
 log = logging.getLogger(__name__)
@@ -78,10 +82,13 @@ class MarkerSender:
         node_id: int,
         view: Membership,
         topics: TopicManager,
+        writer: PartitionWriter,
         security: ClientSecurity | None,
     ) -> None:
+        self.node_id = node_id
         self.view = view  # the partitions' leaders and the brokers' addresses
-        self.topics = topics  # (a deleted topic's partitions need no marker)
+        self.topics = topics  # (a deleted topic's partitions need no marker; those led here)
+        self.writer = writer  # writes the markers of the partitions led here
         self.peers = PeerConnections(
             view, security, f"lockgate-markers-{node_id}", REQUEST_TIMEOUT_MS
         )
@@ -196,6 +203,8 @@ class MarkerSender:
         self, delivery: _Delivery, leader: int, partitions: list[TopicPartition]
     ) -> dict[TopicPartition, ErrorCode] | str:
         """The leader's answer per partition, or why it could not be asked."""
+        if leader == self.node_id:
+            return await self._write_here(delivery, partitions)
         try:
             connection = await self.peers.get(leader)
             version = connection.version_for(
@@ -220,6 +229,24 @@ class MarkerSender:
         }
         # a partition left out of the answer is a broken peer, not a reason to loop forever
         return {key: answers.get(key, ErrorCode.unknown_server_error) for key in partitions}
+
+    async def _write_here(
+        self, delivery: _Delivery, partitions: list[TopicPartition]
+    ) -> dict[TopicPartition, ErrorCode]:
+        marker = Marker(delivery.producer_id, delivery.producer_epoch, delivery.commit,
+                        delivery.coordinator_epoch, delivery.tv2)  # fmt: skip
+        now_ms = self.writer.clock()
+        answers: dict[TopicPartition, ErrorCode] = {}
+        waiting: dict[TopicPartition, asyncio.Future[None]] = {}
+        for key in partitions:
+            written = append_marker(self.writer, self.topics.get(*key), marker, now_ms)
+            if isinstance(written, ErrorCode):
+                answers[key] = written
+            else:
+                waiting[key] = written
+        errors = await commit_errors(list(waiting.values()))
+        answers.update(zip(waiting, errors, strict=True))
+        return answers
 
 
 def _request(delivery: _Delivery, partitions: list[TopicPartition], version: int) -> dict[str, Any]:

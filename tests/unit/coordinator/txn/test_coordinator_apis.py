@@ -37,6 +37,23 @@ def committed(_partition: Partition, _batch: bytes) -> asyncio.Future[None]:
     return future
 
 
+class NoMarkers:
+    """Markers no test here reaches: every decision's partitions are written at once."""
+
+    async def write(self, *_marker: object) -> dict[tuple[str, int], ErrorCode]:
+        return {}
+
+    async def close(self) -> None:
+        return None
+
+
+class NoVerifier:
+    """The one broker coordinates every id: nobody else to ask."""
+
+    async def ask(self, *_question: object) -> ErrorCode:
+        return ErrorCode.not_coordinator
+
+
 def coordinator(allocate: Allocator | None = None, loaded: bool = True) -> TransactionCoordinator:
     """A single node's coordinator of one __transaction_state partition, loaded or not."""
     engine = MemoryEngine()
@@ -48,12 +65,11 @@ def coordinator(allocate: Allocator | None = None, loaded: bool = True) -> Trans
         expiration_ms=7 * 24 * 3600 * 1000,
         allocate=allocate or no_allocation,
         write=committed,
-        write_marker=lambda partition, *marker: committed(partition, b""),
         clock=lambda: NOW,
         on_loaded=lambda _seconds: None,
         snapshots=None,
-        markers=None,
-        verifier=None,
+        markers=NoMarkers(),
+        verifier=NoVerifier(),
         timers=LoopTimers(),
     )
     transactions.runtime.ensure_topic()
