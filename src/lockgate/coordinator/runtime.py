@@ -29,7 +29,7 @@ from lockgate.topics.directory import TopicManager
 
 # Appends a batch to a partition this broker leads (synchronously: callers must not await
 # before it, to keep their order) and returns the future of its commit (durable, and in a
-# cluster replicated to the ISR: coordinator/writes.py).
+# cluster replicated to the ISR: replication/writer.py).
 Write = Callable[[Partition, bytes], "asyncio.Future[None]"]
 
 
@@ -58,6 +58,22 @@ class LoopTimers:
 
     def call_later(self, delay_s: float, callback: Callable[..., object], *args: Any) -> Timer:
         return asyncio.get_running_loop().call_later(delay_s, callback, *args)
+
+
+async def pause(timers: Timers, delay_s: float) -> None:
+    """Waits `delay_s` through the timers port: a coordinator's retries wait on its timers,
+    as its sessions and rebalances do."""
+    woken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def wake() -> None:
+        if not woken.done():
+            woken.set_result(None)
+
+    timer = timers.call_later(delay_s, wake)
+    try:
+        await woken
+    finally:
+        timer.cancel()
 
 
 class Snapshots(Protocol):
@@ -195,7 +211,7 @@ class CoordinatorRuntime:
 
     def append(self, key: str, batch: bytes) -> asyncio.Future[None]:
         """Appends a batch (synchronously: callers must not await before this) to the key's
-        partition; returns the future of its commit (coordinator/writes.py). Raises
+        partition; returns the future of its commit (replication/writer.py). Raises
         KafkaProtocolError if the partition is no longer coordinated here (lost while the
         caller awaited something) or this broker cannot append there."""
         index = self.partition_for(key)

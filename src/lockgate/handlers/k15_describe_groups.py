@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from lockgate.coordinator.group.state import GroupState
+from lockgate.coordinator.group.views import NotFound
 from lockgate.handlers.common import field
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.protocol.api import ApiKey
@@ -33,7 +34,6 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     described = []
     include_operations = field(request, "include_authorized_operations", False)
     for group_id in request.groups:
-        group = coordinator.groups.get(group_id)
         entry: dict[str, Any] = {
             "error_code": 0,
             "error_message": None,
@@ -52,16 +52,13 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
             entry["authorized_operations"] = authorized_operations(
                 ctx, ResourceType.GROUP, group_id
             )
-        if unavailable := coordinator.unavailable(group_id):
-            entry["error_code"] = unavailable
-        elif group is None or group.consumer is not None:
+        group = coordinator.describe_classic(group_id)
+        if isinstance(group, ErrorCode):
+            entry["error_code"] = group
+        elif isinstance(group, NotFound):  # before v6: Dead, with no members
             if ctx.api_version >= 6:
                 entry["error_code"] = ErrorCode.group_id_not_found
-                entry["error_message"] = (
-                    f"Group {group_id} not found."
-                    if group is None
-                    else f"Group {group_id} is not a classic group."
-                )
+                entry["error_message"] = group.message
         else:
             entry["group_state"] = group.state.value
             entry["protocol_type"] = group.protocol_type

@@ -22,28 +22,21 @@ from lockgate.security.authorizer import authorize, filter_authorized
 
 @handles(ApiKey.LIST_GROUPS, 0, 5)
 async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
-    coordinator = ctx.services.groups
-    if not coordinator.loaded:
-        return {
-            "throttle_time": 0,
-            "error_code": ErrorCode.coordinator_load_in_progress,
-            "groups": [],
+    groups = ctx.services.groups.list_groups(
+        {s.lower() for s in field(request, "states_filter", ())},
+        {t.lower() for t in field(request, "types_filter", ())},
+    )
+    if isinstance(groups, ErrorCode):
+        return {"throttle_time": 0, "error_code": groups, "groups": []}
+    listed = [
+        {
+            "group_id": g.group_id,
+            "protocol_type": g.protocol_type,
+            "group_state": g.state,
+            "group_type": g.group_type,
         }
-    states = {s.lower() for s in field(request, "states_filter", ())}
-    types = {t.lower() for t in field(request, "types_filter", ())}
-    listed = []
-    for g in sorted(coordinator.groups.values(), key=lambda g: g.group_id):
-        state = g.consumer.state.value if g.consumer is not None else g.state.value
-        group_type = "consumer" if g.consumer is not None else "classic"
-        if (not states or state.lower() in states) and (not types or group_type in types):
-            listed.append(
-                {
-                    "group_id": g.group_id,
-                    "protocol_type": g.protocol_type,
-                    "group_state": state,
-                    "group_type": group_type,
-                }
-            )
+        for g in groups
+    ]
     # DESCRIBE on the cluster lists every group; else only those the principal may DESCRIBE
     if ctx.services.authorizer is not None and not authorize(
         ctx, Operation.DESCRIBE, ResourceType.CLUSTER, log_denied=False

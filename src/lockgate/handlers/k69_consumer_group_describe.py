@@ -19,6 +19,7 @@ from typing import Any
 
 from lockgate.coordinator.group.assignors import Assignment
 from lockgate.coordinator.group.consumer_group import ConsumerGroup, ConsumerMember
+from lockgate.coordinator.group.views import NotFound
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
@@ -57,16 +58,6 @@ def _member(ctx: RequestContext, group: ConsumerGroup, m: ConsumerMember) -> dic
     }
 
 
-def _topics_of(ctx: RequestContext, group: ConsumerGroup) -> set[str]:
-    counts = ctx.services.groups.consumer.topic_counts()
-    topics: set[str] = set()
-    for m in group.members.values():
-        topics |= set(m.subscribed_topic_names) | m.subscribed(counts) | set(m.assigned)
-    for assignment in group.target.values():
-        topics |= set(assignment)
-    return topics
-
-
 @handles(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, 1)
 async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     coordinator = ctx.services.groups
@@ -87,22 +78,18 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
         if not authorize(ctx, Operation.DESCRIBE, ResourceType.GROUP, group_id):
             entry["error_code"] = ErrorCode.group_authorization_failed
             continue
-        if unavailable := coordinator.unavailable(group_id):
-            entry["error_code"] = unavailable
+        view = coordinator.describe_consumer(group_id)
+        if isinstance(view, ErrorCode):
+            entry["error_code"] = view
             continue
-        container = coordinator.groups.get(group_id)
-        group = container.consumer if container is not None else None
-        if group is None:
+        if isinstance(view, NotFound):
             entry["error_code"] = ErrorCode.group_id_not_found
-            entry["error_message"] = (
-                f"Group {group_id} not found."
-                if container is None
-                else f"Group {group_id} is not a consumer group."
-            )
+            entry["error_message"] = view.message
             continue
+        group = view.group
         denied = sorted(
             t
-            for t in _topics_of(ctx, group)
+            for t in view.topics
             if not authorize(ctx, Operation.DESCRIBE, ResourceType.TOPIC, t, log_denied=False)
         )
         if denied:
@@ -118,7 +105,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
             group_state=group.state.value,
             group_epoch=group.group_epoch,
             assignment_epoch=group.assignment_epoch,
-            assignor_name=group.assignor or coordinator.consumer.config.assignors[0],
+            assignor_name=view.assignor,
             members=[_member(ctx, group, m) for m in group.members.values()],
         )
     return {"throttle_time": 0, "groups": described}

@@ -29,6 +29,13 @@ from lockgate.coordinator.group.records import (
     decode_key,
     decode_offset_value,
 )
+from lockgate.coordinator.group.views import (
+    ConsumerGroupView,
+    GroupListing,
+    NotFound,
+    consumer_view,
+    listing,
+)
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.protocol.records import (
     CONTROL_COMMIT,
@@ -113,6 +120,47 @@ class GroupCoordinator:
 
     def offsets_partition(self, group_id: str) -> int:
         return self.runtime.partition_for(group_id)
+
+    # -- describing the groups (DescribeGroups, ListGroups, ConsumerGroupDescribe) -------------
+
+    def describe_classic(self, group_id: str) -> Group | ErrorCode | NotFound:
+        """The classic group; NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS; not found
+        (unknown, or a consumer-protocol group: Kafka 4 describes those with the other API)."""
+        if unavailable := self.unavailable(group_id):
+            return unavailable
+        group = self.groups.get(group_id)
+        if group is None:
+            return NotFound(f"Group {group_id} not found.")
+        if group.consumer is not None:
+            return NotFound(f"Group {group_id} is not a classic group.")
+        return group
+
+    def list_groups(self, states: set[str], types: set[str]) -> list[GroupListing] | ErrorCode:
+        """The groups coordinated here, in id order, whose state and type (lower case) pass
+        the filters (empty: any); COORDINATOR_LOAD_IN_PROGRESS until every partition is loaded."""
+        if not self.loaded:
+            return ErrorCode.coordinator_load_in_progress
+        listed = (listing(group) for _, group in sorted(self.groups.items()))
+        return [
+            entry
+            for entry in listed
+            if (not states or entry.state.lower() in states)
+            and (not types or entry.group_type in types)
+        ]
+
+    def describe_consumer(self, group_id: str) -> ConsumerGroupView | ErrorCode | NotFound:
+        """The consumer-protocol group (KIP-848); NOT_COORDINATOR /
+        COORDINATOR_LOAD_IN_PROGRESS; not found (unknown, or a classic group)."""
+        if unavailable := self.unavailable(group_id):
+            return unavailable
+        group = self.groups.get(group_id)
+        if group is None:
+            return NotFound(f"Group {group_id} not found.")
+        if group.consumer is None:
+            return NotFound(f"Group {group_id} is not a consumer group.")
+        return consumer_view(
+            group.consumer, self.consumer.config.assignors[0], self.consumer.topic_counts()
+        )
 
     # -- the shard: what the runtime's loads and unloads do to the groups ----------------------
 

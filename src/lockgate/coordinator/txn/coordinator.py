@@ -140,6 +140,7 @@ class TransactionCoordinator:
         self.clock = clock
         self.markers = markers
         self.verifier = verifier
+        self.timers = timers  # (its completions' retries wait on them)
         self.txns: dict[str, TxnMetadata] = {}
         self.pending: set[str] = set()
         # transactional id → (producer id, epoch, the newest connection that producer's
@@ -617,7 +618,7 @@ class TransactionCoordinator:
                     self.pending.discard(transactional_id)
             except writes.WriteFailure as exc:
                 log.error("completing %r failed (attempt %d): %s", transactional_id, attempt, exc)
-                await asyncio.sleep(min(attempt, 10))
+                await runtime.pause(self.timers, min(attempt, 10))
                 continue
             self.txns[transactional_id] = done
             return
