@@ -9,12 +9,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 from lockgate.cluster.local import LocalMetadataStore
 from lockgate.config.properties import BrokerConfig
-from lockgate.coordinator.runtime import CoordinatorRuntime, Loaded, LoopTimers, Replay, Voice
+from lockgate.coordinator.runtime import (
+    CoordinatorRuntime,
+    Loaded,
+    LoopTimers,
+    Replay,
+    Voice,
+    pause,
+)
 from lockgate.coordinator.txn.log import partition_for
 from lockgate.log.partition import Partition
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
@@ -222,3 +231,42 @@ async def test_loop_timers_arm_and_cancel_on_the_running_loop() -> None:
     assert cancelled.cancelled()
     await asyncio.sleep(0.01)
     assert fired == ["soon", "later"]
+
+
+class HeldTimers:
+    """A timers port whose timers fire only when the test says so."""
+
+    def __init__(self) -> None:
+        self.armed: list[tuple[float, asyncio.TimerHandle, Callable[[], object]]] = []
+
+    def call_soon(self, callback: Callable[..., object], *args: Any) -> asyncio.Handle:
+        return asyncio.get_running_loop().call_soon(callback, *args)
+
+    def call_later(
+        self, delay_s: float, callback: Callable[..., object], *args: Any
+    ) -> asyncio.TimerHandle:
+        handle = asyncio.get_running_loop().call_later(3600, lambda: None)  # (its cancel)
+        self.armed.append((delay_s, handle, lambda: callback(*args)))
+        return handle
+
+    def fire(self) -> None:
+        _delay, handle, run = self.armed.pop(0)
+        if not handle.cancelled():
+            handle.cancel()
+            run()
+
+
+async def test_a_pause_waits_on_the_timers_port_and_disarms_when_cancelled() -> None:
+    timers = HeldTimers()
+    paused = asyncio.ensure_future(pause(timers, 7.0))
+    await asyncio.sleep(0)
+    assert [delay for delay, _, _ in timers.armed] == [7.0] and not paused.done()
+    timers.fire()
+    await asyncio.wait_for(paused, 1)
+    cancelled = asyncio.ensure_future(pause(timers, 3.0))
+    await asyncio.sleep(0)
+    ((_delay, handle, _run),) = timers.armed
+    cancelled.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
+    assert handle.cancelled()  # nothing left armed behind it
