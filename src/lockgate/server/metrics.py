@@ -44,6 +44,7 @@ from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
 from lockgate.replication.group_commit import GroupCommit
 from lockgate.server import partition_metrics
+from lockgate.server.loop_lag import LoopLagProbe
 from lockgate.server.partition_metrics import GroupOffsets
 from lockgate.topics.directory import TopicManager
 
@@ -121,12 +122,14 @@ class BrokerMetrics:
         self.loads = {kind: Histogram(LATENCY_BUCKETS) for kind in COORDINATOR_KINDS}
         self.isr_shrinks = 0
         self.isr_expands = 0
+        self.loop_lag = LoopLagProbe()  # runs while the endpoint does
         self.registry.register(EventCollector(self))
         self.registry.register(BrokerStateCollector(sources))
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
         self.registry.register(GC_COLLECTOR)
         self._server: asyncio.Server | None = None
+        self._probe: asyncio.Task[None] | None = None
 
     # -- hot-path hooks: O(1), nothing when metrics are off ---------------------------------------
 
@@ -217,6 +220,7 @@ class BrokerMetrics:
 
     async def serve(self, host: str, port: int) -> int:
         self._server = await asyncio.start_server(self._answer, host, port)
+        self._probe = asyncio.create_task(self.loop_lag.run())
         bound = int(self._server.sockets[0].getsockname()[1])
         log.info("metrics on http://%s:%d/metrics", host, bound)
         return bound
@@ -246,6 +250,8 @@ class BrokerMetrics:
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
+        if self._probe is not None:
+            self._probe.cancel()
 
 
 def _histogram(name: str, documentation: str, label: str = "") -> HistogramMetricFamily:
@@ -323,6 +329,24 @@ class EventCollector(Collector):
         )
         expands.add_metric([], metrics.isr_expands)
         yield expands
+        probe = metrics.loop_lag
+        lag = _histogram(
+            "lockgate_event_loop_lag_seconds",
+            "How late the broker's event loop ran a timer (sampled every 10 ms)",
+        )
+        _add(lag, [], probe.lag)
+        yield lag
+        worst = GaugeMetricFamily(
+            "lockgate_event_loop_lag_max_seconds", "The largest event loop lag since start"
+        )
+        worst.add_metric([], probe.worst_s)
+        yield worst
+        stalls = CounterMetricFamily(
+            "lockgate_event_loop_stalls",
+            "Event loop lags of 50 ms or more (logged, a line per 10 s at most)",
+        )
+        stalls.add_metric([], probe.stalls)
+        yield stalls
 
     def _topics(self) -> Iterator[Metric]:
         metrics = self.metrics
