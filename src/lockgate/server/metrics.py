@@ -39,6 +39,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from lockgate.coordinator.txn.state import TxnState
+from lockgate.log.partition import Partition
 from lockgate.log.stats import LATENCY_BUCKETS, Histogram
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
@@ -209,14 +210,31 @@ class BrokerMetrics:
         """One scrape: the registry's families, then the per-partition ones (rendered
         directly: there may be thousands of series)."""
         families = generate_latest(self.registry)
+        return families + partition_metrics.render(*self.partition_sources()).encode()
+
+    async def render_yielding(self) -> bytes:
+        """render(), giving the event loop back between pieces of the per-partition walk
+        (what the endpoint serves: a large scrape must not stall requests)."""
+        families = generate_latest(self.registry)
+        steps = partition_metrics.render_steps(*self.partition_sources())
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                text: str = done.value
+                return families + text.encode()
+            await asyncio.sleep(0)
+
+    def partition_sources(
+        self,
+    ) -> tuple[Mapping[partition_metrics.Key, Partition], Mapping[str, GroupOffsets], int, int]:
         sources = self.sources
-        per_partition = partition_metrics.render(
+        return (
             sources.topics.partitions,
             sources.groups(),
             sources.clock() - sources.transaction_max_timeout_ms,
             sources.lag_series_max,
         )
-        return families + per_partition.encode()
 
     async def serve(self, host: str, port: int) -> int:
         self._server = await asyncio.start_server(self._answer, host, port)
@@ -232,7 +250,7 @@ class BrokerMetrics:
                 pass
             parts = request_line.decode("latin-1").split()
             if len(parts) >= 2 and parts[0] == "GET" and parts[1].split("?")[0] == "/metrics":
-                body = self.render()
+                body = await self.render_yielding()
                 status = "200 OK"
             else:
                 body, status = b"not found\n", "404 Not Found"

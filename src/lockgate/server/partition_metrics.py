@@ -6,15 +6,21 @@
 # a tenth of that. Every value is an integer read from the broker's state (the partitions and
 # the groups' committed offsets it is given, at scrape time); label values are escaped as the
 # text format requires (group ids may hold any character) and in name order, as
-# prometheus_client writes them.
+# prometheus_client writes them. The walk pauses every CHUNK partitions or committed offsets
+# (`render_steps`), so the endpoint can give the event loop back between pieces: a scrape of
+# thousands of partitions is many short holds of the loop, not one long stall. It walks copies
+# of the mappings taken at its start, so topics and offsets may change between pieces.
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping
 from typing import Protocol
 
 from lockgate.log.partition import Partition
 
 Key = tuple[str, int]
+CHUNK = 500  # partitions or committed offsets walked between two pauses (a few ms)
+# a walk that pauses (yields None) between pieces and returns the text
+Steps = Generator[None, None, str]
 
 
 class _Committed(Protocol):
@@ -74,22 +80,43 @@ def render(
     hanging_before_ms: int,
     lag_series_max: int,
 ) -> str:
-    """The families of this module, in the text format (a newline after every line).
-    `hanging_before_ms`: an open transaction's producer whose last write is older is a hanging
-    candidate (now minus transaction.max.timeout.ms); `lag_series_max`:
-    lockgate.metrics.consumer.lag.max.series."""
+    """The families of this module, in the text format, in one go (see render_steps)."""
+    steps = render_steps(partitions, groups, hanging_before_ms, lag_series_max)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            text: str = done.value
+            return text
+
+
+def render_steps(
+    partitions: Mapping[Key, Partition],
+    groups: Mapping[str, GroupOffsets],
+    hanging_before_ms: int,
+    lag_series_max: int,
+) -> Steps:
+    """The families of this module, in the text format (a newline after every line), pausing
+    every CHUNK partitions or offsets. `hanging_before_ms`: an open transaction's producer
+    whose last write is older is a hanging candidate (now minus transaction.max.timeout.ms);
+    `lag_series_max`: lockgate.metrics.consumer.lag.max.series."""
+    hosted = dict(partitions)  # the lag's lookups see the partitions the walk started with
     lines: list[str] = []
-    lines.extend(_partitions(partitions, hanging_before_ms))
-    lines.extend(_consumer_lag(partitions, groups, lag_series_max))
+    lines.extend((yield from _partitions(list(hosted.items()), hanging_before_ms)))
+    lines.extend((yield from _consumer_lag(hosted, sorted(groups.items()), lag_series_max)))
     lines.append("")
     return "\n".join(lines)
 
 
-def _partitions(partitions: Mapping[Key, Partition], horizon: int) -> list[str]:
+def _partitions(
+    partitions: list[tuple[Key, Partition]], horizon: int
+) -> Generator[None, None, list[str]]:
     columns: list[list[str]] = [[] for _ in PARTITION_GAUGES]
     size, start, end, high, stable, segments, lag = columns
     hanging: list[str] = []
-    for (topic, index), partition in partitions.items():
+    for walked, ((topic, index), partition) in enumerate(partitions, 1):
+        if walked % CHUNK == 0:
+            yield
         labels = f'{{partition="{index}",topic="{escape(topic)}"}}'
         high_watermark = partition.high_watermark
         last_stable = partition.last_stable_offset
@@ -118,19 +145,23 @@ def _partitions(partitions: Mapping[Key, Partition], horizon: int) -> list[str]:
 
 
 def _consumer_lag(
-    partitions: Mapping[Key, Partition], groups: Mapping[str, GroupOffsets], cap: int
-) -> list[str]:
+    partitions: Mapping[Key, Partition], groups: list[tuple[str, GroupOffsets]], cap: int
+) -> Generator[None, None, list[str]]:
     """Committed offset against the high watermark (what kafka-consumer-groups calls the log
     end) for the groups this broker coordinates and partitions it hosts, at most
     lockgate.metrics.consumer.lag.max.series partition series, groups in name order."""
     series: list[str] = []
     totals: list[str] = []
     dropped = 0
-    for group_id, group in sorted(groups.items()):
+    walked = 0
+    for group_id, group in groups:
         summed = 0
         counted = False
         group_label = escape(group_id)
-        for (topic, index), committed in group.offsets.items():
+        for (topic, index), committed in list(group.offsets.items()):
+            walked += 1
+            if walked % CHUNK == 0:
+                yield
             partition = partitions.get((topic, index))
             if partition is None:
                 continue

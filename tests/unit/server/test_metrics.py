@@ -4,8 +4,10 @@ two-phase and timed-out transactions, and the histogram's buckets."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import pytest
 from prometheus_client.core import Metric
@@ -20,6 +22,7 @@ from lockgate.log.producer_state import ProducerEntry
 from lockgate.log.stats import Histogram
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
+from lockgate.server import partition_metrics
 from lockgate.server.broker import Broker
 from lockgate.storage.memory import MemoryEngine
 
@@ -189,3 +192,52 @@ def test_label_values_are_escaped(broker: Broker) -> None:
     broker.topics.partitions[("t", 0)].high_watermark = 3
     broker.groups.groups[odd] = Group(odd, offsets={("t", 0): committed(1)})
     assert samples(broker, "lockgate_consumer_group_lag") == {(("group", odd),): 2}
+
+
+async def test_a_scrape_gives_the_loop_back_every_chunk_and_renders_the_same(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(partition_metrics, "CHUNK", 2)  # (a real chunk: 500 partitions)
+    broker = make_broker()
+    try:
+        broker.topics.create("many", 5, 1, {})
+        turns = 0
+
+        async def other_work() -> None:
+            nonlocal turns
+            while True:
+                turns += 1
+                await asyncio.sleep(0)
+
+        worker = asyncio.create_task(other_work())
+        await asyncio.sleep(0)
+        started = turns
+        yielded = await broker.metrics.render_yielding()
+        worker.cancel()
+        # the walk paused at 2 and 4 partitions: the other task ran meanwhile
+        assert turns - started >= 2
+        # the per-partition families alike (the registry's process figures move between two)
+        first = b"# HELP lockgate_log_size_bytes"
+        assert yielded.split(first)[1] == broker.metrics.render().split(first)[1]
+    finally:
+        broker.topics.close()
+
+
+def test_the_walk_pauses_every_chunk_of_committed_offsets() -> None:
+    @dataclass
+    class Offsets:
+        offsets: dict[tuple[str, int], CommittedOffset]
+
+    committed = CommittedOffset(0, -1, "", 0)
+    many = Offsets({("gone", i): committed for i in range(2 * partition_metrics.CHUNK)})
+    steps = partition_metrics.render_steps({}, {"g": many}, 0, 10)
+    pauses = 0
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            text = done.value
+            break
+        pauses += 1
+    assert pauses == 2
+    assert "lockgate_consumer_lag_series_dropped 0" in text
