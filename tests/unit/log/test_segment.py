@@ -113,6 +113,24 @@ def test_read_whole_batches_within_max_bytes() -> None:
     assert segment.read(10, 10**6, 10**6) == b""  # past the end
 
 
+def test_a_read_cut_to_whole_batches_is_a_view_of_what_was_read() -> None:
+    """No copy of the batches a Fetch sends: a read ending inside a batch (max_bytes or the
+    upper offset) gives a memoryview of the bytes read, one ending at a batch boundary those
+    bytes themselves, and nothing at all is b""."""
+    segment = new_segment()
+    batches = [add(segment, 2, 10) for _ in range(3)]  # offsets 0-1, 2-3, 4-5
+    size = len(batches[0])
+    by_size = segment.read(0, 2 * size + 5, 10**6)
+    by_offset = segment.read(0, 10**6, 4)
+    for cut in (by_size, by_offset):
+        assert isinstance(cut, memoryview) and cut.format == "B" and cut.readonly
+        assert cut.tobytes() == batches[0] + batches[1]
+        assert isinstance(cut.obj, bytes) and len(cut.obj) > len(cut)
+    assert type(segment.read(0, 10**6, 10**6)) is bytes  # the whole log: no cut
+    assert type(segment.read(0, 1, 10**6)) is bytes  # KIP-74: the first batch, read whole
+    assert type(segment.read(0, 10**6, 0)) is bytes
+
+
 @pytest.mark.parametrize("max_bytes", [0, 1, 11, 12, 16, 17, HEADER_SIZE, 100])
 def test_first_batch_is_returned_whole_whatever_max_bytes(max_bytes: int) -> None:
     """KIP-74: a fetch always makes progress, even when the first batch exceeds max_bytes."""
