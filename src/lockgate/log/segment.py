@@ -198,7 +198,13 @@ class Segment:
             return b""
         # At least a header, so that a first batch larger than a tiny max_bytes is still seen.
         data = self.log.read(position, min(max(max_bytes, HEADER_SIZE), self.log.size - position))
-        end = 0
+        # the batches up to the last indexed one that fits are whole: only the rest is walked
+        end = (
+            self.offset_index.last_within(
+                position, position + len(data), upper_offset - self.base_offset
+            )
+            - position
+        )
         while True:
             prefix = peek_batch_size(data, end)
             if prefix is None:
