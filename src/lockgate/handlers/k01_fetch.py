@@ -160,7 +160,7 @@ def _read(
         limit = min(state.max_bytes, budget)
         if limit <= 0 and not first:
             return entry, 0
-        data = partition.read(offset, limit, upper)
+        data = partition.read_view(offset, limit, upper)  # not copied on its way out
         if len(data) > limit and not first:
             data = b""  # an oversized first batch: only the response's first one may be
         entry["records"] = data
