@@ -49,8 +49,9 @@ from lockgate.handlers.fetch_sessions import (
 )
 from lockgate.handlers.registry import HandlerResult, RawBody, RequestContext, handles
 from lockgate.log.partition import Partition
-from lockgate.protocol.api import ApiKey, build, encode, response_class
+from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
+from lockgate.protocol.fetch import body_size, encode_fetch_response
 from lockgate.security.acls import Operation, ResourceType
 from lockgate.security.authorizer import authorize
 from lockgate.security.quotas import QuotaType, charge
@@ -159,7 +160,7 @@ def _read(
         limit = min(state.max_bytes, budget)
         if limit <= 0 and not first:
             return entry, 0
-        data = partition.read(offset, limit, upper)
+        data = partition.read_view(offset, limit, upper)  # not copied on its way out
         if len(data) > limit and not first:
             data = b""  # an oversized first batch: only the response's first one may be
         entry["records"] = data
@@ -320,36 +321,39 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
         await _wait_for_data(partitions, remaining, log_end=replica != CONSUMER)
     if incremental:
         results = [(w, e) for w, e in results if _changed(e, w.state)]
-    answer: HandlerResult = _response(ctx, 0, session.session_id if session else 0, results)
+    started = time.perf_counter()
+    # encoded by hand: the records go to the socket as read, not copied (protocol/fetch.py)
+    body = encode_fetch_response(
+        ctx.api_version, _response(ctx, 0, session.session_id if session else 0, results)
+    )
+    busy += time.perf_counter() - started
     if ctx.services.quotas.kinds and replica == CONSUMER:  # a follower is never throttled
-        answer = _charge_quotas(ctx, answer, session, incremental, busy)
-        if not isinstance(answer, RawBody):
-            return answer  # throttled: nothing was sent, the session's partitions unchanged
+        throttled = _charge_quotas(ctx, body_size(body), session, incremental, busy)
+        if throttled is not None:
+            return throttled  # nothing was sent, the session's partitions unchanged
     ctx.services.metrics.fetched(((w.topic, entry) for w, entry in results), replica != CONSUMER)
     for w, entry in results:
         w.state.sent_high_watermark = entry["high_watermark"]
         w.state.sent_last_stable_offset = entry["last_stable_offset"]
         w.state.sent_log_start_offset = entry["log_start_offset"]
-    return answer
+    return RawBody(body, error=0)
 
 
 def _charge_quotas(
     ctx: RequestContext,
-    answer: HandlerResult,
+    size: int,
     session: FetchSession | None,
     incremental: bool,
     busy: float,
-) -> HandlerResult:
-    """The encoded answer's size counts against consumer_byte_rate (and the reading time
-    against request_percentage). Within quota: the answer, encoded once. Past it: as Kafka, an
-    answer without data carrying throttle_time_ms, after which the connection is not read for
-    that long; a session this request opened is dropped (Kafka does not open it either)."""
-    started = time.perf_counter()
-    body = encode(build(response_class(ApiKey.FETCH, ctx.api_version), answer))
-    busy += time.perf_counter() - started
-    throttle = charge(ctx.services.quotas, ctx, QuotaType.FETCH, len(body), busy)
+) -> dict[str, Any] | None:
+    """The encoded answer's `size` counts against consumer_byte_rate (and the reading and
+    encoding time, `busy`, against request_percentage). Within quota: None, the answer goes.
+    Past it: as Kafka, an answer without data carrying throttle_time_ms, after which the
+    connection is not read for that long; a session this request opened is dropped (Kafka does
+    not open it either)."""
+    throttle = charge(ctx.services.quotas, ctx, QuotaType.FETCH, size, busy)
     if not throttle:
-        return RawBody(body)
+        return None
     session_id = 0
     if session is not None and incremental:
         session_id = session.session_id

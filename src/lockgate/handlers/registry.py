@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from lockgate.log.clock import now_ms
 from lockgate.protocol.api import ApiKey, decode_body, is_flexible, request_class
-from lockgate.protocol.frame import RequestHeader, parse_request_header
+from lockgate.protocol.frame import Buffer, RequestHeader, parse_request_header
 from lockgate.security.session import Session
 
 if TYPE_CHECKING:
@@ -19,9 +19,12 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class RawBody:
-    """An already encoded response body (hot paths that bypass the kio builder)."""
+    """An already encoded response body (hot paths that bypass the kio builder): one buffer,
+    or a list of buffers written in turn (Fetch: record bytes are not joined into the frame).
+    `error`: the response's top-level error code, for the request metrics, if it has one."""
 
-    data: bytes
+    data: bytes | list[Buffer]
+    error: int | None = None
 
 
 NO_RESPONSE = None  # e.g. Produce with acks=0

@@ -53,6 +53,17 @@ class OffsetIndex:
         i = bisect.bisect_right(self.relative_offsets, relative_offset) - 1
         return self.positions[i] if i >= 0 else 0
 
+    def last_within(self, start: int, end: int, relative_upper: int) -> int:
+        """The position of the last indexed batch that starts between positions `start` and
+        `end` and at a relative offset of at most `relative_upper`; `start` when there is
+        none. Every batch from `start` up to it ends by `end` and starts below
+        `relative_upper`, so a read can skip them without looking at each."""
+        i = min(
+            bisect.bisect_right(self.positions, end),
+            bisect.bisect_right(self.relative_offsets, relative_upper),
+        )
+        return max(self.positions[i - 1], start) if i > 0 else start
+
     def reset(self) -> None:
         self.relative_offsets = array("q")
         self.positions = array("q")

@@ -594,7 +594,15 @@ class Partition:
         return max(0, bisect.bisect_right([s.base_offset for s in self.segments], offset) - 1)
 
     def read(self, offset: int, max_bytes: int, upper_offset: int) -> bytes:
-        """Batches from `offset` up to (not including) `upper_offset`, whole batches only.
+        """Batches from `offset` up to (not including) `upper_offset`, whole batches only,
+        as bytes: read_view's answer, copied when it is a view."""
+        data = self.read_view(offset, max_bytes, upper_offset)
+        return data if isinstance(data, bytes) else data.tobytes()
+
+    def read_view(self, offset: int, max_bytes: int, upper_offset: int) -> bytes | memoryview:
+        """Batches from `offset` up to (not including) `upper_offset`, whole batches only:
+        a memoryview of the bytes read when the read was cut to whole batches, so that they
+        are not copied (Fetch hands them to the socket as they are; see Segment.read).
         Once the log directory is offline every read is KAFKA_STORAGE_ERROR, at the log end
         too (a consumer polling there must learn it)."""
         offline = self.storage.offline

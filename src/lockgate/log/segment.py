@@ -187,15 +187,24 @@ class Segment:
                 return position
         return None
 
-    def read(self, offset: int, max_bytes: int, upper_offset: int) -> bytes:
+    def read(self, offset: int, max_bytes: int, upper_offset: int) -> bytes | memoryview:
         """Whole batches from the one holding `offset`, ending before `upper_offset`, at most
-        `max_bytes` unless the first batch alone is larger (KIP-74: always make progress)."""
+        `max_bytes` unless the first batch alone is larger (KIP-74: always make progress).
+        When the read ends inside a batch, the whole batches are a memoryview of what was
+        read: slicing the bytes would copy them (a Fetch hands them to the socket as they
+        are)."""
         position = self.position_of(offset)
         if position is None:
             return b""
         # At least a header, so that a first batch larger than a tiny max_bytes is still seen.
         data = self.log.read(position, min(max(max_bytes, HEADER_SIZE), self.log.size - position))
-        end = 0
+        # the batches up to the last indexed one that fits are whole: only the rest is walked
+        end = (
+            self.offset_index.last_within(
+                position, position + len(data), upper_offset - self.base_offset
+            )
+            - position
+        )
         while True:
             prefix = peek_batch_size(data, end)
             if prefix is None:
@@ -208,7 +217,9 @@ class Segment:
                     return self.log.read(position, size)
                 break
             end += size
-        return data[:end] if end < len(data) else data
+        if end == len(data):
+            return data
+        return memoryview(data)[:end] if end else b""
 
     # -- recovery ------------------------------------------------------------------------------
 

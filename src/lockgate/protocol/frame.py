@@ -6,10 +6,17 @@
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 _HEADER_FIXED = struct.Struct(">hhih")
 _INT32 = struct.Struct(">i")
+_SIZE_AND_CORRELATION = struct.Struct(">ii")
+
+# A piece of a frame that goes to the socket as it is: a hand-encoded body's framing, or record
+# bytes read from a segment (a memoryview of whole bytes, so that no slice is copied). Always
+# unsigned bytes (format "B"), so len() is the byte count.
+Buffer = bytes | memoryview
 
 
 class MalformedFrame(Exception):
@@ -87,3 +94,13 @@ def response_frame(correlation_id: int, flexible_header: bool, body: bytes) -> b
     """Size prefix + response header + body, as one buffer."""
     header = _INT32.pack(correlation_id) + (b"\x00" if flexible_header else b"")
     return _INT32.pack(len(header) + len(body)) + header + body
+
+
+def response_frame_parts(
+    correlation_id: int, flexible_header: bool, body: Sequence[Buffer]
+) -> list[Buffer]:
+    """The same frame as response_frame of the joined body, as buffers to write in turn: the
+    size prefix and header, then the body's parts untouched (nothing is joined or copied)."""
+    header_size = 5 if flexible_header else 4
+    prefix = _SIZE_AND_CORRELATION.pack(header_size + sum(map(len, body)), correlation_id)
+    return [prefix + b"\x00" if flexible_header else prefix, *body]

@@ -33,7 +33,14 @@ from lockgate.protocol.api import (
     response_class,
 )
 from lockgate.protocol.errors import ErrorCode
-from lockgate.protocol.frame import MalformedFrame, parse_request_header, peek_api, response_frame
+from lockgate.protocol.frame import (
+    Buffer,
+    MalformedFrame,
+    parse_request_header,
+    peek_api,
+    response_frame,
+    response_frame_parts,
+)
 from lockgate.security.listeners import enabled_mechanisms
 from lockgate.security.quotas import SELF_CHARGED_API_KEYS, QuotaType, measured
 from lockgate.security.session import Session
@@ -56,6 +63,9 @@ log = logging.getLogger(__name__)
 _SIZE = struct.Struct(">i")
 _SERIALS = itertools.count(1)  # a newer connection has a larger serial
 _WRITE_HIGH_WATER = 4 << 20
+# A response as written: one buffer, or buffers written in turn (a Fetch's record bytes are
+# handed to the transport as read, never joined into one frame).
+Frame = bytes | list[Buffer]
 
 
 class CloseConnection(Exception):
@@ -99,7 +109,7 @@ class Connection:
             else None
         )
         self.serial = next(_SERIALS)
-        self._queue: asyncio.Queue[asyncio.Task[bytes | None] | bytes | None] = asyncio.Queue(
+        self._queue: asyncio.Queue[asyncio.Task[Frame | None] | bytes | None] = asyncio.Queue(
             maxsize=services.config.integer("queued.max.requests")
         )
         self._read_task: asyncio.Task[None] | None = None
@@ -205,7 +215,7 @@ class Connection:
         while (remaining := self.quotas.mute_remaining(self.serial)) > 0:
             await asyncio.sleep(remaining)
 
-    def _dispatch(self, payload: bytes) -> asyncio.Task[bytes | None] | bytes:
+    def _dispatch(self, payload: bytes) -> asyncio.Task[Frame | None] | bytes:
         gate = None if self.session.authenticated else self.sasl
         if gate is not None and gate.raw_tokens:
             context = self._context(ApiKey.SASL_AUTHENTICATE, 0, 0, self.client_id)
@@ -269,7 +279,7 @@ class Connection:
 
     async def _handle(
         self, spec: HandlerSpec, context: RequestContext, request: object, flexible: bool
-    ) -> bytes | None:
+    ) -> Frame | None:
         current_request.set(context)  # this request's task only: its log lines carry it
         try:
             quotas = self.quotas
@@ -277,11 +287,12 @@ class Connection:
                 result = await measured(quotas, spec.handler, context, request)
             else:
                 result = await spec.handler(context, request)
-            error = None  # the top-level error code (hand-encoded answers count their own)
+            error = None  # the top-level error code (a hand-encoded answer gives its own, if any)
             if result is None:
                 body = None
             elif isinstance(result, RawBody):
                 body = result.data
+                error = result.error
             else:
                 body = encode(build(response_class(spec.api_key, context.api_version), result))
                 error = result.get("error_code")
@@ -298,6 +309,8 @@ class Connection:
         self.metrics.request_done(spec.api_key, time.monotonic() - context.started, error)
         if body is None:
             return None
+        if isinstance(body, list):
+            return response_frame_parts(context.correlation_id, flexible, body)
         return response_frame(context.correlation_id, flexible, body)
 
     async def _write_loop(self) -> None:
@@ -310,7 +323,11 @@ class Connection:
             if frame is None or broken:
                 continue
             try:
-                writer.write(frame)
+                if isinstance(frame, list):
+                    # one vectored write on uvloop; a TLS transport encrypts the parts in turn
+                    writer.writelines(frame)
+                else:
+                    writer.write(frame)
                 if writer.transport.get_write_buffer_size() > _WRITE_HIGH_WATER:
                     await writer.drain()
             except (ConnectionError, RuntimeError):

@@ -168,6 +168,11 @@ def test_read_returns_whole_batches_within_max_bytes(storage: StorageEngine) -> 
     assert batch_offsets(partition.read(0, 2 * size + size - 1, hw)) == [0, 3]
     assert batch_offsets(partition.read(4, 2 * size, hw)) == [3, 6]  # from the batch holding 4
     assert partition.read(12, 10**6, hw) == b""
+    # Fetch's form: the same batches, a view of the bytes read when the read was cut
+    cut = partition.read_view(0, 2 * size + size - 1, hw)
+    assert isinstance(cut, memoryview) and cut == partition.read(0, 2 * size + size - 1, hw)
+    assert type(partition.read(0, 2 * size + size - 1, hw)) is bytes
+    assert partition.read_view(0, 10**6, hw) == partition.read(0, 10**6, hw)
 
 
 @pytest.mark.parametrize("max_bytes", [0, 1, 20, 100])

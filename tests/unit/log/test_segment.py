@@ -113,6 +113,53 @@ def test_read_whole_batches_within_max_bytes() -> None:
     assert segment.read(10, 10**6, 10**6) == b""  # past the end
 
 
+def test_a_read_cut_to_whole_batches_is_a_view_of_what_was_read() -> None:
+    """No copy of the batches a Fetch sends: a read ending inside a batch (max_bytes or the
+    upper offset) gives a memoryview of the bytes read, one ending at a batch boundary those
+    bytes themselves, and nothing at all is b""."""
+    segment = new_segment()
+    batches = [add(segment, 2, 10) for _ in range(3)]  # offsets 0-1, 2-3, 4-5
+    size = len(batches[0])
+    by_size = segment.read(0, 2 * size + 5, 10**6)
+    by_offset = segment.read(0, 10**6, 4)
+    for cut in (by_size, by_offset):
+        assert isinstance(cut, memoryview) and cut.format == "B" and cut.readonly
+        assert cut.tobytes() == batches[0] + batches[1]
+        assert isinstance(cut.obj, bytes) and len(cut.obj) > len(cut)
+    assert type(segment.read(0, 10**6, 10**6)) is bytes  # the whole log: no cut
+    assert type(segment.read(0, 1, 10**6)) is bytes  # KIP-74: the first batch, read whole
+    assert type(segment.read(0, 10**6, 0)) is bytes
+
+
+@pytest.mark.parametrize("interval", [1, 150, 400, 4096])
+def test_reads_skipping_by_the_index_return_what_a_walk_over_every_batch_does(
+    interval: int,
+) -> None:
+    """A read jumps over the batches the offset index vouches for (whole, below the upper
+    offset) and walks only the rest: the answer must be the same whole batches whatever the
+    index density, max_bytes and upper offset."""
+    segment = new_segment(base_offset=50)
+    batches = [add(segment, 1 + i % 3, 10, interval=interval) for i in range(12)]
+    starts = [parse_header(b).base_offset for b in batches]
+    assert len(segment.offset_index.positions) > (1 if interval < 4096 else 0)
+
+    def expected(offset: int, max_bytes: int, upper: int) -> bytes:
+        first = max(i for i, s in enumerate(starts) if s <= offset)
+        chosen = b""
+        for i in range(first, len(batches)):
+            if starts[i] >= upper or len(chosen) + len(batches[i]) > max(max_bytes, HEADER_SIZE):
+                break
+            chosen += batches[i]
+        return chosen or (batches[first] if starts[first] < upper else b"")
+
+    sizes = [0, 1, HEADER_SIZE, len(batches[0]) + 1, 300, 777, 1500, 10**6]
+    for offset in range(50, segment.next_offset):
+        for upper in (offset, offset + 1, offset + 5, 60, 70, segment.next_offset, 10**6):
+            for max_bytes in sizes:
+                got = segment.read(offset, max_bytes, upper)
+                assert got == expected(offset, max_bytes, upper), (offset, max_bytes, upper)
+
+
 @pytest.mark.parametrize("max_bytes", [0, 1, 11, 12, 16, 17, HEADER_SIZE, 100])
 def test_first_batch_is_returned_whole_whatever_max_bytes(max_bytes: int) -> None:
     """KIP-74: a fetch always makes progress, even when the first batch exceeds max_bytes."""
