@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import random
 import shutil
 import signal
 import socket
@@ -17,11 +18,38 @@ from pathlib import Path
 
 from lockgate.tools.common import EXIT_FAILURE, EXIT_OK
 
+# The kernel hands outgoing connections (and bind to port 0) ports from its ephemeral range
+# only. A port picked for a server that starts a moment later is taken from below that range,
+# so that no connection opened meanwhile, by this process or any other, can be given it.
+_EPHEMERAL_RANGE = "/proc/sys/net/ipv4/ip_local_port_range"
+_LOWEST = 10_000
+_handed_out: set[int] = set()  # two servers of one process never get the same port
+_random = random.SystemRandom()
+
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A port free now on 127.0.0.1 and outside the ephemeral range (see above)."""
+    try:
+        with open(_EPHEMERAL_RANGE) as bounds:
+            first_ephemeral = int(bounds.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        first_ephemeral = 32_768  # Linux's default
+    if first_ephemeral <= _LOWEST + 1_000:  # an unusual range: the kernel's choice, then
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            return int(sock.getsockname()[1])
+    for _ in range(1_000):
+        port = _random.randrange(_LOWEST, first_ephemeral)
+        if port in _handed_out:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # in use (or lingering): another
+        _handed_out.add(port)
+        return port
+    raise RuntimeError(f"no free port found between {_LOWEST} and {first_ephemeral}")
 
 
 def wait_for_port(port: int, timeout: float = 30.0) -> None:
