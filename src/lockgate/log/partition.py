@@ -591,7 +591,9 @@ class Partition:
     # -- reads ---------------------------------------------------------------------------------
 
     def segment_for(self, offset: int) -> int:
-        return max(0, bisect.bisect_right([s.base_offset for s in self.segments], offset) - 1)
+        """The index of the segment holding `offset` (the first one below the log start)."""
+        # by key: no list of every segment's base offset built for each read
+        return max(0, bisect.bisect_right(self.segments, offset, key=_base_offset) - 1)
 
     def read(self, offset: int, max_bytes: int, upper_offset: int) -> bytes:
         """Batches from `offset` up to (not including) `upper_offset`, whole batches only,
@@ -765,3 +767,7 @@ class Partition:
 def _rebased(header: BatchHeader, base_offset: int) -> BatchHeader:
     """The header after offset assignment, without re-parsing the bytes."""
     return replace(header, base_offset=base_offset)
+
+
+def _base_offset(segment: Segment) -> int:
+    return segment.base_offset

@@ -219,6 +219,18 @@ def test_roll_by_segment_bytes(storage: StorageEngine) -> None:
     assert f"{segment_name(7)}.snapshot" in files
 
 
+def test_segment_for_finds_the_segment_holding_each_offset(storage: StorageEngine) -> None:
+    size = len(batch_of([b"v" * 10]))
+    partition = Log(storage, LogConfig(segment_bytes=3 * size)).partition
+    for i in range(10):
+        append(partition, batch_of([b"v" * 10]), LOAD_MS + i)
+    bases = [s.base_offset for s in partition.segments]
+    assert bases == [0, 3, 6, 9]
+    for offset in range(-1, 12):
+        holding = max([i for i, base in enumerate(bases) if base <= offset], default=0)
+        assert partition.segment_for(offset) == holding
+
+
 def test_roll_by_segment_ms(storage: StorageEngine) -> None:
     partition = Log(storage, LogConfig(segment_ms=60_000)).partition
     append(partition, batch_of([b"a"]), LOAD_MS)
