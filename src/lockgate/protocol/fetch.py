@@ -22,7 +22,7 @@ import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from lockgate.protocol.frame import Buffer
+from lockgate.protocol.frame import Buffer, unsigned_varint
 
 FIRST_VERSION = 4
 LAST_VERSION = 18
@@ -43,17 +43,6 @@ _NO_TAGS = b"\x00"
 _DIVERGING_EPOCH = struct.Struct(">BBiqB")  # tag 0: epoch, end offset
 _CURRENT_LEADER = struct.Struct(">BBiiB")  # tag 1: leader id, leader epoch
 _SNAPSHOT_ID = struct.Struct(">BBqiB")  # tag 2: end offset, epoch
-
-
-def _uvarint(value: int) -> bytes:
-    if value < 0x80:
-        return bytes((value,))
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def encode_fetch_response(version: int, answer: Mapping[str, Any]) -> list[Buffer]:
@@ -126,7 +115,7 @@ def encode_fetch_response(version: int, answer: Mapping[str, Any]) -> list[Buffe
         endpoints = answer.get("node_endpoints") if version >= FIRST_NODE_ENDPOINTS else None
         if endpoints:
             encoded = _node_endpoints(endpoints)
-            out += b"\x01\x00" + _uvarint(len(encoded)) + encoded  # one field, tag 0
+            out += b"\x01\x00" + unsigned_varint(len(encoded)) + encoded  # one field, tag 0
         else:
             out += _NO_TAGS
     parts.append(bytes(out))
@@ -140,13 +129,13 @@ def body_size(parts: Sequence[Buffer]) -> int:
 
 def _uvarint_length(count: int) -> bytes:
     """A compact array or bytes length: count + 1 (0 is null)."""
-    return _uvarint(count + 1)
+    return unsigned_varint(count + 1)
 
 
 def _string(value: str, flexible: bool) -> bytes:
     raw = value.encode()
     if flexible:
-        return _uvarint(len(raw) + 1) + raw
+        return unsigned_varint(len(raw) + 1) + raw
     return struct.pack(">h", len(raw)) + raw
 
 

@@ -32,6 +32,18 @@ class RequestHeader:
     body_offset: int  # where the request body starts inside the frame payload
 
 
+def unsigned_varint(value: int) -> bytes:
+    """The unsigned varint of `value` (flexible versions' lengths and tags)."""
+    if value < 0x80:  # most lengths and every tag: one byte
+        return bytes((value,))
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
 def read_unsigned_varint(data: bytes | memoryview, pos: int) -> tuple[int, int]:
     """Returns (value, new position); raises MalformedFrame on truncation or overlong varints."""
     value = 0

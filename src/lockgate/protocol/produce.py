@@ -11,7 +11,7 @@ import struct
 import uuid
 from dataclasses import dataclass, field
 
-from lockgate.protocol.frame import MalformedFrame
+from lockgate.protocol.frame import MalformedFrame, unsigned_varint
 from lockgate.protocol.wire import BodyReader
 
 CURRENT_LEADER_EPOCH_TAG = 0
@@ -87,15 +87,6 @@ class PartitionResult:
     error_message: str | None = None
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 class _Writer(bytearray):
     """A growing body with the length and string encodings of the (non-)flexible versions."""
 
@@ -104,14 +95,14 @@ class _Writer(bytearray):
         self.flexible = flexible
 
     def length(self, size: int) -> None:
-        self.extend(_varint(size + 1) if self.flexible else _I32.pack(size))
+        self.extend(unsigned_varint(size + 1) if self.flexible else _I32.pack(size))
 
     def string(self, value: str | None) -> None:
         if value is None:
             self.extend(b"\x00" if self.flexible else _I16.pack(-1))
             return
         raw = value.encode()
-        self.extend(_varint(len(raw) + 1) if self.flexible else _I16.pack(len(raw)))
+        self.extend(unsigned_varint(len(raw) + 1) if self.flexible else _I16.pack(len(raw)))
         self.extend(raw)
 
 
@@ -193,9 +184,9 @@ def encode_produce_request(request: ProduceRequestData) -> bytes:
                 out.extend(partition.records)
             if flexible:
                 if partition.current_leader_epoch >= 0:
-                    out.extend(_varint(1))  # one tagged field
-                    out.extend(_varint(CURRENT_LEADER_EPOCH_TAG))
-                    out.extend(_varint(4))
+                    out.extend(unsigned_varint(1))  # one tagged field
+                    out.extend(unsigned_varint(CURRENT_LEADER_EPOCH_TAG))
+                    out.extend(unsigned_varint(4))
                     out.extend(_I32.pack(partition.current_leader_epoch))
                 else:
                     out.append(0)

@@ -13,7 +13,7 @@ from collections import defaultdict
 
 from lockgate.coordinator.txn.metadata import NO_EPOCH, NO_PRODUCER_ID, TxnMetadata
 from lockgate.coordinator.txn.state import TxnState
-from lockgate.protocol.frame import MalformedFrame, read_unsigned_varint
+from lockgate.protocol.frame import MalformedFrame, read_unsigned_varint, unsigned_varint
 
 KEY_VERSION = 0
 VALUE_VERSION = 1
@@ -26,15 +26,6 @@ _TAG_LAST_PRODUCER_EPOCH = 5
 
 _FIXED = struct.Struct(">qhib")
 _TIMES = struct.Struct(">qq")
-
-
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def encode_key(transactional_id: str) -> bytes:
@@ -57,11 +48,11 @@ def encode_value(meta: TxnMetadata) -> bytes:
     by_topic: dict[str, list[int]] = defaultdict(list)
     for topic, partition in sorted(meta.partitions):
         by_topic[topic].append(partition)
-    out += _uvarint(len(by_topic) + 1)
+    out += unsigned_varint(len(by_topic) + 1)
     for topic, partitions in by_topic.items():
         raw = topic.encode()
-        out += _uvarint(len(raw) + 1) + raw
-        out += _uvarint(len(partitions) + 1)
+        out += unsigned_varint(len(raw) + 1) + raw
+        out += unsigned_varint(len(partitions) + 1)
         out += b"".join(struct.pack(">i", p) for p in partitions)
         out += b"\x00"
     out += _TIMES.pack(meta.last_update_ms, meta.start_ms)
@@ -78,9 +69,9 @@ def encode_value(meta: TxnMetadata) -> bytes:
         tags.append((_TAG_TWO_PHASE_COMMIT, b"\x01"))
     if meta.last_producer_epoch != NO_EPOCH:
         tags.append((_TAG_LAST_PRODUCER_EPOCH, struct.pack(">h", meta.last_producer_epoch)))
-    out += _uvarint(len(tags))
+    out += unsigned_varint(len(tags))
     for tag, payload in tags:
-        out += _uvarint(tag) + _uvarint(len(payload)) + payload
+        out += unsigned_varint(tag) + unsigned_varint(len(payload)) + payload
     return bytes(out)
 
 
