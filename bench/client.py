@@ -33,9 +33,10 @@ from confluent_kafka import Producer as ConfluentProducer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from bench.transactions import free_port, wait_for_port
+from bench.transactions import wait_for_port
 from lockgate.client.fastpath import PURE_PYTHON_VARIABLE
 from lockgate.client.producer import Producer
+from lockgate.tools.devcluster import free_port
 
 PARTITIONS = 3
 BATCH_SIZE = 1_000_000

@@ -33,9 +33,10 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from bench.transactions import free_port, wait_for_port
+from bench.transactions import wait_for_port
 from lockgate.protocol.recompress import recompress
 from lockgate.protocol.records import build_batch, compress, encode_record
+from lockgate.tools.devcluster import free_port
 
 KINDS = ("producer", "zstd", "uncompressed")
 

@@ -33,10 +33,11 @@ from typing import Any
 import psutil
 
 from bench.throughput import stop_process
-from bench.transactions import free_port, wait_for_port
+from bench.transactions import wait_for_port
 from lockgate.client.connection import BrokerConnection
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.records import build_batch
+from lockgate.tools.devcluster import free_port
 
 TOPIC = "hot-path"
 PARTITIONS = 3

@@ -40,7 +40,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from bench.transactions import free_port, wait_for_port
+from bench.transactions import wait_for_port
+from lockgate.tools.devcluster import free_port
 
 VALUE = b"x" * 100
 SCRAPE_EVERY_S = 1.0

@@ -41,7 +41,7 @@ from lockgate.client.cluster import TopicPartition
 from lockgate.client.consumer import Consumer
 from lockgate.client.producer import Producer
 from lockgate.spark.pipeline import build_query, session
-from lockgate.tools.devcluster import stop_process
+from lockgate.tools.devcluster import free_port, stop_process
 from tests.support.reference_kafka import spark_kafka_jars
 
 
@@ -71,9 +71,7 @@ PIPELINES = [
 
 
 def start_broker(data_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
+    port = free_port()
     bootstrap = f"127.0.0.1:{port}"
     log = open(data_dir.parent / "broker.log", "ab")  # noqa: SIM115 - handed to the child
     broker = subprocess.Popen(

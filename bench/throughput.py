@@ -43,7 +43,8 @@ from confluent_kafka import version as client_version
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic, libversion
 
-from bench.transactions import free_port, tansu_binary, wait_for_port
+from bench.transactions import tansu_binary, wait_for_port
+from lockgate.tools.devcluster import free_port
 from tests.support.reference_kafka import kafka_command
 
 TARGETS = ("lockgate-fsync", "lockgate-page-cache", "tansu", "kafka")

@@ -47,17 +47,12 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
+from lockgate.tools.devcluster import free_port
 from tests.support.reference_kafka import kafka_command
 
 TOPIC = "bench-transactions"
 TIMEOUT = 60.0
 WARM_UP_TRANSACTIONS = 10
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_for_port(port: int, process: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
