@@ -77,5 +77,8 @@ async def test_open_transaction_time_and_request_metrics() -> None:
         text = await scrape(broker.metrics_port)
         assert value(text, 'lockgate_requests_total{api="API_VERSIONS"}') == 1
         assert 'lockgate_request_latency_seconds_bucket{api="API_VERSIONS",le="0.5"} 1.0' in text
+        # the event loop lag probe runs with the endpoint: it has woken by now
+        assert value(text, "lockgate_event_loop_lag_seconds_count") > 0
+        assert value(text, "lockgate_event_loop_stalls_total") >= 0
     finally:
         await broker.stop()
