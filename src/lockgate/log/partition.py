@@ -170,7 +170,7 @@ class Partition:
         self.high_watermark = self.log_end_offset if new_epoch else self.log_start_offset
         if new_epoch:
             self.leader_epoch = self.epochs.latest_epoch + 1
-            self.epochs.begin_epoch(self.leader_epoch, self.log_end_offset)
+            self.epochs.begin_epoch(self.leader_epoch, self.log_end_offset, defer=True)
 
     def close(self) -> None:
         """Clean shutdown: a producer-state snapshot spares the next start a log replay."""
