@@ -7,13 +7,16 @@ through real clients:
   topic led by broker 0 (rack a) entirely from the follower of their rack, read_uncommitted
   and read_committed (committed records seen, aborted ones not): the leader's per-topic
   consumer bytes (lockgate_topic_bytes_out) stay 0 while the followers' cover the log, which
-  cannot happen unless the followers served every fetch. franz-go with kgo.Rack("b") reads a
-  topic of three replicas per partition and reports that every batch came from broker 1, the
-  only broker of rack b."""
+  cannot happen unless the followers served every fetch. The Java consumer (kafka-clients 4.4,
+  client.rack b, read_committed) does the same. franz-go with kgo.Rack("b") reads a topic of
+  three replicas per partition and reports that every batch came from broker 1, the only
+  broker of rack b."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,8 +32,10 @@ from tests.support.broker import free_port
 from tests.support.clients import confluent_consumer, position
 from tests.support.cluster import BrokerCluster
 from tests.support.etcd import EtcdCluster
+from tests.support.reference_kafka import reference_classpath
 
 RACKS = {0: "a", 1: "b", 2: "c", 3: "a"}
+JAVA_CONSUMER = Path(__file__).parents[2] / "reference" / "java" / "RackConsumer.java"
 PLAIN, ABORTED, COMMITTED = 1000, 100, 150
 
 
@@ -82,6 +87,17 @@ def test_racks_are_described_and_replicas_placed_on_three_racks(racked: BrokerCl
         assert sorted(RACKS[r] for r in partition.replicas) == ["a", "b", "c"], index
 
 
+def create_on_a_b_c(cluster: BrokerCluster, topic: str) -> None:
+    """One partition led by broker 0 (rack a), followed by brokers 1 (b) and 2 (c)."""
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    created = admin.create_topics(
+        [NewTopic(topic, num_partitions=1, replica_assignment=[[0, 1, 2]])]
+    )
+    for future in created.values():
+        future.result(30)
+    cluster.wait_for(lambda: cluster.partitions(topic)[0].isr == (0, 1, 2), f"{topic} in sync")
+
+
 def produce(cluster: BrokerCluster, topic: str) -> None:
     """PLAIN records, then a transaction of ABORTED records aborted, then one of COMMITTED
     records committed (after the aborted ones in the log)."""
@@ -129,13 +145,7 @@ def read_from_rack(cluster: BrokerCluster, topic: str, rack: str, isolation: str
 
 def test_consumers_read_a_topic_from_the_follower_in_their_rack(racked: BrokerCluster) -> None:
     topic = "nearby"
-    admin = AdminClient({"bootstrap.servers": racked.bootstrap})
-    created = admin.create_topics(
-        [NewTopic(topic, num_partitions=1, replica_assignment=[[0, 1, 2]])]
-    )
-    for future in created.values():
-        future.result(30)
-    racked.wait_for(lambda: racked.partitions(topic)[0].isr == (0, 1, 2), f"{topic} in sync")
+    create_on_a_b_c(racked, topic)
     produce(racked, topic)
     racked.wait_full_isr(topic)
     assert [bytes_out(racked, node, topic) for node in RACKS] == [0, 0, 0, 0]
@@ -156,6 +166,33 @@ def test_consumers_read_a_topic_from_the_follower_in_their_rack(racked: BrokerCl
     # read_committed consumers drop them themselves)
     appended = topic_bytes(racked, 0, "lockgate_topic_bytes_in", topic)
     assert served[1] >= appended > 0 and served[2] >= appended, (served, appended)
+
+
+def test_the_java_consumer_reads_from_the_follower_in_its_rack(racked: BrokerCluster) -> None:
+    classpath = reference_classpath()
+    if classpath is None:
+        reason = "Apache Kafka's jars are not resolved: run `make reference-deps`"
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    topic = "nearby-java"
+    create_on_a_b_c(racked, topic)
+    produce(racked, topic)
+    racked.wait_full_isr(topic)
+    done = subprocess.run(
+        ["java", "-Xmx256m", "-cp", classpath, str(JAVA_CONSUMER), racked.bootstrap, topic, "b",
+         "read_committed", str(PLAIN + COMMITTED)],
+        capture_output=True, text=True, timeout=180, check=False,
+    )  # fmt: skip
+    lines = done.stdout.splitlines()
+    assert lines[-1:] == [f"DONE {PLAIN + COMMITTED}"], done.stdout[-2000:] + done.stderr[-3000:]
+    values = [line.removeprefix("VALUE ") for line in lines if line.startswith("VALUE ")]
+    assert values == [f"plain-{i}" for i in range(PLAIN)] + [
+        f"committed-{i}" for i in range(COMMITTED)
+    ]
+    served = {node: bytes_out(racked, node, topic) for node in RACKS}
+    appended = topic_bytes(racked, 0, "lockgate_topic_bytes_in", topic)
+    assert served[0] == served[2] == served[3] == 0 and served[1] >= appended > 0, served
 
 
 def test_franz_go_reads_every_batch_from_the_broker_of_its_rack(
