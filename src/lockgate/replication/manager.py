@@ -328,8 +328,10 @@ class ReplicaManager:
         `listener`) should read `fetch_offset` from, as replica.selector.class chooses among
         the followers that may serve it and this leader; NO_PREFERENCE for the leader itself,
         without a selector, or where this broker does not lead the partition."""
+        if self.selector is None:  # (first: on every consumer fetch of every partition)
+            return NO_PREFERENCE
         term = self.leaders.get((partition.topic, partition.index))
-        if term is None or self.selector is None:
+        if term is None:
             return NO_PREFERENCE
         brokers = self.store.view.brokers
         now = self.clock()
