@@ -34,6 +34,7 @@ from lockgate.log.clock import now_ms
 from lockgate.replication.fetcher import FetchSettings
 from lockgate.replication.group_commit import GroupCommit
 from lockgate.replication.manager import NO_FOLLOWERS, ReplicaManager
+from lockgate.replication.selector import replica_selector
 from lockgate.replication.writer import LocalWriter, PartitionWriter, ReplicatedWriter
 from lockgate.security.authorizer import Authorizer
 from lockgate.security.credentials import open_credential_store
@@ -65,6 +66,9 @@ class Broker:
         # every property and listener is checked (and TLS contexts built) before anything
         # starts, the data directory included
         self.listeners = check_properties(config)
+        # KIP-392's replica.selector.class (None: consumers read from leaders); a class lockgate
+        # does not have stops the start here
+        self.replica_selector = replica_selector(config.get("replica.selector.class"))
         self.storage = storage if storage is not None else open_disk_engine(config)
         self.node_id = config.integer("node.id")
         self._tls = {item.name: server_context(config, item) for item in self.listeners}
@@ -130,6 +134,7 @@ class Broker:
                 config.integer("replica.lag.time.max.ms"),
                 self.metrics.isr_changed,
                 now_ms,
+                self.replica_selector,
             )
             self.controller = ControllerService(self.cluster, self._unclean_election)
             self.membership = ClusterMembership(self.cluster, self.node_id)
@@ -264,18 +269,19 @@ class Broker:
         return address
 
     def registration(self, incarnation: str | None = None) -> BrokerRegistration:
-        """This broker as the cluster knows it: the inter-broker listener's address and every
-        listener's advertised endpoint (what Metadata answers on each listener)."""
+        """This broker as the cluster knows it: the inter-broker listener's address, every
+        listener's advertised endpoint (what Metadata answers on each listener) and its rack."""
         host, port = self.advertised
         endpoints = []
         for item in self.listeners:
             address = self.advertised_for(item.name)
             assert address is not None
             endpoints.append(Endpoint(item.name, *address))
+        rack = self.config.get("broker.rack") or None
         if incarnation is None:
-            return BrokerRegistration(self.node_id, host, port, endpoints=tuple(endpoints))
+            return BrokerRegistration(self.node_id, host, port, rack, endpoints=tuple(endpoints))
         return BrokerRegistration(
-            self.node_id, host, port, incarnation=incarnation, endpoints=tuple(endpoints)
+            self.node_id, host, port, rack, incarnation=incarnation, endpoints=tuple(endpoints)
         )
 
     async def start(self) -> None:
