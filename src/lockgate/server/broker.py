@@ -55,6 +55,7 @@ from lockgate.topics.internal import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_T
 log = logging.getLogger(__name__)
 
 CLEAN_SHUTDOWN_MARK = "clean-shutdown"
+OPEN_PER_ROUND = 16  # partition logs opened at start per turn of the event loop (~1 ms each)
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
 STREAM_LIMIT = 1 << 20
 
@@ -290,7 +291,7 @@ class Broker:
         if self.authorizer is not None:  # ACLs before the first request
             await self.authorizer.start()
         if self.cluster is None:
-            self.topics.load(clean)  # (each partition it opens, it leads)
+            self.topics.load(clean)  # (each partition it registers, it leads)
             self._ensure_internal_topics()
         else:
             self.topics.clean_start = clean  # replicas open as the cluster metadata names them
@@ -350,8 +351,9 @@ class Broker:
         self._tasks.append(asyncio.create_task(self._transaction_loops()))
         if self.cluster is None:
             self._tasks.append(asyncio.create_task(self.snapshots.run()))
+            self._tasks.append(asyncio.create_task(self._open_partitions()))
         log.info(
-            "lockgate broker %d listening on %s (cluster %s, %d partitions loaded in %.2fs, "
+            "lockgate broker %d listening on %s (cluster %s, %d partitions in %.2fs, "
             "durability %s)",
             self.node_id,
             ", ".join(
@@ -359,11 +361,20 @@ class Broker:
                 for item in self.listeners
             ),
             self.cluster_id,
-            len(self.topics.partitions),
+            len(self.topics.partitions) + self.topics.pending,
             time.monotonic() - started,
             "fsync" if self.group_commit.durable else "page-cache",
         )
         self.started.set()
+
+    async def _open_partitions(self) -> None:
+        """Opens the logs of the partitions registered at start, a few at a time between the
+        requests (which open the ones they need at once)."""
+        started, count = time.monotonic(), self.topics.pending
+        while self.topics.open_some(OPEN_PER_ROUND):
+            await asyncio.sleep(0)
+        if count:
+            log.info("%d partition logs opened in %.2fs", count, time.monotonic() - started)
 
     async def _join_cluster(self) -> None:
         """Registers in the metadata store (under a lease), then follows it: replicas take
@@ -490,7 +501,9 @@ class Broker:
         if synced:
             self.snapshots.write_all()
         self.topics.close()
-        if synced:
+        if synced and self.topics.unverified:
+            log.warning("logs left by a crash were not all opened: the next start checks them")
+        elif synced:
             try:
                 self.storage.write_atomic(CLEAN_SHUTDOWN_MARK, b"1")
             except OSError as exc:
