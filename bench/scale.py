@@ -99,10 +99,29 @@ def create_topics(wire: Wire, partitions: int) -> None:
         assert not errors, f"CreateTopics: {errors}"
 
 
+def metadata_frame(wire: Wire) -> bytes:
+    return wire.frame(ApiKey.METADATA, METADATA_VERSION,
+                      {"topics": None, "allow_auto_topic_creation": False,
+                       "include_topic_authorized_operations": False}, True)  # fmt: skip
+
+
+def wait_for_partitions(wire: Wire, partitions: int, timeout: float = 300.0) -> None:
+    """Until Metadata lists every partition with a leader (Kafka's controller creates them
+    after CreateTopics has answered)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        answer = wire.exchange(metadata_frame(wire))
+        decoded = decode_body(answer_schema(ApiKey.METADATA, METADATA_VERSION), answer, 5)
+        led = sum(p.leader_id >= 0 for t in decoded.topics for p in t.partitions)
+        if led >= partitions:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{led} of {partitions} partitions led after {timeout} s")
+        time.sleep(1)
+
+
 def metadata_times(wire: Wire, rounds: int) -> tuple[list[float], int]:
-    frame = wire.frame(ApiKey.METADATA, METADATA_VERSION,
-                       {"topics": None, "allow_auto_topic_creation": False,
-                        "include_topic_authorized_operations": False}, True)  # fmt: skip
+    frame = metadata_frame(wire)
     times, size = [], 0
     for _ in range(rounds + 2):
         started = time.perf_counter()
@@ -161,7 +180,7 @@ def bench_target(target: str, partitions: int, rounds: int, scratch: Path) -> di
         wait_for_port(port, process, timeout=120)
         wire = Wire(port)
         create_topics(wire, partitions)
-        time.sleep(2)  # leaders settle (Kafka's controller, lockgate's logs)
+        wait_for_partitions(wire, partitions)
         times, size = metadata_times(wire, rounds)
         wire.close()
         figures["metadata_ms"] = statistics.median(times) * 1000
