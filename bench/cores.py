@@ -19,13 +19,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
 import struct
 import tempfile
 import time
 from pathlib import Path
 
+from bench.cluster import cluster_cpu_seconds
 from lockgate.client.connection import encode_request_header
 from lockgate.protocol.api import ApiKey, build, encode, request_class
 from lockgate.protocol.records import build_batch
@@ -40,17 +40,6 @@ VALUE = b"v" * 100
 WINDOW = 32
 PRODUCE_VERSION = 8  # the last version before flexible encoding: the frame stays simple
 _SIZE = struct.Struct(">i")
-
-
-def _cpu_seconds(cluster: BrokerCluster) -> float:
-    ticks = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    for broker in cluster.brokers.values():
-        if broker.process is not None:
-            stat = Path(f"/proc/{broker.process.pid}/stat").read_text()
-            fields = stat.rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
-    return total
 
 
 def produce_frame(partitions: list[int]) -> bytes:
@@ -111,11 +100,11 @@ def one_round(base: Path, etcd: EtcdCluster, brokers: int, seconds: float) -> di
                    for i in range(0, len(partitions), share)]  # fmt: skip
         assert len(targets) == CONNECTIONS, led
         asyncio.run(load(targets, 2.0))  # warm up
-        cpu = _cpu_seconds(cluster)
+        cpu = cluster_cpu_seconds(cluster)
         started = time.monotonic()
         requests = asyncio.run(load(targets, seconds))
         elapsed = time.monotonic() - started
-        cpu = _cpu_seconds(cluster) - cpu
+        cpu = cluster_cpu_seconds(cluster) - cpu
     finally:
         cluster.stop()
     records = requests * RECORDS_PER_BATCH * (PARTITIONS // CONNECTIONS)

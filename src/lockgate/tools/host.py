@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from lockgate.tools.common import EXIT_FAILURE, EXIT_OK
+from lockgate.tools.common import EXIT_FAILURE, EXIT_OK, StopSignals
 from lockgate.tools.devcluster import stop_process
 
 RESTART_BACKOFF = (1.0, 30.0)  # first and longest wait before a dead broker is started again
@@ -166,21 +166,14 @@ def _host(args: argparse.Namespace) -> int:
         print("lockgate: --brokers must be at least 1", file=sys.stderr)
         return EXIT_FAILURE
     host = Host(plan)
-    stop = False
-
-    def interrupted(_signum: int, _frame: object) -> None:
-        nonlocal stop
-        stop = True
-
-    signal.signal(signal.SIGTERM, interrupted)
-    signal.signal(signal.SIGINT, interrupted)
+    stop = StopSignals()
     last = plan.brokers - 1
     print(f"{plan.brokers} brokers in rack {plan.rack!r}: node ids {plan.first_node_id}-"
           f"{plan.first_node_id + last}, ports {plan.first_port}-{plan.first_port + last}, "
           f"data under {plan.data_dir}", flush=True)  # fmt: skip
     try:
         host.start()
-        while not stop:
+        while not stop.received:
             host.watch()
             time.sleep(0.2)
         return EXIT_OK
