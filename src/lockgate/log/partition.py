@@ -180,9 +180,11 @@ class Partition:
             self.epochs.begin_epoch(self.leader_epoch, self.log_end_offset, defer=True)
 
     def close(self) -> None:
-        """Clean shutdown: a producer-state snapshot spares the next start a log replay."""
+        """Clean shutdown: a producer-state snapshot spares the next start a log replay (one
+        already taken at the log end, by an idle partition's last stop, serves again)."""
         try:
-            self.write_snapshot()
+            if self._snapshot_offsets()[-1:] != [self.log_end_offset]:
+                self.write_snapshot()
         except OSError as exc:  # a shortcut only: the next start replays the log instead
             log.warning(
                 "%s-%d: no producer-state snapshot at close: %s", self.topic, self.index, exc
