@@ -51,14 +51,14 @@ class LeaderEpochCache:
     def begin_epoch(self, epoch: int, start_offset: int, defer: bool = False) -> None:
         """Records that leadership at `epoch` starts at `start_offset`, and persists it, or
         with `defer` only before the first append (ensure_saved). A single node's new term at
-        start is deferred (when the file holds the history before it intact): a broker with
-        many partitions would otherwise write and fsync a file per partition before it serves
-        anything. An epoch that dies unwritten (a crash or a stop before any append in it)
-        marks no record, so the next start may use its number again."""
+        start is deferred: a broker with many partitions would otherwise write and fsync a file
+        per partition before it serves anything. An epoch that dies unwritten (a crash or a
+        stop before any append in it) marks no record, so the next start may use its number
+        again."""
         assert epoch > self.latest_epoch
         self.epochs.append(epoch)
         self.start_offsets.append(start_offset)
-        if defer and self.intact:
+        if defer:
             self.unsaved = True
         else:
             self._save()

@@ -177,13 +177,18 @@ class Partition:
         if new_epoch:
             latest = self.epochs.latest_epoch  # (a torn tail cut may have dropped epochs)
             self.leader_epoch = epoch if epoch is not None and epoch > latest else latest + 1
-            self.epochs.begin_epoch(self.leader_epoch, self.log_end_offset, defer=True)
+            # written with the first append, unless the file on storage is missing or damaged
+            # while the log holds records (a new, empty partition has nothing it could vouch for)
+            defer = self.epochs.intact or self.log_end_offset == self.log_start_offset
+            self.epochs.begin_epoch(self.leader_epoch, self.log_end_offset, defer)
 
     def close(self) -> None:
         """Clean shutdown: a producer-state snapshot spares the next start a log replay (one
-        already taken at the log end, by an idle partition's last stop, serves again)."""
+        already taken at the log end, by an idle partition's last stop, serves again; a log
+        without records has nothing to replay)."""
         try:
-            if self._snapshot_offsets()[-1:] != [self.log_end_offset]:
+            has_records = self.log_end_offset > self.log_start_offset
+            if has_records and self._snapshot_offsets()[-1:] != [self.log_end_offset]:
                 self.write_snapshot()
         except OSError as exc:  # a shortcut only: the next start replays the log instead
             log.warning(

@@ -46,6 +46,9 @@ def validate_topic_name(name: str) -> None:
         )
 
 
+TERM_FILE = "leader-term"  # how many times this single node has started (see _next_term)
+
+
 class TopicManager:
     def __init__(
         self,
@@ -72,14 +75,29 @@ class TopicManager:
         use (get), so that a broker with thousands of partitions serves within a second of its
         start. `clean`: the broker's last stop was a clean shutdown."""
         self.clean_start = clean
+        term = self._next_term()
         for record in self.store.topics().values():
             self._register(record)
             for index in range(record.partitions):
                 path = f"{partition_dir(record.name, index)}/{EPOCH_CHECKPOINT}"
-                epoch = LeaderEpochCache(self.storage, path).latest_epoch + 1
+                epoch = max(LeaderEpochCache(self.storage, path).latest_epoch + 1, term)
                 self._pending[(record.name, index)] = epoch
                 self.store.lead(record.name, index, epoch)
         self._remove_orphans()
+
+    def _next_term(self) -> int:
+        """This start's number, one more than the last start's, written (one fsync) before any
+        partition is led in it. Every partition's epoch at a start is at least the term: a
+        partition writes a term's epoch only with its first append there (Partition.load), and
+        the term keeps its epochs growing from start to start all the same."""
+        raw = self.storage.read_all(TERM_FILE)
+        term = int(raw) + 1 if raw is not None and raw.strip().isdigit() else 1
+        try:
+            self.storage.write_atomic(TERM_FILE, f"{term}\n".encode())
+        except OSError as exc:  # a full disk: the next start may take this number again
+            log.warning("%s not written (%s): leader epochs may repeat after a restart",
+                        TERM_FILE, exc)  # fmt: skip
+        return term
 
     @property
     def pending(self) -> int:

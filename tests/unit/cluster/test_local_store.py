@@ -158,6 +158,14 @@ def test_a_start_leads_every_partition_at_once_and_opens_the_logs_later() -> Non
     assert topics.open_some(10) == 2 and topics.pending == 0
     assert not topics.unverified
     assert all(getattr(topics.get("orders", i), "leader_epoch", -1) == 1 for i in range(3))
+    # nothing was appended in epoch 1, so no partition wrote it: the next start's term keeps
+    # the epochs growing all the same
+    topics.close()
+    store = LocalMetadataStore(engine, NODE)
+    TopicManager(engine, store, config, lambda: 3_000).load(clean=True)
+    assert ClusterMembership(store, NODE).partition("orders", 0) == PartitionState(
+        (NODE,), NODE, 2, (NODE,)
+    )
 
 
 def test_a_topic_that_cannot_be_recorded_leaves_no_partition_led() -> None:

@@ -450,6 +450,24 @@ def test_max_timestamp_offset(storage: StorageEngine) -> None:
 # -- leader epochs -----------------------------------------------------------------------------
 
 
+def test_a_new_partition_writes_its_epoch_with_its_first_record(storage: StorageEngine) -> None:
+    """Creating many partitions writes (and fsyncs) no epoch file each: an empty log has no
+    record an epoch could mark. Nor does a clean stop snapshot its empty producer state."""
+    log = Log(storage)
+    checkpoint = f"{log.partition.directory}/leader-epoch-checkpoint"
+    assert storage.read_all(checkpoint) is None and log.partition.epochs.unsaved
+    log.partition.close()
+    assert not any(n.endswith(".snapshot") for n in storage.list_dir(log.partition.directory))
+    partition = log.reload(LOAD_MS + 1)
+    assert partition.leader_epoch == 0  # nothing was written in the first term
+    append(partition, batch_of([b"a"]))
+    assert storage.read_all(checkpoint) == b"0\n1\n0 0\n"
+    partition.close()
+    assert partition.log_end_offset == 1 and storage.read_all(
+        f"{partition.directory}/00000000000000000001.snapshot"
+    )
+
+
 def test_every_load_starts_a_new_leader_epoch(storage: StorageEngine) -> None:
     log = Log(storage)
     assert log.partition.leader_epoch == 0
