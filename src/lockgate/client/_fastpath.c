@@ -724,6 +724,7 @@ typedef struct {
     PyObject *cluster, *new_queue, *wakeup, *txn_check, *unfinished, *topics, *clock, *loop;
     char monotonic; /* the loop's clock is time.monotonic(): read it here, not through a call */
     Py_ssize_t batch_size, max_request_size, buffer_memory, prune_at, prune_base;
+    Py_ssize_t yield_every, since_yield; /* see queue_record */
     long long buffered_bytes;
     char filled, sendable;
 } Accumulator;
@@ -769,6 +770,7 @@ static int accumulator_init(Accumulator *self, PyObject *args, PyObject *kwds) {
     self->buffered_bytes = 0;
     self->filled = 0;
     self->sendable = 0;
+    self->yield_every = self->since_yield = 0;
     return 0;
 }
 
@@ -1016,6 +1018,13 @@ static int queue_record(Accumulator *self, PyObject *topic, PyObject *entry, Py_
     if (queue_push(queue, key, value, empty_tuple, timestamp, size, waiter, enqueued, slot) < 0)
         return -1;
     self->buffered_bytes += size;
+    /* Every yield_every records the caller yields too: only then can the loop read answers
+     * and write the batches they make room for, while a caller queueing in a loop of its own
+     * never waits for anything. A count of all records, whatever else asked for a yield. */
+    if (self->yield_every > 0 && ++self->since_yield >= self->yield_every) {
+        self->since_yield = 0;
+        self->filled = 1;
+    }
     if (before / self->batch_size != queue->size / self->batch_size) {
         self->filled = 1; /* the sender should write the full batch now */
         return call_wakeup(self);
@@ -1223,6 +1232,7 @@ static PyMemberDef accumulator_members[] = {
     {"unfinished", T_OBJECT_EX, offsetof(Accumulator, unfinished), 0, NULL},
     {"topics", T_OBJECT, offsetof(Accumulator, topics), READONLY, NULL},
     {"prune_at", T_PYSSIZET, offsetof(Accumulator, prune_at), 0, NULL},
+    {"yield_every", T_PYSSIZET, offsetof(Accumulator, yield_every), 0, NULL},
     {"batch_size", T_PYSSIZET, offsetof(Accumulator, batch_size), READONLY, NULL},
     {"buffer_memory", T_PYSSIZET, offsetof(Accumulator, buffer_memory), READONLY, NULL},
     {"max_request_size", T_PYSSIZET, offsetof(Accumulator, max_request_size), READONLY, NULL},

@@ -238,10 +238,12 @@ class Accumulator:
         "prune_at",
         "prune_base",
         "sendable",
+        "since_yield",
         "topics",
         "txn_check",
         "unfinished",
         "wakeup",
+        "yield_every",
     )
 
     def __init__(
@@ -264,7 +266,9 @@ class Accumulator:
         self.buffer_memory = buffer_memory
         self.prune_at = self.prune_base = prune_at
         self.buffered_bytes = 0
-        self.filled = False  # the last append filled a batch: the caller should yield
+        self.filled = False  # the caller should yield (a batch filled, or yield_every records)
+        self.yield_every = 0  # 0: only a full batch asks for a yield
+        self.since_yield = 0
         self.sendable = False  # started and not closing
         self.unfinished: list[asyncio.Future[Any]] = []
         # topic → [metadata snapshot, partition count, queues by partition, round-robin
@@ -401,11 +405,23 @@ class Accumulator:
         before = queue.size
         queue.append(key, value, (), timestamp_ms, size, waiter, enqueued, slot)
         self.buffered_bytes += size
+        self._count_queued(1)
         if before // self.batch_size != queue.size // self.batch_size:
             self.filled = True  # the sender should write the full batch now
             self.wakeup()
         elif len(queue) == 1:
             self.wakeup()
+
+    def _count_queued(self, count: int) -> None:
+        """Every yield_every records the caller yields too: only then can the loop read
+        answers and write the batches they make room for, while a caller queueing in a loop
+        of its own never waits for anything. A count of all records, whatever else asked for
+        a yield."""
+        if self.yield_every > 0:
+            self.since_yield += count
+            if self.since_yield >= self.yield_every:
+                self.since_yield %= self.yield_every
+                self.filled = True
 
     def measure(self, items: list[tuple[bytes | None, bytes | None]]) -> tuple[int, int]:
         """(the sum, the largest) of the records' size bounds; TypeError for anything but
@@ -442,6 +458,7 @@ class Accumulator:
             runs: dict[int, Sequence[int]] = {partition: range(len(items))}
         else:
             runs = _slots_by_partition(self._partitions(topic, keys))
+        self._count_queued(len(items))
         for chosen, slots in runs.items():
             queue = self.queue_for(topic, chosen)
             before = queue.size

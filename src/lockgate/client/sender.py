@@ -5,9 +5,14 @@
 # flush, transactions) stays in producer.py.
 #
 # Invariants:
-# - The sender task decides what to send and writes every Produce request itself, in order:
-#   a partition's batches go on the wire in sequence order, and a broker applies the requests
-#   of one connection in order, so pipelining keeps the order.
+# - What to send is decided by one synchronous pass over the queues (_send_ready), run by the
+#   sender task and, right after an answer is handled, by the answer's callback (_pump) — never
+#   two at once, all on the loop: a partition's batches go on the wire in sequence order, and a
+#   broker applies the requests of one connection in order, so pipelining keeps the order.
+#   Answers are handled by callbacks from the connection's reader, not by a task per request.
+# - An idempotent partition's batches carry at most BATCH_RECORDS records, so that two are in
+#   flight within the window below; a batch that cannot grow any more goes without waiting
+#   for its linger.
 # - Idempotent producers keep up to `max_in_flight` (≤ 5) batches in flight per partition,
 #   spanning at most 1001 sequence numbers (the broker's duplicate window, see sequences.py).
 #   When a batch has to be resent, its partition first lets everything in flight come back,
@@ -37,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import functools
 import itertools
 import logging
 from collections.abc import Iterator
@@ -89,6 +95,14 @@ FIRST_KIP360_INIT_VERSION = 3
 NO_OFFSET = -1
 # While work is queued the sender looks at delivery deadlines at least this often.
 EXPIRY_CHECK_SECONDS = 0.5
+# An idempotent partition's records in flight span at most DUPLICATE_WINDOW + 1 sequences;
+# batches of at most half of that keep two in flight: the broker appends one while the answer
+# to the other comes back and the next is cut, rather than the partition waiting a whole round
+# trip between batches.
+BATCH_RECORDS = (DUPLICATE_WINDOW + 1) // 2
+# send() and send_batch() yield to the loop after this many records (and when a batch fills):
+# the answers to what is in flight are read, and the next batches written, only then.
+YIELD_EVERY = 256
 PRUNE_UNFINISHED_AT = 1_024
 
 
@@ -204,6 +218,7 @@ class Sender:
             settings.buffer_memory,
             PRUNE_UNFINISHED_AT,
         )
+        self.accumulator.yield_every = YIELD_EVERY
         self._idle = asyncio.Event()
         self._idle.set()
         self._in_flight_total = 0
@@ -442,12 +457,18 @@ class Sender:
         if txn is not None and not txn.tv2 and topic_partition not in txn.transaction.partitions:
             self._add_to_transaction(topic_partition)
             return None, None
-        oldest = queue.pending.first_enqueued
-        full = queue.pending.size >= self.settings.batch_size
+        pending = queue.pending
+        idempotent = self.settings.idempotent
+        oldest = pending.first_enqueued
+        # Full: as large as a batch may be, in bytes or (idempotent) in records: waiting for
+        # more would not make it any larger.
+        full = pending.size >= self.settings.batch_size or (
+            idempotent and len(pending) >= BATCH_RECORDS
+        )
         if not (full or self._flushing or now - oldest >= self.settings.linger):
             return None, oldest + self.settings.linger - now
         limit: int | None = None
-        if self.settings.idempotent:
+        if idempotent:
             sequences = queue.sequences
             room = self.settings.sequence_overflow_threshold - sequences.next_sequence + 1
             if room <= 0:
@@ -456,9 +477,11 @@ class Sender:
             window = DUPLICATE_WINDOW + 1
             if sequences.unacknowledged:
                 window = sequences.unacknowledged[0][0] + window - sequences.next_sequence
-            if window <= 0:
+            # Not a runt that the window leaves room for: the next acknowledgement frees a
+            # whole batch's worth (with nothing unacknowledged the window is all free).
+            if window < min(BATCH_RECORDS, len(pending)):
                 return None, None  # wait for acknowledgements
-            limit = min(room, window)
+            limit = min(room, window, BATCH_RECORDS)
         batch = self._take_batch(topic_partition, queue, limit)
         if self.settings.idempotent:
             batch.base_sequence = queue.sequences.assign(len(batch.records))
@@ -656,12 +679,16 @@ class Sender:
             self._background(self._produce_without_answer(connection, version, body, batches))
             return
         try:
-            answer = connection.send_encoded(ApiKey.PRODUCE, version, body)
+            # The answer is handled by a callback as soon as it is read, not by a task.
+            connection.send_encoded_then(
+                ApiKey.PRODUCE,
+                version,
+                body,
+                functools.partial(self._on_answer, batches, version, names_by_id),
+            )
         except KafkaError as exc:
             for batch in batches:
                 self._attempt_failed(batch, exc)
-            return
-        self._background(self._await_answer(answer, batches, version, names_by_id))
 
     async def _produce_without_answer(
         self, connection: BrokerConnection, version: int, body: bytes, batches: list[_Batch]
@@ -676,19 +703,21 @@ class Sender:
             self._leave_flight(batch)
             self._complete(batch, NO_OFFSET, -1)
 
-    async def _await_answer(
-        self, answer: Any, batches: list[_Batch], version: int, names_by_id: dict[Any, str]
+    def _on_answer(
+        self,
+        batches: list[_Batch],
+        version: int,
+        names_by_id: dict[Any, str],
+        response: Any,
+        error: KafkaError | None,
     ) -> None:
-        try:
-            response = await answer
-        except KafkaError as exc:
+        """A Produce request's outcome, from the connection's reader: the batches complete or
+        fail, then what their answers made sendable goes out at once (_pump)."""
+        if self._closing:
+            return  # stopped: every record still waiting has failed already
+        if error is not None:
             for batch in batches:
-                self._attempt_failed(batch, exc)
-            return
-        except Exception as exc:  # a bug must not leave futures pending forever
-            log.exception("a Produce request failed")
-            for batch in batches:
-                self._attempt_failed(batch, KafkaConnectionError(f"unexpected failure: {exc!r}"))
+                self._attempt_failed(batch, error)
             return
         answers: dict[TopicPartition, Any] = {}
         for topic_response in response.responses:
@@ -709,6 +738,19 @@ class Sender:
                 )
                 continue
             self._answered(batch, partition_answer)
+        self._pump()
+
+    def _pump(self) -> None:
+        """Writes what just became sendable (room in a partition's window, a retry) right away,
+        from the answer's callback, rather than a loop iteration later from the sender's task:
+        while the application keeps the loop busy queueing records, every iteration counts.
+        The task is woken as well (_leave_flight) and keeps the timers and everything else."""
+        if self._closing:
+            return
+        try:
+            self._send_ready(asyncio.get_running_loop().time())
+        except Exception:  # as in _run: the task goes on after its own backoff
+            log.exception("the producer's sender failed while answering")
 
     def _answered(self, batch: _Batch, answer: Any) -> None:
         self._leave_flight(batch)

@@ -359,6 +359,28 @@ async def test_a_full_batch_asks_the_caller_to_yield(impl: ModuleType) -> None:
     assert accumulator.filled and setup.wakeups == [1, 1]
 
 
+async def test_every_yield_every_records_the_caller_is_asked_to_yield(impl: ModuleType) -> None:
+    setup = accumulate(impl, batch_size=10**6, max_request_size=10**6, buffer_memory=10**9)
+    accumulator = setup.accumulator
+    accumulator.start(asyncio.get_running_loop())
+    accumulator.append("t", b"v", None, 0, (), 1)
+    assert not accumulator.filled  # off by default: only a full batch asks
+    accumulator.yield_every = 3
+    for expected in (False, False, True):  # counted from when it was set
+        accumulator.append("t", b"v", None, 0, (), 1)
+        assert accumulator.filled is expected
+    accumulator.filled = False
+    future = asyncio.get_running_loop().create_future()
+    # send_batch()'s records count one by one: four of them pass the next three
+    accumulator.append_group("t", None, [(None, b"v")] * 4, 1, impl.RecordGroup(future, 4))
+    assert accumulator.filled
+    accumulator.filled = False
+    accumulator.append("t", b"v", None, 0, (), 1)  # the 2nd since the last yield
+    assert not accumulator.filled
+    accumulator.append("t", b"v", None, 0, (), 1)
+    assert accumulator.filled
+
+
 async def test_unfinished_futures_are_pruned_as_they_grow(impl: ModuleType) -> None:
     setup = accumulate(impl)
     accumulator = setup.accumulator
@@ -489,6 +511,7 @@ def test_both_accumulators_queue_the_same_records(calls: list[Any]) -> None:
     async def queue_all(module: ModuleType) -> tuple[Any, ...]:
         setup = accumulate(module, batch_size=100, max_request_size=10**6, buffer_memory=10**9)
         setup.accumulator.start(asyncio.get_running_loop())
+        setup.accumulator.yield_every = 7
         taken: list[Any] = []
         group: list[tuple[bytes | None, bytes | None]] = []
         for key, value, partition, timestamp, batched in calls:

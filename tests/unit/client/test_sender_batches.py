@@ -1,0 +1,130 @@
+# How the producer's sender cuts batches off a partition's queue, without a broker: an
+# idempotent partition's batches carry at most BATCH_RECORDS records, so that two fit in flight
+# within the broker's duplicate window; a batch that cannot grow any more goes without waiting
+# for its linger; a window with little room left waits for an acknowledgement rather than
+# sending a runt. Checked with both implementations of the per-record work.
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from lockgate.client import _purepath, fastpath
+from lockgate.client.batches import RECORD_OVERHEAD_BOUND
+from lockgate.client.cluster import TopicPartition
+from lockgate.client.sender import (
+    BATCH_RECORDS,
+    ProducerStats,
+    Sender,
+    SenderSettings,
+    _PartitionQueue,
+)
+from lockgate.client.sequences import DUPLICATE_WINDOW
+
+COMPILED = fastpath.load(pure=False)
+TP = TopicPartition("t", 0)
+LINGER = 0.005
+
+
+@pytest.fixture(
+    params=[
+        pytest.param(COMPILED, id="compiled"),
+        pytest.param(_purepath, id="pure"),
+    ]
+)
+def impl(request: pytest.FixtureRequest) -> ModuleType:
+    module: ModuleType = request.param
+    return module
+
+
+class Cluster:
+    def __init__(self) -> None:
+        self.metadata = object()
+
+
+def sender(impl: ModuleType, *, idempotent: bool = True) -> Sender:
+    settings = SenderSettings(
+        acks=-1 if idempotent else 1,
+        codec=0,
+        linger=LINGER,
+        batch_size=1_000_000,
+        max_request_size=1_048_576,
+        buffer_memory=10**9,
+        request_timeout_ms=30_000,
+        delivery_timeout=120.0,
+        retry_backoff=0.1,
+        idempotent=idempotent,
+        max_in_flight=5 if idempotent else 1,
+        transaction_timeout_ms=60_000,
+        max_block=60.0,
+        sequence_overflow_threshold=2**31 - 1,
+        transactional_id=None,
+    )
+    return Sender(Cluster(), settings, None, ProducerStats(), impl)  # type: ignore[arg-type]
+
+
+def queue_records(sender: Sender, count: int, enqueued: float) -> _PartitionQueue:
+    if TP not in sender._queues:
+        sender._new_queue(TP.topic, TP.partition)
+    queue = sender._queues[TP]
+    for _ in range(count):
+        queue.pending.append(None, b"v", (), 1, RECORD_OVERHEAD_BOUND + 1, None, enqueued)
+    return queue
+
+
+def cut(sender: Sender, queue: _PartitionQueue, now: float) -> tuple[int | None, Any]:
+    """The size of the batch _next_batch cuts now (None: none), and when to look again."""
+    batch, later = sender._next_batch(TP, queue, now)
+    if batch is None:
+        return None, later
+    queue.in_flight.append(batch)
+    return len(batch.records), later
+
+
+async def test_an_idempotent_partition_keeps_two_batches_in_flight(impl: ModuleType) -> None:
+    assert BATCH_RECORDS * 2 <= DUPLICATE_WINDOW + 1
+    producer = sender(impl)
+    queue = queue_records(producer, 2 * BATCH_RECORDS + 300, enqueued=10.0)
+    # full in records long before its linger: cut at once
+    assert cut(producer, queue, 10.0)[0] == BATCH_RECORDS
+    assert cut(producer, queue, 10.0)[0] == BATCH_RECORDS
+    # 300 left, and room for one more sequence only: no runt, not even after the linger
+    room = DUPLICATE_WINDOW + 1 - 2 * BATCH_RECORDS
+    assert room < 300
+    assert cut(producer, queue, 10.0) == (None, pytest.approx(LINGER))
+    assert cut(producer, queue, 11.0) == (None, None)  # waits for an acknowledgement
+    first = queue.in_flight.pop(0)
+    queue.sequences.acknowledge(first.base_sequence)
+    assert cut(producer, queue, 11.0)[0] == 300
+    assert len(queue.pending) == 0
+
+
+async def test_a_partial_batch_waits_for_its_linger(impl: ModuleType) -> None:
+    producer = sender(impl)
+    queue = queue_records(producer, BATCH_RECORDS - 1, enqueued=10.0)
+    size, later = cut(producer, queue, 10.001)
+    assert size is None and later == pytest.approx(LINGER - 0.001)
+    assert cut(producer, queue, 10.0 + LINGER)[0] == BATCH_RECORDS - 1
+
+
+async def test_a_producer_without_idempotence_has_no_record_limit(impl: ModuleType) -> None:
+    producer = sender(impl, idempotent=False)
+    queue = queue_records(producer, 3 * BATCH_RECORDS, enqueued=10.0)
+    assert cut(producer, queue, 10.0) == (None, pytest.approx(LINGER))  # not full in bytes
+    assert cut(producer, queue, 10.0 + LINGER)[0] == 3 * BATCH_RECORDS
+
+
+async def test_the_window_still_bounds_an_idempotent_partition(impl: ModuleType) -> None:
+    producer = sender(impl)
+    queue = queue_records(producer, 10, enqueued=10.0)
+    assert cut(producer, queue, 10.0 + LINGER)[0] == 10
+    queue_records(producer, DUPLICATE_WINDOW + 1, enqueued=11.0)
+    assert cut(producer, queue, 11.0)[0] == BATCH_RECORDS
+    # room for 491 more: the next batch waits for the 10 to be acknowledged
+    assert cut(producer, queue, 11.0) == (None, None)
+    ten = queue.in_flight.pop(0)
+    queue.sequences.acknowledge(ten.base_sequence)
+    assert cut(producer, queue, 11.0)[0] == BATCH_RECORDS
+    span = queue.sequences.next_sequence - queue.sequences.unacknowledged[0][0]
+    assert span == 2 * BATCH_RECORDS <= DUPLICATE_WINDOW + 1
