@@ -29,6 +29,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -237,6 +238,8 @@ def main() -> None:
     if options.child is not None:
         child(options.child)
         return
+    # a SIGTERM unwinds like an exception: the broker and any spinner stop with the benchmark
+    signal.signal(signal.SIGTERM, lambda number, frame: sys.exit(128 + number))
     baseline = options.baseline
     if baseline is not None:
         baseline = baseline.resolve()

@@ -40,8 +40,12 @@ static PyObject *future_type; /* asyncio.Future */
 static PyObject *base_loop_time; /* asyncio.BaseEventLoop.time: time.monotonic() */
 static PyObject *empty_tuple;
 
-/* An entry's slot once run_complete has given its own future a RecordMetadata. */
+/* The slot of an entry whose waiter is not a RecordGroup: a future that the collector tracks
+ * (-1: the general path's), one that accumulator_append untracked (SLOT_UNTRACKED), or one
+ * of those that run_complete has given its RecordMetadata (SLOT_SETTLED). */
 #define SLOT_SETTLED -2
+#define SLOT_UNTRACKED -3
+#define WAITER_UNTRACKED(e) ((e)->slot == SLOT_UNTRACKED || (e)->slot == SLOT_SETTLED)
 
 /* The futures of send() are left out of the collector's scans while a queue or run holds them
  * (see accumulator_append), and tracked again when the entry lets go of them — unless the
@@ -49,8 +53,7 @@ static PyObject *empty_tuple;
  * and its RecordMetadata (a str and ints), so it can be in no reference cycle and dies by its
  * reference count; tracked, it would be scanned while the caller and flush() keep it. */
 static void entry_clear(Entry *e) {
-    if (e->waiter != NULL && e->slot != SLOT_SETTLED &&
-        Py_IS_TYPE(e->waiter, (PyTypeObject *)future_type) && !PyObject_GC_IsTracked(e->waiter))
+    if (e->waiter != NULL && e->slot == SLOT_UNTRACKED && !PyObject_GC_IsTracked(e->waiter))
         PyObject_GC_Track(e->waiter);
     Py_CLEAR(e->key);
     Py_CLEAR(e->value);
@@ -237,12 +240,20 @@ typedef struct {
 
 static PyTypeObject RecordRunType;
 
-static int run_traverse(RecordRun *self, visitproc visit, void *arg) {
-    for (Py_ssize_t i = 0; i < self->count; i++) {
-        Py_VISIT(self->entries[i].waiter);
-        Py_VISIT(self->entries[i].headers);
+/* Entries are visited without touching the objects the collector never tracks: the untracked
+ * futures (visiting them would change nothing, and each visit is a cache miss: a traversal of
+ * a run or queue was most of the collector's time) and the shared empty headers. */
+static int entries_traverse(Entry *entries, Py_ssize_t count, visitproc visit, void *arg) {
+    for (Py_ssize_t i = 0; i < count; i++) {
+        Entry *e = &entries[i];
+        if (!WAITER_UNTRACKED(e)) Py_VISIT(e->waiter);
+        if (e->headers != empty_tuple) Py_VISIT(e->headers);
     }
     return 0;
+}
+
+static int run_traverse(RecordRun *self, visitproc visit, void *arg) {
+    return entries_traverse(self->entries, self->count, visit, arg);
 }
 
 static int run_clear(RecordRun *self) {
@@ -450,8 +461,7 @@ static PyObject *run_complete(RecordRun *self, PyObject *const *args, Py_ssize_t
                 PyObject *r = PyObject_CallMethodOneArg(e->waiter, str_set_result, metadata);
                 failed = r == NULL;
                 Py_XDECREF(r);
-                if (!failed && Py_IS_TYPE(e->waiter, (PyTypeObject *)future_type))
-                    e->slot = SLOT_SETTLED;
+                if (!failed && e->slot == SLOT_UNTRACKED) e->slot = SLOT_SETTLED;
             }
         }
         Py_DECREF(metadata);
@@ -527,11 +537,7 @@ static int queue_init(RecordQueue *self, PyObject *args, PyObject *kwds) {
 }
 
 static int queue_traverse(RecordQueue *self, visitproc visit, void *arg) {
-    for (Py_ssize_t i = self->head; i < self->head + self->count; i++) {
-        Py_VISIT(self->entries[i].waiter);
-        Py_VISIT(self->entries[i].headers);
-    }
-    return 0;
+    return entries_traverse(self->entries + self->head, self->count, visit, arg);
 }
 
 static int queue_clear(RecordQueue *self) {
@@ -604,6 +610,10 @@ static PyObject *queue_append(RecordQueue *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OOO!LnOd|n", &key, &value, &PyTuple_Type, &headers, &timestamp,
                           &size, &waiter, &enqueued, &slot))
         return NULL;
+    if (slot < -1) {
+        PyErr_SetString(PyExc_ValueError, "a slot is -1 or a group's index");
+        return NULL;
+    }
     if ((key != Py_None && !PyBytes_CheckExact(key)) ||
         (value != Py_None && !PyBytes_CheckExact(value))) {
         PyErr_SetString(PyExc_TypeError, "a record's key and value are bytes or None");
@@ -722,6 +732,8 @@ static PyTypeObject RecordQueueType = {
 typedef struct {
     PyObject_HEAD
     PyObject *cluster, *new_queue, *wakeup, *txn_check, *unfinished, *topics, *clock, *loop;
+    PyObject *future_kwargs; /* {"loop": loop}, for Future(loop=loop) */
+    char direct_futures;     /* see new_future */
     char monotonic; /* the loop's clock is time.monotonic(): read it here, not through a call */
     Py_ssize_t batch_size, max_request_size, buffer_memory, prune_at, prune_base;
     Py_ssize_t yield_every, since_yield; /* see queue_record */
@@ -783,6 +795,7 @@ static int accumulator_traverse(Accumulator *self, visitproc visit, void *arg) {
     Py_VISIT(self->topics);
     Py_VISIT(self->clock);
     Py_VISIT(self->loop);
+    Py_VISIT(self->future_kwargs);
     return 0;
 }
 
@@ -795,6 +808,7 @@ static int accumulator_clear(Accumulator *self) {
     Py_CLEAR(self->topics);
     Py_CLEAR(self->clock);
     Py_CLEAR(self->loop);
+    Py_CLEAR(self->future_kwargs);
     return 0;
 }
 
@@ -802,6 +816,61 @@ static void accumulator_dealloc(Accumulator *self) {
     PyObject_GC_UnTrack(self);
     accumulator_clear(self);
     Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* A pending future of `loop` built without asyncio.Future's constructor: the object
+ * allocated, then its loop set — the first field of the C Future (_asyncio's FutureObj), all
+ * the others zero. The constructor costs four times as much: it looks up the running loop
+ * (Python 3.11 asks getpid() each time) or parses a keyword, and calls the loop's get_debug(),
+ * a Python method, for every future. Only used once check_direct_futures has found it to
+ * build the very bytes the constructor builds. */
+static PyObject *direct_future(PyObject *loop) {
+    PyTypeObject *type = (PyTypeObject *)future_type;
+    PyObject *future = type->tp_alloc(type, 0);
+    if (future == NULL) return NULL;
+    Py_INCREF(loop);
+    *(PyObject **)((char *)future + sizeof(PyObject)) = loop;
+    return future;
+}
+
+/* Whether direct_future builds, byte for byte, what Future(loop=loop) builds on this Python:
+ * the C Future, its loop where expected, nothing else set (in debug mode the constructor also
+ * records a traceback: then the constructor it is). 1 yes, 0 no, -1 with an exception. */
+static int check_direct_futures(PyObject *loop, PyObject *kwargs) {
+    PyTypeObject *type = (PyTypeObject *)future_type;
+    Py_ssize_t size = type->tp_basicsize;
+    if ((type->tp_flags & Py_TPFLAGS_HEAPTYPE) || !(type->tp_flags & Py_TPFLAGS_HAVE_GC) ||
+        type->tp_itemsize != 0 || size < (Py_ssize_t)(sizeof(PyObject) + sizeof(PyObject *)) ||
+        strcmp(type->tp_name, "_asyncio.Future") != 0)
+        return 0;
+    PyObject *built = PyObject_Call(future_type, empty_tuple, kwargs);
+    if (built == NULL) return -1;
+    PyObject *direct = direct_future(loop);
+    if (direct == NULL) {
+        Py_DECREF(built);
+        return -1;
+    }
+    int same = memcmp((char *)built + sizeof(PyObject), (char *)direct + sizeof(PyObject),
+                      (size_t)(size - (Py_ssize_t)sizeof(PyObject))) == 0;
+    if (same) { /* and it works as one */
+        PyObject *got = PyObject_CallMethod(direct, "get_loop", NULL);
+        same = got == loop;
+        Py_XDECREF(got);
+        if (got == NULL) {
+            Py_DECREF(built);
+            Py_DECREF(direct);
+            return -1;
+        }
+    }
+    Py_DECREF(built);
+    Py_DECREF(direct);
+    return same;
+}
+
+/* A new pending future of the accumulator's loop. */
+static PyObject *new_future(Accumulator *self) {
+    if (self->direct_futures) return direct_future(self->loop);
+    return PyObject_Call(future_type, empty_tuple, self->future_kwargs);
 }
 
 static PyObject *accumulator_start(Accumulator *self, PyObject *loop) {
@@ -814,8 +883,18 @@ static PyObject *accumulator_start(Accumulator *self, PyObject *loop) {
     if (method == NULL) return NULL;
     self->monotonic = method == base_loop_time;
     Py_DECREF(method);
+    PyObject *kwargs = Py_BuildValue("{sO}", "loop", loop);
+    if (kwargs == NULL) return NULL;
+    Py_XSETREF(self->future_kwargs, kwargs);
+    int direct = check_direct_futures(loop, kwargs);
+    if (direct < 0) return NULL;
+    self->direct_futures = (char)direct;
     self->sendable = 1;
     Py_RETURN_NONE;
+}
+
+static PyObject *accumulator_direct_futures(Accumulator *self, void *closure) {
+    return PyBool_FromLong(self->direct_futures);
 }
 
 static PyObject *accumulator_register(Accumulator *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -1092,28 +1171,26 @@ static PyObject *accumulator_append(Accumulator *self, PyObject *const *args, Py
     }
     Py_INCREF(entry); /* Python code runs below: the entry must outlive a re-registration */
     if (chosen == -2) chosen = partition_of(topic, entry, key);
-    /* Future(), not Future(loop=loop): the keyword costs more (a dict, then its parsing) than
-     * the constructor's own look-up of the running loop, the same loop here */
-    PyObject *future = chosen < 0 ? NULL : PyObject_CallNoArgs(future_type);
+    PyObject *future = chosen < 0 ? NULL : new_future(self);
     if (future == NULL) {
         Py_DECREF(entry);
         return NULL;
     }
+    /* The queue keeps the future alive whatever the collector finds, so scanning it is wasted
+     * work — and futures live long enough (linger, a round trip) to be promoted to the oldest
+     * generation, whose growth sets off full collections over every object of the process: a
+     * third of the producer's time at full speed. It holds only its loop until it completes;
+     * entry_clear tracks it again when the queue or its run lets go of it (SLOT_UNTRACKED). */
+    PyObject_GC_UnTrack(future);
     double enqueued = loop_time(self);
     if ((enqueued == -1.0 && PyErr_Occurred()) ||
-        queue_record(self, topic, entry, chosen, key, value, timestamp, size, future, -1,
-                     enqueued) < 0) {
+        queue_record(self, topic, entry, chosen, key, value, timestamp, size, future,
+                     SLOT_UNTRACKED, enqueued) < 0) {
         Py_DECREF(entry);
         Py_DECREF(future);
         return NULL;
     }
     Py_DECREF(entry);
-    /* Queued: the queue keeps the future alive whatever the collector finds, so scanning it
-     * is wasted work — and futures live long enough (linger, a round trip) to be promoted to
-     * the oldest generation, whose growth sets off full collections over every object of the
-     * process: a third of the producer's time at full speed. It holds only its loop until it
-     * completes; entry_clear tracks it again when the queue or its run lets go of it. */
-    PyObject_GC_UnTrack(future);
     if (track(self, future) < 0) {
         Py_DECREF(future);
         return NULL;
@@ -1238,6 +1315,11 @@ static PyMemberDef accumulator_members[] = {
     {"max_request_size", T_PYSSIZET, offsetof(Accumulator, max_request_size), READONLY, NULL},
     {NULL}};
 
+static PyGetSetDef accumulator_getset[] = {
+    {"direct_futures", (getter)accumulator_direct_futures, NULL,
+     "Whether send()'s futures are built without Future's constructor (see new_future).", NULL},
+    {NULL}};
+
 static PyTypeObject AccumulatorType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "lockgate.client._fastpath.Accumulator",
     .tp_basicsize = sizeof(Accumulator),
@@ -1250,6 +1332,7 @@ static PyTypeObject AccumulatorType = {
     .tp_dealloc = (destructor)accumulator_dealloc,
     .tp_methods = accumulator_methods,
     .tp_members = accumulator_members,
+    .tp_getset = accumulator_getset,
 };
 
 /* ------------------------------------------------------------------------------------------ */

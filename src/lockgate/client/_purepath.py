@@ -175,6 +175,8 @@ class RecordQueue:
             raise TypeError("a record's key and value are bytes or None")
         if not isinstance(headers, tuple):
             raise TypeError("headers must be a tuple")
+        if slot < -1:  # the compiled twin marks its own futures' entries below -1
+            raise ValueError("a slot is -1 or a group's index")
         self._entries.append((key, value, headers, timestamp, size, waiter, enqueued, slot))
         self.size += size
 
@@ -278,6 +280,12 @@ class Accumulator:
         self._clock: Callable[[], float] = time.monotonic
         # murmur2 is slow in Python and keys repeat: partition count → key → partition
         self._key_caches: dict[int, dict[bytes | None, int]] = {}
+
+    @property
+    def direct_futures(self) -> bool:
+        """Whether send()'s futures are built without Future's constructor: never here (the
+        compiled twin does, where it can)."""
+        return False
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop

@@ -450,9 +450,9 @@ class BrokerConnection:
         header = encode_request_header(
             api_key, version, correlation_id, self.client_id, is_flexible(api_key, version)
         )
-        payload = header + body
         assert self._writer is not None
-        self._writer.write(_INT32.pack(len(payload)) + payload)
+        # one copy of a body that may be a megabyte of records, not one per concatenation
+        self._writer.write(b"".join((_INT32.pack(len(header) + len(body)), header, body)))
 
     def _check_open(self) -> None:
         if self._closed_because is not None:

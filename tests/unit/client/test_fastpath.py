@@ -478,6 +478,45 @@ async def test_compiled_futures_stay_out_of_the_collector_unless_they_fail() -> 
         failed.result()
 
 
+@pytest.mark.skipif(not BUILT, reason="the extension is not built")
+async def test_compiled_futures_are_built_directly_and_work_as_any_future() -> None:
+    loop = asyncio.get_running_loop()
+    setup = accumulate(COMPILED)
+    setup.accumulator.start(loop)
+    # outside debug mode this Python's Future is built without its constructor
+    assert setup.accumulator.direct_futures
+    future = setup.accumulator.append("t", b"v", None, 0, (), 1)
+    assert type(future) is asyncio.Future and future.get_loop() is loop
+    assert not future.done() and not future.cancelled()
+    seen: list[Any] = []
+    future.add_done_callback(seen.append)
+    setup.queues["t", 0].take_all().complete(RecordMetadata, "t", 0, 7, -1)
+    assert await future == RecordMetadata("t", 0, 7, 1)
+    await asyncio.sleep(0)
+    assert seen == [future]
+    cancelled = setup.accumulator.append("t", b"v", None, 0, (), 1)
+    assert cancelled.cancel() and cancelled.cancelled()
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
+    # in debug mode the constructor records where each future was made: it is used then
+    loop.set_debug(True)
+    try:
+        debugging = accumulate(COMPILED)
+        debugging.accumulator.start(loop)
+        assert not debugging.accumulator.direct_futures
+        built = debugging.accumulator.append("t", b"v", None, 0, (), 1)
+        assert built is not None and built._source_traceback  # type: ignore[attr-defined]
+    finally:
+        loop.set_debug(False)
+
+
+def test_a_queue_refuses_the_slots_it_keeps_for_itself(impl: ModuleType) -> None:
+    queue = impl.RecordQueue("t", 0)
+    with pytest.raises(ValueError):
+        queue.append(b"k", b"v", (), 1, 40, None, 0.0, -3)
+    assert len(queue) == 0
+
+
 def test_the_collector_breaks_cycles_through_queued_records(impl: ModuleType) -> None:
     class Holder(Waiter):
         queue: Any = None
