@@ -505,7 +505,7 @@ async def test_compiled_futures_are_built_directly_and_work_as_any_future() -> N
         debugging.accumulator.start(loop)
         assert not debugging.accumulator.direct_futures
         built = debugging.accumulator.append("t", b"v", None, 0, (), 1)
-        assert built is not None and built._source_traceback  # type: ignore[attr-defined]
+        assert built is not None and built._source_traceback
     finally:
         loop.set_debug(False)
 
