@@ -14,6 +14,7 @@ import pytest
 from lockgate.client.connection import BrokerConnection, kio_versions
 from lockgate.client.errors import (
     KafkaConnectionError,
+    KafkaError,
     KafkaTimeoutError,
     UnsupportedVersionError,
 )
@@ -278,11 +279,13 @@ async def test_nothing_listening_is_a_connection_error() -> None:
 
 # -- send_encoded_then: the producer's requests, answered through a callback --------------------
 
-Outcome = tuple[Any, KafkaConnectionError | KafkaTimeoutError | None]
+Outcome = tuple[Any, KafkaError | None]
 
 
 def metadata_body(version: int) -> bytes:
-    return encode(build(request_class(ApiKey.METADATA, version), METADATA_REQUEST))
+    cls = request_class(ApiKey.METADATA, version)
+    assert cls is not None
+    return encode(build(cls, METADATA_REQUEST))
 
 
 async def test_callbacks_get_their_responses_in_order_as_the_reader_reads_them() -> None:
@@ -330,15 +333,13 @@ async def test_a_callback_request_times_out_and_closing_fails_the_others_from_th
             version = connection.version_for(ApiKey.METADATA)
             outcomes: dict[str, Outcome] = {}
             body = metadata_body(version)
+
+            def outcome_of(name: str) -> Callable[[Any, KafkaError | None], None]:
+                return lambda response, error: outcomes.__setitem__(name, (response, error))
+
             for name, timeout_ms in (("first", 100), ("second", 5_000)):
                 connection.send_encoded_then(
-                    ApiKey.METADATA,
-                    version,
-                    body,
-                    lambda response, error, name=name: outcomes.__setitem__(
-                        name, (response, error)
-                    ),
-                    timeout_ms=timeout_ms,
+                    ApiKey.METADATA, version, body, outcome_of(name), timeout_ms=timeout_ms
                 )
             await asyncio.sleep(0.3)
             first, second = outcomes["first"], outcomes["second"]
