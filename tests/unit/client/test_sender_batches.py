@@ -1,8 +1,8 @@
 # How the producer's sender cuts batches off a partition's queue, without a broker: an
-# idempotent partition's batches carry at most BATCH_RECORDS records, so that two fit in flight
-# within the broker's duplicate window; a batch that cannot grow any more goes without waiting
-# for its linger; a window with little room left waits for an acknowledgement rather than
-# sending a runt. Checked with both implementations of the per-record work.
+# idempotent partition's batches carry at most BATCH_RECORDS records (the broker's duplicate
+# window); a batch that cannot grow any more goes without waiting for its linger; a window
+# with little room left waits for an acknowledgement rather than sending a runt. Checked with
+# both implementations of the per-record work.
 from __future__ import annotations
 
 from types import ModuleType
@@ -82,18 +82,15 @@ def cut(sender: Sender, queue: _PartitionQueue, now: float) -> tuple[int | None,
     return len(batch.records), later
 
 
-async def test_an_idempotent_partition_keeps_two_batches_in_flight(impl: ModuleType) -> None:
-    assert BATCH_RECORDS * 2 <= DUPLICATE_WINDOW + 1
+async def test_a_batch_that_cannot_grow_goes_at_once(impl: ModuleType) -> None:
+    assert BATCH_RECORDS == DUPLICATE_WINDOW + 1
     producer = sender(impl)
-    queue = queue_records(producer, 2 * BATCH_RECORDS + 300, enqueued=10.0)
+    queue = queue_records(producer, BATCH_RECORDS + 300, enqueued=10.0)
     # full in records long before its linger: cut at once
     assert cut(producer, queue, 10.0)[0] == BATCH_RECORDS
-    assert cut(producer, queue, 10.0)[0] == BATCH_RECORDS
-    # 300 left, and room for one more sequence only: no runt, not even after the linger
-    room = DUPLICATE_WINDOW + 1 - 2 * BATCH_RECORDS
-    assert room < 300
+    # 300 left: they wait for their linger, then for room in the window
     assert cut(producer, queue, 10.0) == (None, pytest.approx(LINGER))
-    assert cut(producer, queue, 11.0) == (None, None)  # waits for an acknowledgement
+    assert cut(producer, queue, 11.0) == (None, None)
     first = queue.in_flight.pop(0)
     queue.sequences.acknowledge(first.base_sequence)
     assert cut(producer, queue, 11.0)[0] == 300
@@ -115,16 +112,16 @@ async def test_a_producer_without_idempotence_has_no_record_limit(impl: ModuleTy
     assert cut(producer, queue, 10.0 + LINGER)[0] == 3 * BATCH_RECORDS
 
 
-async def test_the_window_still_bounds_an_idempotent_partition(impl: ModuleType) -> None:
+async def test_the_window_leaves_no_runts(impl: ModuleType) -> None:
     producer = sender(impl)
     queue = queue_records(producer, 10, enqueued=10.0)
     assert cut(producer, queue, 10.0 + LINGER)[0] == 10
-    queue_records(producer, DUPLICATE_WINDOW + 1, enqueued=11.0)
-    assert cut(producer, queue, 11.0)[0] == BATCH_RECORDS
-    # room for 491 more: the next batch waits for the 10 to be acknowledged
+    queue_records(producer, BATCH_RECORDS, enqueued=11.0)
+    # room for 991 more: rather than 991 now and a runt of 10 next, the batch waits for the
+    # acknowledgement of the 10
     assert cut(producer, queue, 11.0) == (None, None)
     ten = queue.in_flight.pop(0)
     queue.sequences.acknowledge(ten.base_sequence)
     assert cut(producer, queue, 11.0)[0] == BATCH_RECORDS
     span = queue.sequences.next_sequence - queue.sequences.unacknowledged[0][0]
-    assert span == 2 * BATCH_RECORDS <= DUPLICATE_WINDOW + 1
+    assert span == DUPLICATE_WINDOW + 1
