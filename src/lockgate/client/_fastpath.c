@@ -934,24 +934,42 @@ static PyObject *accumulator_register(Accumulator *self, PyObject *const *args, 
     Py_RETURN_NONE;
 }
 
-static int track(Accumulator *self, PyObject *future) {
-    if (PyList_Append(self->unfinished, future) < 0) return -1;
-    Py_ssize_t length = PyList_GET_SIZE(self->unfinished);
-    if (length < self->prune_at) return 0;
+/* Drops the done futures from `unfinished`. In place: the list lives as long as the producer,
+ * in the collector's oldest generation, while a new one would be young and scanned — all of
+ * its futures, each a cache miss — by the next collections. */
+static int prune(Accumulator *self) {
+    PyObject *unfinished = self->unfinished;
+    Py_ssize_t length = PyList_GET_SIZE(unfinished);
     PyObject *kept = PyList_New(0);
     if (kept == NULL) return -1;
-    for (Py_ssize_t i = 0; i < length; i++) {
-        PyObject *item = PyList_GET_ITEM(self->unfinished, i);
+    Py_INCREF(unfinished); /* done() may run Python code */
+    int failed = 0;
+    for (Py_ssize_t i = 0; !failed && i < length && i < PyList_GET_SIZE(unfinished); i++) {
+        PyObject *item = PyList_GET_ITEM(unfinished, i);
+        Py_INCREF(item);
         int done = future_done(item);
-        if (done < 0 || (!done && PyList_Append(kept, item) < 0)) {
-            Py_DECREF(kept);
-            return -1;
-        }
+        failed = done < 0 || (!done && PyList_Append(kept, item) < 0);
+        Py_DECREF(item);
     }
-    Py_SETREF(self->unfinished, kept);
-    Py_ssize_t twice = 2 * PyList_GET_SIZE(kept);
-    self->prune_at = twice > self->prune_base ? twice : self->prune_base;
-    return 0;
+    if (!failed) failed = PyList_SetSlice(unfinished, 0, length, kept) < 0;
+    Py_DECREF(unfinished);
+    if (!failed) {
+        Py_ssize_t twice = 2 * PyList_GET_SIZE(kept);
+        self->prune_at = twice > self->prune_base ? twice : self->prune_base;
+    }
+    Py_DECREF(kept);
+    return failed ? -1 : 0;
+}
+
+static int track(Accumulator *self, PyObject *future) {
+    if (PyList_Append(self->unfinished, future) < 0) return -1;
+    if (PyList_GET_SIZE(self->unfinished) < self->prune_at) return 0;
+    return prune(self);
+}
+
+static PyObject *accumulator_prune(Accumulator *self, PyObject *unused) {
+    if (prune(self) < 0) return NULL;
+    Py_RETURN_NONE;
 }
 
 static PyObject *accumulator_track(Accumulator *self, PyObject *future) {
@@ -1295,6 +1313,7 @@ static PyMethodDef accumulator_methods[] = {
     {"start", (PyCFunction)accumulator_start, METH_O, NULL},
     {"register", (PyCFunction)(void (*)(void))accumulator_register, METH_FASTCALL, NULL},
     {"track", (PyCFunction)accumulator_track, METH_O, NULL},
+    {"prune", (PyCFunction)accumulator_prune, METH_NOARGS, NULL},
     {"queue_for", (PyCFunction)(void (*)(void))accumulator_queue_for, METH_FASTCALL, NULL},
     {"partition_of", (PyCFunction)(void (*)(void))accumulator_partition_of, METH_FASTCALL, NULL},
     {"append", (PyCFunction)(void (*)(void))accumulator_append, METH_FASTCALL, NULL},

@@ -312,8 +312,15 @@ class Accumulator:
         unfinished = self.unfinished
         unfinished.append(future)
         if len(unfinished) >= self.prune_at:
-            self.unfinished = unfinished = [f for f in unfinished if not f.done()]
-            self.prune_at = max(self.prune_base, 2 * len(unfinished))
+            self.prune()
+
+    def prune(self) -> None:
+        """Drops the done futures from `unfinished`. In place: the list lives as long as the
+        producer, in the collector's oldest generation, while a new one would be young and
+        scanned (all of its futures) by the next collections."""
+        unfinished = self.unfinished
+        unfinished[:] = [f for f in unfinished if not f.done()]
+        self.prune_at = max(self.prune_base, 2 * len(unfinished))
 
     def queue_for(self, topic: str, partition: int) -> RecordQueue:
         queues: list[RecordQueue | None] = self.topics[topic][2]

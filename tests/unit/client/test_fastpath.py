@@ -385,12 +385,21 @@ async def test_unfinished_futures_are_pruned_as_they_grow(impl: ModuleType) -> N
     setup = accumulate(impl)
     accumulator = setup.accumulator
     accumulator.start(asyncio.get_running_loop())
+    unfinished = accumulator.unfinished
     futures = [accumulator.append("t", b"v", None, 0, (), 1) for _ in range(3)]
     for future in futures:
         future.cancel()
     last = accumulator.append("t", b"v", None, 0, (), 1)  # the 4th: prune_at
     assert accumulator.unfinished == [last]
     assert accumulator.prune_at == 4  # never below where it started
+    # in place: the long-lived list stays (a new one would be young for the collector)
+    assert accumulator.unfinished is unfinished
+    more = [accumulator.append("t", b"v", None, 0, (), 1) for _ in range(4)]
+    assert accumulator.unfinished == [last, *more]  # pruned at 4 again: none was done
+    assert accumulator.prune_at == 8  # twice what was kept
+    last.cancel()
+    accumulator.prune()  # flush() asks too
+    assert accumulator.unfinished == more and accumulator.unfinished is unfinished
 
 
 async def test_append_group_places_records_as_one_append_each_would(impl: ModuleType) -> None:
