@@ -37,6 +37,8 @@ typedef struct {
 
 static PyObject *str_done, *str_set_result, *str_metadata, *str_future_type;
 static PyObject *future_type; /* asyncio.Future */
+/* asyncio.Future.done and .set_result, called on exact Futures without a look-up each time */
+static PyObject *future_done_method, *future_set_result_method;
 static PyObject *base_loop_time; /* asyncio.BaseEventLoop.time: time.monotonic() */
 static PyObject *empty_tuple;
 
@@ -137,7 +139,9 @@ static int group_init(RecordGroup *self, PyObject *args, PyObject *kwds) {
 }
 
 static int future_done(PyObject *future) {
-    PyObject *done = PyObject_CallMethodNoArgs(future, str_done);
+    PyObject *done = Py_IS_TYPE(future, (PyTypeObject *)future_type)
+                         ? PyObject_Vectorcall(future_done_method, &future, 1, NULL)
+                         : PyObject_CallMethodNoArgs(future, str_done);
     if (done == NULL) return -1;
     int result = PyObject_IsTrue(done);
     Py_DECREF(done);
@@ -427,22 +431,31 @@ static PyObject *run_complete(RecordRun *self, PyObject *const *args, Py_ssize_t
     if (base_offset == -1 && PyErr_Occurred()) return NULL;
     long long append_time = PyLong_AsLongLong(args[4]);
     if (append_time == -1 && PyErr_Occurred()) return NULL;
+    /* records queued in the same millisecond share one timestamp object */
+    PyObject *timestamp = NULL;
+    long long timestamp_value = 0;
     for (Py_ssize_t i = 0; i < self->count; i++) {
         Entry *e = &self->entries[i];
+        long long wanted = append_time >= 0 ? append_time : e->timestamp;
+        if (timestamp == NULL || wanted != timestamp_value) {
+            Py_XDECREF(timestamp);
+            timestamp = PyLong_FromLongLong(wanted);
+            if (timestamp == NULL) return NULL;
+            timestamp_value = wanted;
+        }
         PyObject *metadata = metadata_type->tp_alloc(metadata_type, 4);
-        if (metadata == NULL) return NULL;
+        PyObject *offset = PyLong_FromLongLong(base_offset < 0 ? -1 : base_offset + i);
+        if (metadata == NULL || offset == NULL) {
+            Py_XDECREF(offset);
+            Py_XDECREF(metadata);
+            Py_DECREF(timestamp);
+            return NULL;
+        }
         Py_INCREF(topic);
         PyTuple_SET_ITEM(metadata, 0, topic);
         Py_INCREF(partition);
         PyTuple_SET_ITEM(metadata, 1, partition);
-        PyObject *offset = PyLong_FromLongLong(base_offset < 0 ? -1 : base_offset + i);
-        PyObject *timestamp = PyLong_FromLongLong(append_time >= 0 ? append_time : e->timestamp);
-        if (offset == NULL || timestamp == NULL) {
-            Py_XDECREF(offset);
-            Py_XDECREF(timestamp);
-            Py_DECREF(metadata);
-            return NULL;
-        }
+        Py_INCREF(timestamp);
         PyTuple_SET_ITEM(metadata, 2, offset);
         PyTuple_SET_ITEM(metadata, 3, timestamp);
         /* Only a str and ints inside: it can be in no reference cycle, so the collector need
@@ -458,15 +471,22 @@ static PyObject *run_complete(RecordRun *self, PyObject *const *args, Py_ssize_t
             int done = future_done(e->waiter);
             failed = done < 0;
             if (done == 0) {
-                PyObject *r = PyObject_CallMethodOneArg(e->waiter, str_set_result, metadata);
+                PyObject *call[2] = {e->waiter, metadata};
+                PyObject *r = Py_IS_TYPE(e->waiter, (PyTypeObject *)future_type)
+                                  ? PyObject_Vectorcall(future_set_result_method, call, 2, NULL)
+                                  : PyObject_CallMethodOneArg(e->waiter, str_set_result, metadata);
                 failed = r == NULL;
                 Py_XDECREF(r);
                 if (!failed && e->slot == SLOT_UNTRACKED) e->slot = SLOT_SETTLED;
             }
         }
         Py_DECREF(metadata);
-        if (failed) return NULL;
+        if (failed) {
+            Py_DECREF(timestamp);
+            return NULL;
+        }
     }
+    Py_XDECREF(timestamp);
     Py_RETURN_NONE;
 }
 
@@ -1380,6 +1400,14 @@ PyMODINIT_FUNC PyInit__fastpath(void) {
     PyObject *asyncio = PyImport_ImportModule("asyncio");
     if (asyncio == NULL) return NULL;
     future_type = PyObject_GetAttr(asyncio, str_future_type);
+    if (future_type != NULL) {
+        future_done_method = PyObject_GetAttr(future_type, str_done);
+        future_set_result_method = PyObject_GetAttr(future_type, str_set_result);
+        if (future_done_method == NULL || future_set_result_method == NULL) {
+            Py_DECREF(asyncio);
+            return NULL;
+        }
+    }
     PyObject *base_loop = PyObject_GetAttrString(asyncio, "BaseEventLoop");
     Py_DECREF(asyncio);
     if (future_type == NULL || base_loop == NULL) return NULL;
