@@ -757,6 +757,7 @@ typedef struct {
     char monotonic; /* the loop's clock is time.monotonic(): read it here, not through a call */
     Py_ssize_t batch_size, max_request_size, buffer_memory, prune_at, prune_base;
     Py_ssize_t yield_every, since_yield; /* see queue_record */
+    Py_ssize_t batch_records;            /* the most records a batch may take; 0: no limit */
     long long buffered_bytes;
     char filled, sendable;
 } Accumulator;
@@ -802,7 +803,7 @@ static int accumulator_init(Accumulator *self, PyObject *args, PyObject *kwds) {
     self->buffered_bytes = 0;
     self->filled = 0;
     self->sendable = 0;
-    self->yield_every = self->since_yield = 0;
+    self->yield_every = self->since_yield = self->batch_records = 0;
     return 0;
 }
 
@@ -1135,6 +1136,8 @@ static int queue_record(Accumulator *self, PyObject *topic, PyObject *entry, Py_
     if (queue_push(queue, key, value, empty_tuple, timestamp, size, waiter, enqueued, slot) < 0)
         return -1;
     self->buffered_bytes += size;
+    /* a batch full in records, as below in bytes */
+    int full = self->batch_records > 0 && queue->count % self->batch_records == 0;
     /* Every yield_every records the caller yields too: only then can the loop read answers
      * and write the batches they make room for, while a caller queueing in a loop of its own
      * never waits for anything. A count of all records, whatever else asked for a yield. */
@@ -1142,7 +1145,7 @@ static int queue_record(Accumulator *self, PyObject *topic, PyObject *entry, Py_
         self->since_yield = 0;
         self->filled = 1;
     }
-    if (before / self->batch_size != queue->size / self->batch_size) {
+    if (full || before / self->batch_size != queue->size / self->batch_size) {
         self->filled = 1; /* the sender should write the full batch now */
         return call_wakeup(self);
     }
@@ -1349,6 +1352,7 @@ static PyMemberDef accumulator_members[] = {
     {"topics", T_OBJECT, offsetof(Accumulator, topics), READONLY, NULL},
     {"prune_at", T_PYSSIZET, offsetof(Accumulator, prune_at), 0, NULL},
     {"yield_every", T_PYSSIZET, offsetof(Accumulator, yield_every), 0, NULL},
+    {"batch_records", T_PYSSIZET, offsetof(Accumulator, batch_records), 0, NULL},
     {"batch_size", T_PYSSIZET, offsetof(Accumulator, batch_size), READONLY, NULL},
     {"buffer_memory", T_PYSSIZET, offsetof(Accumulator, buffer_memory), READONLY, NULL},
     {"max_request_size", T_PYSSIZET, offsetof(Accumulator, max_request_size), READONLY, NULL},

@@ -230,6 +230,7 @@ class Accumulator:
         "_clock",
         "_key_caches",
         "_loop",
+        "batch_records",
         "batch_size",
         "buffer_memory",
         "buffered_bytes",
@@ -270,6 +271,7 @@ class Accumulator:
         self.buffered_bytes = 0
         self.filled = False  # the caller should yield (a batch filled, or yield_every records)
         self.yield_every = 0  # 0: only a full batch asks for a yield
+        self.batch_records = 0  # the most records a batch may take (full then); 0: no limit
         self.since_yield = 0
         self.sendable = False  # started and not closing
         self.unfinished: list[asyncio.Future[Any]] = []
@@ -421,11 +423,18 @@ class Accumulator:
         queue.append(key, value, (), timestamp_ms, size, waiter, enqueued, slot)
         self.buffered_bytes += size
         self._count_queued(1)
-        if before // self.batch_size != queue.size // self.batch_size:
+        if self._filled(before, len(queue) - 1, queue):
             self.filled = True  # the sender should write the full batch now
             self.wakeup()
         elif len(queue) == 1:
             self.wakeup()
+
+    def _filled(self, before: int, before_count: int, queue: RecordQueue) -> bool:
+        """Whether the records just queued filled a batch: in bytes, or in records."""
+        if before // self.batch_size != queue.size // self.batch_size:
+            return True
+        limit = self.batch_records
+        return limit > 0 and before_count // limit != len(queue) // limit
 
     def _count_queued(self, count: int) -> None:
         """Every yield_every records the caller yields too: only then can the loop read
@@ -476,7 +485,7 @@ class Accumulator:
         self._count_queued(len(items))
         for chosen, slots in runs.items():
             queue = self.queue_for(topic, chosen)
-            before = queue.size
+            before, before_count = queue.size, len(queue)
             if isinstance(slots, range):  # the whole call
                 queue.extend(keys, values, sizes, timestamp_ms, group, enqueued, slots)
             else:
@@ -490,7 +499,7 @@ class Accumulator:
                     slots,
                 )
             self.buffered_bytes += queue.size - before
-            if before // self.batch_size != queue.size // self.batch_size:
+            if self._filled(before, before_count, queue):
                 self.filled = True
                 self.wakeup()
             elif before == 0:

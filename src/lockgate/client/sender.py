@@ -220,6 +220,8 @@ class Sender:
             PRUNE_UNFINISHED_AT,
         )
         self.accumulator.yield_every = YIELD_EVERY
+        # a batch full in records is written at once, as one full in bytes
+        self.accumulator.batch_records = BATCH_RECORDS if settings.idempotent else 0
         self._idle = asyncio.Event()
         self._idle.set()
         self._in_flight_total = 0

@@ -359,6 +359,25 @@ async def test_a_full_batch_asks_the_caller_to_yield(impl: ModuleType) -> None:
     assert accumulator.filled and setup.wakeups == [1, 1]
 
 
+async def test_a_batch_full_in_records_wakes_the_sender_and_asks_for_a_yield(
+    impl: ModuleType,
+) -> None:
+    setup = accumulate(impl, batch_size=10**6, max_request_size=10**6, buffer_memory=10**9)
+    accumulator = setup.accumulator
+    accumulator.start(asyncio.get_running_loop())
+    accumulator.batch_records = 3
+    for expected in (False, False, True):
+        accumulator.append("t", b"v", None, 0, (), 1)
+        assert accumulator.filled is expected
+    assert setup.wakeups == [1, 1]  # the first record, then the full batch
+    accumulator.filled = False
+    future = asyncio.get_running_loop().create_future()
+    accumulator.append_group("t", 0, [(None, b"v")] * 2, 1, impl.RecordGroup(future, 2))
+    assert not accumulator.filled  # 5 in the queue
+    accumulator.append_group("t", 0, [(None, b"v")] * 2, 1, impl.RecordGroup(future, 2))
+    assert accumulator.filled and len(setup.wakeups) == 3  # 7: the second batch filled
+
+
 async def test_every_yield_every_records_the_caller_is_asked_to_yield(impl: ModuleType) -> None:
     setup = accumulate(impl, batch_size=10**6, max_request_size=10**6, buffer_memory=10**9)
     accumulator = setup.accumulator
@@ -560,6 +579,7 @@ def test_both_accumulators_queue_the_same_records(calls: list[Any]) -> None:
         setup = accumulate(module, batch_size=100, max_request_size=10**6, buffer_memory=10**9)
         setup.accumulator.start(asyncio.get_running_loop())
         setup.accumulator.yield_every = 7
+        setup.accumulator.batch_records = 5
         taken: list[Any] = []
         group: list[tuple[bytes | None, bytes | None]] = []
         for key, value, partition, timestamp, batched in calls:
