@@ -46,7 +46,7 @@ import contextlib
 import functools
 import itertools
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, NamedTuple
@@ -408,16 +408,20 @@ class Sender:
             return False
         return self._txn is None or self._txn.sending_allowed
 
-    def _send_ready(self, now: float) -> float | None:
-        """Writes the Produce requests that are due; returns how long until the next batch
-        may be (None: until something happens)."""
+    def _send_ready(
+        self, now: float, partitions: Iterable[TopicPartition] | None = None
+    ) -> float | None:
+        """Writes the Produce requests that are due (of `partitions` only, when given);
+        returns how long until the next batch may be (None: until something happens)."""
         if not self._may_send():
             return None
         wait: float | None = None
         # Per leader, rounds of batches: a request holds at most one batch per partition, so
         # a partition's second batch in flight goes in the next round's request.
         by_leader: dict[int, tuple[BrokerConnection, list[list[tuple[_Batch, int]]]]] = {}
-        for topic_partition, queue in self._queues.items():
+        queues = self._queues
+        chosen = queues.items() if partitions is None else [(p, queues[p]) for p in partitions]
+        for topic_partition, queue in chosen:
             if not queue.has_work():
                 continue
             if queue.not_before > now:
@@ -741,17 +745,18 @@ class Sender:
                 )
                 continue
             self._answered(batch, partition_answer)
-        self._pump()
+        self._pump(dict.fromkeys(batch.topic_partition for batch in batches))
 
-    def _pump(self) -> None:
-        """Writes what just became sendable (room in a partition's window, a retry) right away,
-        from the answer's callback, rather than a loop iteration later from the sender's task:
-        while the application keeps the loop busy queueing records, every iteration counts.
-        The task is woken as well (_leave_flight) and keeps the timers and everything else."""
+    def _pump(self, partitions: Iterable[TopicPartition]) -> None:
+        """Writes what the answers just made sendable in their partitions (room in the window,
+        a retry due) right away, from the answer's callback, rather than a loop iteration later
+        from the sender's task: while the application keeps the loop busy queueing records,
+        every iteration counts. The task is woken as well (_leave_flight) and keeps the timers
+        and every other partition."""
         if self._closing:
             return
         try:
-            self._send_ready(asyncio.get_running_loop().time())
+            self._send_ready(asyncio.get_running_loop().time(), partitions)
         except Exception:  # as in _run: the task goes on after its own backoff
             log.exception("the producer's sender failed while answering")
 
