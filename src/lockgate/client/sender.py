@@ -13,7 +13,10 @@
 # - A batch that cannot grow any more (its bytes, or an idempotent partition's window of
 #   sequences, below) goes without waiting for its linger, and an idempotent partition never
 #   sends a runt that its window has room for: it waits for the acknowledgement that frees a
-#   whole batch's worth.
+#   whole batch's worth. A request that goes to a leader anyway takes along what the leader's
+#   other partitions have waiting for their linger (fewer requests, partitions in step).
+# - An answer's callback completes its batches' records only after it has written the next
+#   batches: the broker works on those meanwhile.
 # - Idempotent producers keep up to `max_in_flight` (≤ 5) batches in flight per partition,
 #   spanning at most 1001 sequence numbers (the broker's duplicate window, see sequences.py).
 #   When a batch has to be resent, its partition first lets everything in flight come back,
@@ -421,6 +424,7 @@ class Sender:
         by_leader: dict[int, tuple[BrokerConnection, list[list[tuple[_Batch, int]]]]] = {}
         queues = self._queues
         chosen = queues.items() if partitions is None else [(p, queues[p]) for p in partitions]
+        waiting: list[tuple[TopicPartition, _PartitionQueue, PartitionInfo]] = []
         for topic_partition, queue in chosen:
             if not queue.has_work():
                 continue
@@ -438,22 +442,59 @@ class Sender:
                 if later is not None:
                     wait = _earliest(wait, later)
                 if batch is None:
+                    if round_index == 0 and later is not None:
+                        waiting.append((topic_partition, queue, partition))
                     break
-                queue.in_flight.append(batch)
-                self._in_flight_total += 1
-                self._idle.clear()
-                _, rounds = by_leader.setdefault(partition.leader_id, (connection, []))
-                if len(rounds) <= round_index:
-                    rounds.append([])
-                rounds[round_index].append((batch, partition.leader_epoch))
+                self._add_to_request(by_leader, connection, round_index, batch, partition)
+        # A request goes to these leaders anyway: it also takes what their other partitions
+        # have waiting for their linger, rather than each becoming a request of its own.
+        if partitions is not None and by_leader:  # an answer's callback: the others too
+            looked_at = {tp for tp, _queue in chosen}
+            waiting += [
+                (tp, queue, info)
+                for tp, queue in queues.items()
+                if tp not in looked_at
+                and queue.pending
+                and (info := self._leader_of(tp)) is not None
+            ]
+        for topic_partition, queue, partition in waiting:
+            entry = by_leader.get(partition.leader_id)
+            if entry is None or queue.not_before > now:
+                continue
+            batch, _later = self._next_batch(topic_partition, queue, now, eager=True)
+            if batch is not None:
+                self._add_to_request(by_leader, entry[0], 0, batch, partition)
         for connection, rounds in by_leader.values():
             for group in rounds:
                 self._produce(connection, group)
         return wait
 
+    def _add_to_request(
+        self,
+        by_leader: dict[int, tuple[BrokerConnection, list[list[tuple[_Batch, int]]]]],
+        connection: BrokerConnection,
+        round_index: int,
+        batch: _Batch,
+        partition: PartitionInfo,
+    ) -> None:
+        self._queues[batch.topic_partition].in_flight.append(batch)
+        self._in_flight_total += 1
+        self._idle.clear()
+        _, rounds = by_leader.setdefault(partition.leader_id, (connection, []))
+        if len(rounds) <= round_index:
+            rounds.append([])
+        rounds[round_index].append((batch, partition.leader_epoch))
+
     def _next_batch(
-        self, topic_partition: TopicPartition, queue: _PartitionQueue, now: float
+        self,
+        topic_partition: TopicPartition,
+        queue: _PartitionQueue,
+        now: float,
+        *,
+        eager: bool = False,
     ) -> tuple[_Batch | None, float | None]:
+        """The partition's next batch, if one is due (`eager`: whatever its linger, as when
+        flushing), and else when to look again (None: when something happens)."""
         if queue.retries:
             if queue.in_flight:
                 return None, None  # resend only once everything sent before has come back
@@ -472,7 +513,7 @@ class Sender:
         full = pending.size >= self.settings.batch_size or (
             idempotent and len(pending) >= BATCH_RECORDS
         )
-        if not (full or self._flushing or now - oldest >= self.settings.linger):
+        if not (full or eager or self._flushing or now - oldest >= self.settings.linger):
             return None, oldest + self.settings.linger - now
         limit: int | None = None
         if idempotent:
@@ -737,6 +778,7 @@ class Sender:
                 answers[TopicPartition(str(name), int(partition_response.index))] = (
                     partition_response
                 )
+        delivered: list[tuple[_Batch, int, int]] = []
         for batch in batches:
             partition_answer = answers.get(batch.topic_partition)
             if partition_answer is None:
@@ -744,8 +786,13 @@ class Sender:
                     batch, error_for(ErrorCode.unknown_server_error, "Produce response left it out")
                 )
                 continue
-            self._answered(batch, partition_answer)
+            completion = self._answered(batch, partition_answer)
+            if completion is not None:
+                delivered.append((batch, *completion))
+        # The next batches first: the broker works on them while the records complete here.
         self._pump(dict.fromkeys(batch.topic_partition for batch in batches))
+        for batch, base_offset, log_append_time in delivered:
+            self._complete(batch, base_offset, log_append_time)
 
     def _pump(self, partitions: Iterable[TopicPartition]) -> None:
         """Writes what the answers just made sendable in their partitions (room in the window,
@@ -760,7 +807,9 @@ class Sender:
         except Exception:  # as in _run: the task goes on after its own backoff
             log.exception("the producer's sender failed while answering")
 
-    def _answered(self, batch: _Batch, answer: Any) -> None:
+    def _answered(self, batch: _Batch, answer: Any) -> tuple[int, int] | None:
+        """A batch's answer: out of flight, acknowledged or failed. A delivered batch is left
+        for the caller to complete with the (base offset, log append time) returned."""
         self._leave_flight(batch)
         queue = self._queues[batch.topic_partition]
         code = ErrorCode(answer.error_code)
@@ -778,16 +827,15 @@ class Sender:
                     queue.sequences.acknowledge(batch.base_sequence)
             if code == ErrorCode.duplicate_sequence_number:
                 self.stats.duplicates += 1
-                self._complete(batch, NO_OFFSET, -1)
-                return
+                return NO_OFFSET, -1
             append_time = getattr(answer, "log_append_time", None)
             timestamp = -1 if append_time is None else int(append_time.timestamp() * 1000)
-            self._complete(batch, int(answer.base_offset), timestamp)
-            return
+            return int(answer.base_offset), timestamp
         error = error_for(code, getattr(answer, "error_message", None), str(batch.topic_partition))
         if code in (ErrorCode.fenced_leader_epoch, ErrorCode.unknown_leader_epoch):
             self.stats.leader_epoch_refreshes += 1
         self._failed(batch, outcome, error)
+        return None
 
     def _attempt_failed(self, batch: _Batch, error: KafkaError) -> None:
         """The request failed as a whole (connection lost, timeout): the batch may or may not

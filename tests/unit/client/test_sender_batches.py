@@ -1,8 +1,9 @@
 # How the producer's sender cuts batches off a partition's queue, without a broker: an
 # idempotent partition's batches carry at most BATCH_RECORDS records (the broker's duplicate
 # window); a batch that cannot grow any more goes without waiting for its linger; a window
-# with little room left waits for an acknowledgement rather than sending a runt. Checked with
-# both implementations of the per-record work.
+# with little room left waits for an acknowledgement rather than sending a runt; a request
+# going to a leader anyway takes its other partitions' records along. Checked with both
+# implementations of the per-record work.
 from __future__ import annotations
 
 from types import ModuleType
@@ -11,8 +12,8 @@ from typing import Any
 import pytest
 
 from lockgate.client import _purepath, fastpath
-from lockgate.client.batches import RECORD_OVERHEAD_BOUND
-from lockgate.client.cluster import TopicPartition
+from lockgate.client.batches import RECORD_OVERHEAD_BOUND, ProducerIdentity
+from lockgate.client.cluster import PartitionInfo, TopicPartition
 from lockgate.client.sender import (
     BATCH_RECORDS,
     ProducerStats,
@@ -64,10 +65,12 @@ def sender(impl: ModuleType, *, idempotent: bool = True) -> Sender:
     return Sender(Cluster(), settings, None, ProducerStats(), impl)  # type: ignore[arg-type]
 
 
-def queue_records(sender: Sender, count: int, enqueued: float) -> _PartitionQueue:
-    if TP not in sender._queues:
-        sender._new_queue(TP.topic, TP.partition)
-    queue = sender._queues[TP]
+def queue_records(
+    sender: Sender, count: int, enqueued: float, tp: TopicPartition = TP
+) -> _PartitionQueue:
+    if tp not in sender._queues:
+        sender._new_queue(tp.topic, tp.partition)
+    queue = sender._queues[tp]
     for _ in range(count):
         queue.pending.append(None, b"v", (), 1, RECORD_OVERHEAD_BOUND + 1, None, enqueued)
     return queue
@@ -125,3 +128,46 @@ async def test_the_window_leaves_no_runts(impl: ModuleType) -> None:
     assert cut(producer, queue, 11.0)[0] == BATCH_RECORDS
     span = queue.sequences.next_sequence - queue.sequences.unacknowledged[0][0]
     assert span == DUPLICATE_WINDOW + 1
+
+
+async def test_a_request_takes_the_other_partitions_of_its_leader_along(
+    impl: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    producer = sender(impl)
+    producer._identity = ProducerIdentity(1, 0)
+    full, along, elsewhere = (TopicPartition("t", i) for i in range(3))
+    leaders = {full: 1, along: 1, elsewhere: 2}
+    requests: list[tuple[Any, list[tuple[TopicPartition, int]]]] = []
+
+    def leader_of(tp: TopicPartition) -> PartitionInfo:
+        return PartitionInfo(tp.topic, tp.partition, leaders[tp], 0, (), (), ())
+
+    monkeypatch.setattr(producer, "_leader_of", leader_of)
+    monkeypatch.setattr(producer, "_connection_to", lambda node: f"broker {node}")
+    monkeypatch.setattr(
+        producer,
+        "_produce",
+        lambda connection, group: requests.append(
+            (connection, [(b.topic_partition, len(b.records)) for b, _epoch in group])
+        ),
+    )
+    queue_records(producer, BATCH_RECORDS, enqueued=10.0, tp=full)
+    queue_records(producer, 10, enqueued=10.0, tp=along)
+    queue_records(producer, 20, enqueued=10.0, tp=elsewhere)
+    wait = producer._send_ready(10.001)
+    # the full batch goes, and the records of its leader's other partition with it, long
+    # before their linger; the other leader's partition waits for its own
+    assert requests == [("broker 1", [(full, BATCH_RECORDS), (along, 10)])]
+    assert wait == pytest.approx(LINGER - 0.001)
+    assert len(producer._queues[elsewhere].pending) == 20
+    # an answer's callback looks at its own partitions, and takes the others of the leader
+    # it writes to along as well
+    for tp in (full, along):
+        done = producer._queues[tp].in_flight.pop(0)
+        producer._queues[tp].sequences.acknowledge(done.base_sequence)
+    queue_records(producer, BATCH_RECORDS, enqueued=10.01, tp=full)
+    queue_records(producer, 5, enqueued=10.01, tp=along)
+    requests.clear()
+    producer._send_ready(10.011, [full])
+    assert requests == [("broker 1", [(full, BATCH_RECORDS), (along, 5)])]
+    assert len(producer._queues[elsewhere].pending) == 20
