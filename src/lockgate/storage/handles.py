@@ -4,9 +4,10 @@
 # Invariants: at most `budget` handles are open, except handles in use right now (pinned by a
 # read, an append or an fsync running in a worker thread). Eviction closes the least recently
 # used handles of files without unsynced writes first (one passed over, dirty or in use, counts
-# as used again); only when those are not enough does it close a dirty one: its pages stay in
-# the page cache, the next fsync reopens the file and flushes them, and since Linux 4.16 a
-# writeback error nobody has seen yet is reported to that fsync even through a new descriptor.
+# as used again; at most CLEAN_SEARCH are looked at); only when those are not enough does it
+# close a dirty one: its pages stay in the page cache, the next fsync reopens the file and
+# flushes them, and since Linux 4.16 a writeback error nobody has seen yet is reported to that
+# fsync even through a new descriptor.
 # Every method takes the lock: fsyncs run in worker threads while the event loop appends.
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ log = logging.getLogger(__name__)
 
 _OPEN_FLAGS = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
 MIN_BUDGET = 16
+CLEAN_SEARCH = 32  # handles looked at for a clean one before a dirty one is closed
 
 
 class CachedFile(Protocol):
@@ -103,9 +105,12 @@ class HandleCache:
         for allow_dirty in (False, True):
             # From the least recently used on; one passed over (in use, or dirty on the first
             # round) goes to the back, so that the next eviction does not look at it again
-            # first: with thousands of handles each eviction stays a step or two, not a scan.
+            # first. The search for a clean one stops after CLEAN_SEARCH handles: when
+            # every handle is dirty (no fsync yet, or page-cache durability) a full search
+            # on each new file made creating 1,000 partitions past the budget take minutes.
             passed = 0
-            while len(self._open) > limit and passed < len(self._open):
+            most = min(len(self._open), CLEAN_SEARCH) if not allow_dirty else len(self._open)
+            while len(self._open) > limit and passed < most:
                 candidate = next(iter(self._open))
                 if candidate in self._pins or (candidate.dirty and not allow_dirty):
                     self._open.move_to_end(candidate)

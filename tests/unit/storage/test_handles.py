@@ -12,7 +12,13 @@ from pathlib import Path
 import pytest
 
 from lockgate.storage.disk import DiskEngine
-from lockgate.storage.handles import MIN_BUDGET, default_budget, raise_nofile_limit
+from lockgate.storage.handles import (
+    CLEAN_SEARCH,
+    MIN_BUDGET,
+    HandleCache,
+    default_budget,
+    raise_nofile_limit,
+)
 
 
 def open_fds() -> int:
@@ -132,3 +138,48 @@ def test_the_broker_engine_takes_its_budget_from_the_config_or_the_limit(tmp_pat
         assert derived.handles.budget == default_budget(soft)
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft_before, hard))
+
+
+class _File:
+    def __init__(self, path: str, dirty: bool) -> None:
+        self.path = path
+        self.dirty = dirty
+
+
+def test_a_cache_full_of_dirty_handles_closes_one_without_searching_them_all(
+    tmp_path: Path,
+) -> None:
+    budget = CLEAN_SEARCH * 3
+    cache = HandleCache(budget)
+    files = [_File(str(tmp_path / f"f{i}"), dirty=True) for i in range(budget)]
+    for file in files:
+        cache.acquire(file)
+        cache.release(file)
+    clean = _File(str(tmp_path / "clean"), dirty=False)
+    cache.acquire(clean)
+    cache.release(clean)
+    newest = _File(str(tmp_path / "new"), dirty=True)
+    cache.acquire(newest)
+    cache.release(newest)
+    # the clean one is too recent to be found within CLEAN_SEARCH handles: the least recently
+    # used dirty handle after those looked at is closed, not the clean one after a full search
+    assert cache.open_count == budget
+    assert clean in cache._open
+    assert files[CLEAN_SEARCH] not in cache._open
+    assert all(file in cache._open for file in files[:CLEAN_SEARCH])
+    for file in [*files, clean, newest]:
+        cache.forget(file)
+
+
+def test_a_clean_handle_among_the_least_recently_used_is_closed_before_a_dirty_one(
+    tmp_path: Path,
+) -> None:
+    cache = HandleCache(MIN_BUDGET)
+    files = [_File(str(tmp_path / f"f{i}"), dirty=i != 3) for i in range(MIN_BUDGET + 1)]
+    for file in files:
+        cache.acquire(file)
+        cache.release(file)
+    assert files[3] not in cache._open
+    assert all(file in cache._open for i, file in enumerate(files) if i != 3)
+    for file in files:
+        cache.forget(file)
