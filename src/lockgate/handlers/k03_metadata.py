@@ -45,22 +45,31 @@ def topic_entry(ctx: RequestContext, record: TopicRecord) -> dict[str, Any]:
     alive = {b.node_id for b in registered}
     reachable = {b.node_id for b in on_listener(registered, ctx.session.listener)}
     partitions = []
+    lookup = membership.partition
+    name = record.name
     for index in range(record.partitions):
-        state = membership.partition(record.name, index)
+        state = lookup(name, index)
         if state is None:  # created a moment ago: its state is on the way
             state = PartitionState((), NO_LEADER, -1, ())
-        error, leader = _leader(ctx, state.leader, alive, reachable)
+        replicas = state.replicas
+        leader = state.leader
+        if leader in reachable:  # the common case, without a call
+            error = ErrorCode.none
+        else:
+            error, leader = _leader(ctx, leader, alive, reachable)
+        if state.leader == NO_LEADER or not alive.issuperset(replicas):
+            offline = tuple(r for r in replicas if r not in alive or state.leader == NO_LEADER)
+        else:
+            offline = ()
         partitions.append(
             {
                 "error_code": error,
                 "partition_index": index,
                 "leader_id": leader,
                 "leader_epoch": state.leader_epoch,
-                "replica_nodes": state.replicas,
+                "replica_nodes": replicas,
                 "isr_nodes": state.isr,
-                "offline_replicas": tuple(
-                    r for r in state.replicas if r not in alive or state.leader == NO_LEADER
-                ),
+                "offline_replicas": offline,
             }
         )
     return {

@@ -41,8 +41,7 @@ class _Writer:
     def __init__(self, flexible: bool) -> None:
         self.out = bytearray()
         self.flexible = flexible
-        # replica lists repeat across partitions (a few brokers): each is encoded once
-        self._arrays: dict[tuple[int, ...], bytes] = {}
+        self.tails: dict[tuple[Any, Any, Any], bytes] = {}
 
     def length(self, count: int) -> None:
         """An array's (or a non-null string's) length."""
@@ -62,18 +61,26 @@ class _Writer:
             self.out += _I16.pack(len(raw))
         self.out += raw
 
-    def int32s(self, values: Sequence[int]) -> None:
-        key = tuple(values)
-        encoded = self._arrays.get(key)
-        if encoded is None:
-            count = len(key)
-            size = unsigned_varint(count + 1) if self.flexible else _I32.pack(count)
-            encoded = self._arrays[key] = size + struct.pack(f">{count}i", *key)
-        self.out += encoded
+    def _int32s(self, values: Sequence[int]) -> bytes:
+        count = len(values)
+        size = unsigned_varint(count + 1) if self.flexible else _I32.pack(count)
+        return size + struct.pack(f">{count}i", *values)
 
     def tags(self) -> None:
         if self.flexible:
             self.out += _NO_TAGS
+
+    def partition_tail(
+        self, replicas: Sequence[int], isr: Sequence[int], offline: Sequence[int] | None
+    ) -> bytes:
+        """A partition's fields after its leader epoch: replicas, ISR, offline replicas (v5+,
+        else None) and its tagged fields."""
+        parts = [self._int32s(replicas), self._int32s(isr)]
+        if offline is not None:
+            parts.append(self._int32s(offline))
+        if self.flexible:
+            parts.append(_NO_TAGS)
+        return b"".join(parts)
 
 
 def encode_metadata_response(version: int, answer: Mapping[str, Any]) -> bytes:
@@ -120,17 +127,22 @@ def _topic(w: _Writer, version: int, topic: Mapping[str, Any]) -> None:
         out += b"\x01" if topic.get("is_internal", False) else b"\x00"
     partitions = topic["partitions"]
     w.length(len(partitions))
+    # a partition's replica, ISR and offline arrays (and its empty tags) repeat across
+    # partitions (a few brokers): encoded once per answer, then looked up
+    tails = w.tails
+    offline = version >= 5
     for p in partitions:
         if version >= 7:
             out += _PARTITION_EPOCH.pack(p["error_code"], p["partition_index"], p["leader_id"],
                                          p.get("leader_epoch", -1))  # fmt: skip
         else:
             out += _PARTITION.pack(p["error_code"], p["partition_index"], p["leader_id"])
-        w.int32s(p.get("replica_nodes", ()))
-        w.int32s(p.get("isr_nodes", ()))
-        if version >= 5:
-            w.int32s(p.get("offline_replicas", ()))
-        w.tags()
+        key = (p.get("replica_nodes", ()), p.get("isr_nodes", ()),
+               p.get("offline_replicas", ()) if offline else None)  # fmt: skip
+        tail = tails.get(key)
+        if tail is None:
+            tail = tails[key] = w.partition_tail(*key)
+        out += tail
     if version >= 8:
         out += _I32.pack(topic.get("topic_authorized_operations", -(2**31)))
     w.tags()
