@@ -6,6 +6,7 @@
 # the same errors.
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 from collections.abc import Awaitable, Mapping
@@ -79,9 +80,19 @@ class LocalTopicAdmin:
         internal: bool = False,
     ) -> TopicRecord:
         self._check_local(assignments)
-        return self.topics.create(
+        steps = self.topics.creating(
             name, partitions, replication_factor, configs, validate_only, internal
         )
+        try:
+            while True:  # the event loop serves others between the steps
+                try:
+                    next(steps)
+                except StopIteration as done:
+                    record: TopicRecord = done.value
+                    return record
+                await asyncio.sleep(0)
+        finally:
+            steps.close()  # cancelled meanwhile: what was made is removed
 
     async def delete(self, name: str) -> TopicRecord:
         return self.topics.delete(name)

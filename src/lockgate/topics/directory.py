@@ -13,8 +13,9 @@ import itertools
 import logging
 import re
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import replace
+from typing import TypeVar
 
 from lockgate.cluster.metadata import TopicCatalog, TopicRecord
 from lockgate.config.log import LogConfig
@@ -35,6 +36,7 @@ log = logging.getLogger(__name__)
 
 _LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 MAX_PARTITIONS = 10_000
+CREATE_STEP = 32  # partitions created between turns of the event loop (TopicManager.creating)
 _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
 
 
@@ -44,6 +46,19 @@ def validate_topic_name(name: str) -> None:
             ErrorCode.invalid_topic_exception,
             f"topic name {name!r} must be 1-249 characters of [a-zA-Z0-9._-] and not '.' or '..'",
         )
+
+
+_T = TypeVar("_T")
+
+
+def run_steps(steps: Generator[None, None, _T]) -> _T:
+    """A stepped operation (see TopicManager.creating) run to its end at once."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            result: _T = done.value
+            return result
 
 
 TERM_FILE = "leader-term"  # how many times this single node has started (see _next_term)
@@ -67,6 +82,7 @@ class TopicManager:
         # registered and led at start, opened by open_some or on first use: key -> leader epoch
         self._pending: dict[tuple[str, int], int] = {}
         self._log_configs: dict[str, LogConfig] = {}
+        self._creating: set[str] = set()  # topics whose partitions are being created
         self.clean_start = False  # the broker's last stop was a clean shutdown
 
     def load(self, clean: bool = False) -> None:
@@ -183,16 +199,22 @@ class TopicManager:
 
     def _create_partitions(
         self, record: TopicRecord, indexes: range, now_ms: int
-    ) -> list[Partition]:
-        """Creates the partitions' files, or none of them: on a storage error the directories
-        made so far are removed and KAFKA_STORAGE_ERROR is raised."""
+    ) -> Generator[None, None, list[Partition]]:
+        """Creates the partitions' files, or none of them: on a storage error (or when the
+        creation is abandoned at a step) the directories made so far are removed, and a storage
+        error is KAFKA_STORAGE_ERROR."""
         created: list[Partition] = []
         try:
             for index in indexes:
                 created.append(self._load_partition(record, index, now_ms))
+                if len(created) % CREATE_STEP == 0:
+                    yield
         except OSError as exc:
             self._discard(record.name, created, indexes.start + len(created) + 1, indexes.start)
             raise _storage_error(f"creating partitions of {record.name}", exc) from None
+        except GeneratorExit:  # abandoned (the broker stops): as if never begun
+            self._discard(record.name, created, indexes.start + len(created), indexes.start)
+            raise
         return created
 
     def _discard(self, name: str, created: list[Partition], end: int, start: int) -> None:
@@ -286,7 +308,7 @@ class TopicManager:
     ) -> TopicRecord:
         """A new topic's record, every part of the request checked (-1: num.partitions)."""
         validate_topic_name(name)
-        if name in self.topics:
+        if name in self.topics or name in self._creating:
             raise KafkaProtocolError(
                 ErrorCode.topic_already_exists, f"topic {name!r} already exists"
             )
@@ -311,6 +333,24 @@ class TopicManager:
         validate_only: bool = False,
         internal: bool = False,
     ) -> TopicRecord:
+        """Creates a topic at once (auto-creation and internal topics: callers that must not
+        yield to the event loop meanwhile)."""
+        return run_steps(
+            self.creating(name, partitions, replication_factor, configs, validate_only, internal)
+        )
+
+    def creating(
+        self,
+        name: str,
+        partitions: int,
+        replication_factor: int,
+        configs: Mapping[str, str | None],
+        validate_only: bool = False,
+        internal: bool = False,
+    ) -> Generator[None, None, TopicRecord]:
+        """Creates a topic in steps of CREATE_STEP partitions (an admin request gives the event
+        loop back between them: a topic of 1,000 partitions held it for most of a second). Its
+        name is taken from the first step, so a second creation of it meanwhile is refused."""
         record = self.new_record(name, partitions, configs, internal)
         replication_factor = self.replication_factor(replication_factor)
         if replication_factor != 1:
@@ -323,8 +363,9 @@ class TopicManager:
         partitions, checked = record.partitions, record.configs
         now = self.clock_ms()
         self._log_configs[name] = self._log_config(record, record.configs)
+        self._creating.add(name)
         try:
-            created = self._create_partitions(record, range(partitions), now)
+            created = yield from self._create_partitions(record, range(partitions), now)
             try:
                 self.store.put_topic(record)
             except OSError as exc:
@@ -332,9 +373,11 @@ class TopicManager:
                     self.store.remove_topic(name)
                 self._discard(name, created, partitions, 0)
                 raise _storage_error(f"recording topic {name}", exc) from None
-        except KafkaProtocolError:
+        except BaseException:  # refused, or abandoned at a step
             del self._log_configs[name]
             raise
+        finally:
+            self._creating.discard(name)
         self._register(record)
         for index, partition in enumerate(created):
             self.partitions[(name, index)] = partition
@@ -393,7 +436,7 @@ class TopicManager:
             return
         old = record.partitions
         now = self.clock_ms()
-        created = self._create_partitions(record, range(old, count), now)
+        created = run_steps(self._create_partitions(record, range(old, count), now))
         record.partitions = count
         try:
             self.store.put_topic(record)

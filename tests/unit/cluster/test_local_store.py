@@ -23,8 +23,9 @@ from lockgate.cluster.metadata import (
     TopicRecord,
 )
 from lockgate.config.properties import BrokerConfig
+from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.storage.memory import MemoryEngine
-from lockgate.topics.directory import TopicManager
+from lockgate.topics.directory import CREATE_STEP, TopicManager
 
 NODE = 4
 ORDERS_ID = uuid.UUID("5f1b2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d")
@@ -177,6 +178,39 @@ def test_a_topic_that_cannot_be_recorded_leaves_no_partition_led() -> None:
         topics.create("orders", 2, 1, {})
     engine.faults.atomic_errno = None
     assert store.view.topics == {} and store.view.partitions == {}
+
+
+def test_a_topic_is_created_in_steps_and_its_name_is_taken_from_the_first() -> None:
+    """An admin request creates a topic's partitions CREATE_STEP at a time, giving the event
+    loop back in between; a second creation of the name meanwhile is refused, and the topic
+    exists (recorded, led) only once every partition does."""
+    engine = MemoryEngine()
+    store = LocalMetadataStore(engine, NODE)
+    topics = TopicManager(engine, store, BrokerConfig({"node.id": str(NODE)}), lambda: 1_000)
+    steps = topics.creating("orders", CREATE_STEP * 2 + 1, 1, {})
+    next(steps)
+    with pytest.raises(KafkaProtocolError) as refused:
+        topics.create("orders", 1, 1, {})
+    assert refused.value.code == ErrorCode.topic_already_exists
+    assert "orders" not in topics.topics and store.view.topics == {}
+    next(steps)
+    with pytest.raises(StopIteration) as done:
+        next(steps)
+    assert done.value.value.partitions == CREATE_STEP * 2 + 1
+    assert set(store.view.topic_partitions("orders")) == set(range(CREATE_STEP * 2 + 1))
+
+
+def test_a_creation_abandoned_at_a_step_leaves_nothing_behind() -> None:
+    engine = MemoryEngine()
+    store = LocalMetadataStore(engine, NODE)
+    topics = TopicManager(engine, store, BrokerConfig({"node.id": str(NODE)}), lambda: 1_000)
+    steps = topics.creating("orders", CREATE_STEP * 3, 1, {})
+    next(steps)
+    steps.close()  # the request was cancelled: the broker stops
+    assert not any(name.startswith("orders-") for name in engine.list_dir(""))
+    assert topics.partitions == {} and store.view.topics == {}
+    topics.create("orders", 2, 1, {})  # the name is free again
+    assert set(store.view.topic_partitions("orders")) == {0, 1}
 
 
 async def test_the_interface_writes_are_compare_and_swap() -> None:
