@@ -44,6 +44,7 @@ from lockgate.security.quotas import ClientQuotas
 from lockgate.security.tls import TlsAcceptor, server_context
 from lockgate.server.connection import Connection
 from lockgate.server.connection_limits import ConnectionLimits, RequestMemory
+from lockgate.server.heap import HeapKeeper
 from lockgate.server.inter_broker import inter_broker_security
 from lockgate.server.metrics import BrokerMetrics, ScrapeSources
 from lockgate.storage.disk import open_disk_engine
@@ -87,6 +88,7 @@ class Broker:
         self.topics = TopicManager(self.storage, self.store, config, now_ms)
         self.dynamic_configs.listeners.append(self.topics.refresh_log_configs)
         self.group_commit = GroupCommit(config.durable and self.storage.durable)
+        self.heap = HeapKeeper()  # see server/heap.py: full collections walk only what is new
         # the metrics read the pieces built below at scrape time (and some of them feed it)
         self.metrics = BrokerMetrics(
             config.integer("lockgate.metrics.port") >= 0,
@@ -365,6 +367,7 @@ class Broker:
             time.monotonic() - started,
             "fsync" if self.group_commit.durable else "page-cache",
         )
+        self.heap.start()
         self.started.set()
 
     async def _open_partitions(self) -> None:
@@ -375,6 +378,7 @@ class Broker:
             await asyncio.sleep(0)
         if count:
             log.info("%d partition logs opened in %.2fs", count, time.monotonic() - started)
+            self.heap.settle()
 
     async def _join_cluster(self) -> None:
         """Registers in the metadata store (under a lease), then follows it: replicas take
@@ -468,6 +472,7 @@ class Broker:
     async def stop(self) -> None:
         """Graceful: stop accepting, answer in-flight requests, flush, close the logs."""
         log.info("shutting down")
+        self.heap.stop()
         for server in self._servers:
             server.close()
         if self.cluster is not None:
