@@ -95,7 +95,9 @@ class LocalTopicAdmin:
             steps.close()  # cancelled meanwhile: what was made is removed
 
     async def delete(self, name: str) -> TopicRecord:
-        return self.topics.delete(name)
+        record, trash = self.topics.delete(name, remove=False)
+        await asyncio.to_thread(self.topics.remove, trash)
+        return record
 
     async def add_partitions(
         self, name: str, count: int, validate_only: bool, assignments: Assignments | None = None

@@ -393,19 +393,25 @@ class TopicManager:
             raise KafkaProtocolError(ErrorCode.invalid_topic_exception, f"{name} is internal")
         return record
 
-    def delete(self, name: str) -> TopicRecord:
+    def delete(self, name: str, remove: bool = True) -> tuple[TopicRecord, list[str]]:
+        """Deletes a topic: its record, its partitions, their files. Without `remove`, the
+        directories are only renamed out of the way, and returned for the caller to remove
+        (off the event loop: removing 1,000 of them held it for seconds)."""
         record = self.deletable(name)
         self.store.remove_topic(name)
-        self.forget(record)
+        trash = self.forget(record, remove)
         log.info("deleted topic %s", name)
-        return record
+        return record, trash
 
-    def forget(self, record: TopicRecord) -> None:
-        """Drops a deleted topic and removes its partitions' files held here."""
+    def forget(self, record: TopicRecord, remove: bool = True) -> list[str]:
+        """Drops a deleted topic and its partitions held here, their directories renamed
+        aside and, with `remove`, removed; the renamed ones left (a crash's are removed at
+        the next start)."""
         name = record.name
         del self.topics[name]
         del self.by_id[record.topic_id]
         del self._log_configs[name]
+        trash = []
         for index in range(record.partitions):
             partition = self.partitions.pop((name, index), None)
             if partition is not None:
@@ -413,9 +419,17 @@ class TopicManager:
             elif self._pending.pop((name, index), None) is None:
                 continue  # cluster mode: no replica of it here
             directory = partition_dir(name, index)
-            trash = f"{directory}.{record.topic_id.hex}.deleted"
-            self.storage.rename(directory, trash)
-            self.storage.remove_tree(trash)
+            trash.append(f"{directory}.{record.topic_id.hex}.deleted")
+            self.storage.rename(directory, trash[-1])
+        if remove:
+            self.remove(trash)
+            return []
+        return trash
+
+    def remove(self, trash: list[str]) -> None:
+        """Removes directories a deletion renamed aside (thread-safe: nothing else uses them)."""
+        for directory in trash:
+            self.storage.remove_tree(directory)
 
     def growable(self, name: str, count: int) -> TopicRecord:
         record = self.topics.get(name)

@@ -25,6 +25,7 @@ from lockgate.cluster.metadata import (
 from lockgate.config.properties import BrokerConfig
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.storage.memory import MemoryEngine
+from lockgate.topics.admin import LocalTopicAdmin
 from lockgate.topics.directory import CREATE_STEP, TopicManager
 
 NODE = 4
@@ -211,6 +212,23 @@ def test_a_creation_abandoned_at_a_step_leaves_nothing_behind() -> None:
     assert topics.partitions == {} and store.view.topics == {}
     topics.create("orders", 2, 1, {})  # the name is free again
     assert set(store.view.topic_partitions("orders")) == {0, 1}
+
+
+async def test_an_admin_deletion_renames_at_once_and_removes_the_files_in_a_thread() -> None:
+    engine = MemoryEngine()
+    store = LocalMetadataStore(engine, NODE)
+    topics = TopicManager(engine, store, BrokerConfig({"node.id": str(NODE)}), lambda: 1_000)
+    topics.create("orders", 3, 1, {})
+    record, trash = topics.delete("orders", remove=False)
+    assert len(trash) == 3 and all(
+        name.endswith(f".{record.topic_id.hex}.deleted") for name in trash
+    )
+    assert sorted(n for n in engine.list_dir("") if n.startswith("orders-")) == sorted(trash)
+    topics.create("orders", 1, 1, {})  # the name is free at once; the trash is apart
+    await LocalTopicAdmin(topics, NODE).delete("orders")
+    topics.remove(trash)
+    assert not any(name.startswith("orders-") for name in engine.list_dir(""))
+    assert store.view.topics == {}
 
 
 async def test_the_interface_writes_are_compare_and_swap() -> None:
