@@ -126,7 +126,10 @@ class BrokerMetrics:
         self.loop_lag = LoopLagProbe()  # runs while the endpoint does
         self.registry.register(EventCollector(self))
         self.registry.register(BrokerStateCollector(sources))
-        ProcessCollector(registry=self.registry)
+        # the process's figures read only /proc: rendered in a worker thread (counting 10,000
+        # open descriptors is a listing of as many entries, ~20 ms)
+        self.process_registry = CollectorRegistry()
+        ProcessCollector(registry=self.process_registry)
         PlatformCollector(registry=self.registry)
         self.registry.register(GC_COLLECTOR)
         self._server: asyncio.Server | None = None
@@ -209,12 +212,13 @@ class BrokerMetrics:
     def render(self) -> bytes:
         """One scrape: the registry's families, then the per-partition ones (rendered
         directly: there may be thousands of series)."""
-        families = generate_latest(self.registry)
+        families = generate_latest(self.registry) + generate_latest(self.process_registry)
         return families + partition_metrics.render(*self.partition_sources()).encode()
 
     async def render_yielding(self) -> bytes:
         """render(), giving the event loop back between pieces of the per-partition walk
         (what the endpoint serves: a large scrape must not stall requests)."""
+        process = asyncio.create_task(asyncio.to_thread(generate_latest, self.process_registry))
         families = generate_latest(self.registry)
         steps = partition_metrics.render_steps(*self.partition_sources())
         while True:
@@ -222,7 +226,7 @@ class BrokerMetrics:
                 next(steps)
             except StopIteration as done:
                 text: str = done.value
-                return families + text.encode()
+                return families + await process + text.encode()
             await asyncio.sleep(0)
 
     def partition_sources(
@@ -406,7 +410,6 @@ class BrokerStateCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         yield from self._transactions()
-        yield from self._producers()
         yield from self._replication()
         yield from self._connections()
         yield from self._disk()
@@ -460,14 +463,6 @@ class BrokerStateCollector(Collector):
         )
         oldest.add_metric([], max(two_phase, default=0) / 1000)
         yield oldest
-
-    def _producers(self) -> Iterator[Metric]:
-        producers = GaugeMetricFamily(
-            "lockgate_producer_state_entries", "(producer, partition) entries in producer state"
-        )
-        partitions = self.sources.topics.partitions.values()
-        producers.add_metric([], sum(len(partition.producers) for partition in partitions))
-        yield producers
 
     def _replication(self) -> Iterator[Metric]:
         under, under_min = self.sources.under_replicated()

@@ -47,6 +47,10 @@ PARTITION_GAUGES = (
         "High watermark minus last stable offset: what read_committed consumers wait for",
     ),
 )
+PRODUCERS = (
+    "lockgate_producer_state_entries",
+    "(producer, partition) entries in producer state",
+)
 HANGING = (
     "lockgate_hanging_transaction_candidates",
     "Producers with an open transaction on the partition and no write for longer than "
@@ -114,9 +118,11 @@ def _partitions(
     columns: list[list[str]] = [[] for _ in PARTITION_GAUGES]
     size, start, end, high, stable, segments, lag = columns
     hanging: list[str] = []
+    producers = 0
     for walked, ((topic, index), partition) in enumerate(partitions, 1):
         if walked % CHUNK == 0:
             yield
+        producers += len(partition.producers)
         labels = f'{{partition="{index}",topic="{escape(topic)}"}}'
         high_watermark = partition.high_watermark
         last_stable = partition.last_stable_offset
@@ -141,6 +147,8 @@ def _partitions(
     ):
         _header(lines, name, documentation)
         lines.extend(name + series for series in column)
+    _header(lines, *PRODUCERS)
+    lines.append(f"{PRODUCERS[0]} {producers}")
     return lines
 
 

@@ -171,6 +171,7 @@ def test_hanging_candidates_and_transaction_gauges(broker: Broker) -> None:
     assert samples(broker, "lockgate_hanging_transaction_candidates") == {
         (("partition", "1"), ("topic", "t")): 1
     }
+    assert samples(broker, "lockgate_producer_state_entries") == {(): 2}
     txns = broker.transactions.txns
     txns["late"] = TxnMetadata("late", 1, 0, 1000, TxnState.ONGOING, start_ms=now - 5000)
     txns["2pc"] = TxnMetadata(
