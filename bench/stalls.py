@@ -122,11 +122,27 @@ def _recv(sock: socket.socket, size: int) -> bytes:
     return b"".join(chunks)
 
 
-def stalls_counted(metrics_port: int) -> int:
+def probe_figures(metrics_port: int) -> tuple[int, dict[float, float]]:
+    """The broker's stall count, and its event-loop hold histogram (bucket bound: count)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=60) as r:
         text = r.read().decode()
     found = re.search(r"^lockgate_event_loop_stalls(?:_total)? (\S+)$", text, re.M)
-    return int(float(found.group(1))) if found else -1
+    buckets = {
+        float(bound): float(count)
+        for bound, count in re.findall(
+            r'^lockgate_event_loop_hold_seconds_bucket\{le="([^"]+)"\} (\S+)$', text, re.M
+        )
+    }
+    return (int(float(found.group(1))) if found else -1), buckets
+
+
+def worst_hold(before: dict[float, float], after: dict[float, float]) -> float:
+    """The smallest bucket bound that holds every hold observed between the two readings."""
+    total = after[float("inf")] - before[float("inf")]
+    for bound in sorted(after):
+        if after[bound] - before.get(bound, 0.0) >= total:
+            return bound
+    return float("inf")
 
 
 def create_topic(wire: Wire, name: str, partitions: int, configs: dict[str, str]) -> None:
@@ -182,17 +198,24 @@ def produce(wire: Wire, topic: str, batch: bytes) -> None:
 def measure(
     name: str, run: Callable[[], None], pinger: Pinger, metrics_port: int, results: dict[str, Any]
 ) -> None:
-    before = stalls_counted(metrics_port)
+    stalls_before, holds_before = probe_figures(metrics_port)
     pinger.window()
     started = time.perf_counter()
     run()
     took = time.perf_counter() - started
     time.sleep(0.05)  # a ping sent at the end comes back
     worst = pinger.window()
-    stalls = stalls_counted(metrics_port) - before
-    results[name] = {"worst_ping_ms": worst * 1000, "took_s": took, "stalls": stalls}
+    stalls_after, holds_after = probe_figures(metrics_port)
+    hold = worst_hold(holds_before, holds_after)
+    results[name] = {
+        "worst_ping_ms": worst * 1000,
+        "hold_at_most_ms": hold * 1000,
+        "took_s": took,
+        "stalls": stalls_after - stalls_before,
+    }
     print(
-        f"{name:<28} worst ping {worst * 1000:8.1f} ms   stalls {stalls:4d}   took {took:7.2f} s",
+        f"{name:<28} worst ping {worst * 1000:8.1f} ms   loop held <= {hold * 1000:6.0f} ms   "
+        f"stalls {stalls_after - stalls_before:4d}   took {took:7.2f} s",
         flush=True,
     )
 
@@ -243,7 +266,7 @@ def main() -> int:
             )
             measure(
                 "scrape",
-                repeat(lambda: stalls_counted(metrics_port)),
+                repeat(lambda: probe_figures(metrics_port)),
                 pinger,
                 metrics_port,
                 results,

@@ -22,23 +22,38 @@ LOG_EVERY_S = 10.0
 
 
 class LoopLagProbe:
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        clock: Callable[[], float] = time.monotonic,
+        cpu_clock: Callable[[], float] = time.thread_time,
+    ) -> None:
         self.clock = clock
+        self.cpu_clock = cpu_clock
         self.lag = Histogram(LATENCY_BUCKETS)
         self.worst_s = 0.0
+        # the loop thread's CPU time between two wake-ups: what the broker's own work held the
+        # loop for, whatever else the machine runs (a lag beyond it is time spent waiting for
+        # a core, or for the interpreter lock a worker thread held)
+        self.hold = Histogram(LATENCY_BUCKETS)
+        self.worst_hold_s = 0.0
         self.stalls = 0
         self._logged_at = -LOG_EVERY_S
         self._unlogged = 0  # stalls since the last line
 
     async def run(self) -> None:
+        cpu = self.cpu_clock()
         while True:
             due = self.clock() + INTERVAL_S
             await asyncio.sleep(INTERVAL_S)
-            self.observe(max(self.clock() - due, 0.0))
+            lag = max(self.clock() - due, 0.0)
+            cpu, previous = self.cpu_clock(), cpu
+            self.observe(lag, cpu - previous)
 
-    def observe(self, lag_s: float) -> None:
+    def observe(self, lag_s: float, hold_s: float = 0.0) -> None:
         self.lag.observe(lag_s)
         self.worst_s = max(self.worst_s, lag_s)
+        self.hold.observe(hold_s)
+        self.worst_hold_s = max(self.worst_hold_s, hold_s)
         if lag_s < STALL_S:
             return
         self.stalls += 1
@@ -48,6 +63,11 @@ class LoopLagProbe:
             others = (
                 f" ({self._unlogged - 1} more since the last report)" if self._unlogged > 1 else ""
             )
-            log.warning("event loop stalled for %.0f ms%s", lag_s * 1000, others)
+            log.warning(
+                "event loop stalled for %.0f ms, %.0f ms of it the loop's own work%s",
+                lag_s * 1000,
+                min(hold_s, lag_s + INTERVAL_S) * 1000,
+                others,
+            )
             self._logged_at = now
             self._unlogged = 0

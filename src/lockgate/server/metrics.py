@@ -363,6 +363,18 @@ class EventCollector(Collector):
         )
         worst.add_metric([], probe.worst_s)
         yield worst
+        hold = _histogram(
+            "lockgate_event_loop_hold_seconds",
+            "CPU time the event loop's thread used between two of the probe's timers: what the "
+            "broker's own work held the loop for, apart from waits for a core",
+        )
+        _add(hold, [], probe.hold)
+        yield hold
+        worst_hold = GaugeMetricFamily(
+            "lockgate_event_loop_hold_max_seconds", "The largest event loop hold since start"
+        )
+        worst_hold.add_metric([], probe.worst_hold_s)
+        yield worst_hold
         stalls = CounterMetricFamily(
             "lockgate_event_loop_stalls",
             "Event loop lags of 50 ms or more (logged, a line per 10 s at most)",
