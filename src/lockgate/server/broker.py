@@ -216,7 +216,7 @@ class Broker:
         self._handshakes: set[asyncio.Task[None]] = set()  # TLS connections being served
         self._tasks: list[asyncio.Task[None]] = []
         self.cleaner = LogCleaner(
-            lambda: list(self.topics.partitions.values()),
+            self.topics.compacted,
             now_ms,
             config.integer("log.cleaner.backoff.ms") / 1000,
             config.integer("log.cleaner.dedupe.buffer.size") // MAP_ENTRY_BYTES,

@@ -267,6 +267,19 @@ class TopicManager:
             partition = self._open_pending((topic, index))
         return partition
 
+    def compacted(self) -> list[Partition]:
+        """The open partitions of compacted topics (what the log cleaner looks at: a walk of
+        every partition's config took ~50 ms at 10,000 partitions, each cleaner round)."""
+        found = []
+        for name, config in self._log_configs.items():
+            record = self.topics.get(name)  # (none yet while its partitions are created)
+            if config.compact and record is not None:
+                for index in range(record.partitions):
+                    partition = self.partitions.get((name, index))
+                    if partition is not None:
+                        found.append(partition)
+        return found
+
     def exists(self, topic: str, index: int) -> bool:
         """Whether the partition exists (in a cluster: anywhere, not only here)."""
         record = self.topics.get(topic)

@@ -231,6 +231,18 @@ async def test_an_admin_deletion_renames_at_once_and_removes_the_files_in_a_thre
     assert store.view.topics == {}
 
 
+def test_the_cleaner_is_shown_the_open_partitions_of_compacted_topics_alone() -> None:
+    engine = MemoryEngine()
+    store = LocalMetadataStore(engine, NODE)
+    topics = TopicManager(engine, store, BrokerConfig({"node.id": str(NODE)}), lambda: 1_000)
+    topics.create("plain", 3, 1, {})
+    topics.create("changelog", 2, 1, {"cleanup.policy": "compact"})
+    steps = topics.creating("coming", 40, 1, {"cleanup.policy": "compact"})
+    next(steps)  # being created: not the cleaner's yet
+    assert [(p.topic, p.index) for p in topics.compacted()] == [("changelog", 0), ("changelog", 1)]
+    steps.close()
+
+
 async def test_the_interface_writes_are_compare_and_swap() -> None:
     engine = MemoryEngine()
     store: MetadataStore = LocalMetadataStore(engine, NODE)
