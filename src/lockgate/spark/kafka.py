@@ -1,7 +1,8 @@
 # spark/kafka.py — what the connector asks of the cluster, as blocking calls for Spark's driver
 # and tasks (each runs lockgate's asyncio client in its own short event loop): partitions of the
 # subscription, offset ranges, and reading one partition's range as Arrow record batches (PySpark
-# hands those to the JVM as they are, without converting row by row).
+# hands those to the JVM as they are, without converting row by row; spark/arrow.py makes them
+# from the Fetch records decoded in bulk).
 from __future__ import annotations
 
 import asyncio
@@ -11,20 +12,26 @@ from collections.abc import Iterator
 from typing import Any
 
 from lockgate.client.cluster import TopicPartition
-from lockgate.client.consumer import Consumer, Message
+from lockgate.client.columns import ColumnDecoder
+from lockgate.client.consumer import Consumer
+from lockgate.spark.arrow import arrow_schema, record_batch, slices
 from lockgate.spark.options import EARLIEST, LATEST, SourceOptions
 
 READ_TIMEOUT_S = 120.0  # without a single record fetched
-ROWS_PER_BATCH = 10_000
+ROWS_PER_BATCH = 10_000  # the most rows of one Arrow batch handed to Spark
+BYTES_PER_BATCH = 64 << 20  # the decoded bytes past which a batch is handed over anyway
+PARTITION_FETCH_BYTES = 8 << 20  # one task reads one partition: fewer, larger fetches
 
 
-def _consumer(options: SourceOptions) -> Consumer:
+def _consumer(options: SourceOptions, decoder: ColumnDecoder | None = None) -> Consumer:
     return Consumer(
         options.bootstrap,
         client_id="lockgate-spark",
         isolation_level="read_committed" if options.read_committed else "read_uncommitted",
         auto_offset_reset="earliest",
+        max_partition_fetch_bytes=PARTITION_FETCH_BYTES,
         security=options.security,
+        decoder=decoder,
     )
 
 
@@ -70,81 +77,36 @@ def offsets(options: SourceOptions, spec: str) -> dict[TopicPartition, int]:
     return asyncio.run(resolve())
 
 
-def arrow_schema() -> Any:
-    """The Arrow form of SCHEMA, exactly as PySpark derives it (it rejects any other)."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-    from pyspark.sql.types import (
-        ArrayType,
-        BinaryType,
-        IntegerType,
-        LongType,
-        StringType,
-        StructField,
-        StructType,
-        TimestampType,
-    )
-
-    header = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
-    schema = StructType(
-        [
-            StructField("key", BinaryType()),
-            StructField("value", BinaryType()),
-            StructField("topic", StringType()),
-            StructField("partition", IntegerType()),
-            StructField("offset", LongType()),
-            StructField("timestamp", TimestampType()),
-            StructField("timestampType", IntegerType()),
-            StructField("headers", ArrayType(header)),
-        ]
-    )
-    return to_arrow_schema(schema, timezone="UTC")
-
-
-def _batch(schema: Any, messages: list[Message]) -> Any:
-    import pyarrow as pa
-
-    return pa.RecordBatch.from_arrays(
-        [
-            [m.key for m in messages],
-            [m.value for m in messages],
-            [m.topic for m in messages],
-            [m.partition for m in messages],
-            [m.offset for m in messages],
-            [m.timestamp * 1000 for m in messages],  # microseconds, as Spark's timestamps
-            [int(m.timestamp_type) for m in messages],
-            [[{"key": k, "value": v} for k, v in m.headers] for m in messages],
-        ],
-        schema=schema,
-    )
-
-
 def read_range(options: SourceOptions, tp: TopicPartition, start: int, end: int) -> Iterator[Any]:
     """[start, end) of one partition as Arrow record batches of at most ROWS_PER_BATCH rows,
     fetched as Spark consumes them (control records and, under read_committed, aborted ones
-    are skipped, so fewer than end - start rows may come)."""
+    are skipped, so fewer than end - start rows may come). The Fetch records are decoded
+    straight into Arrow buffers (client/columns.py), compiled when built."""
     if start >= end:
         return
     schema = arrow_schema()
+    decoder = ColumnDecoder(end)
     loop = asyncio.new_event_loop()
-    consumer = _consumer(options)
+    consumer = _consumer(options, decoder)
     try:
         loop.run_until_complete(consumer.start())
         consumer.assign([tp])
         consumer.seek(tp, start)
-        pending: list[Message] = []
+        position = start
         deadline = time.monotonic() + READ_TIMEOUT_S
-        while loop.run_until_complete(consumer.position(tp)) < end:
+        while position < end:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"reading {tp} [{start}, {end}) took too long")
-            fetched = loop.run_until_complete(consumer.poll(500))
-            if fetched:
+            loop.run_until_complete(consumer.poll(500))
+            moved = loop.run_until_complete(consumer.position(tp))
+            if moved > position:
                 deadline = time.monotonic() + READ_TIMEOUT_S  # progress: the limit is per stall
-            pending.extend(m for m in fetched if m.offset < end)
-            while len(pending) >= ROWS_PER_BATCH:
-                yield _batch(schema, pending[:ROWS_PER_BATCH])
-                del pending[:ROWS_PER_BATCH]
-        if pending:
-            yield _batch(schema, pending)
+                position = moved
+            builder = decoder.builder
+            if builder.rows >= ROWS_PER_BATCH or builder.size >= BYTES_PER_BATCH:
+                yield from slices(record_batch(decoder.take(), tp, schema), ROWS_PER_BATCH)
+        if decoder.builder.rows:
+            yield from slices(record_batch(decoder.take(), tp, schema), ROWS_PER_BATCH)
     finally:
         loop.run_until_complete(consumer.close())
         loop.close()

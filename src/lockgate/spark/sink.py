@@ -49,6 +49,7 @@ from lockgate.client.errors import TopicAlreadyExistsError
 from lockgate.client.producer import Producer
 from lockgate.client.security import ClientSecurity
 from lockgate.client.transactions import PreparedTxnState, TransactionState
+from lockgate.spark.arrow import uniform
 from lockgate.spark.options import SinkOptions
 
 COMMIT_LOG_TOPIC = "lockgate-spark-commits"
@@ -209,30 +210,42 @@ def _column(batch: Any, name: str) -> list[Any]:
 
 async def _send_rows(options: SinkOptions, producer: Producer, batches: Iterator[Any]) -> int:
     """Sends the rows of Spark's Arrow record batches (the columns of Spark's Kafka sink:
-    value, and optionally key, topic, partition, headers); returns how many."""
+    value, and optionally key, topic, partition, headers) and waits until they are written;
+    returns how many. A batch of one topic and partition without headers (what a pipeline
+    usually writes) is one send_batch() call; any other is sent row by row."""
     count = 0
+    delivered: list[asyncio.Future[Any]] = []
     for batch in batches:
-        if "value" not in batch.schema.names:
-            raise ValueError("the lockgate sink needs a value column")
-        values, keys, topics = (
-            _column(batch, "value"),
-            _column(batch, "key"),
-            _column(batch, "topic"),
-        )
-        partitions, headers = _column(batch, "partition"), _column(batch, "headers")
-        for i in range(batch.num_rows):
-            topic = topics[i] or options.topic
-            if not topic:
-                raise ValueError("no topic: give a topic column or the topic option")
-            await producer.send(
-                str(topic),
-                _bytes(values[i]),
-                _bytes(keys[i]),
-                partition=partitions[i],
-                headers=[(h["key"], _bytes(h["value"])) for h in headers[i] or ()],
+        whole = uniform(batch, options.topic)
+        if whole is not None:
+            delivered.append(
+                await producer.send_batch(whole.topic, whole.records, partition=whole.partition)
             )
+        else:
+            await _send_each(options, producer, batch)
         count += batch.num_rows
+    await asyncio.gather(*delivered)
     return count
+
+
+async def _send_each(options: SinkOptions, producer: Producer, batch: Any) -> None:
+    values, keys, topics = (
+        _column(batch, "value"),
+        _column(batch, "key"),
+        _column(batch, "topic"),
+    )
+    partitions, headers = _column(batch, "partition"), _column(batch, "headers")
+    for i in range(batch.num_rows):
+        topic = topics[i] or options.topic
+        if not topic:
+            raise ValueError("no topic: give a topic column or the topic option")
+        await producer.send(
+            str(topic),
+            _bytes(values[i]),
+            _bytes(keys[i]),
+            partition=partitions[i],
+            headers=[(h["key"], _bytes(h["value"])) for h in headers[i] or ()],
+        )
 
 
 async def _write_at_least_once(options: SinkOptions, rows: Iterator[Any]) -> PreparedMessage:
