@@ -187,6 +187,7 @@ static int read_field(Reader *r, const char **item, int64_t *size) {
 typedef struct {
     PyObject_HEAD
     PyObject *decompress, *crc, *is_abort_marker;
+    int busy; /* inside add(): the callbacks must not add or take */
     Py_ssize_t rows, headers;
     Buf offsets, timestamps, types, header_offsets;
     Binary keys, values, header_keys, header_values;
@@ -238,6 +239,10 @@ static int builder_init(ColumnBuilder *self, PyObject *args, PyObject *kwds) {
     Py_XSETREF(self->decompress, Py_NewRef(decompress));
     Py_XSETREF(self->crc, Py_NewRef(crc));
     Py_XSETREF(self->is_abort_marker, Py_NewRef(is_abort_marker));
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "ColumnBuilder is in add()");
+        return -1;
+    }
     return builder_reset(self);
 }
 
@@ -592,12 +597,27 @@ static PyObject *walk(ColumnBuilder *self, const unsigned char *data, Py_ssize_t
     return PyLong_FromLongLong(next_position);
 }
 
+/* A builder made without __init__ (or cleared by the collector) has no callbacks, and one
+ * inside add() must not be changed by them. */
+static int builder_unusable(ColumnBuilder *self) {
+    if (self->decompress == NULL || self->crc == NULL || self->is_abort_marker == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "ColumnBuilder.__init__ was not called");
+        return 1;
+    }
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "ColumnBuilder is in add()");
+        return 1;
+    }
+    return 0;
+}
+
 /* add(records, position, end, aborted, check_crcs) -> next position or None */
 static PyObject *builder_add(ColumnBuilder *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 5) {
         PyErr_SetString(PyExc_TypeError, "add(records, position, end, aborted, check_crcs)");
         return NULL;
     }
+    if (builder_unusable(self)) return NULL;
     long long position = PyLong_AsLongLong(args[1]);
     if (position == -1 && PyErr_Occurred()) return NULL;
     long long end = PyLong_AsLongLong(args[2]);
@@ -615,8 +635,10 @@ static PyObject *builder_add(ColumnBuilder *self, PyObject *const *args, Py_ssiz
     }
     IdSet aborting = {NULL, 0, 0};
     Mark mark = builder_mark(self);
+    self->busy = 1;
     PyObject *result = walk(self, (const unsigned char *)view.buf, view.len, position, end,
                             aborted, aborted_count, read_committed, check_crcs, &aborting);
+    self->busy = 0;
     if (result == NULL) builder_rollback(self, mark);
     PyMem_Free(aborting.ids);
     PyBuffer_Release(&view);
@@ -636,6 +658,7 @@ static PyObject *binary_tuple_items(Binary *c, PyObject *out, Py_ssize_t at, int
 
 /* take() -> the 20 columns (see _purecolumns.Columns); the builder is emptied. */
 static PyObject *builder_take(ColumnBuilder *self, PyObject *unused) {
+    if (builder_unusable(self)) return NULL;
     PyObject *out = PyTuple_New(20);
     if (out == NULL) return NULL;
     PyTuple_SET_ITEM(out, 0, PyLong_FromSsize_t(self->rows));

@@ -136,6 +136,7 @@ class ColumnBuilder:
         self._decompress = decompress
         self._crc = crc
         self._is_abort_marker = is_abort_marker
+        self._busy = False  # inside add(): the callbacks must not add or take
         self._reset()
 
     def _reset(self) -> None:
@@ -170,6 +171,7 @@ class ColumnBuilder:
         [position, end); `aborted` (first offset, producer id) enables read_committed, None is
         read_uncommitted. Returns the position after the complete batches at or after
         `position`, None when there are none."""
+        self._check_idle()
         marks = (
             self.rows,
             self.headers,
@@ -178,11 +180,18 @@ class ColumnBuilder:
             self._header_keys.mark(),
             self._header_values.mark(),
         )
+        self._busy = True
         try:
             return self._add(memoryview(records), position, end, aborted, check_crcs)
         except BaseException:
             self._rollback(marks)
             raise
+        finally:
+            self._busy = False
+
+    def _check_idle(self) -> None:
+        if self._busy:
+            raise RuntimeError("ColumnBuilder is in add()")
 
     def _rollback(self, marks: tuple[Any, ...]) -> None:
         rows, headers, keys, values, header_keys, header_values = marks
@@ -322,6 +331,7 @@ class ColumnBuilder:
 
     def take(self) -> Columns:
         """The columns of every record added since the last take(); the builder is emptied."""
+        self._check_idle()
         columns: Columns = (
             self.rows,
             self._offsets.tobytes(),

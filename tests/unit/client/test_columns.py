@@ -15,20 +15,22 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lockgate.client import _purecolumns, columns
+from lockgate.client import Admin, Consumer, Producer, _purecolumns, columns
 from lockgate.client.batches import OutgoingRecord, ProducerIdentity, build_producer_batch
 from lockgate.client.cluster import TopicPartition
 from lockgate.client.columns import ColumnDecoder, FetchColumns, new_builder
-from lockgate.client.consumer import FetchedPartition, Message, decode_fetched
+from lockgate.client.consumer import FetchedPartition, Message, decode_fetched, is_abort_marker
 from lockgate.client.errors import CorruptRecordError
 from lockgate.client.fastpath import PURE_PYTHON_VARIABLE
 from lockgate.protocol.records import (
     assign_offset,
     build_batch,
     build_control_batch,
+    decompress,
     set_log_append_time,
     zigzag_varint,
 )
+from lockgate.server.broker import Broker
 
 COMPILED = columns.load(pure=False)
 BUILT = COMPILED.IMPLEMENTATION == "compiled"
@@ -328,6 +330,29 @@ def test_a_decompression_failure_is_corrupt(impl: ModuleType) -> None:
     assert caught.value.__cause__ is not None
 
 
+def test_callbacks_cannot_change_a_builder_inside_add(impl: ModuleType) -> None:
+    builder: Any = None
+
+    def crc(view: Any) -> int:
+        builder.take()
+        return 0
+
+    builder = impl.ColumnBuilder(decompress, crc, is_abort_marker)
+    with pytest.raises(RuntimeError, match=r"ColumnBuilder is in add\(\)"):
+        builder.add(LOG, 0, NO_END, None, True)
+    assert builder.add(LOG, 0, NO_END, None, False) == 9
+    assert builder.rows == 6
+
+
+@needs_compiled
+def test_a_compiled_builder_without_init_refuses_work() -> None:
+    builder = COMPILED.ColumnBuilder.__new__(COMPILED.ColumnBuilder)
+    with pytest.raises(RuntimeError, match="__init__ was not called"):
+        builder.add(LOG, 0, NO_END, None, True)
+    with pytest.raises(RuntimeError, match="__init__ was not called"):
+        builder.take()
+
+
 def test_builders_accumulate_fetches_until_taken(impl: ModuleType) -> None:
     builder = new_builder(impl is _purecolumns)
     decoder = ColumnDecoder(NO_END, builder)
@@ -392,7 +417,7 @@ def fetched_logs(draw: st.DrawFn) -> tuple[bytes, list[tuple[int, int]], int]:
 
 
 @needs_compiled
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     log=fetched_logs(),
     read_committed=st.booleans(),
@@ -418,7 +443,7 @@ def test_both_twins_decode_like_decode_fetched(
 
 
 @needs_compiled
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     log=fetched_logs(),
     flips=st.lists(st.tuples(st.integers(0, 10_000), st.integers(1, 255)), min_size=1, max_size=4),
@@ -443,3 +468,52 @@ def test_both_twins_fail_alike_on_damaged_records(
         except Exception as exc:  # CorruptRecordError, or what is_abort_marker lets through
             outcomes.append((type(exc), str(exc)))
     assert outcomes[0] == outcomes[1]
+
+
+# -- through a real consumer and broker -----------------------------------------------------------
+
+
+async def test_a_consumer_with_the_column_decoder_reads_what_it_reads_as_messages(
+    memory_broker: Broker,
+) -> None:
+    """Committed and aborted transactions, gzip, headers and null keys, through Fetch from an
+    in-process broker: the columns hold exactly the Messages of the default decoder, under
+    both isolation levels, and the consumer's position moves past the markers alike."""
+    bootstrap = f"127.0.0.1:{memory_broker.port}"
+    tp = TopicPartition("columns", 0)
+    async with Admin(bootstrap) as admin:
+        await admin.create_topic(tp.topic, 1)
+    async with Producer(bootstrap, transactional_id="columns", compression="gzip") as producer:
+        await producer.init_transactions()
+        for attempt, commit in ((0, True), (1, False), (2, True)):
+            producer.begin_transaction()
+            for i in range(30):
+                await producer.send(
+                    tp.topic,
+                    f"{attempt}-{i}".encode(),
+                    None if i % 3 else f"k{i}".encode(),
+                    partition=0,
+                    headers=[("n", str(i).encode()), ("empty", None)] if i % 2 else [],
+                )
+            await producer.flush()
+            if commit:
+                await producer.commit_transaction()
+            else:
+                await producer.abort_transaction()
+    for isolation in ("read_committed", "read_uncommitted"):
+        async with Consumer(bootstrap, isolation_level=isolation) as plain:
+            plain.assign([tp])
+            plain.seek(tp, 0)
+            end = (await plain.end_offsets([tp]))[tp]
+            messages = []
+            while await plain.position(tp) < end:
+                messages += await plain.poll(200)
+        decoder = ColumnDecoder(NO_END)
+        async with Consumer(bootstrap, isolation_level=isolation, decoder=decoder) as columnar:
+            columnar.assign([tp])
+            columnar.seek(tp, 0)
+            while await columnar.position(tp) < end:
+                assert await columnar.poll(200) == []
+        rows = _rows(decoder.take())
+        assert rows == _expected(messages)
+        assert len(rows) == (60 if isolation == "read_committed" else 90)
