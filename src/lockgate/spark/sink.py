@@ -31,7 +31,8 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import Awaitable, Iterator
+from collections.abc import AsyncGenerator, Awaitable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -215,17 +216,31 @@ async def _send_rows(options: SinkOptions, producer: Producer, batches: Iterator
     usually writes) is one send_batch() call; any other is sent row by row."""
     count = 0
     delivered: list[asyncio.Future[Any]] = []
-    for batch in batches:
-        whole = uniform(batch, options.topic)
-        if whole is not None:
-            delivered.append(
-                await producer.send_batch(whole.topic, whole.records, partition=whole.partition)
-            )
-        else:
-            await _send_each(options, producer, batch)
-        count += batch.num_rows
+    async with contextlib.aclosing(_read_ahead(batches)) as stream:
+        async for batch in stream:
+            whole = uniform(batch, options.topic)
+            if whole is not None:
+                delivered.append(
+                    await producer.send_batch(whole.topic, whole.records, partition=whole.partition)
+                )
+            else:
+                await _send_each(options, producer, batch)
+            count += batch.num_rows
     await asyncio.gather(*delivered)
     return count
+
+
+async def _read_ahead(batches: Iterator[Any]) -> AsyncGenerator[Any, None]:
+    """Spark's batches, the next one read from the JVM in a thread while this one is sent:
+    reading blocks (on the worker's socket, without the GIL), and the event loop must run
+    meanwhile to write produce requests and take their responses."""
+    loop = asyncio.get_running_loop()
+    source = iter(batches)
+    with ThreadPoolExecutor(1, thread_name_prefix="lockgate-spark-read") as reader:
+        upcoming = loop.run_in_executor(reader, next, source, None)
+        while (batch := await upcoming) is not None:
+            upcoming = loop.run_in_executor(reader, next, source, None)
+            yield batch
 
 
 async def _send_each(options: SinkOptions, producer: Producer, batch: Any) -> None:
