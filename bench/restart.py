@@ -3,8 +3,9 @@ and whether it answers meanwhile.
 
 For each history size N the benchmark writes N committed transactions (Ongoing, PrepareCommit,
 CompleteCommit: three __transaction_state records each, over 1,000 transactional ids) and N
-offset commits (over 1,000 groups) through the coordinators' own record encoders and the log
-layer into a fresh data directory (the on-disk format a real run writes), with coordinator
+offset commits (over 1,000 groups; with --live-offsets each commit a partition of its own, so
+that all N stay live) through the coordinators' own record encoders and the log layer into a
+fresh data directory (the on-disk format a real run writes), with coordinator
 snapshots 10,000 transactions before its end (the periodic writer's) and at the clean stop.
 Then it starts a new broker on the directory three times: as left (snapshots at the end),
 after a crash (the last snapshots and the clean-shutdown mark removed: 10,000 transactions
@@ -18,13 +19,17 @@ and commits to replay, and every active segment's CRCs to check), and with no sn
 - worst stall: the longest the event loop went without running a 1 ms ticker during the load
 - ApiVersions worst: the slowest ApiVersions round trip of a client polling during the load
 
-    python -m bench.restart [--sizes 100000,300000]
+Last, on the loaded state, one round of the periodic snapshot writer after a new record in
+every internal partition: how long it took and the event loop's worst stall meanwhile.
+
+    python -m bench.restart [--sizes 100000,300000] [--live-offsets]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
 import tempfile
 import threading
 import time
@@ -73,7 +78,7 @@ def _append(broker: Broker, topic: str, partition: int, key: bytes, value: bytes
     target.append(bytearray(batch), validate_produced_batch(batch), 1)
 
 
-async def write_history(data: Path, size: int) -> None:
+async def write_history(data: Path, size: int, live_offsets: bool) -> None:
     broker = Broker(BrokerConfig(settings(data)), DiskEngine(str(data)))
     await broker.start()
     await asyncio.sleep(0.1)
@@ -91,8 +96,9 @@ async def write_history(data: Path, size: int) -> None:
                     encode_key(transactional_id), encode_value(meta))  # fmt: skip
         group = f"group-{number % IDS}"
         committed = offset_value(CommittedOffset(number, -1, "", 1))
+        index = number // IDS if live_offsets else number % 3
         _append(broker, CONSUMER_OFFSETS_TOPIC, partition_for(group, PARTITIONS),
-                offset_key(group, "orders", number % 3), committed)  # fmt: skip
+                offset_key(group, "orders", index), committed)  # fmt: skip
     await broker.stop()
 
 
@@ -105,24 +111,34 @@ def poll_api_versions(port: int, stop: threading.Event, worst: list[float]) -> N
             time.sleep(0.005)
 
 
-async def measure_restart(data: Path) -> dict[str, float]:
-    broker = Broker(BrokerConfig(settings(data, snapshots=False)), DiskEngine(str(data)))
-    worst_stall = 0.0
-    stop = asyncio.Event()
+class Ticker:
+    """The event loop's worst stall while it runs: the longest gap between 1 ms ticks."""
 
-    async def ticker() -> None:
-        nonlocal worst_stall
+    def __init__(self) -> None:
+        self.worst = 0.0
+        self._stop = asyncio.Event()
+        self._task = asyncio.create_task(self._tick())
+
+    async def _tick(self) -> None:
         last = time.monotonic()
-        while not stop.is_set():
+        while not self._stop.is_set():
             await asyncio.sleep(0.001)
             now = time.monotonic()
-            worst_stall = max(worst_stall, now - last)
+            self.worst = max(self.worst, now - last)
             last = now
 
+    async def stop(self) -> float:
+        self._stop.set()
+        await self._task
+        return self.worst
+
+
+async def measure_restart(data: Path, snapshot_round: bool = False) -> dict[str, float]:
+    broker = Broker(BrokerConfig(settings(data, snapshots=False)), DiskEngine(str(data)))
     started = time.monotonic()
     await broker.start()
     listening = time.monotonic() - started
-    ticking = asyncio.create_task(ticker())
+    ticking = Ticker()
     stop_polling = threading.Event()
     worst_round_trip = [0.0]
     poller = threading.Thread(
@@ -132,19 +148,34 @@ async def measure_restart(data: Path) -> dict[str, float]:
     while not (broker.transactions.loaded and broker.groups.loaded):
         await asyncio.sleep(0.001)
     loaded = time.monotonic() - started
-    stop.set()
+    worst_stall = await ticking.stop()
     stop_polling.set()
-    await ticking
     await asyncio.to_thread(poller.join)
-    await broker.stop()
-    replayed = broker.transactions.runtime.replayed_batches + broker.groups.runtime.replayed_batches
-    return {
-        "replayed": replayed,
+    figures = {
+        "replayed": broker.transactions.runtime.replayed_batches
+        + broker.groups.runtime.replayed_batches,
         "listening": listening,
         "loaded": loaded,
         "stall": worst_stall,
         "api_versions": worst_round_trip[0],
     }
+    if snapshot_round:
+        figures.update(await measure_snapshot_round(broker))
+    await broker.stop()
+    return figures
+
+
+async def measure_snapshot_round(broker: Broker) -> dict[str, float]:
+    for partition in range(PARTITIONS):  # every partition changed since its snapshot
+        value = offset_value(CommittedOffset(0, -1, "", 1))
+        _append(broker, CONSUMER_OFFSETS_TOPIC, partition, offset_key("new", "t", 0), value)
+        meta = TxnMetadata("new", 0, 0, 60_000, TxnState.EMPTY, frozenset(), 1, 1)
+        _append(broker, TRANSACTION_STATE_TOPIC, partition, encode_key("new"), encode_value(meta))
+    ticking = Ticker()
+    started = time.monotonic()
+    await broker.snapshots.write_due()
+    took = time.monotonic() - started
+    return {"snapshot": took, "snapshot_stall": await ticking.stop()}
 
 
 def newest_snapshots_removed(data: Path) -> None:
@@ -172,6 +203,8 @@ RUNS = (
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="100000,300000", help="committed transactions")
+    parser.add_argument("--live-offsets", action="store_true",
+                        help="every offset commit a key of its own (N live offsets)")  # fmt: skip
     options = parser.parse_args()
     print(
         "transactions  offset commits  start                              replayed batches"
@@ -180,7 +213,7 @@ def main() -> None:
     for size in (int(s) for s in options.sizes.split(",")):
         with tempfile.TemporaryDirectory(prefix="lockgate-restart-") as directory:
             data = Path(directory) / "data"
-            asyncio.run(write_history(data, size))
+            asyncio.run(write_history(data, size, options.live_offsets))
             for name, prepare in RUNS:
                 prepare(data)
                 figures = asyncio.run(measure_restart(data))
@@ -191,6 +224,12 @@ def main() -> None:
                     f"  {figures['api_versions'] * 1000:>15.0f}ms",
                     flush=True,
                 )
+                if prepare is RUNS[0][1]:  # on a copy: the other runs keep their snapshots
+                    shutil.copytree(data, Path(directory) / "copy")
+                    copy = asyncio.run(measure_restart(Path(directory) / "copy", True))
+                    snapshot_round = (copy["snapshot"], copy["snapshot_stall"])
+            print(f"periodic snapshot round of the loaded state: {snapshot_round[0]:.2f}s, "
+                  f"worst stall {snapshot_round[1] * 1000:.0f}ms", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

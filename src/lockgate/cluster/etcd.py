@@ -72,9 +72,16 @@ class EtcdMetadataStore:
         self.clock = clock
         # called with True when this broker (re)gains a live registration, False when lost
         self.lease_listeners: list[Callable[[bool], None]] = []
-        self._client = Etcd3Client(self.endpoints, rpc_max_attempts=3)
+        # a watch cut off retries no slower than the keep-alive: a broker back from an outage
+        # goes live only once its view has caught up
+        self._client = Etcd3Client(
+            self.endpoints,
+            rpc_max_attempts=3,
+            watch_max_reconnect_backoff_seconds=max(0.25, self.heartbeat_interval),
+        )
         self._cluster_id = ""
         self._lease_id = 0
+        self._registered_at = 0  # the revision of the current registration
         self._lease_deadline = 0.0
         self._live = False
         self._registration: BrokerRegistration | None = None
@@ -168,27 +175,43 @@ class EtcdMetadataStore:
         backoff = 0.1
         while True:
             try:
-                async for response in self._client_watch(self.view.revision + 1):
-                    if response.compact_revision:
-                        log.warning("etcd compacted past revision %d: reading all metadata again",
-                                    self.view.revision)  # fmt: skip
-                        await self._load()
-                        break
-                    # A revision's events (one transaction's) come in one response; those
-                    # at or below the last applied revision were seen before a resume.
-                    applied = self.view.revision
-                    for event in response.events:
-                        if event.kv.mod_revision > applied:
-                            self._apply(int(event.type), event.kv)
-                            self.view.revision = int(event.kv.mod_revision)
-                    if response.events:
-                        await self._signal()
-                    backoff = 0.1
+                await self._follow()
+                backoff = 0.1
             except Exception as exc:  # any failure of the stream: resume it
                 log.warning("etcd watch interrupted (%s); resuming from revision %d in %.1f s",
                             exc, self.view.revision + 1, backoff)  # fmt: skip
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
+
+    async def _follow(self) -> None:
+        """Applies one watch stream's events to the view until the stream ends or must be
+        started over from the last revision applied."""
+        created = False
+        async with contextlib.aclosing(self._client_watch(self.view.revision + 1)) as stream:
+            async for response in stream:
+                if response.created and created:
+                    # The client created the watch again after a stream error, from the
+                    # revision after the last response's header. A creation's header is etcd's
+                    # current revision, not the last event sent, so a stream lost between a
+                    # creation and its catch-up events would skip them: start over instead.
+                    log.info("etcd watch re-created; resuming from revision %d",
+                             self.view.revision + 1)  # fmt: skip
+                    return
+                created = created or response.created
+                if response.compact_revision:
+                    log.warning("etcd compacted past revision %d: reading all metadata again",
+                                self.view.revision)  # fmt: skip
+                    await self._load()
+                    return
+                # A revision's events (one transaction's) come in one response; those at or
+                # below the last applied revision were seen before a resume.
+                applied = self.view.revision
+                for event in response.events:
+                    if event.kv.mod_revision > applied:
+                        self._apply(int(event.type), event.kv)
+                        self.view.revision = int(event.kv.mod_revision)
+                if response.events:
+                    await self._signal()
 
     def _client_watch(self, start_revision: int) -> Any:
         assert self._client.watch is not None
@@ -255,13 +278,16 @@ class EtcdMetadataStore:
     def _at_revision(key: bytes, revision: int) -> Any:
         return Compare(result=Compare.EQUAL, target=Compare.MOD, key=key, mod_revision=revision)
 
-    async def _txn(self, compare: list[Any], success: list[Any]) -> int | None:
+    async def _write(self, compare: list[Any], success: list[Any]) -> int | None:
         """The revision of the write if every comparison held, else None."""
         response = await self._kv.txn(compare, success, timeout=RPC_TIMEOUT)
-        if not response.succeeded:
-            return None
-        revision = int(response.header.revision)
-        await self._reach(revision)
+        return int(response.header.revision) if response.succeeded else None
+
+    async def _txn(self, compare: list[Any], success: list[Any]) -> int | None:
+        """As _write, returning once the view has the write."""
+        revision = await self._write(compare, success)
+        if revision is not None:
+            await self._reach(revision)
         return revision
 
     # -- brokers and the lease ------------------------------------------------------------------
@@ -282,13 +308,20 @@ class EtcdMetadataStore:
                 )
             await self._next_change(timeout=0.5)
         self._spawn(self._keep_alive_loop(), "etcd-lease")
+        await self._reach(self._registered_at)
+        self._set_live(True)
 
     async def _try_register(self, broker: BrokerRegistration) -> bool:
+        """Writes the registration under a new lease, which the keep-alive loop keeps alive
+        from then on. It does not wait for the view: the broker goes live once its view has
+        caught up with its registration (as Kafka's controller unfences a broker only once it
+        has caught up with the metadata log), which after an outage can take longer than the
+        lease's TTL."""
         sent = self.clock()
         lease = await self._lease.grant(self.ttl, timeout=RPC_TIMEOUT)
         key = self._key("brokers", broker.node_id)
         put = self._kv.txn_op_put(key, broker.encode(), lease=int(lease.ID))
-        written = await self._txn([self._absent(key)], [put])
+        written = await self._write([self._absent(key)], [put])
         if written is None:
             current = self.view.brokers.get(broker.node_id)
             if current is not None and current.incarnation == broker.incarnation:
@@ -296,15 +329,14 @@ class EtcdMetadataStore:
                 item = await self._kv.get(key, timeout=RPC_TIMEOUT)
                 if item.kvs:
                     at = self._at_revision(key, int(item.kvs[0].mod_revision))
-                    written = await self._txn([at], [put])
+                    written = await self._write([at], [put])
         if written is None:
             await self._revoke(int(lease.ID))
             return False
-        old, self._lease_id = self._lease_id, int(lease.ID)
+        old, self._lease_id, self._registered_at = self._lease_id, int(lease.ID), written
         self._extend(sent)
         if old:
             await self._revoke(old)
-        self._set_live(True)
         log.info("broker %d registered in etcd (lease %x, ttl %d s)", broker.node_id,
                  self._lease_id, self.ttl)  # fmt: skip
         return True
@@ -326,7 +358,8 @@ class EtcdMetadataStore:
                     ttl = await self._keep_alive_once()
                 if ttl > 0:
                     self._extend(sent)
-                    self._set_live(True)
+                    if self.view.revision >= self._registered_at:
+                        self._set_live(True)
                     outage_logged = False
                 else:
                     log.warning("the lease of broker %d expired in etcd: registering again",

@@ -243,12 +243,17 @@ class Snapshotter:
     async def run(self) -> None:
         while self.enabled:
             await asyncio.sleep(self.interval_ms / 1000)
-            for partition, offset, image in self._due():
-                try:
-                    await asyncio.to_thread(self._write, partition, offset, image)
-                    self._written[id(partition)] = offset
-                except OSError as exc:  # a shortcut only: the next load replays more
-                    log.warning("%s: no coordinator snapshot: %s", partition.directory, exc)
+            await self.write_due()
+
+    async def write_due(self) -> None:
+        """One round of the periodic writer: a snapshot of every partition changed since its
+        last one, encoded and written in a worker thread."""
+        for partition, offset, image in self._due():
+            try:
+                await asyncio.to_thread(self._write, partition, offset, image)
+                self._written[id(partition)] = offset
+            except OSError as exc:  # a shortcut only: the next load replays more
+                log.warning("%s: no coordinator snapshot: %s", partition.directory, exc)
 
     def _write(self, partition: Partition, offset: int, image: PartitionImage) -> None:
         with self._writing:

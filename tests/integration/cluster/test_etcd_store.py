@@ -142,6 +142,33 @@ async def test_a_lost_lease_is_noticed_without_etcd_and_regained(etcd: EtcdClust
         assert second.node_id == 2 and second.epoch > first.epoch
 
 
+async def test_a_new_registration_is_kept_alive_while_the_view_catches_up(
+    etcd: EtcdCluster,
+) -> None:
+    """Back from an outage, a broker registers under a new lease at once but goes live only
+    once its view has its registration, which can take longer than the TTL (the watch
+    reconnects with a backoff): the lease must be kept alive meanwhile, or the registration
+    others saw goes again (a cluster that looks whole for a moment, then one broker short)."""
+    space = namespace()
+    async with (
+        store(etcd, space, node=1, session_timeout_ms=2_000, heartbeat_interval_ms=300) as one,
+        store(etcd, space) as two,
+    ):
+        await until(lambda: 1 in two.view.brokers)
+        watch = next(t for t in one._tasks if t.get_name() == "etcd-watch")
+        watch.cancel()  # its view stands still
+        lost = one._lease_id
+        await two._lease.revoke(lost)  # as if it ran out in an outage
+        await until(lambda: one._lease_id != lost and 1 in two.view.brokers)
+        assert not one.live  # its view has not caught up with the new registration
+        await asyncio.sleep(2 * one.ttl)
+        assert 1 in two.view.brokers  # still registered, two TTLs on
+        assert not one.live
+        one._spawn(one._watch_loop(), "etcd-watch")
+        await until(lambda: one.live)
+        assert set(one.view.brokers) == {1}
+
+
 async def test_topics_and_partition_states_by_compare_and_swap(etcd: EtcdCluster) -> None:
     space = namespace()
     async with store(etcd, space) as a, store(etcd, space) as b:

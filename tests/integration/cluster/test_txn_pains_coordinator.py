@@ -57,6 +57,7 @@ def cuttable(
         warm = ConfluentProducer({"bootstrap.servers": brokers.bootstrap,
                                   "transactional.id": "pain7-warm-up", "log_level": 3})  # fmt: skip
         warm.init_transactions(TIMEOUT)
+        del warm  # done with: it would keep calling the brokers after they stop
         brokers.wait_for(lambda: all(p.leader >= 0 and len(p.isr) == 3
                                      for p in brokers.partitions(TRANSACTION_LOG).values()),
                          "every __transaction_state partition led and in sync")  # fmt: skip
