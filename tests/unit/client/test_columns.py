@@ -11,6 +11,7 @@ from array import array
 from types import ModuleType
 from typing import Any
 
+import crc32c
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -249,6 +250,42 @@ def test_position_and_end_bound_the_rows_but_not_the_next_position(impl: ModuleT
     assert result.next_position == 9  # the consumer moves past what it fetched whole
     result, taken = _decode(impl, LOG, position=9)
     assert result.next_position is None and taken.rows == 0
+
+
+def _compacted(base: int, kept: list[tuple[int, bytes]], last_delta: int) -> bytes:
+    """A batch as compaction leaves it: the records at offset deltas `kept` (value only), and
+    the header's last offset delta still covering the records removed after them (none kept:
+    an empty batch, which compaction keeps for its producer's state)."""
+    encoded = b""
+    for delta, value in kept:
+        body = b"\x00" + zigzag_varint(0) + zigzag_varint(delta) + zigzag_varint(-1)
+        body += zigzag_varint(len(value)) + value + zigzag_varint(0)
+        encoded += zigzag_varint(len(body)) + body
+    batch = bytearray(build_batch([], encoded=encoded, record_count=len(kept), timestamp_ms=5))
+    batch[23:27] = last_delta.to_bytes(4, "big")
+    batch[17:21] = crc32c.crc32c(bytes(batch[21:])).to_bytes(4, "big")
+    return _at(bytes(batch), base)
+
+
+def test_offset_gaps_left_by_compaction(impl: ModuleType) -> None:
+    """Records keep their offsets across gaps, an emptied batch still moves the position past
+    its last offset, and a position inside a gap starts at the next record kept."""
+    log = b"".join(
+        [
+            _compacted(0, [(1, b"a"), (4, b"b")], 6),  # offsets 1 and 4 of 0-6
+            _compacted(7, [], 2),  # 7-9, all removed
+            _compacted(10, [(3, b"c")], 3),  # 13 of 10-13
+        ]
+    )
+    for position, expected in ((0, [1, 4, 13]), (2, [4, 13]), (5, [13]), (8, [13])):
+        result, taken = _decode(impl, log, position=position)
+        assert result.next_position == 14
+        assert [(row[0], row[4]) for row in _rows(taken)] == [
+            (m.offset, m.value) for m in decode_fetched(TP, log, position, None).messages
+        ]
+        assert [row[0] for row in _rows(taken)] == expected
+    result, taken = _decode(impl, _compacted(7, [], 2), position=7)
+    assert result.next_position == 10 and taken.rows == 0
 
 
 def test_a_cut_trailing_batch_is_left_for_the_next_fetch(impl: ModuleType) -> None:
