@@ -127,6 +127,22 @@ def test_batch_write_commits_all_and_a_failed_job_leaves_nothing(
     assert asyncio.run(committed_values(spark_broker.bootstrap, failing, 3)) == []
 
 
+def test_a_batch_write_needs_the_append_mode(spark: Any, spark_broker: BrokerProcess) -> None:
+    """format("kafka") writes in Spark's default mode (ErrorIfExists); Spark refuses it, and
+    every mode but append and overwrite, for Python data sources before lockgate is asked; the
+    sink refuses overwrite itself, naming the mode to use."""
+    rows = spark.createDataFrame([("k", "v")], "key string, value string")
+    writer = (
+        rows.write.format("lockgate")
+        .option("kafka.bootstrap.servers", spark_broker.bootstrap)
+        .option("topic", unique("modes"))
+    )
+    with pytest.raises(Exception, match=r"UNSUPPORTED_DATA_SOURCE_SAVE_MODE.*ErrorIfExists"):
+        writer.save()
+    with pytest.raises(Exception, match=r'cannot overwrite them: write with \.mode\("append"\)'):
+        writer.mode("overwrite").save()
+
+
 def test_streaming_read_with_read_limits_and_available_now(
     spark: Any, spark_broker: BrokerProcess, tmp_path: Path
 ) -> None:

@@ -117,6 +117,21 @@ class FetchedPartition:
     next_position: int | None  # None: keep the position (nothing complete was returned)
 
 
+class FetchDecoder(Protocol):
+    """Turns one partition's Fetch records into messages and the position after them:
+    decode_fetched, or a decoder that keeps the records elsewhere (client/columns.py)."""
+
+    def __call__(
+        self,
+        tp: TopicPartition,
+        records: bytes,
+        position: int,
+        aborted_transactions: list[tuple[int, int]] | None,
+        *,
+        check_crcs: bool = True,
+    ) -> FetchedPartition: ...
+
+
 class Consumer(ClusterClient):
     """`async with Consumer("host:port") as consumer: consumer.assign([...]); await ...`, or
     with `group_id=...`: `consumer.subscribe(["topic"])`, then poll() and commit()."""
@@ -148,10 +163,12 @@ class Consumer(ClusterClient):
         check_crcs: bool = True,
         security: ClientSecurity | None = None,
         client_rack: str | None = None,
+        decoder: FetchDecoder | None = None,
     ) -> None:
         super().__init__(
             bootstrap_servers, cluster, client_id, security, request_timeout_ms, retry_backoff_ms
         )
+        self._decode: FetchDecoder = decoder if decoder is not None else decode_fetched
         cluster = self.cluster
         self.isolation_level = (
             IsolationLevel[isolation_level.upper()]
@@ -769,7 +786,7 @@ class Consumer(ClusterClient):
         aborted = [
             (int(a.first_offset), int(a.producer_id)) for a in (data.aborted_transactions or ())
         ]
-        result = decode_fetched(
+        result = self._decode(
             tp,
             bytes(data.records or b""),
             position,
@@ -854,7 +871,7 @@ def decode_fetched(
             while aborted_queue and aborted_queue[0][0] <= header.last_offset:
                 aborting.add(heapq.heappop(aborted_queue)[1])
         if header.is_control:
-            if header.producer_id in aborting and _is_abort_marker(chunk):
+            if header.producer_id in aborting and is_abort_marker(chunk):
                 aborting.discard(header.producer_id)
             continue
         if (
@@ -891,7 +908,7 @@ def decode_fetched(
     return FetchedPartition(messages, next_position)
 
 
-def _is_abort_marker(batch: bytes) -> bool:
+def is_abort_marker(batch: bytes) -> bool:
     try:
         return control_type(batch) == CONTROL_ABORT
     except (ValueError, IndexError):

@@ -31,7 +31,8 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import Awaitable, Iterator
+from collections.abc import AsyncGenerator, Awaitable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +50,7 @@ from lockgate.client.errors import TopicAlreadyExistsError
 from lockgate.client.producer import Producer
 from lockgate.client.security import ClientSecurity
 from lockgate.client.transactions import PreparedTxnState, TransactionState
+from lockgate.spark.arrow import uniform
 from lockgate.spark.options import SinkOptions
 
 COMMIT_LOG_TOPIC = "lockgate-spark-commits"
@@ -209,30 +211,56 @@ def _column(batch: Any, name: str) -> list[Any]:
 
 async def _send_rows(options: SinkOptions, producer: Producer, batches: Iterator[Any]) -> int:
     """Sends the rows of Spark's Arrow record batches (the columns of Spark's Kafka sink:
-    value, and optionally key, topic, partition, headers); returns how many."""
+    value, and optionally key, topic, partition, headers) and waits until they are written;
+    returns how many. A batch of one topic and partition without headers (what a pipeline
+    usually writes) is one send_batch() call; any other is sent row by row."""
     count = 0
-    for batch in batches:
-        if "value" not in batch.schema.names:
-            raise ValueError("the lockgate sink needs a value column")
-        values, keys, topics = (
-            _column(batch, "value"),
-            _column(batch, "key"),
-            _column(batch, "topic"),
-        )
-        partitions, headers = _column(batch, "partition"), _column(batch, "headers")
-        for i in range(batch.num_rows):
-            topic = topics[i] or options.topic
-            if not topic:
-                raise ValueError("no topic: give a topic column or the topic option")
-            await producer.send(
-                str(topic),
-                _bytes(values[i]),
-                _bytes(keys[i]),
-                partition=partitions[i],
-                headers=[(h["key"], _bytes(h["value"])) for h in headers[i] or ()],
-            )
-        count += batch.num_rows
+    delivered: list[asyncio.Future[Any]] = []
+    async with contextlib.aclosing(_read_ahead(batches)) as stream:
+        async for batch in stream:
+            whole = uniform(batch, options.topic)
+            if whole is not None:
+                delivered.append(
+                    await producer.send_batch(whole.topic, whole.records, partition=whole.partition)
+                )
+            else:
+                await _send_each(options, producer, batch)
+            count += batch.num_rows
+    await asyncio.gather(*delivered)
     return count
+
+
+async def _read_ahead(batches: Iterator[Any]) -> AsyncGenerator[Any, None]:
+    """Spark's batches, the next one read from the JVM in a thread while this one is sent:
+    reading blocks (on the worker's socket, without the GIL), and the event loop must run
+    meanwhile to write produce requests and take their responses."""
+    loop = asyncio.get_running_loop()
+    source = iter(batches)
+    with ThreadPoolExecutor(1, thread_name_prefix="lockgate-spark-read") as reader:
+        upcoming = loop.run_in_executor(reader, next, source, None)
+        while (batch := await upcoming) is not None:
+            upcoming = loop.run_in_executor(reader, next, source, None)
+            yield batch
+
+
+async def _send_each(options: SinkOptions, producer: Producer, batch: Any) -> None:
+    values, keys, topics = (
+        _column(batch, "value"),
+        _column(batch, "key"),
+        _column(batch, "topic"),
+    )
+    partitions, headers = _column(batch, "partition"), _column(batch, "headers")
+    for i in range(batch.num_rows):
+        topic = topics[i] or options.topic
+        if not topic:
+            raise ValueError("no topic: give a topic column or the topic option")
+        await producer.send(
+            str(topic),
+            _bytes(values[i]),
+            _bytes(keys[i]),
+            partition=partitions[i],
+            headers=[(h["key"], _bytes(h["value"])) for h in headers[i] or ()],
+        )
 
 
 async def _write_at_least_once(options: SinkOptions, rows: Iterator[Any]) -> PreparedMessage:

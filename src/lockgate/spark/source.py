@@ -39,6 +39,16 @@ from lockgate.spark.options import (
     source_options,
 )
 
+# A batch write's save mode. Spark's Kafka sink takes Append and the default, ErrorIfExists;
+# PySpark's Python data sources are only offered Append and Overwrite (Spark refuses the others
+# itself, before any lockgate code runs, with UNSUPPORTED_DATA_SOURCE_SAVE_MODE). Overwrite
+# cannot mean anything for a topic, so it is refused here, saying what to write instead.
+SAVE_MODE_HELP = (
+    'the lockgate sink appends to topics and cannot overwrite them: write with .mode("append") '
+    '(df.write.format("kafka").save() used Spark\'s default mode, ErrorIfExists, which '
+    "PySpark's Python data sources do not take)"
+)
+
 
 @dataclass
 class RangePartition(InputPartition):
@@ -74,6 +84,11 @@ def _from_json(data: dict[str, dict[str, int]]) -> dict[TopicPartition, int]:
 
 
 class LockgateDataSource(DataSource):
+    """format("lockgate"): Spark's Kafka connector's options and schema, exactly-once sinks.
+    Register it once per session (spark.dataSource.register). Batch writes need
+    .mode("append"): Spark's default mode, which format("kafka") writes with, is refused by
+    Spark for every Python data source."""
+
     @classmethod
     def name(cls) -> str:
         return "lockgate"
@@ -88,6 +103,8 @@ class LockgateDataSource(DataSource):
         return StreamReader(source_options(self.options, streaming=True))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        if overwrite:
+            raise OptionError(SAVE_MODE_HELP)
         from lockgate.spark.sink import BatchWriter
 
         return BatchWriter(sink_options(self.options, f"lockgate-spark-{uuid.uuid4().hex[:12]}"))
