@@ -22,9 +22,10 @@ cluster-up: setup system-deps
 
 setup: $(BIN)/.installed
 
-# The producer's compiled fast path (src/lockgate/client/_fastpath.c, built by pip through
-# setup.py): a change to it or to the build reinstalls, which compiles it again.
-FASTPATH_SOURCES := setup.py src/lockgate/client/_fastpath.c
+# The compiled fast paths (src/lockgate/client/_fastpath.c for the producer,
+# src/lockgate/protocol/_records.c for decoding a batch's records; built by pip through
+# setup.py): a change to them or to the build reinstalls, which compiles them again.
+FASTPATH_SOURCES := setup.py src/lockgate/client/_fastpath.c src/lockgate/protocol/_records.c
 
 $(BIN)/.installed: pyproject.toml $(FASTPATH_SOURCES) | compiler-deps
 	$(PYTHON) -m venv $(VENV)

@@ -1,6 +1,8 @@
-# setup.py — only the producer's compiled fast path (lockgate/client/_fastpath.c, chosen by
-# lockgate/client/fastpath.py); everything else is declared in pyproject.toml. The extension is
-# optional: without a compiler the install goes on and the pure-Python twin does the work.
+# setup.py — only the compiled fast paths: the producer's (lockgate/client/_fastpath.c, chosen by
+# lockgate/client/fastpath.py) and the decoding of a batch's records (lockgate/protocol/_records.c,
+# chosen by lockgate/protocol/fastpath.py); everything else is declared in pyproject.toml. The
+# extensions are optional: without a compiler the install goes on and the pure-Python twins do
+# the work.
 from setuptools import Extension, setup
 
 setup(
@@ -9,6 +11,11 @@ setup(
             "lockgate.client._fastpath",
             sources=["src/lockgate/client/_fastpath.c"],
             optional=True,
-        )
+        ),
+        Extension(
+            "lockgate.protocol._records",
+            sources=["src/lockgate/protocol/_records.c"],
+            optional=True,
+        ),
     ]
 )

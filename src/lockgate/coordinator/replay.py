@@ -12,12 +12,16 @@ import time
 from collections.abc import Callable
 
 from lockgate.log.partition import Partition
-from lockgate.protocol.records import BatchHeader
+from lockgate.protocol.records import BatchHeader, Decoded
 
 REPLAY_CHUNK = 200
 REPLAY_SLICE_S = 0.01
 
 BatchVisitor = Callable[[BatchHeader, bytes], None]
+# A coordinator's replay of one batch: its header, its bytes and its records, decoded once
+# (protocol.records.iter_records) for the coordinator and the snapshot image alike; a control
+# batch's records are not decoded ([]): its bytes say what it marks.
+RecordsVisitor = Callable[[BatchHeader, bytes, Decoded], None]
 
 
 async def replay(partition: Partition, visit: BatchVisitor, start: int | None = None) -> int:

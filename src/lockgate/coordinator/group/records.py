@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import NamedTuple
 
 OFFSET_KEY_VERSION = 1
 GROUP_KEY_VERSION = 2
@@ -14,8 +15,10 @@ OFFSET_VALUE_VERSION = 3
 GROUP_VALUE_VERSION = 3
 
 
-@dataclass(frozen=True, slots=True)
-class CommittedOffset:
+class CommittedOffset(NamedTuple):
+    """A group's committed offset of one partition (a NamedTuple: a load builds one per
+    live offset, and a tuple is quicker to build than a frozen dataclass)."""
+
     offset: int
     leader_epoch: int
     metadata: str
@@ -66,33 +69,56 @@ class _Writer:
         return self
 
 
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_KEY_HEAD = struct.Struct(">hh")  # key version, length of the group id
+_VALUE_V3_HEAD = struct.Struct(">hqih")  # version, offset, leader epoch, metadata's length
+_VALUE_HEAD = struct.Struct(">hqh")  # version, offset, metadata's length (v0 to v2)
+
+
+def _cut(wanted: int, at: int) -> ValueError:
+    # A damaged record must raise ValueError (which replay skips), never struct.error,
+    # and a cut string must not decode as a shorter one.
+    return ValueError(f"record cut short: {wanted} bytes wanted at {at}")
+
+
 class _Reader:
     def __init__(self, data: bytes) -> None:
         self.data = data
         self.pos = 0
 
     def _take(self, size: int) -> bytes:
-        # A damaged record must raise ValueError (which replay skips), never struct.error,
-        # and a cut string must not decode as a shorter one.
         if size > len(self.data) - self.pos:
-            raise ValueError(f"record cut short: {size} bytes wanted at {self.pos}")
+            raise _cut(size, self.pos)
         raw = self.data[self.pos : self.pos + size]
         self.pos += size
         return raw
 
-    def unpack(self, fmt: str) -> tuple[int, ...]:
-        layout = struct.Struct(fmt)
-        return tuple(int(v) for v in layout.unpack(self._take(layout.size)))
+    def _fixed(self, layout: struct.Struct) -> tuple[int, ...]:
+        if layout.size > len(self.data) - self.pos:
+            raise _cut(layout.size, self.pos)
+        values: tuple[int, ...] = layout.unpack_from(self.data, self.pos)
+        self.pos += layout.size
+        return values
+
+    def i16(self) -> int:
+        return self._fixed(_I16)[0]
+
+    def i32(self) -> int:
+        return self._fixed(_I32)[0]
+
+    def i64(self) -> int:
+        return self._fixed(_I64)[0]
 
     def string(self) -> str | None:
-        (size,) = self.unpack(">h")
+        size = self.i16()
         if size < 0:
             return None
         return self._take(size).decode()
 
     def bytes_(self) -> bytes:
-        (size,) = self.unpack(">i")
-        return self._take(max(size, 0))
+        return self._take(max(self.i32(), 0))
 
 
 def offset_key(group: str, topic: str, partition: int) -> bytes:
@@ -132,47 +158,72 @@ Key = tuple[str, str, int] | str  # (group, topic, partition) for offsets, group
 
 
 def decode_key(data: bytes) -> Key:
-    reader = _Reader(data)
-    (version,) = reader.unpack(">h")
-    group = reader.string() or ""
+    # (by hand rather than with a _Reader: a coordinator's load decodes every key)
+    end = len(data)
+    if end < _KEY_HEAD.size:
+        raise _cut(_KEY_HEAD.size, 0)
+    version, size = _KEY_HEAD.unpack_from(data)
+    pos = _KEY_HEAD.size + max(size, 0)
+    if pos > end:
+        raise _cut(size, _KEY_HEAD.size)
+    group = data[_KEY_HEAD.size : pos].decode() if size > 0 else ""
     if version in (0, 1):
-        topic = reader.string() or ""
-        (partition,) = reader.unpack(">i")
-        return (group, topic, partition)
+        if pos + _I16.size > end:
+            raise _cut(_I16.size, pos)
+        (size,) = _I16.unpack_from(data, pos)
+        pos += _I16.size
+        topic_end = pos + max(size, 0)
+        if topic_end + _I32.size > end:
+            raise _cut(max(size, 0) + _I32.size, pos)
+        topic = data[pos:topic_end].decode() if size > 0 else ""
+        return (group, topic, _I32.unpack_from(data, topic_end)[0])
     if version == GROUP_KEY_VERSION:
         return group
     raise ValueError(f"unknown __consumer_offsets key version {version}")
 
 
 def decode_offset_value(data: bytes) -> CommittedOffset:
-    reader = _Reader(data)
-    (version,) = reader.unpack(">h")
-    (offset,) = reader.unpack(">q")
-    epoch = reader.unpack(">i")[0] if version >= 3 else -1
-    metadata = reader.string() or ""
-    (timestamp,) = reader.unpack(">q")
-    return CommittedOffset(offset, epoch, metadata, timestamp)
+    # (by hand rather than with a _Reader: a coordinator's load decodes every value)
+    end = len(data)
+    if end < _I16.size:
+        raise _cut(_I16.size, 0)
+    if _I16.unpack_from(data)[0] >= 3:
+        head = _VALUE_V3_HEAD
+        if end < head.size:
+            raise _cut(head.size, 0)
+        _version, offset, epoch, size = head.unpack_from(data)
+    else:
+        head = _VALUE_HEAD
+        if end < head.size:
+            raise _cut(head.size, 0)
+        _version, offset, size = head.unpack_from(data)
+        epoch = -1
+    metadata_end = head.size + max(size, 0)
+    if metadata_end + _I64.size > end:
+        raise _cut(max(size, 0) + _I64.size, head.size)
+    metadata = data[head.size : metadata_end].decode() if size > 0 else ""
+    return CommittedOffset(offset, epoch, metadata, _I64.unpack_from(data, metadata_end)[0])
 
 
 def decode_group_value(data: bytes) -> GroupRecord:
     reader = _Reader(data)
-    (version,) = reader.unpack(">h")
+    version = reader.i16()
     if version > GROUP_VALUE_VERSION:
         raise ValueError(f"unknown group metadata value version {version}")
     protocol_type = reader.string() or ""
-    (generation,) = reader.unpack(">i")
+    generation = reader.i32()
     protocol = reader.string()
     leader = reader.string()
-    state_timestamp = reader.unpack(">q")[0] if version >= 2 else -1
-    (count,) = reader.unpack(">i")
+    state_timestamp = reader.i64() if version >= 2 else -1
+    count = reader.i32()
     members = []
     for _ in range(max(count, 0)):
         member_id = reader.string() or ""
         instance = reader.string() if version >= 3 else None
         client_id = reader.string() or ""
         client_host = reader.string() or ""
-        rebalance = reader.unpack(">i")[0] if version >= 1 else 0
-        (session,) = reader.unpack(">i")
+        rebalance = reader.i32() if version >= 1 else 0
+        session = reader.i32()
         subscription = reader.bytes_()
         assignment = reader.bytes_()
         members.append(
@@ -194,8 +245,8 @@ def subscribed_topics(subscription: bytes) -> set[str]:
     """Topics in a consumer-protocol subscription (version, topics[], user data, ...)."""
     try:
         reader = _Reader(subscription)
-        reader.unpack(">h")
-        (count,) = reader.unpack(">i")
+        reader.i16()
+        count = reader.i32()
         return {reader.string() or "" for _ in range(max(count, 0))}
     except ValueError:  # cut short or not UTF-8
         return set()

@@ -41,9 +41,9 @@ from lockgate.protocol.records import (
     CONTROL_COMMIT,
     TRANSACTIONAL_BIT,
     BatchHeader,
+    Decoded,
     build_batch,
     control_type,
-    iter_records,
 )
 from lockgate.topics.directory import TopicManager
 from lockgate.topics.internal import CONSUMER_OFFSETS_TOPIC
@@ -241,21 +241,23 @@ class GroupCoordinator:
         pending: dict[int, list[tuple[bytes, bytes | None]]],
         header: BatchHeader,
         data: bytes,
+        records: Decoded,
     ) -> None:
         """One batch of the replay; `pending` holds open transactions' offsets by producer."""
         if header.is_control:
-            records = pending.pop(header.producer_id, [])
+            ended = pending.pop(header.producer_id, [])
             if control_type(data) == CONTROL_COMMIT:
-                for key, value in records:
+                for key, value in ended:
                     self._replay(key, value)
             return
-        for _offset, _ts, record_key, value in iter_records(data):
-            if record_key is None:
-                continue
-            if header.is_transactional:
-                pending.setdefault(header.producer_id, []).append((record_key, value))
-            else:
-                self._replay(record_key, value)
+        if header.is_transactional:
+            entries = pending.setdefault(header.producer_id, [])
+            entries += ((key, value) for _o, _t, key, value in records if key is not None)
+            return
+        replay = self._replay
+        for _offset, _ts, record_key, value in records:
+            if record_key is not None:
+                replay(record_key, value)
 
     def _replay(self, key: bytes, value: bytes | None) -> None:
         try:
@@ -266,7 +268,9 @@ class GroupCoordinator:
             decoded = decode_key(key)
             if isinstance(decoded, tuple):
                 group_id, topic, partition = decoded
-                group = self.groups.setdefault(group_id, Group(group_id))
+                group = self.groups.get(group_id)  # (a Group is not cheap to build per record)
+                if group is None:
+                    group = self.groups[group_id] = Group(group_id)
                 if value is None:
                     group.offsets.pop((topic, partition), None)
                 else:
