@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import operator
 import struct
 import threading
 from collections.abc import Callable
@@ -54,6 +55,9 @@ _VERSION = 1
 _RECORDS_PER_BATCH = 1_000  # a load yields to the event loop after each batch
 
 Records = list[tuple[bytes, bytes | None]]
+_KEY = operator.itemgetter(2)  # of a decoded record (offset, timestamp, key, value)
+_VALUE = operator.itemgetter(3)
+_KEY_VALUE = operator.itemgetter(2, 3)
 
 
 @dataclass
@@ -79,6 +83,9 @@ class PartitionImage:
             entry[1].extend((key, value) for _o, _t, key, value in records if key is not None)
             return
         committed = self.committed
+        if None not in map(_VALUE, records) and None not in map(_KEY, records):
+            committed.update(map(_KEY_VALUE, records))  # (no tombstone: all of it in C)
+            return
         for _offset, _ts, key, value in records:
             if key is None:
                 continue

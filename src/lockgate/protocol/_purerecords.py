@@ -109,15 +109,23 @@ def unpack_fields(
 @overload
 def unpack_fields(data: bytes, layout: Literal["hqsq"]) -> tuple[int, int, str | None, int]: ...
 @overload
+def unpack_fields(
+    data: bytes, layout: Literal["hssi$"]
+) -> tuple[int, str | None, str | None, int, int]: ...
+@overload
 def unpack_fields(data: bytes, layout: str) -> tuple[int | str | None, ...]: ...
 def unpack_fields(data: bytes, layout: str) -> tuple[int | str | None, ...]:
     """The fields of a Kafka struct of fixed layout at the start of `data`: 'h', 'i', 'q'
     (big-endian int16, int32, int64), 's' (a nullable string: int16 length, then UTF-8; None
-    for length -1). Bytes after them are ignored. Raises ValueError on damage."""
+    for length -1); '$' is the number of bytes read so far (what follows them is not read).
+    Raises ValueError on damage."""
     fields: list[int | str | None] = []
     pos = 0
     end = len(data)
     for code in layout:
+        if code == "$":
+            fields.append(pos)
+            continue
         fixed = _FIXED.get("h" if code == "s" else code)
         if fixed is None:
             raise ValueError(f"unknown field code {code}")

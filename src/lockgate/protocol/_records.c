@@ -154,7 +154,8 @@ done:
 
 /* unpack_fields(data, layout): the fields of a Kafka struct of fixed layout ('h', 'i', 'q':
  * big-endian int16, int32, int64; 's': a nullable string, int16 length then UTF-8) from the
- * start of data, as a tuple (a string of length -1 is None); bytes after them are ignored. */
+ * start of data, as a tuple (a string of length -1 is None); '$' is the number of bytes read
+ * so far (what follows them is not read). */
 static PyObject *unpack_fields(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2) {
         PyErr_SetString(PyExc_TypeError, "unpack_fields(data, layout) takes 2 arguments");
@@ -173,6 +174,13 @@ static PyObject *unpack_fields(PyObject *self, PyObject *const *args, Py_ssize_t
     if (fields == NULL)
         goto done;
     for (Py_ssize_t i = 0; i < layout_size; i++) {
+        if (layout[i] == '$') { /* the bytes read so far */
+            PyObject *read = PyLong_FromSsize_t(pos);
+            if (read == NULL)
+                goto fail;
+            PyTuple_SET_ITEM(fields, i, read);
+            continue;
+        }
         int width;
         switch (layout[i]) {
         case 'h':
@@ -228,7 +236,7 @@ done:
 static PyMethodDef methods[] = {
     {"unpack_fields", (PyCFunction)(void (*)(void))unpack_fields, METH_FASTCALL,
      "unpack_fields(data, layout)\n--\n\n"
-     "The fields of a Kafka struct of fixed layout ('h', 'i', 'q', 's') at the start of data."},
+     "The fields of a Kafka struct of fixed layout ('h', 'i', 'q', 's', '$') at the start of data."},
     {"decode_records", decode_records, METH_VARARGS,
      "decode_records(data, start, end, count, base_offset, base_timestamp, append_time)\n--\n\n"
      "(offset, timestamp, key, value) of the first `count` records in data[start:end]."},

@@ -276,6 +276,17 @@ def test_fields_of_each_kind(impl: ModuleType) -> None:
     )
     assert impl.unpack_fields(data, "hiqsss") == (-2, 2**31 - 1, -(2**63), "grüß", None, "")
     assert impl.unpack_fields(data, "") == ()
+    # '$': the bytes read so far (here: all but the trailing ones)
+    assert impl.unpack_fields(data, "$hiqsss$") == (
+        0,
+        -2,
+        2**31 - 1,
+        -(2**63),
+        "grüß",
+        None,
+        "",
+        26,
+    )
 
 
 @pytest.mark.parametrize(
@@ -295,7 +306,7 @@ def test_fields_damage_is_a_value_error(impl: ModuleType, data: bytes, layout: s
 
 
 @settings(max_examples=300, deadline=None)
-@given(data=st.binary(max_size=30), layout=st.text("hiqs", max_size=6))
+@given(data=st.binary(max_size=30), layout=st.text("hiqs$", max_size=6))
 def test_both_twins_unpack_the_same_fields(data: bytes, layout: str) -> None:
     skip_unless_built()
 

@@ -9,6 +9,8 @@ import struct
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from lockgate.protocol.fastpath import unpack_fields
+
 OFFSET_KEY_VERSION = 1
 GROUP_KEY_VERSION = 2
 OFFSET_VALUE_VERSION = 3
@@ -122,13 +124,17 @@ class _Reader:
 
 
 def offset_key(group: str, topic: str, partition: int) -> bytes:
-    return bytes(
-        _Writer()
-        .pack(">h", OFFSET_KEY_VERSION)
-        .string(group)
-        .string(topic)
-        .pack(">i", partition)
-        .out
+    # (by hand rather than with a _Writer: every lookup of a committed offset builds one)
+    group_raw = group.encode()
+    topic_raw = topic.encode()
+    return b"".join(
+        (
+            _KEY_HEAD.pack(OFFSET_KEY_VERSION, len(group_raw)),
+            group_raw,
+            _I16.pack(len(topic_raw)),
+            topic_raw,
+            _I32.pack(partition),
+        )
     )
 
 
@@ -157,52 +163,61 @@ def group_value(record: GroupRecord) -> bytes:
 Key = tuple[str, str, int] | str  # (group, topic, partition) for offsets, group id for metadata
 
 
+_OFFSET_KEY_HEADS = (b"\x00\x00", b"\x00\x01")  # key versions 0 and 1: an offset commit
+_V3 = OFFSET_VALUE_VERSION.to_bytes(2, "big")  # what lockgate writes
+
+
 def decode_key(data: bytes) -> Key:
-    # (by hand rather than with a _Reader: a coordinator's load decodes every key)
-    end = len(data)
-    if end < _KEY_HEAD.size:
-        raise _cut(_KEY_HEAD.size, 0)
-    version, size = _KEY_HEAD.unpack_from(data)
-    pos = _KEY_HEAD.size + max(size, 0)
-    if pos > end:
-        raise _cut(size, _KEY_HEAD.size)
-    group = data[_KEY_HEAD.size : pos].decode() if size > 0 else ""
-    if version in (0, 1):
-        if pos + _I16.size > end:
-            raise _cut(_I16.size, pos)
-        (size,) = _I16.unpack_from(data, pos)
-        pos += _I16.size
-        topic_end = pos + max(size, 0)
-        if topic_end + _I32.size > end:
-            raise _cut(max(size, 0) + _I32.size, pos)
-        topic = data[pos:topic_end].decode() if size > 0 else ""
-        return (group, topic, _I32.unpack_from(data, topic_end)[0])
+    if data[:2] in _OFFSET_KEY_HEADS:
+        _version, group, topic, partition = unpack_fields(data, "hssi")
+        return (group or "", topic or "", partition)
+    version, group = unpack_fields(data, "hs")
     if version == GROUP_KEY_VERSION:
-        return group
+        return group or ""
     raise ValueError(f"unknown __consumer_offsets key version {version}")
 
 
 def decode_offset_value(data: bytes) -> CommittedOffset:
-    # (by hand rather than with a _Reader: a coordinator's load decodes every value)
-    end = len(data)
-    if end < _I16.size:
+    """The offset of a value (v0 to v3; v1's expire timestamp is ignored)."""
+    if _version(data) >= 3:
+        _v, offset, epoch, metadata, timestamp = unpack_fields(data, "hqisq")
+        return CommittedOffset(offset, epoch, metadata or "", timestamp)
+    _v, offset, metadata, timestamp = unpack_fields(data, "hqsq")
+    return CommittedOffset(offset, -1, metadata or "", timestamp)
+
+
+def offset_commit(key: bytes, value: bytes | None) -> tuple[str, bytes] | None:
+    """The group of an offset commit record whose value (None: a tombstone) decodes
+    (decode_offset_value), and the record's key in lockgate's form (offset_key's: `key`
+    itself, unless the log has it in another); None for a record of another kind. Raises
+    ValueError when damaged. (What a load asks of its every record: builds no offset.)"""
+    if key[:2] not in _OFFSET_KEY_HEADS:
+        return None
+    version, group, topic, partition, end = unpack_fields(key, "hssi$")
+    if value is not None:
+        unpack_fields(value, "hqisq" if value[:2] == _V3 or _version(value) >= 3 else "hqsq")
+    canonical = version == OFFSET_KEY_VERSION and end == len(key)  # (nothing after it)
+    if canonical and group is not None and topic is not None:
+        return (group, key)
+    return (group or "", offset_key(group or "", topic or "", partition))
+
+
+def committed_offset(value: bytes) -> int:
+    """The offset of a sound offset value (decode_offset_value's, read without it)."""
+    return int(_I64.unpack_from(value, _I16.size)[0])  # right after the version, in every one
+
+
+def commit_timestamp(value: bytes) -> int:
+    """The commit timestamp of a sound offset value (decode_offset_value's, read without it)."""
+    at = _VALUE_V3_HEAD.size - _I16.size if _version(value) >= 3 else _VALUE_HEAD.size - _I16.size
+    (size,) = _I16.unpack_from(value, at)
+    return int(_I64.unpack_from(value, at + _I16.size + max(size, 0))[0])
+
+
+def _version(value: bytes) -> int:
+    if len(value) < _I16.size:
         raise _cut(_I16.size, 0)
-    if _I16.unpack_from(data)[0] >= 3:
-        head = _VALUE_V3_HEAD
-        if end < head.size:
-            raise _cut(head.size, 0)
-        _version, offset, epoch, size = head.unpack_from(data)
-    else:
-        head = _VALUE_HEAD
-        if end < head.size:
-            raise _cut(head.size, 0)
-        _version, offset, size = head.unpack_from(data)
-        epoch = -1
-    metadata_end = head.size + max(size, 0)
-    if metadata_end + _I64.size > end:
-        raise _cut(max(size, 0) + _I64.size, head.size)
-    metadata = data[head.size : metadata_end].decode() if size > 0 else ""
-    return CommittedOffset(offset, epoch, metadata, _I64.unpack_from(data, metadata_end)[0])
+    return int(_I16.unpack_from(value)[0])
 
 
 def decode_group_value(data: bytes) -> GroupRecord:

@@ -14,6 +14,7 @@ from lockgate.coordinator.group.records import (
     decode_key,
     decode_offset_value,
     offset_key,
+    offset_value,
 )
 from lockgate.coordinator.group.state import GroupState
 from lockgate.protocol.errors import ErrorCode
@@ -361,5 +362,44 @@ async def test_replay_skips_damaged_records(broker: Broker, engine: MemoryEngine
     broker = await restart(broker, engine)
     try:
         assert visible(broker.groups, GROUP) == {(TOPIC, 0): 1, (TOPIC, 2): 1}
+    finally:
+        await broker.stop()
+
+
+async def test_offset_keys_in_other_forms_are_held_as_lockgates(
+    broker: Broker, engine: MemoryEngine
+) -> None:
+    """A record whose key is not the one lockgate writes for its partition (version 0, as
+    older Kafka wrote; a null topic name; bytes after the partition) is held under lockgate's
+    key, so that the partition has one offset whatever form its records took: the latest."""
+    groups = broker.groups
+    await groups.commit(GROUP, -1, "", None, offsets((TOPIC, 0, 1)))
+    partition = broker.topics.get(CONSUMER_OFFSETS_TOPIC, groups.offsets_partition(GROUP))
+    assert partition is not None
+
+    def value(offset: int) -> bytes:
+        return offset_value(CommittedOffset(offset, -1, "", 1))
+
+    def key(version: int, topic: bytes, partition: int, after: bytes = b"") -> bytes:
+        name = struct.pack(">h", len(GROUP)) + GROUP.encode()
+        return struct.pack(">h", version) + name + topic + struct.pack(">i", partition) + after
+
+    topic = struct.pack(">h", len(TOPIC)) + TOPIC.encode()
+    records: list[tuple[bytes | None, bytes | None]] = [
+        (key(0, topic, 0), value(5)),  # version 0 of (TOPIC, 0): the latest so far
+        (key(1, topic, 1, b"\x00"), value(6)),  # a byte after the partition
+        (key(1, struct.pack(">h", -1), 2), value(7)),  # a null topic: ""
+        (key(0, topic, 3), value(8)),
+        (offset_key(GROUP, TOPIC, 3), value(9)),  # then lockgate's own: the latest
+    ]
+    batch = build_batch(records, timestamp_ms=1)
+    partition.append(bytearray(batch), validate_produced_batch(batch), 1)
+    broker.group_commit.appended(partition)
+    broker = await restart(broker, engine)
+    try:
+        expected = {(TOPIC, 0): 5, (TOPIC, 1): 6, ("", 2): 7, (TOPIC, 3): 9}
+        assert visible(broker.groups, GROUP) == expected
+        held = broker.groups.groups[GROUP].offsets.records
+        assert sorted(held) == sorted(offset_key(GROUP, *tp) for tp in expected)
     finally:
         await broker.stop()
