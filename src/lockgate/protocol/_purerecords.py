@@ -59,9 +59,12 @@ def decode_records(
     if not 0 <= start <= end <= len(data):
         raise ValueError(f"records section {start}..{end} outside a buffer of {len(data)}")
     records: Decoded = []
+    append = records.append
     pos = start
+    # Varints of one byte (below 0x80: small lengths and deltas, the usual case) are read
+    # inline; _varint reads the others, and every bound is checked before a byte is read.
     for _ in range(count):
-        byte = data[pos] if pos < end else 0x80  # (a single-byte varint inline: the usual case)
+        byte = data[pos] if pos < end else 0x80
         if byte < 0x80:
             length = (byte >> 1) ^ -(byte & 1)
             pos += 1
@@ -71,23 +74,46 @@ def decode_records(
         if length < 0 or record_end > end:
             raise ValueError(f"a record of {length} bytes at {pos} runs past the batch")
         pos += 1  # attributes (unused in v2)
-        timestamp_delta, pos = _varint(data, pos, record_end)
-        offset_delta, pos = _varint(data, pos, record_end)
-        fields: list[bytes | None] = []
-        for _field in range(2):  # key, value
+        byte = data[pos] if pos < record_end else 0x80
+        if byte < 0x80:
+            timestamp_delta = (byte >> 1) ^ -(byte & 1)
+            pos += 1
+        else:
+            timestamp_delta, pos = _varint(data, pos, record_end)
+        byte = data[pos] if pos < record_end else 0x80
+        if byte < 0x80:
+            offset_delta = (byte >> 1) ^ -(byte & 1)
+            pos += 1
+        else:
+            offset_delta, pos = _varint(data, pos, record_end)
+        byte = data[pos] if pos < record_end else 0x80
+        if byte < 0x80:
+            size = (byte >> 1) ^ -(byte & 1)
+            pos += 1
+        else:
             size, pos = _varint(data, pos, record_end)
-            if size < 0:
-                fields.append(None)
-            elif pos + size > record_end:
-                raise ValueError(f"a field of {size} bytes at {pos} runs past its record")
-            else:
-                fields.append(data[pos : pos + size])
-                pos += size
+        key = None
+        if size >= 0:
+            if pos + size > record_end:
+                raise ValueError(f"a key of {size} bytes at {pos} runs past its record")
+            key = data[pos : pos + size]
+            pos += size
+        byte = data[pos] if pos < record_end else 0x80
+        if byte < 0x80:
+            size = (byte >> 1) ^ -(byte & 1)
+            pos += 1
+        else:
+            size, pos = _varint(data, pos, record_end)
+        value = None
+        if size >= 0:
+            if pos + size > record_end:
+                raise ValueError(f"a value of {size} bytes at {pos} runs past its record")
+            value = data[pos : pos + size]
         offset = base_offset + offset_delta
         timestamp = base_timestamp + timestamp_delta if append_time is None else append_time
         if not (_INT64_MIN <= offset <= _INT64_MAX and _INT64_MIN <= timestamp <= _INT64_MAX):
             raise ValueError(f"an offset or timestamp outside int64 at {pos}")
-        records.append((offset, timestamp, fields[0], fields[1]))
+        append((offset, timestamp, key, value))
         pos = record_end
     return records
 
