@@ -150,9 +150,7 @@ def test_consumer_lag_is_capped(broker: Broker) -> None:
         partition = broker.topics.partitions[("t", index)]
         partition.high_watermark = 10  # (no data needed: lag reads the high watermark)
     broker.groups.groups["a"] = group_with("a", {("t", 0): committed(4), ("t", 1): committed(10)})
-    broker.groups.groups["b"] = group_with(
-        "b", {("t", 0): committed(1), ("gone", 0): committed(1)}
-    )
+    broker.groups.groups["b"] = group_with("b", {("t", 0): committed(1), ("gone", 0): committed(1)})
     lag = samples(broker, "lockgate_consumer_lag")
     assert lag == {
         (("group", "a"), ("partition", "0"), ("topic", "t")): 6,
