@@ -1,5 +1,6 @@
 # Replays an internal partition for a coordinator without holding the event loop: batches are
-# read lazily, in order, and the loop is yielded to every REPLAY_CHUNK batches and after every
+# read in order, a large chunk of the segment at a time (Segment.batches: a read per batch cost
+# more than its records), and the loop is yielded to every REPLAY_CHUNK batches and after every
 # REPLAY_SLICE_S of replaying (batches of many records, offset commits of many partitions say,
 # would otherwise hold it for long: requests meanwhile, Metadata included, wait). The replay ends
 # only after a pass from where it stopped finds nothing new, with no await in that pass, so a
@@ -44,10 +45,10 @@ async def _replay(partition: Partition, visit: BatchVisitor, start: int | None) 
             position = segment.position_of(max(next_offset, segment.base_offset))
             if position is None:
                 continue
-            for at, header in segment.headers(position):
+            for header, data in segment.batches(position):
                 if header.last_offset < next_offset:
                     continue
-                visit(header, segment.log.read(at, header.size))
+                visit(header, data)
                 next_offset = header.last_offset + 1
                 visited += 1
                 progressed = True
