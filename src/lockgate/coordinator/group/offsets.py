@@ -141,7 +141,7 @@ class Offsets:
         ]
         if accepted:
             try:
-                await self._append(group_id, list(accepted))
+                await self._append(group_id, list(accepted))  # (as Records: values may be None)
             except writes.WriteFailure as exc:
                 return all_(writes.write_error(exc, ErrorCode.kafka_storage_error))
             group.offsets.records.update(accepted)  # (held as the records: committed.py)

@@ -3,6 +3,8 @@
 # Offset commit: key (version 1, group, topic, partition), value v3 (offset, leader epoch,
 # metadata, commit timestamp). Group metadata: key (version 2, group), value v3 (protocol type,
 # generation, protocol, leader, state timestamp, members). A null value deletes the key.
+# Decoding goes through protocol.fastpath.unpack_fields (compiled, with a pure twin): a load
+# checks every record it replays (offset_commit), readers decode the offsets they read.
 from __future__ import annotations
 
 import struct
@@ -18,8 +20,9 @@ GROUP_VALUE_VERSION = 3
 
 
 class CommittedOffset(NamedTuple):
-    """A group's committed offset of one partition (a NamedTuple: a load builds one per
-    live offset, and a tuple is quicker to build than a frozen dataclass)."""
+    """A group's committed offset of one partition, as OffsetCommit brings it and OffsetFetch
+    reads it (the coordinator holds the record instead: committed.py). A NamedTuple: quicker
+    to build than a frozen dataclass, read the same."""
 
     offset: int
     leader_epoch: int
