@@ -42,7 +42,8 @@ from tests.support.etcd import EtcdCluster
 VALUE = b"x" * 1024
 
 
-def _cpu_seconds(cluster: BrokerCluster) -> float:
+def cluster_cpu_seconds(cluster: BrokerCluster) -> float:
+    """User + system CPU seconds of every running broker of `cluster` so far (/proc)."""
     ticks = os.sysconf("SC_CLK_TCK")
     total = 0.0
     for broker in cluster.brokers.values():
@@ -81,11 +82,11 @@ def replication(cluster: BrokerCluster, messages: int, rounds: int) -> dict[str,
     }
     for _ in range(rounds):
         for factor in (1, 3):
-            cpu = _cpu_seconds(cluster)
+            cpu = cluster_cpu_seconds(cluster)
             seconds = _produce(cluster.bootstrap, f"rf{factor}", messages)
             time.sleep(1)  # followers finish fetching: their CPU counts too
             results[f"rf{factor}"]["seconds"].append(seconds)
-            results[f"rf{factor}"]["cpu"].append(_cpu_seconds(cluster) - cpu)
+            results[f"rf{factor}"]["cpu"].append(cluster_cpu_seconds(cluster) - cpu)
     gigabytes = messages * len(VALUE) / 1e9
     summary = {}
     for name, figures in results.items():

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from lockgate.config.properties import BrokerConfig
 from lockgate.server.broker import Broker
@@ -18,6 +19,13 @@ from tests.support.etcd import EtcdCluster, etcd_available
 from tests.support.fault_proxy import FaultProxy, broker_behind
 from tests.support.franz_go import franzcheck_binary
 from tests.support.reference_kafka import spark_kafka_jars
+
+# No per-example deadline for generated tests: on a machine shared with other work an example
+# that takes 100 ms alone can take 250 ms, and a test must not fail for the machine's load (a
+# test that really hangs meets the suite's timeout instead). Tests that set their own
+# settings(deadline=...) keep them.
+settings.register_profile("lockgate", deadline=None)
+settings.load_profile("lockgate")
 
 # The slowest directories are collected first. pytest-xdist's loadfile mode still orders modules by
 # their test count (largest first), so this only decides ties among modules of equal size; the

@@ -41,15 +41,17 @@ class BrokerCluster:
         size: int = 3,
         settings: dict[str, str] | None = None,
         cluster_urls: dict[int, str] | None = None,
+        node_settings: dict[int, dict[str, str]] | None = None,
     ) -> None:
-        """`cluster_urls` gives a broker another way to etcd (a fault proxy, say)."""
+        """`cluster_urls` gives a broker another way to etcd (a fault proxy, say);
+        `node_settings` a broker its own properties (its broker.rack, say) over `settings`."""
         self.namespace = f"test-{uuid.uuid4().hex[:8]}"
         self.url = f"{etcd.url}/{self.namespace}"
         self.brokers: dict[int, BrokerProcess] = {}
         for node in range(size):
             url = (cluster_urls or {}).get(node, etcd.url) + f"/{self.namespace}"
-            config = {**FAST_FAILOVER, **(settings or {}), "lockgate.cluster": url,
-                      "node.id": str(node)}  # fmt: skip
+            config = {**FAST_FAILOVER, **(settings or {}), **(node_settings or {}).get(node, {}),
+                      "lockgate.cluster": url, "node.id": str(node)}  # fmt: skip
             self.brokers[node] = BrokerProcess(base / f"broker{node}", config)
         self.paused: set[int] = set()
 

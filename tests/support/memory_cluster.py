@@ -95,6 +95,7 @@ def replica_manager(broker: Broker, store: MemoryStore) -> ReplicaManager:
         broker.config.integer("replica.lag.time.max.ms"),
         broker.metrics.isr_changed,
         broker.topics.clock_ms,  # the broker's clock
+        broker.replica_selector,
     )
 
 
@@ -161,8 +162,12 @@ class MemoryClusterBroker:
             task.cancel()
 
     def register(self, port: int) -> None:
-        """Registers the broker at `port` (another port than its own: unreachable)."""
-        self.store.view.brokers[self.node_id] = BrokerRegistration(self.node_id, "127.0.0.1", port)
+        """Registers the broker at `port` (another port than its own: unreachable), in its
+        broker.rack."""
+        rack = self.broker.config.get("broker.rack") or None
+        self.store.view.brokers[self.node_id] = BrokerRegistration(
+            self.node_id, "127.0.0.1", port, rack
+        )
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -212,11 +217,17 @@ async def connected(member: MemoryClusterBroker) -> AsyncIterator[BrokerConnecti
 
 @contextlib.asynccontextmanager
 async def memory_cluster(
-    count: int, settings: dict[str, str] | None = None
+    count: int,
+    settings: dict[str, str] | None = None,
+    node_settings: dict[int, dict[str, str]] | None = None,
 ) -> AsyncIterator[tuple[MemoryStore, list[MemoryClusterBroker]]]:
-    """`count` brokers (node ids 0..count-1) registered in a fresh MemoryStore."""
+    """`count` brokers (node ids 0..count-1) registered in a fresh MemoryStore, each with
+    `settings` and its own `node_settings` (its broker.rack, say)."""
     store = MemoryStore()
-    brokers = [MemoryClusterBroker(store, n, settings or {}) for n in range(count)]
+    brokers = [
+        MemoryClusterBroker(store, n, {**(settings or {}), **(node_settings or {}).get(n, {})})
+        for n in range(count)
+    ]
     try:
         for member in brokers:
             await member.start()

@@ -37,11 +37,17 @@ typedef struct {
 
 static PyObject *str_done, *str_set_result, *str_metadata, *str_future_type;
 static PyObject *future_type; /* asyncio.Future */
+/* asyncio.Future.done and .set_result, called on exact Futures without a look-up each time */
+static PyObject *future_done_method, *future_set_result_method;
 static PyObject *base_loop_time; /* asyncio.BaseEventLoop.time: time.monotonic() */
 static PyObject *empty_tuple;
 
-/* An entry's slot once run_complete has given its own future a RecordMetadata. */
+/* The slot of an entry whose waiter is not a RecordGroup: a future that the collector tracks
+ * (-1: the general path's), one that accumulator_append untracked (SLOT_UNTRACKED), or one
+ * of those that run_complete has given its RecordMetadata (SLOT_SETTLED). */
 #define SLOT_SETTLED -2
+#define SLOT_UNTRACKED -3
+#define WAITER_UNTRACKED(e) ((e)->slot == SLOT_UNTRACKED || (e)->slot == SLOT_SETTLED)
 
 /* The futures of send() are left out of the collector's scans while a queue or run holds them
  * (see accumulator_append), and tracked again when the entry lets go of them — unless the
@@ -49,8 +55,7 @@ static PyObject *empty_tuple;
  * and its RecordMetadata (a str and ints), so it can be in no reference cycle and dies by its
  * reference count; tracked, it would be scanned while the caller and flush() keep it. */
 static void entry_clear(Entry *e) {
-    if (e->waiter != NULL && e->slot != SLOT_SETTLED &&
-        Py_IS_TYPE(e->waiter, (PyTypeObject *)future_type) && !PyObject_GC_IsTracked(e->waiter))
+    if (e->waiter != NULL && e->slot == SLOT_UNTRACKED && !PyObject_GC_IsTracked(e->waiter))
         PyObject_GC_Track(e->waiter);
     Py_CLEAR(e->key);
     Py_CLEAR(e->value);
@@ -134,7 +139,9 @@ static int group_init(RecordGroup *self, PyObject *args, PyObject *kwds) {
 }
 
 static int future_done(PyObject *future) {
-    PyObject *done = PyObject_CallMethodNoArgs(future, str_done);
+    PyObject *done = Py_IS_TYPE(future, (PyTypeObject *)future_type)
+                         ? PyObject_Vectorcall(future_done_method, &future, 1, NULL)
+                         : PyObject_CallMethodNoArgs(future, str_done);
     if (done == NULL) return -1;
     int result = PyObject_IsTrue(done);
     Py_DECREF(done);
@@ -237,12 +244,20 @@ typedef struct {
 
 static PyTypeObject RecordRunType;
 
-static int run_traverse(RecordRun *self, visitproc visit, void *arg) {
-    for (Py_ssize_t i = 0; i < self->count; i++) {
-        Py_VISIT(self->entries[i].waiter);
-        Py_VISIT(self->entries[i].headers);
+/* Entries are visited without touching the objects the collector never tracks: the untracked
+ * futures (visiting them would change nothing, and each visit is a cache miss: a traversal of
+ * a run or queue was most of the collector's time) and the shared empty headers. */
+static int entries_traverse(Entry *entries, Py_ssize_t count, visitproc visit, void *arg) {
+    for (Py_ssize_t i = 0; i < count; i++) {
+        Entry *e = &entries[i];
+        if (!WAITER_UNTRACKED(e)) Py_VISIT(e->waiter);
+        if (e->headers != empty_tuple) Py_VISIT(e->headers);
     }
     return 0;
+}
+
+static int run_traverse(RecordRun *self, visitproc visit, void *arg) {
+    return entries_traverse(self->entries, self->count, visit, arg);
 }
 
 static int run_clear(RecordRun *self) {
@@ -416,22 +431,31 @@ static PyObject *run_complete(RecordRun *self, PyObject *const *args, Py_ssize_t
     if (base_offset == -1 && PyErr_Occurred()) return NULL;
     long long append_time = PyLong_AsLongLong(args[4]);
     if (append_time == -1 && PyErr_Occurred()) return NULL;
+    /* records queued in the same millisecond share one timestamp object */
+    PyObject *timestamp = NULL;
+    long long timestamp_value = 0;
     for (Py_ssize_t i = 0; i < self->count; i++) {
         Entry *e = &self->entries[i];
+        long long wanted = append_time >= 0 ? append_time : e->timestamp;
+        if (timestamp == NULL || wanted != timestamp_value) {
+            Py_XDECREF(timestamp);
+            timestamp = PyLong_FromLongLong(wanted);
+            if (timestamp == NULL) return NULL;
+            timestamp_value = wanted;
+        }
         PyObject *metadata = metadata_type->tp_alloc(metadata_type, 4);
-        if (metadata == NULL) return NULL;
+        PyObject *offset = PyLong_FromLongLong(base_offset < 0 ? -1 : base_offset + i);
+        if (metadata == NULL || offset == NULL) {
+            Py_XDECREF(offset);
+            Py_XDECREF(metadata);
+            Py_DECREF(timestamp);
+            return NULL;
+        }
         Py_INCREF(topic);
         PyTuple_SET_ITEM(metadata, 0, topic);
         Py_INCREF(partition);
         PyTuple_SET_ITEM(metadata, 1, partition);
-        PyObject *offset = PyLong_FromLongLong(base_offset < 0 ? -1 : base_offset + i);
-        PyObject *timestamp = PyLong_FromLongLong(append_time >= 0 ? append_time : e->timestamp);
-        if (offset == NULL || timestamp == NULL) {
-            Py_XDECREF(offset);
-            Py_XDECREF(timestamp);
-            Py_DECREF(metadata);
-            return NULL;
-        }
+        Py_INCREF(timestamp);
         PyTuple_SET_ITEM(metadata, 2, offset);
         PyTuple_SET_ITEM(metadata, 3, timestamp);
         /* Only a str and ints inside: it can be in no reference cycle, so the collector need
@@ -447,16 +471,22 @@ static PyObject *run_complete(RecordRun *self, PyObject *const *args, Py_ssize_t
             int done = future_done(e->waiter);
             failed = done < 0;
             if (done == 0) {
-                PyObject *r = PyObject_CallMethodOneArg(e->waiter, str_set_result, metadata);
+                PyObject *call[2] = {e->waiter, metadata};
+                PyObject *r = Py_IS_TYPE(e->waiter, (PyTypeObject *)future_type)
+                                  ? PyObject_Vectorcall(future_set_result_method, call, 2, NULL)
+                                  : PyObject_CallMethodOneArg(e->waiter, str_set_result, metadata);
                 failed = r == NULL;
                 Py_XDECREF(r);
-                if (!failed && Py_IS_TYPE(e->waiter, (PyTypeObject *)future_type))
-                    e->slot = SLOT_SETTLED;
+                if (!failed && e->slot == SLOT_UNTRACKED) e->slot = SLOT_SETTLED;
             }
         }
         Py_DECREF(metadata);
-        if (failed) return NULL;
+        if (failed) {
+            Py_DECREF(timestamp);
+            return NULL;
+        }
     }
+    Py_XDECREF(timestamp);
     Py_RETURN_NONE;
 }
 
@@ -527,11 +557,7 @@ static int queue_init(RecordQueue *self, PyObject *args, PyObject *kwds) {
 }
 
 static int queue_traverse(RecordQueue *self, visitproc visit, void *arg) {
-    for (Py_ssize_t i = self->head; i < self->head + self->count; i++) {
-        Py_VISIT(self->entries[i].waiter);
-        Py_VISIT(self->entries[i].headers);
-    }
-    return 0;
+    return entries_traverse(self->entries + self->head, self->count, visit, arg);
 }
 
 static int queue_clear(RecordQueue *self) {
@@ -604,6 +630,10 @@ static PyObject *queue_append(RecordQueue *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OOO!LnOd|n", &key, &value, &PyTuple_Type, &headers, &timestamp,
                           &size, &waiter, &enqueued, &slot))
         return NULL;
+    if (slot < -1) {
+        PyErr_SetString(PyExc_ValueError, "a slot is -1 or a group's index");
+        return NULL;
+    }
     if ((key != Py_None && !PyBytes_CheckExact(key)) ||
         (value != Py_None && !PyBytes_CheckExact(value))) {
         PyErr_SetString(PyExc_TypeError, "a record's key and value are bytes or None");
@@ -722,8 +752,12 @@ static PyTypeObject RecordQueueType = {
 typedef struct {
     PyObject_HEAD
     PyObject *cluster, *new_queue, *wakeup, *txn_check, *unfinished, *topics, *clock, *loop;
+    PyObject *future_kwargs; /* {"loop": loop}, for Future(loop=loop) */
+    char direct_futures;     /* see new_future */
     char monotonic; /* the loop's clock is time.monotonic(): read it here, not through a call */
     Py_ssize_t batch_size, max_request_size, buffer_memory, prune_at, prune_base;
+    Py_ssize_t yield_every, since_yield; /* see queue_record */
+    Py_ssize_t batch_records;            /* the most records a batch may take; 0: no limit */
     long long buffered_bytes;
     char filled, sendable;
 } Accumulator;
@@ -769,6 +803,7 @@ static int accumulator_init(Accumulator *self, PyObject *args, PyObject *kwds) {
     self->buffered_bytes = 0;
     self->filled = 0;
     self->sendable = 0;
+    self->yield_every = self->since_yield = self->batch_records = 0;
     return 0;
 }
 
@@ -781,6 +816,7 @@ static int accumulator_traverse(Accumulator *self, visitproc visit, void *arg) {
     Py_VISIT(self->topics);
     Py_VISIT(self->clock);
     Py_VISIT(self->loop);
+    Py_VISIT(self->future_kwargs);
     return 0;
 }
 
@@ -793,6 +829,7 @@ static int accumulator_clear(Accumulator *self) {
     Py_CLEAR(self->topics);
     Py_CLEAR(self->clock);
     Py_CLEAR(self->loop);
+    Py_CLEAR(self->future_kwargs);
     return 0;
 }
 
@@ -800,6 +837,61 @@ static void accumulator_dealloc(Accumulator *self) {
     PyObject_GC_UnTrack(self);
     accumulator_clear(self);
     Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* A pending future of `loop` built without asyncio.Future's constructor: the object
+ * allocated, then its loop set — the first field of the C Future (_asyncio's FutureObj), all
+ * the others zero. The constructor costs four times as much: it looks up the running loop
+ * (Python 3.11 asks getpid() each time) or parses a keyword, and calls the loop's get_debug(),
+ * a Python method, for every future. Only used once check_direct_futures has found it to
+ * build the very bytes the constructor builds. */
+static PyObject *direct_future(PyObject *loop) {
+    PyTypeObject *type = (PyTypeObject *)future_type;
+    PyObject *future = type->tp_alloc(type, 0);
+    if (future == NULL) return NULL;
+    Py_INCREF(loop);
+    *(PyObject **)((char *)future + sizeof(PyObject)) = loop;
+    return future;
+}
+
+/* Whether direct_future builds, byte for byte, what Future(loop=loop) builds on this Python:
+ * the C Future, its loop where expected, nothing else set (in debug mode the constructor also
+ * records a traceback: then the constructor it is). 1 yes, 0 no, -1 with an exception. */
+static int check_direct_futures(PyObject *loop, PyObject *kwargs) {
+    PyTypeObject *type = (PyTypeObject *)future_type;
+    Py_ssize_t size = type->tp_basicsize;
+    if ((type->tp_flags & Py_TPFLAGS_HEAPTYPE) || !(type->tp_flags & Py_TPFLAGS_HAVE_GC) ||
+        type->tp_itemsize != 0 || size < (Py_ssize_t)(sizeof(PyObject) + sizeof(PyObject *)) ||
+        strcmp(type->tp_name, "_asyncio.Future") != 0)
+        return 0;
+    PyObject *built = PyObject_Call(future_type, empty_tuple, kwargs);
+    if (built == NULL) return -1;
+    PyObject *direct = direct_future(loop);
+    if (direct == NULL) {
+        Py_DECREF(built);
+        return -1;
+    }
+    int same = memcmp((char *)built + sizeof(PyObject), (char *)direct + sizeof(PyObject),
+                      (size_t)(size - (Py_ssize_t)sizeof(PyObject))) == 0;
+    if (same) { /* and it works as one */
+        PyObject *got = PyObject_CallMethod(direct, "get_loop", NULL);
+        same = got == loop;
+        Py_XDECREF(got);
+        if (got == NULL) {
+            Py_DECREF(built);
+            Py_DECREF(direct);
+            return -1;
+        }
+    }
+    Py_DECREF(built);
+    Py_DECREF(direct);
+    return same;
+}
+
+/* A new pending future of the accumulator's loop. */
+static PyObject *new_future(Accumulator *self) {
+    if (self->direct_futures) return direct_future(self->loop);
+    return PyObject_Call(future_type, empty_tuple, self->future_kwargs);
 }
 
 static PyObject *accumulator_start(Accumulator *self, PyObject *loop) {
@@ -812,8 +904,18 @@ static PyObject *accumulator_start(Accumulator *self, PyObject *loop) {
     if (method == NULL) return NULL;
     self->monotonic = method == base_loop_time;
     Py_DECREF(method);
+    PyObject *kwargs = Py_BuildValue("{sO}", "loop", loop);
+    if (kwargs == NULL) return NULL;
+    Py_XSETREF(self->future_kwargs, kwargs);
+    int direct = check_direct_futures(loop, kwargs);
+    if (direct < 0) return NULL;
+    self->direct_futures = (char)direct;
     self->sendable = 1;
     Py_RETURN_NONE;
+}
+
+static PyObject *accumulator_direct_futures(Accumulator *self, void *closure) {
+    return PyBool_FromLong(self->direct_futures);
 }
 
 static PyObject *accumulator_register(Accumulator *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -853,24 +955,42 @@ static PyObject *accumulator_register(Accumulator *self, PyObject *const *args, 
     Py_RETURN_NONE;
 }
 
-static int track(Accumulator *self, PyObject *future) {
-    if (PyList_Append(self->unfinished, future) < 0) return -1;
-    Py_ssize_t length = PyList_GET_SIZE(self->unfinished);
-    if (length < self->prune_at) return 0;
+/* Drops the done futures from `unfinished`. In place: the list lives as long as the producer,
+ * in the collector's oldest generation, while a new one would be young and scanned — all of
+ * its futures, each a cache miss — by the next collections. */
+static int prune(Accumulator *self) {
+    PyObject *unfinished = self->unfinished;
+    Py_ssize_t length = PyList_GET_SIZE(unfinished);
     PyObject *kept = PyList_New(0);
     if (kept == NULL) return -1;
-    for (Py_ssize_t i = 0; i < length; i++) {
-        PyObject *item = PyList_GET_ITEM(self->unfinished, i);
+    Py_INCREF(unfinished); /* done() may run Python code */
+    int failed = 0;
+    for (Py_ssize_t i = 0; !failed && i < length && i < PyList_GET_SIZE(unfinished); i++) {
+        PyObject *item = PyList_GET_ITEM(unfinished, i);
+        Py_INCREF(item);
         int done = future_done(item);
-        if (done < 0 || (!done && PyList_Append(kept, item) < 0)) {
-            Py_DECREF(kept);
-            return -1;
-        }
+        failed = done < 0 || (!done && PyList_Append(kept, item) < 0);
+        Py_DECREF(item);
     }
-    Py_SETREF(self->unfinished, kept);
-    Py_ssize_t twice = 2 * PyList_GET_SIZE(kept);
-    self->prune_at = twice > self->prune_base ? twice : self->prune_base;
-    return 0;
+    if (!failed) failed = PyList_SetSlice(unfinished, 0, length, kept) < 0;
+    Py_DECREF(unfinished);
+    if (!failed) {
+        Py_ssize_t twice = 2 * PyList_GET_SIZE(kept);
+        self->prune_at = twice > self->prune_base ? twice : self->prune_base;
+    }
+    Py_DECREF(kept);
+    return failed ? -1 : 0;
+}
+
+static int track(Accumulator *self, PyObject *future) {
+    if (PyList_Append(self->unfinished, future) < 0) return -1;
+    if (PyList_GET_SIZE(self->unfinished) < self->prune_at) return 0;
+    return prune(self);
+}
+
+static PyObject *accumulator_prune(Accumulator *self, PyObject *unused) {
+    if (prune(self) < 0) return NULL;
+    Py_RETURN_NONE;
 }
 
 static PyObject *accumulator_track(Accumulator *self, PyObject *future) {
@@ -1016,7 +1136,16 @@ static int queue_record(Accumulator *self, PyObject *topic, PyObject *entry, Py_
     if (queue_push(queue, key, value, empty_tuple, timestamp, size, waiter, enqueued, slot) < 0)
         return -1;
     self->buffered_bytes += size;
-    if (before / self->batch_size != queue->size / self->batch_size) {
+    /* a batch full in records, as below in bytes */
+    int full = self->batch_records > 0 && queue->count % self->batch_records == 0;
+    /* Every yield_every records the caller yields too: only then can the loop read answers
+     * and write the batches they make room for, while a caller queueing in a loop of its own
+     * never waits for anything. A count of all records, whatever else asked for a yield. */
+    if (self->yield_every > 0 && ++self->since_yield >= self->yield_every) {
+        self->since_yield = 0;
+        self->filled = 1;
+    }
+    if (full || before / self->batch_size != queue->size / self->batch_size) {
         self->filled = 1; /* the sender should write the full batch now */
         return call_wakeup(self);
     }
@@ -1083,28 +1212,26 @@ static PyObject *accumulator_append(Accumulator *self, PyObject *const *args, Py
     }
     Py_INCREF(entry); /* Python code runs below: the entry must outlive a re-registration */
     if (chosen == -2) chosen = partition_of(topic, entry, key);
-    /* Future(), not Future(loop=loop): the keyword costs more (a dict, then its parsing) than
-     * the constructor's own look-up of the running loop, the same loop here */
-    PyObject *future = chosen < 0 ? NULL : PyObject_CallNoArgs(future_type);
+    PyObject *future = chosen < 0 ? NULL : new_future(self);
     if (future == NULL) {
         Py_DECREF(entry);
         return NULL;
     }
+    /* The queue keeps the future alive whatever the collector finds, so scanning it is wasted
+     * work — and futures live long enough (linger, a round trip) to be promoted to the oldest
+     * generation, whose growth sets off full collections over every object of the process: a
+     * third of the producer's time at full speed. It holds only its loop until it completes;
+     * entry_clear tracks it again when the queue or its run lets go of it (SLOT_UNTRACKED). */
+    PyObject_GC_UnTrack(future);
     double enqueued = loop_time(self);
     if ((enqueued == -1.0 && PyErr_Occurred()) ||
-        queue_record(self, topic, entry, chosen, key, value, timestamp, size, future, -1,
-                     enqueued) < 0) {
+        queue_record(self, topic, entry, chosen, key, value, timestamp, size, future,
+                     SLOT_UNTRACKED, enqueued) < 0) {
         Py_DECREF(entry);
         Py_DECREF(future);
         return NULL;
     }
     Py_DECREF(entry);
-    /* Queued: the queue keeps the future alive whatever the collector finds, so scanning it
-     * is wasted work — and futures live long enough (linger, a round trip) to be promoted to
-     * the oldest generation, whose growth sets off full collections over every object of the
-     * process: a third of the producer's time at full speed. It holds only its loop until it
-     * completes; entry_clear tracks it again when the queue or its run lets go of it. */
-    PyObject_GC_UnTrack(future);
     if (track(self, future) < 0) {
         Py_DECREF(future);
         return NULL;
@@ -1209,6 +1336,7 @@ static PyMethodDef accumulator_methods[] = {
     {"start", (PyCFunction)accumulator_start, METH_O, NULL},
     {"register", (PyCFunction)(void (*)(void))accumulator_register, METH_FASTCALL, NULL},
     {"track", (PyCFunction)accumulator_track, METH_O, NULL},
+    {"prune", (PyCFunction)accumulator_prune, METH_NOARGS, NULL},
     {"queue_for", (PyCFunction)(void (*)(void))accumulator_queue_for, METH_FASTCALL, NULL},
     {"partition_of", (PyCFunction)(void (*)(void))accumulator_partition_of, METH_FASTCALL, NULL},
     {"append", (PyCFunction)(void (*)(void))accumulator_append, METH_FASTCALL, NULL},
@@ -1223,9 +1351,16 @@ static PyMemberDef accumulator_members[] = {
     {"unfinished", T_OBJECT_EX, offsetof(Accumulator, unfinished), 0, NULL},
     {"topics", T_OBJECT, offsetof(Accumulator, topics), READONLY, NULL},
     {"prune_at", T_PYSSIZET, offsetof(Accumulator, prune_at), 0, NULL},
+    {"yield_every", T_PYSSIZET, offsetof(Accumulator, yield_every), 0, NULL},
+    {"batch_records", T_PYSSIZET, offsetof(Accumulator, batch_records), 0, NULL},
     {"batch_size", T_PYSSIZET, offsetof(Accumulator, batch_size), READONLY, NULL},
     {"buffer_memory", T_PYSSIZET, offsetof(Accumulator, buffer_memory), READONLY, NULL},
     {"max_request_size", T_PYSSIZET, offsetof(Accumulator, max_request_size), READONLY, NULL},
+    {NULL}};
+
+static PyGetSetDef accumulator_getset[] = {
+    {"direct_futures", (getter)accumulator_direct_futures, NULL,
+     "Whether send()'s futures are built without Future's constructor (see new_future).", NULL},
     {NULL}};
 
 static PyTypeObject AccumulatorType = {
@@ -1240,6 +1375,7 @@ static PyTypeObject AccumulatorType = {
     .tp_dealloc = (destructor)accumulator_dealloc,
     .tp_methods = accumulator_methods,
     .tp_members = accumulator_members,
+    .tp_getset = accumulator_getset,
 };
 
 /* ------------------------------------------------------------------------------------------ */
@@ -1268,6 +1404,14 @@ PyMODINIT_FUNC PyInit__fastpath(void) {
     PyObject *asyncio = PyImport_ImportModule("asyncio");
     if (asyncio == NULL) return NULL;
     future_type = PyObject_GetAttr(asyncio, str_future_type);
+    if (future_type != NULL) {
+        future_done_method = PyObject_GetAttr(future_type, str_done);
+        future_set_result_method = PyObject_GetAttr(future_type, str_set_result);
+        if (future_done_method == NULL || future_set_result_method == NULL) {
+            Py_DECREF(asyncio);
+            return NULL;
+        }
+    }
     PyObject *base_loop = PyObject_GetAttrString(asyncio, "BaseEventLoop");
     Py_DECREF(asyncio);
     if (future_type == NULL || base_loop == NULL) return NULL;

@@ -175,6 +175,8 @@ class RecordQueue:
             raise TypeError("a record's key and value are bytes or None")
         if not isinstance(headers, tuple):
             raise TypeError("headers must be a tuple")
+        if slot < -1:  # the compiled twin marks its own futures' entries below -1
+            raise ValueError("a slot is -1 or a group's index")
         self._entries.append((key, value, headers, timestamp, size, waiter, enqueued, slot))
         self.size += size
 
@@ -228,6 +230,7 @@ class Accumulator:
         "_clock",
         "_key_caches",
         "_loop",
+        "batch_records",
         "batch_size",
         "buffer_memory",
         "buffered_bytes",
@@ -238,10 +241,12 @@ class Accumulator:
         "prune_at",
         "prune_base",
         "sendable",
+        "since_yield",
         "topics",
         "txn_check",
         "unfinished",
         "wakeup",
+        "yield_every",
     )
 
     def __init__(
@@ -264,7 +269,10 @@ class Accumulator:
         self.buffer_memory = buffer_memory
         self.prune_at = self.prune_base = prune_at
         self.buffered_bytes = 0
-        self.filled = False  # the last append filled a batch: the caller should yield
+        self.filled = False  # the caller should yield (a batch filled, or yield_every records)
+        self.yield_every = 0  # 0: only a full batch asks for a yield
+        self.batch_records = 0  # the most records a batch may take (full then); 0: no limit
+        self.since_yield = 0
         self.sendable = False  # started and not closing
         self.unfinished: list[asyncio.Future[Any]] = []
         # topic → [metadata snapshot, partition count, queues by partition, round-robin
@@ -274,6 +282,12 @@ class Accumulator:
         self._clock: Callable[[], float] = time.monotonic
         # murmur2 is slow in Python and keys repeat: partition count → key → partition
         self._key_caches: dict[int, dict[bytes | None, int]] = {}
+
+    @property
+    def direct_futures(self) -> bool:
+        """Whether send()'s futures are built without Future's constructor: never here (the
+        compiled twin does, where it can)."""
+        return False
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -300,8 +314,15 @@ class Accumulator:
         unfinished = self.unfinished
         unfinished.append(future)
         if len(unfinished) >= self.prune_at:
-            self.unfinished = unfinished = [f for f in unfinished if not f.done()]
-            self.prune_at = max(self.prune_base, 2 * len(unfinished))
+            self.prune()
+
+    def prune(self) -> None:
+        """Drops the done futures from `unfinished`. In place: the list lives as long as the
+        producer, in the collector's oldest generation, while a new one would be young and
+        scanned (all of its futures) by the next collections."""
+        unfinished = self.unfinished
+        unfinished[:] = [f for f in unfinished if not f.done()]
+        self.prune_at = max(self.prune_base, 2 * len(unfinished))
 
     def queue_for(self, topic: str, partition: int) -> RecordQueue:
         queues: list[RecordQueue | None] = self.topics[topic][2]
@@ -401,11 +422,30 @@ class Accumulator:
         before = queue.size
         queue.append(key, value, (), timestamp_ms, size, waiter, enqueued, slot)
         self.buffered_bytes += size
-        if before // self.batch_size != queue.size // self.batch_size:
+        self._count_queued(1)
+        if self._filled(before, len(queue) - 1, queue):
             self.filled = True  # the sender should write the full batch now
             self.wakeup()
         elif len(queue) == 1:
             self.wakeup()
+
+    def _filled(self, before: int, before_count: int, queue: RecordQueue) -> bool:
+        """Whether the records just queued filled a batch: in bytes, or in records."""
+        if before // self.batch_size != queue.size // self.batch_size:
+            return True
+        limit = self.batch_records
+        return limit > 0 and before_count // limit != len(queue) // limit
+
+    def _count_queued(self, count: int) -> None:
+        """Every yield_every records the caller yields too: only then can the loop read
+        answers and write the batches they make room for, while a caller queueing in a loop
+        of its own never waits for anything. A count of all records, whatever else asked for
+        a yield."""
+        if self.yield_every > 0:
+            self.since_yield += count
+            if self.since_yield >= self.yield_every:
+                self.since_yield %= self.yield_every
+                self.filled = True
 
     def measure(self, items: list[tuple[bytes | None, bytes | None]]) -> tuple[int, int]:
         """(the sum, the largest) of the records' size bounds; TypeError for anything but
@@ -442,9 +482,10 @@ class Accumulator:
             runs: dict[int, Sequence[int]] = {partition: range(len(items))}
         else:
             runs = _slots_by_partition(self._partitions(topic, keys))
+        self._count_queued(len(items))
         for chosen, slots in runs.items():
             queue = self.queue_for(topic, chosen)
-            before = queue.size
+            before, before_count = queue.size, len(queue)
             if isinstance(slots, range):  # the whole call
                 queue.extend(keys, values, sizes, timestamp_ms, group, enqueued, slots)
             else:
@@ -458,7 +499,7 @@ class Accumulator:
                     slots,
                 )
             self.buffered_bytes += queue.size - before
-            if before // self.batch_size != queue.size // self.batch_size:
+            if self._filled(before, before_count, queue):
                 self.filled = True
                 self.wakeup()
             elif before == 0:

@@ -7,6 +7,9 @@
 # request that times out also closes the connection (as the Java client does): its response
 # may still arrive, and nothing later on the stream can be trusted to line up until it has.
 # Closing fails every request in flight with KafkaConnectionError.
+# A request sent with send_encoded_then() has no future: its response (or the error that ended
+# it) goes to its callback, called by the reader as soon as the response is read (an error from
+# closing: soon after, from the loop, never from inside the code that closed).
 from __future__ import annotations
 
 import asyncio
@@ -60,6 +63,8 @@ _INT16 = struct.Struct(">h")
 _HEADER = struct.Struct(">hhi")
 
 ResponseDecoder = Callable[[bytes, int], Any]  # (frame payload, body offset) → response
+# send_encoded_then()'s callback: (the decoded response, None) or (None, the error).
+ResponseCallback = Callable[[Any, KafkaError | None], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +109,10 @@ class _InFlight:
     api_key: int
     version: int
     decoder: ResponseDecoder
-    future: asyncio.Future[Any]
+    future: asyncio.Future[Any] | None  # None: `callback` takes the outcome
+    callback: ResponseCallback | None = None
+    timer: asyncio.TimerHandle | None = None  # the callback's request timeout
+    error: KafkaError | None = None  # set when this request's own timeout closed the stream
 
 
 class BrokerConnection:
@@ -138,6 +146,7 @@ class BrokerConnection:
         self._in_flight: deque[_InFlight] = deque()
         self._correlation_ids = itertools.count(1)
         self._closed_because: KafkaError | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop it was connected on
 
     def __repr__(self) -> str:
         node = "" if self.node_id is None else f" node {self.node_id}"
@@ -162,6 +171,7 @@ class BrokerConnection:
         if self._writer is not None:
             raise RuntimeError(f"{self!r} is already connected (connections are not reused)")
         tls = self.security is not None and self.security.security_protocol.uses_tls
+        self._loop = asyncio.get_running_loop()
         try:
             context = client_context(self.security) if tls and self.security else None
             reader, self._writer = await asyncio.wait_for(
@@ -354,6 +364,46 @@ class BrokerConnection:
         timeout = self.request_timeout_ms if timeout_ms is None else timeout_ms
         return self._await_response(api_key, version, future, timeout)
 
+    def send_encoded_then(
+        self,
+        api_key: int,
+        version: int,
+        body: bytes,
+        callback: ResponseCallback,
+        *,
+        timeout_ms: float | None = None,
+    ) -> None:
+        """send_encoded() without a coroutine to await: `callback(response, None)` runs as
+        soon as the reader has the response, `callback(None, error)` when the request fails
+        (KafkaTimeoutError when its own timeout passed, which closes the connection as for
+        send_encoded; KafkaConnectionError when the connection closes, called from the loop
+        soon after). No task per request and no loop iterations between the answer and what
+        the caller does with it: the producer sends its next batch right away. The caller
+        keeps its requests within what it can have in flight (the transport buffers what
+        the socket does not take at once). Raises KafkaConnectionError at once when the
+        connection is closed."""
+        self._check_open()
+        correlation_id = next(self._correlation_ids)
+        entry = _InFlight(
+            correlation_id, api_key, version, _body_decoder(api_key, version), None, callback
+        )
+        timeout = self.request_timeout_ms if timeout_ms is None else timeout_ms
+        assert self._loop is not None  # connected
+        entry.timer = self._loop.call_later(timeout / 1000, self._timed_out, entry, timeout)
+        self._in_flight.append(entry)
+        self._write(api_key, version, correlation_id, body)
+
+    def _timed_out(self, entry: _InFlight, timeout_ms: float) -> None:
+        """A send_encoded_then() request got no answer in time (its timer is cancelled when
+        the answer comes, and by closing)."""
+        if entry.callback is None:
+            return
+        entry.error = KafkaTimeoutError(
+            f"{api_name(entry.api_key)} v{entry.version} to {self.address} got no response "
+            f"within {timeout_ms:.0f} ms"
+        )
+        self._abort(KafkaConnectionError(f"connection closed after a timeout: {entry.error}"))
+
     async def _send(
         self,
         api_key: int,
@@ -400,9 +450,9 @@ class BrokerConnection:
         header = encode_request_header(
             api_key, version, correlation_id, self.client_id, is_flexible(api_key, version)
         )
-        payload = header + body
         assert self._writer is not None
-        self._writer.write(_INT32.pack(len(payload)) + payload)
+        # one copy of a body that may be a megabyte of records, not one per concatenation
+        self._writer.write(b"".join((_INT32.pack(len(header) + len(body)), header, body)))
 
     def _check_open(self) -> None:
         if self._closed_because is not None:
@@ -441,21 +491,39 @@ class BrokerConnection:
                 f"response correlation id {correlation_id}, expected {head.correlation_id}"
             )
         self._in_flight.popleft()
-        if head.future.done():  # the caller gave up (cancelled); the stream stays in step
+        future, callback = head.future, head.callback
+        if callback is not None:
+            head.callback = None
+            if head.timer is not None:
+                head.timer.cancel()
+        elif future is None or future.done():  # the caller gave up; the stream stays in step
             return
+        error: KafkaError | None = None
         try:
             offset = response_body_offset(head.api_key, head.version)
             if offset < 0:
                 offset = skip_tagged_fields(payload, 4)
-            head.future.set_result(head.decoder(payload, offset))
+            response = head.decoder(payload, offset)
         except (BodyDecodeError, MalformedFrame) as exc:
             # Framing is intact, so only this request fails; the connection carries on.
-            head.future.set_exception(
-                KafkaConnectionError(
-                    f"undecodable {api_name(head.api_key)} v{head.version} response "
-                    f"from {self.address}: {exc}"
-                )
+            error = KafkaConnectionError(
+                f"undecodable {api_name(head.api_key)} v{head.version} response "
+                f"from {self.address}: {exc}"
             )
+        except Exception as exc:
+            if callback is None:
+                raise  # the reader closes the connection; the caller's timeout ends its wait
+            # a callback has no timeout left to end it: it must hear of the failure
+            log.exception("decoding a %s response failed", api_name(head.api_key))
+            error = KafkaConnectionError(f"{self.address}: unexpected failure: {exc!r}")
+        if callback is not None:
+            _call_back(callback, None if error else response, error)
+        elif error is not None:
+            assert future is not None
+            future.set_exception(error)
+        else:
+            assert future is not None
+            future.set_result(response)
 
     # ------------------------------------------------------------------------------------------
     # Closing
@@ -465,7 +533,15 @@ class BrokerConnection:
             self._closed_because = reason
         while self._in_flight:
             entry = self._in_flight.popleft()
-            if not entry.future.done():
+            if entry.callback is not None:
+                if entry.timer is not None:
+                    entry.timer.cancel()
+                error = entry.error or type(reason)(reason.message)
+                # From the loop: whoever closed may be in the middle of the callback's owner.
+                assert self._loop is not None  # only a connected connection sends
+                self._loop.call_soon(_call_back, entry.callback, None, error)
+                entry.callback = None
+            elif entry.future is not None and not entry.future.done():
                 entry.future.set_exception(type(reason)(reason.message))
                 # Nobody may be awaiting it any more (a timed-out caller): do not warn.
                 entry.future.exception()
@@ -483,6 +559,15 @@ class BrokerConnection:
         if self._writer is not None:
             with contextlib.suppress(OSError, asyncio.CancelledError):
                 await self._writer.wait_closed()
+
+
+def _call_back(callback: ResponseCallback, response: Any, error: KafkaError | None) -> None:
+    """A send_encoded_then() callback's failure is its owner's bug: logged, never the reader's
+    end (the stream is still in step)."""
+    try:
+        callback(response, error)
+    except Exception:
+        log.exception("a response callback failed")
 
 
 def api_name(api_key: int) -> str:

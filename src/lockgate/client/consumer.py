@@ -1,8 +1,9 @@
 # client/consumer.py — the asyncio consumer: manual assignment or group membership (subscribe;
 # the classic protocol in group_member.py, KIP-848's consumer protocol in consumer_member.py),
 # positions from committed offsets, explicit offsets or ListOffsets (earliest/latest), Fetch
-# from each partition's leader, records decoded with their headers, read_committed (the
-# default) filtering of aborted transactions, commits, pause.
+# from each partition's leader (or, with client_rack, from the replica the leader prefers:
+# KIP-392), records decoded with their headers, read_committed (the default) filtering of
+# aborted transactions, commits, pause.
 #
 # Invariants:
 # - A partition's position only moves forward past what was returned or skipped: past every
@@ -12,6 +13,10 @@
 #   (Fetch cuts at max bytes) is dropped and fetched again from its start.
 # - read_committed: an aborted transaction's records are dropped from its first offset (as
 #   listed by the broker) until its producer's ABORT marker, as the Java consumer does.
+# - A preferred read replica is followed until metadata.max.age.ms passes, then the leader is
+#   asked again; any error from it, its absence from the metadata or a failed request to it
+#   sends the partition back to its leader at once (as the Java consumer does). An offset out
+#   of range on a preferred replica is not reset: the leader is asked.
 # - In a group, the assignment only changes inside poll() (a rebalance): revoked partitions
 #   are committed (auto commit) and handed to the listener before they are dropped, new ones
 #   start from the group's committed offset, else from auto_offset_reset. Lost partitions
@@ -142,6 +147,7 @@ class Consumer(ClusterClient):
         retry_backoff_ms: int = 100,
         check_crcs: bool = True,
         security: ClientSecurity | None = None,
+        client_rack: str | None = None,
     ) -> None:
         super().__init__(
             bootstrap_servers, cluster, client_id, security, request_timeout_ms, retry_backoff_ms
@@ -159,6 +165,11 @@ class Consumer(ClusterClient):
         self.max_partition_fetch_bytes = max_partition_fetch_bytes
         self.retry_backoff = retry_backoff_ms / 1000
         self.check_crcs = check_crcs
+        # Kafka's client.rack: sent with every fetch, so that a leader with a replica selector
+        # may name a replica of this rack to read from (KIP-392)
+        self.client_rack = client_rack or ""
+        # partition → (the broker its leader prefers it is read from, until when: monotonic s)
+        self._read_replicas: dict[TopicPartition, tuple[int, float]] = {}
         self._positions: dict[TopicPartition, int | None] = {}
         self._paused: set[TopicPartition] = set()
         self._closed = False
@@ -591,7 +602,7 @@ class Consumer(ClusterClient):
             if timeout_ms is None
             else min(self.fetch_max_wait_ms, timeout_ms)
         )
-        by_leader: dict[int, list[tuple[TopicPartition, PartitionInfo]]] = {}
+        by_broker: dict[int, list[tuple[TopicPartition, PartitionInfo]]] = {}
         for tp in self._positions:
             if tp in self._paused:
                 continue
@@ -601,26 +612,46 @@ class Consumer(ClusterClient):
                 if not exc.retriable:
                     raise
                 continue
-            by_leader.setdefault(partition.leader_id, []).append((tp, partition))
-        if not by_leader:
+            by_broker.setdefault(self._read_replica(tp, partition), []).append((tp, partition))
+        if not by_broker:
             await asyncio.sleep(self.retry_backoff)
             return []
         results = await asyncio.gather(
-            *(self._fetch_from(leader, group, max_wait) for leader, group in by_leader.items()),
+            *(self._fetch_from(broker, group, max_wait) for broker, group in by_broker.items()),
             return_exceptions=True,
         )
         messages: list[Message] = []
         retry = False
-        for result in results:
+        for (broker, group), result in zip(by_broker.items(), results, strict=True):
             if isinstance(result, BaseException):
                 if isinstance(result, KafkaError) and result.retriable:
                     retry = True
+                    self._forget_read_replica((tp for tp, _partition in group), broker)
                     continue
                 raise result
             messages.extend(result)
         if retry and not messages:
             await asyncio.sleep(self.retry_backoff)
         return messages
+
+    def _read_replica(self, tp: TopicPartition, partition: PartitionInfo) -> int:
+        """The broker to fetch `tp` from: the replica its leader prefers while that holds and
+        the broker is in the metadata, else the leader."""
+        preferred = self._read_replicas.get(tp)
+        if preferred is None:
+            return partition.leader_id
+        broker, until = preferred
+        if time.monotonic() >= until or broker not in self.cluster.metadata.brokers:
+            del self._read_replicas[tp]  # ask the leader again
+            return partition.leader_id
+        return broker
+
+    def _forget_read_replica(self, partitions: Iterable[TopicPartition], broker: int) -> None:
+        """A request to `broker` failed: the partitions it served as preferred replica go back
+        to their leaders."""
+        for tp in partitions:
+            if self._read_replicas.get(tp, (None, 0.0))[0] == broker:
+                del self._read_replicas[tp]
 
     def _maybe_auto_commit(self) -> None:
         now = time.monotonic()
@@ -642,9 +673,11 @@ class Consumer(ClusterClient):
         return _MessageStream(self, max_messages, idle_timeout_ms)
 
     async def _fetch_from(
-        self, leader_id: int, group: list[tuple[TopicPartition, PartitionInfo]], max_wait_ms: int
+        self, broker: int, group: list[tuple[TopicPartition, PartitionInfo]], max_wait_ms: int
     ) -> list[Message]:
-        connection = await self.cluster.connection(leader_id)
+        """One Fetch to `broker`: the leader of the partitions in `group`, or the replica
+        their leaders prefer."""
+        connection = await self.cluster.connection(broker)
         version = connection.version_for(ApiKey.FETCH, min_version=FIRST_FETCH_VERSION)
         use_ids = version >= FIRST_FETCH_TOPIC_ID_VERSION
         topic_ids: dict[str, Any] = {}
@@ -686,7 +719,7 @@ class Consumer(ClusterClient):
                     for name, parts in by_topic.items()
                 ],
                 "forgotten_topics_data": [],
-                "rack_id": "",
+                "rack_id": self.client_rack,
             },
             version=version,
             timeout_ms=self.cluster.request_timeout_ms + max_wait_ms,
@@ -711,6 +744,12 @@ class Consumer(ClusterClient):
         position = self._positions.get(tp)
         if position is None:
             return []
+        if error != ErrorCode.none and self._read_replicas.pop(tp, None) is not None:
+            # the preferred replica failed us (not in sync any more, behind, gone): the leader
+            # serves or names another; an offset out of range there is no reason to reset
+            if error != ErrorCode.offset_out_of_range:
+                self.cluster.invalidate(tp.topic)
+            return []
         if error == ErrorCode.offset_out_of_range:
             if self.auto_offset_reset is OffsetReset.NONE:
                 raise OffsetOutOfRangeError(f"{tp} has no offset {position}")
@@ -722,6 +761,11 @@ class Consumer(ClusterClient):
                 self.cluster.invalidate(tp.topic)
                 return []
             raise exc
+        preferred = int(getattr(data, "preferred_read_replica", -1))
+        if preferred >= 0:  # the leader sends us elsewhere (and sent no records)
+            until = time.monotonic() + self.cluster.metadata_max_age_ms / 1000
+            self._read_replicas[tp] = (preferred, until)
+            return []
         aborted = [
             (int(a.first_offset), int(a.producer_id)) for a in (data.aborted_transactions or ())
         ]

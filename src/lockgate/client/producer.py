@@ -390,8 +390,9 @@ class Producer(ClusterClient):
     async def flush(self) -> None:
         """Sends everything queued now, ignoring linger, and waits until each record has its
         outcome (errors stay in the records' futures)."""
-        waiting = [f for f in self._accumulator.unfinished if not f.done()]
-        self._accumulator.unfinished = waiting
+        accumulator = self._accumulator
+        accumulator.prune()
+        waiting = list(accumulator.unfinished)
         if not waiting:
             return
         with self._sender.flushing():

@@ -5,9 +5,18 @@
 # flush, transactions) stays in producer.py.
 #
 # Invariants:
-# - The sender task decides what to send and writes every Produce request itself, in order:
-#   a partition's batches go on the wire in sequence order, and a broker applies the requests
-#   of one connection in order, so pipelining keeps the order.
+# - What to send is decided by one synchronous pass over the queues (_send_ready), run by the
+#   sender task and, right after an answer is handled, by the answer's callback (_pump) — never
+#   two at once, all on the loop: a partition's batches go on the wire in sequence order, and a
+#   broker applies the requests of one connection in order, so pipelining keeps the order.
+#   Answers are handled by callbacks from the connection's reader, not by a task per request.
+# - A batch that cannot grow any more (its bytes, or an idempotent partition's window of
+#   sequences, below) goes without waiting for its linger, and an idempotent partition never
+#   sends a runt that its window has room for: it waits for the acknowledgement that frees a
+#   whole batch's worth. A request that goes to a leader anyway takes along what the leader's
+#   other partitions have waiting for their linger (fewer requests, partitions in step).
+# - An answer's callback completes its batches' records only after it has written the next
+#   batches: the broker works on those meanwhile.
 # - Idempotent producers keep up to `max_in_flight` (≤ 5) batches in flight per partition,
 #   spanning at most 1001 sequence numbers (the broker's duplicate window, see sequences.py).
 #   When a batch has to be resent, its partition first lets everything in flight come back,
@@ -37,9 +46,10 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import functools
 import itertools
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, NamedTuple
@@ -89,6 +99,14 @@ FIRST_KIP360_INIT_VERSION = 3
 NO_OFFSET = -1
 # While work is queued the sender looks at delivery deadlines at least this often.
 EXPIRY_CHECK_SECONDS = 0.5
+# An idempotent partition's records in flight span at most DUPLICATE_WINDOW + 1 sequences,
+# so a batch never carries more, and one that has that many goes without waiting for its
+# linger. (Two batches of half as many in flight were measured slower on a busy machine: twice
+# the requests, each a wake-up of the broker and of the client.)
+BATCH_RECORDS = DUPLICATE_WINDOW + 1
+# send() and send_batch() yield to the loop after this many records (and when a batch fills):
+# the answers to what is in flight are read, and the next batches written, only then.
+YIELD_EVERY = 256
 PRUNE_UNFINISHED_AT = 1_024
 
 
@@ -204,6 +222,9 @@ class Sender:
             settings.buffer_memory,
             PRUNE_UNFINISHED_AT,
         )
+        self.accumulator.yield_every = YIELD_EVERY
+        # a batch full in records is written at once, as one full in bytes
+        self.accumulator.batch_records = BATCH_RECORDS if settings.idempotent else 0
         self._idle = asyncio.Event()
         self._idle.set()
         self._in_flight_total = 0
@@ -390,16 +411,21 @@ class Sender:
             return False
         return self._txn is None or self._txn.sending_allowed
 
-    def _send_ready(self, now: float) -> float | None:
-        """Writes the Produce requests that are due; returns how long until the next batch
-        may be (None: until something happens)."""
+    def _send_ready(
+        self, now: float, partitions: Iterable[TopicPartition] | None = None
+    ) -> float | None:
+        """Writes the Produce requests that are due (of `partitions` only, when given);
+        returns how long until the next batch may be (None: until something happens)."""
         if not self._may_send():
             return None
         wait: float | None = None
         # Per leader, rounds of batches: a request holds at most one batch per partition, so
         # a partition's second batch in flight goes in the next round's request.
         by_leader: dict[int, tuple[BrokerConnection, list[list[tuple[_Batch, int]]]]] = {}
-        for topic_partition, queue in self._queues.items():
+        queues = self._queues
+        chosen = queues.items() if partitions is None else [(p, queues[p]) for p in partitions]
+        waiting: list[tuple[TopicPartition, _PartitionQueue, PartitionInfo]] = []
+        for topic_partition, queue in chosen:
             if not queue.has_work():
                 continue
             if queue.not_before > now:
@@ -416,22 +442,59 @@ class Sender:
                 if later is not None:
                     wait = _earliest(wait, later)
                 if batch is None:
+                    if round_index == 0 and later is not None:
+                        waiting.append((topic_partition, queue, partition))
                     break
-                queue.in_flight.append(batch)
-                self._in_flight_total += 1
-                self._idle.clear()
-                _, rounds = by_leader.setdefault(partition.leader_id, (connection, []))
-                if len(rounds) <= round_index:
-                    rounds.append([])
-                rounds[round_index].append((batch, partition.leader_epoch))
+                self._add_to_request(by_leader, connection, round_index, batch, partition)
+        # A request goes to these leaders anyway: it also takes what their other partitions
+        # have waiting for their linger, rather than each becoming a request of its own.
+        if partitions is not None and by_leader:  # an answer's callback: the others too
+            looked_at = {tp for tp, _queue in chosen}
+            waiting += [
+                (tp, queue, info)
+                for tp, queue in queues.items()
+                if tp not in looked_at
+                and queue.pending
+                and (info := self._leader_of(tp)) is not None
+            ]
+        for topic_partition, queue, partition in waiting:
+            entry = by_leader.get(partition.leader_id)
+            if entry is None or queue.not_before > now:
+                continue
+            batch, _later = self._next_batch(topic_partition, queue, now, eager=True)
+            if batch is not None:
+                self._add_to_request(by_leader, entry[0], 0, batch, partition)
         for connection, rounds in by_leader.values():
             for group in rounds:
                 self._produce(connection, group)
         return wait
 
+    def _add_to_request(
+        self,
+        by_leader: dict[int, tuple[BrokerConnection, list[list[tuple[_Batch, int]]]]],
+        connection: BrokerConnection,
+        round_index: int,
+        batch: _Batch,
+        partition: PartitionInfo,
+    ) -> None:
+        self._queues[batch.topic_partition].in_flight.append(batch)
+        self._in_flight_total += 1
+        self._idle.clear()
+        _, rounds = by_leader.setdefault(partition.leader_id, (connection, []))
+        if len(rounds) <= round_index:
+            rounds.append([])
+        rounds[round_index].append((batch, partition.leader_epoch))
+
     def _next_batch(
-        self, topic_partition: TopicPartition, queue: _PartitionQueue, now: float
+        self,
+        topic_partition: TopicPartition,
+        queue: _PartitionQueue,
+        now: float,
+        *,
+        eager: bool = False,
     ) -> tuple[_Batch | None, float | None]:
+        """The partition's next batch, if one is due (`eager`: whatever its linger, as when
+        flushing), and else when to look again (None: when something happens)."""
         if queue.retries:
             if queue.in_flight:
                 return None, None  # resend only once everything sent before has come back
@@ -442,12 +505,18 @@ class Sender:
         if txn is not None and not txn.tv2 and topic_partition not in txn.transaction.partitions:
             self._add_to_transaction(topic_partition)
             return None, None
-        oldest = queue.pending.first_enqueued
-        full = queue.pending.size >= self.settings.batch_size
-        if not (full or self._flushing or now - oldest >= self.settings.linger):
+        pending = queue.pending
+        idempotent = self.settings.idempotent
+        oldest = pending.first_enqueued
+        # Full: as large as a batch may be, in bytes or (idempotent) in records: waiting for
+        # more would not make it any larger.
+        full = pending.size >= self.settings.batch_size or (
+            idempotent and len(pending) >= BATCH_RECORDS
+        )
+        if not (full or eager or self._flushing or now - oldest >= self.settings.linger):
             return None, oldest + self.settings.linger - now
         limit: int | None = None
-        if self.settings.idempotent:
+        if idempotent:
             sequences = queue.sequences
             room = self.settings.sequence_overflow_threshold - sequences.next_sequence + 1
             if room <= 0:
@@ -456,9 +525,11 @@ class Sender:
             window = DUPLICATE_WINDOW + 1
             if sequences.unacknowledged:
                 window = sequences.unacknowledged[0][0] + window - sequences.next_sequence
-            if window <= 0:
+            # Not a runt that the window leaves room for: the next acknowledgement frees a
+            # whole batch's worth (with nothing unacknowledged the window is all free).
+            if window < min(BATCH_RECORDS, len(pending)):
                 return None, None  # wait for acknowledgements
-            limit = min(room, window)
+            limit = min(room, window, BATCH_RECORDS)
         batch = self._take_batch(topic_partition, queue, limit)
         if self.settings.idempotent:
             batch.base_sequence = queue.sequences.assign(len(batch.records))
@@ -656,12 +727,16 @@ class Sender:
             self._background(self._produce_without_answer(connection, version, body, batches))
             return
         try:
-            answer = connection.send_encoded(ApiKey.PRODUCE, version, body)
+            # The answer is handled by a callback as soon as it is read, not by a task.
+            connection.send_encoded_then(
+                ApiKey.PRODUCE,
+                version,
+                body,
+                functools.partial(self._on_answer, batches, version, names_by_id),
+            )
         except KafkaError as exc:
             for batch in batches:
                 self._attempt_failed(batch, exc)
-            return
-        self._background(self._await_answer(answer, batches, version, names_by_id))
 
     async def _produce_without_answer(
         self, connection: BrokerConnection, version: int, body: bytes, batches: list[_Batch]
@@ -676,19 +751,21 @@ class Sender:
             self._leave_flight(batch)
             self._complete(batch, NO_OFFSET, -1)
 
-    async def _await_answer(
-        self, answer: Any, batches: list[_Batch], version: int, names_by_id: dict[Any, str]
+    def _on_answer(
+        self,
+        batches: list[_Batch],
+        version: int,
+        names_by_id: dict[Any, str],
+        response: Any,
+        error: KafkaError | None,
     ) -> None:
-        try:
-            response = await answer
-        except KafkaError as exc:
+        """A Produce request's outcome, from the connection's reader: the batches complete or
+        fail, then what their answers made sendable goes out at once (_pump)."""
+        if self._closing:
+            return  # stopped: every record still waiting has failed already
+        if error is not None:
             for batch in batches:
-                self._attempt_failed(batch, exc)
-            return
-        except Exception as exc:  # a bug must not leave futures pending forever
-            log.exception("a Produce request failed")
-            for batch in batches:
-                self._attempt_failed(batch, KafkaConnectionError(f"unexpected failure: {exc!r}"))
+                self._attempt_failed(batch, error)
             return
         answers: dict[TopicPartition, Any] = {}
         for topic_response in response.responses:
@@ -701,6 +778,7 @@ class Sender:
                 answers[TopicPartition(str(name), int(partition_response.index))] = (
                     partition_response
                 )
+        delivered: list[tuple[_Batch, int, int]] = []
         for batch in batches:
             partition_answer = answers.get(batch.topic_partition)
             if partition_answer is None:
@@ -708,9 +786,30 @@ class Sender:
                     batch, error_for(ErrorCode.unknown_server_error, "Produce response left it out")
                 )
                 continue
-            self._answered(batch, partition_answer)
+            completion = self._answered(batch, partition_answer)
+            if completion is not None:
+                delivered.append((batch, *completion))
+        # The next batches first: the broker works on them while the records complete here.
+        self._pump(dict.fromkeys(batch.topic_partition for batch in batches))
+        for batch, base_offset, log_append_time in delivered:
+            self._complete(batch, base_offset, log_append_time)
 
-    def _answered(self, batch: _Batch, answer: Any) -> None:
+    def _pump(self, partitions: Iterable[TopicPartition]) -> None:
+        """Writes what the answers just made sendable in their partitions (room in the window,
+        a retry due) right away, from the answer's callback, rather than a loop iteration later
+        from the sender's task: while the application keeps the loop busy queueing records,
+        every iteration counts. The task is woken as well (_leave_flight) and keeps the timers
+        and every other partition."""
+        if self._closing:
+            return
+        try:
+            self._send_ready(asyncio.get_running_loop().time(), partitions)
+        except Exception:  # as in _run: the task goes on after its own backoff
+            log.exception("the producer's sender failed while answering")
+
+    def _answered(self, batch: _Batch, answer: Any) -> tuple[int, int] | None:
+        """A batch's answer: out of flight, acknowledged or failed. A delivered batch is left
+        for the caller to complete with the (base offset, log append time) returned."""
         self._leave_flight(batch)
         queue = self._queues[batch.topic_partition]
         code = ErrorCode(answer.error_code)
@@ -728,16 +827,15 @@ class Sender:
                     queue.sequences.acknowledge(batch.base_sequence)
             if code == ErrorCode.duplicate_sequence_number:
                 self.stats.duplicates += 1
-                self._complete(batch, NO_OFFSET, -1)
-                return
+                return NO_OFFSET, -1
             append_time = getattr(answer, "log_append_time", None)
             timestamp = -1 if append_time is None else int(append_time.timestamp() * 1000)
-            self._complete(batch, int(answer.base_offset), timestamp)
-            return
+            return int(answer.base_offset), timestamp
         error = error_for(code, getattr(answer, "error_message", None), str(batch.topic_partition))
         if code in (ErrorCode.fenced_leader_epoch, ErrorCode.unknown_leader_epoch):
             self.stats.leader_epoch_refreshes += 1
         self._failed(batch, outcome, error)
+        return None
 
     def _attempt_failed(self, batch: _Batch, error: KafkaError) -> None:
         """The request failed as a whole (connection lost, timeout): the batch may or may not

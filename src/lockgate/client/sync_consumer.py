@@ -55,6 +55,7 @@ _PROPERTIES: PropertyTable = {
     "group.remote.assignor": ("group_remote_assignor", str),
     "fetch.wait.max.ms": ("fetch_max_wait_ms", int),
     "fetch.min.bytes": ("fetch_min_bytes", int),
+    "client.rack": ("client_rack", str),
 }
 
 

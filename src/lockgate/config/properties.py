@@ -137,6 +137,14 @@ BROKER_DEFAULTS: dict[str, str] = {
     "replica.fetch.wait.max.ms": "500",
     "replica.fetch.max.bytes": "1048576",
     "replica.fetch.backoff.ms": "1000",
+    # Kafka's broker.rack (empty: none): new partitions keep their replicas on distinct racks
+    # while there are racks enough, Metadata and DescribeCluster show it, and a consumer
+    # naming the same rack (client.rack) may be sent to read from this broker (KIP-392).
+    "broker.rack": "",
+    # KIP-392: which replica a consumer should read from. Empty (Kafka's default): always the
+    # leader; org.apache.kafka.common.replica.RackAwareReplicaSelector: an in-sync replica in
+    # the consumer's rack (replication/selector.py). Any other class is refused at startup.
+    "replica.selector.class": "",
     # Security (docs/security.md). Listeners are NAME://HOST:PORT; a name that is not a
     # security protocol needs listener.security.protocol.map. Every ssl.* and sasl.* property
     # may also be given per listener as listener.name.<name>.<property>.

@@ -24,6 +24,17 @@ def field(request: Any, name: str, default: Any) -> Any:
 def check_leader(partition: Partition, current_leader_epoch: int) -> None:
     """KIP-320/KIP-359: a client that names the leader epoch it knows must be current; then
     (in Kafka's order) this replica must be the partition's leader."""
+    check_epoch(partition, current_leader_epoch)
+    if not partition.is_leader:
+        raise KafkaProtocolError(
+            ErrorCode.not_leader_or_follower,
+            f"{partition.topic}-{partition.index} is not led by this broker",
+        )
+
+
+def check_epoch(partition: Partition, current_leader_epoch: int) -> None:
+    """The leader epoch a client names (if any) must be the one this replica knows, on a
+    leader or a follower: older is FENCED_LEADER_EPOCH, newer UNKNOWN_LEADER_EPOCH."""
     if current_leader_epoch != NO_EPOCH:
         if current_leader_epoch < partition.leader_epoch:
             raise KafkaProtocolError(
@@ -35,8 +46,3 @@ def check_leader(partition: Partition, current_leader_epoch: int) -> None:
                 ErrorCode.unknown_leader_epoch,
                 f"epoch {current_leader_epoch} is newer than the leader's {partition.leader_epoch}",
             )
-    if not partition.is_leader:
-        raise KafkaProtocolError(
-            ErrorCode.not_leader_or_follower,
-            f"{partition.topic}-{partition.index} is not led by this broker",
-        )

@@ -20,6 +20,7 @@ class SessionPartition:
     max_bytes: int
     current_leader_epoch: int = -1
     last_fetched_epoch: int = -1
+    log_start_offset: int = -1  # a follower's (what it tells its leader), -1 from a consumer
     # what the last response told the client; a change makes the partition appear again
     sent_high_watermark: int = -1
     sent_last_stable_offset: int = -1

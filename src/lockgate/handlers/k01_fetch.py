@@ -27,6 +27,15 @@ v15 replica id in ReplicaState.
 - Cluster mode: a follower's fetch (replica id >= 0) is served by the leader only, up to the
   log end rather than the high watermark; its fetch offset is what the follower has, which
   moves the high watermark and the ISR. Long polling waits for new data at the log end.
+- Fetch from follower (KIP-392, v11+ consumers, as Kafka): any replica serves a consumer, a
+  follower up to its own high watermark (read_committed: its own last stable offset and
+  aborted transactions, tracked as the leader's are); epochs are checked against the epoch
+  this replica knows (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH); an offset past its log end
+  is OFFSET_OUT_OF_RANGE; a broker holding no replica of an existing partition answers
+  NOT_LEADER_OR_FOLLOWER. With replica.selector.class set, the leader answers a consumer
+  whose rack_id matches another in-sync replica's broker.rack with preferred_read_replica
+  and no records, at once (no long poll); an incremental session always carries that answer.
+  Consumers older than v11, and followers, are served by the leader only.
 """
 
 from __future__ import annotations
@@ -38,7 +47,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from lockgate.handlers.common import check_leader, field, millis
+from lockgate.handlers.common import check_epoch, check_leader, field, millis
 from lockgate.handlers.fetch_sessions import (
     FINAL_EPOCH,
     INITIAL_EPOCH,
@@ -58,6 +67,17 @@ from lockgate.security.quotas import QuotaType, charge
 
 READ_COMMITTED = 1
 CONSUMER = -1
+NO_PREFERENCE = -1  # preferred_read_replica: stay on this broker
+FIRST_CLIENT_METADATA_VERSION = 11  # rack_id: a consumer may read from a follower (KIP-392)
+
+
+@dataclass(frozen=True, slots=True)
+class ClientMetadata:
+    """What Kafka's replica selection knows of a v11+ consumer: its rack (rack_id, empty for
+    none) and the listener it came through (the brokers it can reach are those on it)."""
+
+    rack: str
+    listener: str
 
 
 @dataclass(slots=True)
@@ -90,6 +110,7 @@ def _requested(ctx: RequestContext, request: Any) -> list[Wanted]:
                 max_bytes=p.partition_max_bytes,
                 current_leader_epoch=field(p, "current_leader_epoch", -1),
                 last_fetched_epoch=field(p, "last_fetched_epoch", -1),
+                log_start_offset=field(p, "log_start_offset", -1),
             )
             wanted.append(Wanted((key, p.partition), name, topic_id, p.partition, state))
     return wanted
@@ -98,8 +119,11 @@ def _requested(ctx: RequestContext, request: Any) -> list[Wanted]:
 def _resolve(ctx: RequestContext, wanted: Wanted) -> Partition:
     if wanted.topic is None:
         raise KafkaProtocolError(ErrorCode.unknown_topic_id)
-    partition = ctx.services.topics.get(wanted.topic, wanted.index)
+    topics = ctx.services.topics
+    partition = topics.get(wanted.topic, wanted.index)
     if partition is None:
+        if topics.exists(wanted.topic, wanted.index):  # its replicas are on other brokers
+            raise KafkaProtocolError(ErrorCode.not_leader_or_follower)
         raise KafkaProtocolError(ErrorCode.unknown_topic_or_partition)
     return partition
 
@@ -109,6 +133,14 @@ def _replica_id(ctx: RequestContext, request: Any) -> int:
     fetch naming a replica is read as a consumer's: it has no followers)."""
     replica = _requested_replica(request)
     return replica if ctx.services.followers.is_follower(replica) else CONSUMER
+
+
+def _client_metadata(ctx: RequestContext, request: Any, replica: int) -> ClientMetadata | None:
+    """A v11+ consumer's rack and listener (Kafka's ClientMetadata); None for older consumers
+    and for followers, which only a leader serves."""
+    if replica != CONSUMER or ctx.api_version < FIRST_CLIENT_METADATA_VERSION:
+        return None
+    return ClientMetadata(field(request, "rack_id", "") or "", ctx.session.listener)
 
 
 def _requested_replica(request: Any) -> int:
@@ -124,10 +156,12 @@ def _read(
     isolation: int,
     first: bool,
     replica: int = -1,
+    client: ClientMetadata | None = None,
 ) -> tuple[dict[str, Any], int]:
     """One partition's response entry and the bytes it carries: at most `budget` and the
     partition's own limit, unless it is the `first` partition with data (KIP-74). A follower
-    (`replica`) reads up to the log end and tells the leader what it has."""
+    (`replica`) reads up to the log end and tells the leader what it has. A v11+ consumer
+    (`client`) reads from any replica, unless the leader sends it to another one."""
     state = wanted.state
     entry = _entry(wanted.index)
     try:
@@ -135,7 +169,17 @@ def _read(
         entry["high_watermark"] = partition.high_watermark
         entry["last_stable_offset"] = partition.last_stable_offset
         entry["log_start_offset"] = partition.log_start_offset
-        check_leader(partition, state.current_leader_epoch)
+        if client is None:
+            check_leader(partition, state.current_leader_epoch)
+        else:
+            check_epoch(partition, state.current_leader_epoch)
+            if partition.is_leader:
+                preferred = ctx.services.followers.preferred_read_replica(
+                    partition, client.rack, client.listener, state.fetch_offset
+                )
+                if preferred != NO_PREFERENCE:  # as Kafka: the offsets, and no read
+                    entry["preferred_read_replica"] = preferred
+                    return entry, 0
         offset = state.fetch_offset
         if state.last_fetched_epoch >= 0:
             epoch, end = partition.epochs.end_offset_for(
@@ -148,7 +192,9 @@ def _read(
             raise KafkaProtocolError(ErrorCode.offset_out_of_range)
         upper = partition.high_watermark
         if replica != CONSUMER:
-            ctx.services.followers.on_follower_fetch(partition, replica, offset)
+            ctx.services.followers.on_follower_fetch(
+                partition, replica, offset, state.log_start_offset
+            )
             upper = partition.log_end_offset
             entry["high_watermark"] = partition.high_watermark
         elif isolation == READ_COMMITTED:
@@ -175,6 +221,7 @@ def _changed(entry: dict[str, Any], state: SessionPartition) -> bool:
         entry["records"]
         or entry["error_code"]
         or "diverging_epoch" in entry
+        or entry["preferred_read_replica"] != NO_PREFERENCE
         or entry["high_watermark"] != state.sent_high_watermark
         or entry["last_stable_offset"] != state.sent_last_stable_offset
         or entry["log_start_offset"] != state.sent_log_start_offset
@@ -297,6 +344,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     # the broker's cap: a client asking for gigabytes must not make the broker hold them
     budget = min(request.max_bytes, ctx.services.config.integer("fetch.max.bytes"))
     replica = _replica_id(ctx, request)
+    client = _client_metadata(ctx, request, replica)
     denied = _denied_topics(ctx, request, wanted) if ctx.services.authorizer is not None else None
     busy = 0.0  # the time spent reading, what request_percentage charges
     while True:
@@ -307,13 +355,17 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
             if denied and w.topic in denied:
                 results.append((w, _entry(w.index, ErrorCode.topic_authorization_failed)))
                 continue
-            entry, size = _read(ctx, w, budget - total, isolation, total == 0, replica)
+            entry, size = _read(ctx, w, budget - total, isolation, total == 0, replica, client)
             total += size
             results.append((w, entry))
         busy += time.perf_counter() - started
-        errors = any(entry["error_code"] for _, entry in results)
+        # an error, or a consumer sent to another replica, is answered at once (as Kafka)
+        answer_now = any(
+            entry["error_code"] or entry["preferred_read_replica"] != NO_PREFERENCE
+            for _, entry in results
+        )
         remaining = deadline - time.monotonic()
-        if total >= min_bytes or errors or remaining <= 0 or not wanted:
+        if total >= min_bytes or answer_now or remaining <= 0 or not wanted:
             break
         partitions = [
             p for w in wanted if w.topic and (p := ctx.services.topics.get(w.topic, w.index))

@@ -3,8 +3,8 @@
 Behaviour:
 - Creates each topic with its partition count (-1: num.partitions), replication factor (-1:
   default.replication.factor) and configs. A single node takes only 1; a cluster places the
-  replicas round robin over the registered brokers (INVALID_REPLICATION_FACTOR if there are
-  fewer).
+  replicas over the registered brokers as Kafka's controller does, striped over their racks
+  (broker.rack; INVALID_REPLICATION_FACTOR if there are fewer brokers).
 - Manual assignments exclude a partition count (INVALID_REQUEST) and must number partitions
   0..n-1 with distinct registered brokers, as many for each (a single node: itself alone;
   INVALID_REPLICA_ASSIGNMENT otherwise).

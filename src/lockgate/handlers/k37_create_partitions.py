@@ -4,7 +4,8 @@ Behaviour:
 - Grows a topic to `count` partitions; a count not above the current one: INVALID_PARTITIONS;
   unknown topic: UNKNOWN_TOPIC_OR_PARTITION; assignments must name distinct registered
   brokers for each new partition, as many for each (a single node: itself alone;
-  INVALID_REPLICA_ASSIGNMENT otherwise); validate_only changes nothing.
+  INVALID_REPLICA_ASSIGNMENT otherwise); without them, the new partitions are placed as
+  CreateTopics places them (rack-aware); validate_only changes nothing.
 - Authorization: ALTER on the topic, else TOPIC_AUTHORIZATION_FAILED (nothing changes).
 Version notes: v2 flexible.
 """

@@ -43,12 +43,21 @@ class RequestMetrics(Protocol):
 
 
 class Followers(Protocol):
-    """The leader's side of the follower fetches it serves (ReplicaManager in a cluster;
-    a single node has no followers, NO_FOLLOWERS)."""
+    """The leader's side of the follower fetches it serves, and of the consumers it sends to
+    a follower (KIP-392): ReplicaManager in a cluster; a single node has no followers,
+    NO_FOLLOWERS."""
 
     def is_follower(self, replica_id: int) -> bool: ...
 
-    def on_follower_fetch(self, partition: Partition, replica: int, fetch_offset: int) -> None: ...
+    def on_follower_fetch(
+        self, partition: Partition, replica: int, fetch_offset: int, log_start_offset: int = -1
+    ) -> None: ...
+
+    def preferred_read_replica(
+        self, partition: Partition, client_rack: str | None, listener: str, fetch_offset: int
+    ) -> int:
+        """The broker a consumer should read from instead of this leader, or -1."""
+        ...
 
 
 class ProducerIds(Protocol):

@@ -20,12 +20,13 @@ class LeaderEpochCache:
         self.path = path
         self.epochs: list[int] = []
         self.start_offsets: list[int] = []
-        self.unsaved = False  # a change storage refused for lack of space: see ensure_saved
+        self.unsaved = False  # a change not written yet (deferred, or refused for lack of space)
         raw = storage.read_all(path)
-        if raw:
-            self._parse(raw.decode("ascii", errors="replace"))
+        # the file on storage says exactly what is in memory (missing or damaged: it does not)
+        self.intact = raw is not None and self._parse(raw.decode("ascii", errors="replace"))
 
-    def _parse(self, text: str) -> None:
+    def _parse(self, text: str) -> bool:
+        """Reads the history; False if any of it was damaged or out of order."""
         lines = text.split("\n")
         entries: list[tuple[int, int]] = []
         try:
@@ -34,24 +35,33 @@ class LeaderEpochCache:
                 epoch, start = (int(x) for x in line.split())  # ValueError unless two ints
                 entries.append((epoch, start))
         except (IndexError, ValueError):
-            return  # damaged: start a fresh history; the next epoch is still persisted
+            return False  # damaged: start a fresh history; the next epoch is still persisted
         for epoch, start in entries:
             if (not self.epochs or epoch > self.epochs[-1]) and (
                 not self.start_offsets or start >= self.start_offsets[-1]
             ):
                 self.epochs.append(epoch)
                 self.start_offsets.append(start)
+        return len(self.epochs) == len(entries) == count
 
     @property
     def latest_epoch(self) -> int:
         return self.epochs[-1] if self.epochs else UNDEFINED_EPOCH
 
-    def begin_epoch(self, epoch: int, start_offset: int) -> None:
-        """Records that leadership at `epoch` starts at `start_offset`, and persists it."""
+    def begin_epoch(self, epoch: int, start_offset: int, defer: bool = False) -> None:
+        """Records that leadership at `epoch` starts at `start_offset`, and persists it, or
+        with `defer` only before the first append (ensure_saved). A single node's new term at
+        start is deferred: a broker with many partitions would otherwise write and fsync a file
+        per partition before it serves anything. An epoch that dies unwritten (a crash or a
+        stop before any append in it) marks no record, so the next start may use its number
+        again."""
         assert epoch > self.latest_epoch
         self.epochs.append(epoch)
         self.start_offsets.append(start_offset)
-        self._save()
+        if defer:
+            self.unsaved = True
+        else:
+            self._save()
 
     def truncate_after(self, log_end_offset: int) -> None:
         """Drops epochs that start past the log end (after a torn tail was cut)."""
@@ -91,8 +101,10 @@ class LeaderEpochCache:
     def _save(self) -> None:
         """Persists the history. Out of space (a broker starting on a full disk), the change
         is kept in memory and persisted before the next append: reads go on meanwhile."""
+        self.intact = False  # until written
         try:
             self._write()
+            self.unsaved, self.intact = False, True
         except StorageError as exc:
             if not exc.recoverable:
                 raise

@@ -45,6 +45,9 @@ SNAPSHOTS_KEPT = 2
 LOG_START_FILE = "log-start-offset"
 
 
+EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+
+
 def partition_dir(topic: str, index: int) -> str:
     return f"{topic}-{index}"
 
@@ -66,7 +69,7 @@ class Partition:
         self._config = config
         self.segments: list[Segment] = []
         self.high_watermark = 0
-        self.epochs = LeaderEpochCache(storage, f"{self.directory}/leader-epoch-checkpoint")
+        self.epochs = LeaderEpochCache(storage, f"{self.directory}/{EPOCH_CHECKPOINT}")
         self.leader_epoch = -1
         self.unsynced: list[AppendFile] = []  # files written since the last fsync
         self.hw_listeners: set[Callable[[], None]] = set()
@@ -124,9 +127,12 @@ class Partition:
 
     # -- lifecycle -----------------------------------------------------------------------------
 
-    def load(self, now_ms: int, clean: bool = False, new_epoch: bool = True) -> None:
+    def load(
+        self, now_ms: int, clean: bool = False, new_epoch: bool = True, epoch: int | None = None
+    ) -> None:
         """Opens the segments on storage, cuts a torn tail, and starts a new leader epoch
-        (single node: every start is a new term; in a cluster the controller says when, and
+        (single node: every start is a new term, `epoch` if given (announced before the log
+        opened), else the one after the last; in a cluster the controller says when, and
         `new_epoch` is False). After a `clean` shutdown the active segment is opened like the
         sealed ones, from its indexes (as Kafka does): only after a crash is its every batch's
         CRC checked."""
@@ -169,13 +175,21 @@ class Partition:
         # leads) moves it from the log start on
         self.high_watermark = self.log_end_offset if new_epoch else self.log_start_offset
         if new_epoch:
-            self.leader_epoch = self.epochs.latest_epoch + 1
-            self.epochs.begin_epoch(self.leader_epoch, self.log_end_offset)
+            latest = self.epochs.latest_epoch  # (a torn tail cut may have dropped epochs)
+            self.leader_epoch = epoch if epoch is not None and epoch > latest else latest + 1
+            # written with the first append, unless the file on storage is missing or damaged
+            # while the log holds records (a new, empty partition has nothing it could vouch for)
+            defer = self.epochs.intact or self.log_end_offset == self.log_start_offset
+            self.epochs.begin_epoch(self.leader_epoch, self.log_end_offset, defer)
 
     def close(self) -> None:
-        """Clean shutdown: a producer-state snapshot spares the next start a log replay."""
+        """Clean shutdown: a producer-state snapshot spares the next start a log replay (one
+        already taken at the log end, by an idle partition's last stop, serves again; a log
+        without records has nothing to replay)."""
         try:
-            self.write_snapshot()
+            has_records = self.log_end_offset > self.log_start_offset
+            if has_records and self._snapshot_offsets()[-1:] != [self.log_end_offset]:
+                self.write_snapshot()
         except OSError as exc:  # a shortcut only: the next start replays the log instead
             log.warning(
                 "%s-%d: no producer-state snapshot at close: %s", self.topic, self.index, exc

@@ -2,8 +2,9 @@
 # offset (what its Fetch asked for), when it was last caught up, the high watermark (the ISR's
 # minimum log end offset, never moving back), which followers to drop from the ISR (behind
 # for longer than replica.lag.time.max.ms) or to add (caught up to the high watermark within
-# this leader's epoch), and when an acks=all write is answered. Time is passed in; the broker
-# feeds Fetch requests in and proposes ISR changes to the metadata store.
+# this leader's epoch), which followers may serve a consumer at an offset (KIP-392), and when
+# an acks=all write is answered. Time is passed in; the broker feeds Fetch requests in and
+# proposes ISR changes to the metadata store.
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -22,6 +23,9 @@ class FollowerState:
     # reaches what the leader had then proves the follower was caught up then
     last_fetch_leader_end: int = UNKNOWN
     last_fetch_ms: int = 0
+    # the follower's log start, as its last fetch said (a consumer sent to it must find the
+    # offset it reads from there: KIP-392)
+    log_start_offset: int = UNKNOWN
 
 
 class LeaderReplication:
@@ -46,13 +50,22 @@ class LeaderReplication:
             r: FollowerState(last_caught_up_ms=now_ms) for r in replicas if r != leader
         }
 
-    def on_fetch(self, replica: int, fetch_offset: int, leader_end: int, now_ms: int) -> None:
-        """A follower's Fetch at `fetch_offset`: everything below is on its log. Kafka's rule
-        for being caught up: the fetch reaches the leader's current end, or the end the leader
-        had at the follower's previous fetch (then it was caught up at that time)."""
+    def on_fetch(
+        self,
+        replica: int,
+        fetch_offset: int,
+        leader_end: int,
+        now_ms: int,
+        log_start_offset: int = UNKNOWN,
+    ) -> None:
+        """A follower's Fetch at `fetch_offset`: everything below is on its log, from
+        `log_start_offset` on. Kafka's rule for being caught up: the fetch reaches the
+        leader's current end, or the end the leader had at the follower's previous fetch (then
+        it was caught up at that time)."""
         state = self.followers.get(replica)
         if state is None:
             return
+        state.log_start_offset = log_start_offset
         if fetch_offset >= leader_end:
             state.last_caught_up_ms = max(state.last_caught_up_ms, now_ms)
         elif fetch_offset >= state.last_fetch_leader_end >= 0:
@@ -92,6 +105,18 @@ class LeaderReplication:
             for r in set(alive) - self.isr
             if (state := self.followers.get(r)) is not None and state.log_end_offset >= floor
         }
+
+    def may_serve(self, fetch_offset: int) -> list[int]:
+        """The followers a consumer reading at `fetch_offset` may be sent to (KIP-392, as
+        Kafka's leader picks them): in the ISR (a lagging follower could keep a consumer
+        behind for good), their log holding the offset (log start at or below it, log end at
+        or past it)."""
+        return sorted(
+            r
+            for r in self.isr - {self.leader}
+            if (state := self.followers.get(r)) is not None
+            and state.log_start_offset <= fetch_offset <= state.log_end_offset
+        )
 
     def set_isr(self, isr: Iterable[int]) -> None:
         """The ISR as the metadata store now has it (after this leader's change or another)."""

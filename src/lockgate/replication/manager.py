@@ -20,6 +20,7 @@ from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.replication.fetcher import FetchSettings, ReplicaFetcher
 from lockgate.replication.group_commit import GroupCommit
 from lockgate.replication.leader import LeaderReplication, acks_all_answer, check_before_append
+from lockgate.replication.selector import ReplicaSelector, ReplicaView
 from lockgate.topics.directory import TopicManager
 
 log = logging.getLogger(__name__)
@@ -27,6 +28,9 @@ log = logging.getLogger(__name__)
 Key = tuple[str, int]
 # (topic, partition, leader epoch) when this broker starts leading it, epoch None when it stops
 LeadershipListener = Callable[[str, int, int | None], None]
+
+
+NO_PREFERENCE = -1  # Fetch's preferred_read_replica when the consumer stays where it is
 
 
 def _ignore(_end: int) -> None:
@@ -50,8 +54,15 @@ class NoFollowers:
     def is_follower(self, replica_id: int) -> bool:
         return False
 
-    def on_follower_fetch(self, partition: Partition, replica: int, fetch_offset: int) -> None:
+    def on_follower_fetch(
+        self, partition: Partition, replica: int, fetch_offset: int, log_start_offset: int = -1
+    ) -> None:
         return None
+
+    def preferred_read_replica(
+        self, partition: Partition, client_rack: str | None, listener: str, fetch_offset: int
+    ) -> int:
+        return NO_PREFERENCE  # the only replica
 
 
 NO_FOLLOWERS = NoFollowers()
@@ -68,6 +79,7 @@ class ReplicaManager:
         lag_max_ms: int,
         isr_changed: Callable[[int], None],
         clock: Callable[[], int],
+        selector: ReplicaSelector | None = None,
     ) -> None:
         self.store = store
         self.topics = topics
@@ -77,6 +89,8 @@ class ReplicaManager:
         self.lag_max_ms = lag_max_ms  # replica.lag.time.max.ms
         self.isr_changed = isr_changed  # an ISR change written: its size's delta (metrics)
         self.clock = clock
+        # replica.selector.class (KIP-392): None, every consumer reads from the leader
+        self.selector = selector
         self.leaders: dict[Key, LeaderTerm] = {}
         self.following: dict[Key, tuple[int, int]] = {}  # → (leader, leader epoch)
         self.fetchers: dict[int, ReplicaFetcher] = {}
@@ -289,18 +303,54 @@ class ReplicaManager:
         """Whether a Fetch naming `replica_id` is a follower's (a consumer names -1)."""
         return replica_id >= 0
 
-    def on_follower_fetch(self, partition: Partition, replica: int, fetch_offset: int) -> None:
-        """A follower's Fetch: it has everything below `fetch_offset`."""
+    def on_follower_fetch(
+        self, partition: Partition, replica: int, fetch_offset: int, log_start_offset: int = -1
+    ) -> None:
+        """A follower's Fetch: it has everything below `fetch_offset` (from
+        `log_start_offset` on)."""
         key = (partition.topic, partition.index)
         term = self.leaders.get(key)
         if term is None:
             return
         replication = term.replication
-        replication.on_fetch(replica, fetch_offset, partition.log_end_offset, self.clock())
+        replication.on_fetch(
+            replica, fetch_offset, partition.log_end_offset, self.clock(), log_start_offset
+        )
         self._update_high_watermark(partition, term)
         joining = replication.caught_up(set(self.store.view.brokers))
         if joining:
             self._change_isr(key, term, replication.isr | joining)
+
+    def preferred_read_replica(
+        self, partition: Partition, client_rack: str | None, listener: str, fetch_offset: int
+    ) -> int:
+        """KIP-392 on the leader: the broker the consumer in `client_rack` (reaching brokers on
+        `listener`) should read `fetch_offset` from, as replica.selector.class chooses among
+        the followers that may serve it and this leader; NO_PREFERENCE for the leader itself,
+        without a selector, or where this broker does not lead the partition."""
+        if self.selector is None:  # (first: on every consumer fetch of every partition)
+            return NO_PREFERENCE
+        term = self.leaders.get((partition.topic, partition.index))
+        if term is None:
+            return NO_PREFERENCE
+        brokers = self.store.view.brokers
+        now = self.clock()
+        mine = brokers.get(self.node_id)
+        leader = ReplicaView(
+            self.node_id, mine.rack if mine is not None else None, partition.log_end_offset, 0
+        )
+        replicas = [leader]
+        for replica in term.replication.may_serve(fetch_offset):
+            registration = brokers.get(replica)
+            if registration is None or registration.on_listener(listener) is None:
+                continue  # the consumer could not reach it
+            state = term.replication.followers[replica]
+            replicas.append(ReplicaView(replica, registration.rack, state.log_end_offset,
+                                        now - state.last_caught_up_ms))  # fmt: skip
+        chosen = self.selector.select(client_rack, leader, replicas)
+        if chosen is None or chosen.node_id == self.node_id:
+            return NO_PREFERENCE
+        return chosen.node_id
 
     def under_replicated(self) -> tuple[int, int]:
         """Partitions led here whose ISR is smaller than their replica set, and those whose ISR

@@ -34,6 +34,7 @@ from lockgate.log.clock import now_ms
 from lockgate.replication.fetcher import FetchSettings
 from lockgate.replication.group_commit import GroupCommit
 from lockgate.replication.manager import NO_FOLLOWERS, ReplicaManager
+from lockgate.replication.selector import replica_selector
 from lockgate.replication.writer import LocalWriter, PartitionWriter, ReplicatedWriter
 from lockgate.security.authorizer import Authorizer
 from lockgate.security.credentials import open_credential_store
@@ -54,6 +55,7 @@ from lockgate.topics.internal import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_T
 log = logging.getLogger(__name__)
 
 CLEAN_SHUTDOWN_MARK = "clean-shutdown"
+OPEN_PER_ROUND = 16  # partition logs opened at start per turn of the event loop (~1 ms each)
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
 STREAM_LIMIT = 1 << 20
 
@@ -65,6 +67,9 @@ class Broker:
         # every property and listener is checked (and TLS contexts built) before anything
         # starts, the data directory included
         self.listeners = check_properties(config)
+        # KIP-392's replica.selector.class (None: consumers read from leaders); a class lockgate
+        # does not have stops the start here
+        self.replica_selector = replica_selector(config.get("replica.selector.class"))
         self.storage = storage if storage is not None else open_disk_engine(config)
         self.node_id = config.integer("node.id")
         self._tls = {item.name: server_context(config, item) for item in self.listeners}
@@ -130,6 +135,7 @@ class Broker:
                 config.integer("replica.lag.time.max.ms"),
                 self.metrics.isr_changed,
                 now_ms,
+                self.replica_selector,
             )
             self.controller = ControllerService(self.cluster, self._unclean_election)
             self.membership = ClusterMembership(self.cluster, self.node_id)
@@ -264,18 +270,19 @@ class Broker:
         return address
 
     def registration(self, incarnation: str | None = None) -> BrokerRegistration:
-        """This broker as the cluster knows it: the inter-broker listener's address and every
-        listener's advertised endpoint (what Metadata answers on each listener)."""
+        """This broker as the cluster knows it: the inter-broker listener's address, every
+        listener's advertised endpoint (what Metadata answers on each listener) and its rack."""
         host, port = self.advertised
         endpoints = []
         for item in self.listeners:
             address = self.advertised_for(item.name)
             assert address is not None
             endpoints.append(Endpoint(item.name, *address))
+        rack = self.config.get("broker.rack") or None
         if incarnation is None:
-            return BrokerRegistration(self.node_id, host, port, endpoints=tuple(endpoints))
+            return BrokerRegistration(self.node_id, host, port, rack, endpoints=tuple(endpoints))
         return BrokerRegistration(
-            self.node_id, host, port, incarnation=incarnation, endpoints=tuple(endpoints)
+            self.node_id, host, port, rack, incarnation=incarnation, endpoints=tuple(endpoints)
         )
 
     async def start(self) -> None:
@@ -284,7 +291,7 @@ class Broker:
         if self.authorizer is not None:  # ACLs before the first request
             await self.authorizer.start()
         if self.cluster is None:
-            self.topics.load(clean)  # (each partition it opens, it leads)
+            self.topics.load(clean)  # (each partition it registers, it leads)
             self._ensure_internal_topics()
         else:
             self.topics.clean_start = clean  # replicas open as the cluster metadata names them
@@ -344,8 +351,9 @@ class Broker:
         self._tasks.append(asyncio.create_task(self._transaction_loops()))
         if self.cluster is None:
             self._tasks.append(asyncio.create_task(self.snapshots.run()))
+            self._tasks.append(asyncio.create_task(self._open_partitions()))
         log.info(
-            "lockgate broker %d listening on %s (cluster %s, %d partitions loaded in %.2fs, "
+            "lockgate broker %d listening on %s (cluster %s, %d partitions in %.2fs, "
             "durability %s)",
             self.node_id,
             ", ".join(
@@ -353,11 +361,20 @@ class Broker:
                 for item in self.listeners
             ),
             self.cluster_id,
-            len(self.topics.partitions),
+            len(self.topics.partitions) + self.topics.pending,
             time.monotonic() - started,
             "fsync" if self.group_commit.durable else "page-cache",
         )
         self.started.set()
+
+    async def _open_partitions(self) -> None:
+        """Opens the logs of the partitions registered at start, a few at a time between the
+        requests (which open the ones they need at once)."""
+        started, count = time.monotonic(), self.topics.pending
+        while self.topics.open_some(OPEN_PER_ROUND):
+            await asyncio.sleep(0)
+        if count:
+            log.info("%d partition logs opened in %.2fs", count, time.monotonic() - started)
 
     async def _join_cluster(self) -> None:
         """Registers in the metadata store (under a lease), then follows it: replicas take
@@ -484,7 +501,9 @@ class Broker:
         if synced:
             self.snapshots.write_all()
         self.topics.close()
-        if synced:
+        if synced and self.topics.unverified:
+            log.warning("logs left by a crash were not all opened: the next start checks them")
+        elif synced:
             try:
                 self.storage.write_atomic(CLEAN_SHUTDOWN_MARK, b"1")
             except OSError as exc:

@@ -16,7 +16,8 @@ import itertools
 import logging
 import struct
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from lockgate.handlers.registry import (
     HANDLERS,
@@ -41,6 +42,7 @@ from lockgate.protocol.frame import (
     response_frame,
     response_frame_parts,
 )
+from lockgate.protocol.metadata import encode_metadata_response
 from lockgate.security.listeners import enabled_mechanisms
 from lockgate.security.quotas import SELF_CHARGED_API_KEYS, QuotaType, measured
 from lockgate.security.session import Session
@@ -51,6 +53,13 @@ from lockgate.server.log_context import (
     current_request,
 )
 from lockgate.server.sasl_gate import SaslGate
+
+# Answers encoded by hand rather than by kio's builder, where the builder's cost grows with the
+# answer (Metadata for thousands of partitions). Their handlers still answer a dict, so that the
+# quota path can set its throttle time.
+HAND_ENCODED: dict[int, Callable[[int, Mapping[str, Any]], bytes]] = {
+    ApiKey.METADATA: encode_metadata_response,
+}
 
 if TYPE_CHECKING:
     from lockgate.handlers.services import Services
@@ -294,7 +303,12 @@ class Connection:
                 body = result.data
                 error = result.error
             else:
-                body = encode(build(response_class(spec.api_key, context.api_version), result))
+                version = context.api_version
+                hand = HAND_ENCODED.get(spec.api_key)
+                if hand is not None:
+                    body = hand(version, result)
+                else:
+                    body = encode(build(response_class(spec.api_key, version), result))
                 error = result.get("error_code")
         except Exception:
             log.exception(

@@ -18,6 +18,7 @@ from lockgate.tools import (
     dump_log,
     get_offsets,
     groups,
+    host,
     log_dirs,
     produce,
     producers,
@@ -47,6 +48,7 @@ def register_tools(commands: argparse._SubParsersAction[argparse.ArgumentParser]
         get_offsets,
         dump_log,
         devcluster,
+        host,
     ):
         module.register(commands)
     spark_demo.register(commands)

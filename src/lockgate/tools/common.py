@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import signal
 import sys
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
@@ -16,6 +17,19 @@ AsyncCommand = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
+
+
+class StopSignals:
+    """Notes SIGTERM and SIGINT (from its construction on) for a command that runs until told
+    to stop and then stops its children itself."""
+
+    def __init__(self) -> None:
+        self.received = False
+        signal.signal(signal.SIGTERM, self._note)
+        signal.signal(signal.SIGINT, self._note)
+
+    def _note(self, _signum: int, _frame: object) -> None:
+        self.received = True
 
 
 class ToolError(Exception):

@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from lockgate.tools.common import EXIT_FAILURE, EXIT_OK
+from lockgate.tools.common import EXIT_FAILURE, EXIT_OK, StopSignals
 
 # The kernel hands outgoing connections (and bind to port 0) ports from its ephemeral range
 # only. A port picked for a server that starts a moment later is taken from below that range,
@@ -320,21 +320,14 @@ def _up(args: argparse.Namespace) -> int:
         etcd_port=args.etcd_port,
         settings=args.set,
     )
-    stop = False
-
-    def interrupted(_signum: int, _frame: object) -> None:
-        nonlocal stop
-        stop = True
-
-    signal.signal(signal.SIGTERM, interrupted)
-    signal.signal(signal.SIGINT, interrupted)
+    stop = StopSignals()
     try:
         cluster.start()
         print(f"cluster up: {args.brokers} brokers, etcd {cluster.etcd.url}")
         print(f"bootstrap servers: {cluster.bootstrap}")
         print(f"logs and data: {cluster.base} (Ctrl-C stops everything)", flush=True)
-        while not stop and cluster.all_running():
+        while not stop.received and cluster.all_running():
             time.sleep(0.2)
-        return EXIT_OK if stop else EXIT_FAILURE
+        return EXIT_OK if stop.received else EXIT_FAILURE
     finally:
         cluster.stop()

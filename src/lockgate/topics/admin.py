@@ -12,7 +12,12 @@ from collections.abc import Awaitable, Mapping
 from dataclasses import replace
 from typing import Protocol
 
-from lockgate.cluster.controller import AssignmentError, assign_replicas, initial_state
+from lockgate.cluster.controller import (
+    AssignmentError,
+    UsableBroker,
+    initial_state,
+    place_replicas,
+)
 from lockgate.cluster.metadata import MetadataStore, TopicRecord
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.topics.directory import TopicManager
@@ -94,8 +99,9 @@ class LocalTopicAdmin:
 
 
 class ClusterTopicAdmin:
-    """Writes topic changes to the metadata store. Replicas are placed by Kafka's
-    rack-unaware round robin over the registered brokers, unless the request names them."""
+    """Writes topic changes to the metadata store. Replicas are placed over the registered
+    brokers as Kafka's controller places them (rack-aware, by broker.rack), unless the request
+    names them."""
 
     def __init__(self, topics: TopicManager, store: MetadataStore) -> None:
         self.topics = topics
@@ -124,10 +130,10 @@ class ClusterTopicAdmin:
                         f"registered brokers ({brokers}), as many for every partition",
                     )
             return {first + i: tuple(r) for i, r in enumerate(assignments.values())}
+        # every registered broker holds a live lease: none is fenced
+        usable = [UsableBroker(b.node_id, b.rack) for b in self.store.view.brokers.values()]
         try:
-            return assign_replicas(
-                brokers, count, replication_factor, random.randrange(1 << 16), first
-            )
+            return place_replicas(usable, count, replication_factor, random.Random(), first)
         except AssignmentError as exc:
             raise KafkaProtocolError(ErrorCode.invalid_replication_factor, str(exc)) from None
 

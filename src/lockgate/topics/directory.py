@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import re
 import uuid
@@ -24,7 +25,8 @@ from lockgate.config.properties import (
     check_topic,
     check_value,
 )
-from lockgate.log.partition import Partition, partition_dir
+from lockgate.log.epochs import LeaderEpochCache
+from lockgate.log.partition import EPOCH_CHECKPOINT, Partition, partition_dir
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.storage.engine import StorageEngine
 from lockgate.topics.internal import CONSUMER_OFFSETS_TOPIC
@@ -44,6 +46,9 @@ def validate_topic_name(name: str) -> None:
         )
 
 
+TERM_FILE = "leader-term"  # how many times this single node has started (see _next_term)
+
+
 class TopicManager:
     def __init__(
         self,
@@ -58,28 +63,83 @@ class TopicManager:
         self.clock_ms = clock_ms
         self.topics: dict[str, TopicRecord] = {}
         self.by_id: dict[uuid.UUID, TopicRecord] = {}
-        self.partitions: dict[tuple[str, int], Partition] = {}
+        self.partitions: dict[tuple[str, int], Partition] = {}  # those open
+        # registered and led at start, opened by open_some or on first use: key -> leader epoch
+        self._pending: dict[tuple[str, int], int] = {}
         self._log_configs: dict[str, LogConfig] = {}
         self.clean_start = False  # the broker's last stop was a clean shutdown
 
     def load(self, clean: bool = False) -> None:
-        """Opens every partition; `clean`: the broker's last stop was a clean shutdown."""
+        """Registers every partition and leads it at once, in the epoch after the last one its
+        checkpoint holds; its log opens later, in open_some's background rounds or at its first
+        use (get), so that a broker with thousands of partitions serves within a second of its
+        start. `clean`: the broker's last stop was a clean shutdown."""
         self.clean_start = clean
-        now = self.clock_ms()
+        term = self._next_term()
         for record in self.store.topics().values():
             self._register(record)
             for index in range(record.partitions):
-                self._open_partition(record, index, now, clean)
+                path = f"{partition_dir(record.name, index)}/{EPOCH_CHECKPOINT}"
+                epoch = max(LeaderEpochCache(self.storage, path).latest_epoch + 1, term)
+                self._pending[(record.name, index)] = epoch
+                self.store.lead(record.name, index, epoch)
         self._remove_orphans()
+
+    def _next_term(self) -> int:
+        """This start's number, one more than the last start's, written (one fsync) before any
+        partition is led in it. Every partition's epoch at a start is at least the term: a
+        partition writes a term's epoch only with its first append there (Partition.load), and
+        the term keeps its epochs growing from start to start all the same."""
+        raw = self.storage.read_all(TERM_FILE)
+        term = int(raw) + 1 if raw is not None and raw.strip().isdigit() else 1
+        try:
+            self.storage.write_atomic(TERM_FILE, f"{term}\n".encode())
+        except OSError as exc:  # a full disk: the next start may take this number again
+            log.warning("%s not written (%s): leader epochs may repeat after a restart",
+                        TERM_FILE, exc)  # fmt: skip
+        return term
+
+    @property
+    def pending(self) -> int:
+        """Partitions led whose logs are not open yet."""
+        return len(self._pending)
+
+    @property
+    def unverified(self) -> bool:
+        """Whether logs left by a crash are still unopened (their tails not checked yet): a
+        clean-shutdown mark written now would vouch for them."""
+        return not self.clean_start and bool(self._pending)
+
+    def open_some(self, count: int) -> int:
+        """Opens up to `count` pending partitions; how many it opened."""
+        keys = list(itertools.islice(self._pending, count))
+        for key in keys:
+            self._open_pending(key)
+        return len(keys)
+
+    def _open_pending(self, key: tuple[str, int]) -> Partition:
+        epoch = self._pending.pop(key)
+        name, index = key
+        try:
+            partition = self._load_partition(
+                self.topics[name], index, self.clock_ms(), self.clean_start, epoch=epoch
+            )
+        except OSError as exc:
+            self._pending[key] = epoch  # the next use tries again
+            raise _storage_error(f"opening {name}-{index}", exc) from exc
+        self.partitions[key] = partition
+        return partition
 
     def _remove_orphans(self) -> None:
         """Removes partition directories no topic owns: leftovers of a crash during DeleteTopics
         (the metadata change is made first) or of a partially deleted directory."""
         for name in self.storage.list_dir(""):
             match = _PARTITION_DIR.match(name)
-            if name.endswith(".deleted") or (
-                match and (match.group(1), int(match.group(2))) not in self.partitions
-            ):
+            owned = match is not None and (
+                (key := (match.group(1), int(match.group(2)))) in self.partitions
+                or key in self._pending
+            )
+            if name.endswith(".deleted") or (match and not owned):
                 log.warning("removing %s: no topic owns it", name)
                 self.storage.remove_tree(name)
 
@@ -100,14 +160,6 @@ class TopicManager:
         )
         return replace(config, delete_policy=False, compact=True, segment_bytes=segment_bytes)
 
-    def _open_partition(
-        self, record: TopicRecord, index: int, now_ms: int, clean: bool = False
-    ) -> Partition:
-        partition = self._load_partition(record, index, now_ms, clean)
-        self.partitions[(record.name, index)] = partition
-        self.store.lead(record.name, index, partition.leader_epoch)
-        return partition
-
     def _load_partition(
         self,
         record: TopicRecord,
@@ -115,13 +167,14 @@ class TopicManager:
         now_ms: int,
         clean: bool = False,
         new_epoch: bool = True,
+        epoch: int | None = None,
     ) -> Partition:
         name = record.name
         partition = Partition(
             self.storage, name, index, record.topic_id, lambda: self._log_configs[name]
         )
         try:
-            partition.load(now_ms, clean, new_epoch)
+            partition.load(now_ms, clean, new_epoch, epoch)
         except OSError:
             for segment in partition.segments:
                 segment.close()
@@ -185,8 +238,12 @@ class TopicManager:
             self._log_configs[name] = self._log_config(record, record.configs)
 
     def get(self, topic: str, index: int) -> Partition | None:
-        """The partition's log, if this broker has a replica of it."""
-        return self.partitions.get((topic, index))
+        """The partition's log, if this broker has a replica of it (opened now if it was
+        still pending: KAFKA_STORAGE_ERROR if storage refuses)."""
+        partition = self.partitions.get((topic, index))
+        if partition is None and (topic, index) in self._pending:
+            partition = self._open_pending((topic, index))
+        return partition
 
     def exists(self, topic: str, index: int) -> bool:
         """Whether the partition exists (in a cluster: anywhere, not only here)."""
@@ -308,9 +365,10 @@ class TopicManager:
         del self._log_configs[name]
         for index in range(record.partitions):
             partition = self.partitions.pop((name, index), None)
-            if partition is None:  # cluster mode: no replica of it here
-                continue
-            partition.close()
+            if partition is not None:
+                partition.close()
+            elif self._pending.pop((name, index), None) is None:
+                continue  # cluster mode: no replica of it here
             directory = partition_dir(name, index)
             trash = f"{directory}.{record.topic_id.hex}.deleted"
             self.storage.rename(directory, trash)

@@ -4,7 +4,7 @@
 // Python test or benchmark that started it judges the line. An error that stops the scenario
 // is printed as {"error": ...} with exit status 1, so the caller always gets a line to show.
 //
-//	franzcheck produce-consume -brokers HOST:PORT -topic T [-partitions 3] [-records 1000]
+//	franzcheck produce-consume -brokers HOST:PORT -topic T [-partitions 3] [-records 1000] [-rack R]
 //	franzcheck group -brokers HOST:PORT -topic T -group G -protocol classic|consumer [-records 600]
 //	franzcheck eos -brokers HOST:PORT -input I -output O -group G [-workers 2] [-records 2000]
 //	               [-max-poll 500] [-protocol classic|consumer] [-steps create,chain,fill,check]

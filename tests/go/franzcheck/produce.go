@@ -1,7 +1,9 @@
 // produce-consume: franz-go's idempotent producer (its default: acks=all, one producer id)
 // writes -records records round-robin over the partitions, then a consumer outside any group
 // reads the topic back from its start. The line reports what the producer was told and what
-// the consumer read, partition by partition.
+// the consumer read, partition by partition. With -rack the consumer names that rack
+// (client.rack, KIP-392: a leader may send it to a replica in its rack) and the line counts
+// the batches it read from each broker.
 package main
 
 import (
@@ -38,14 +40,40 @@ type produceConsumeResult struct {
 	BadValues     int                      `json:"bad_values"`
 	ProduceErrors []string                 `json:"produce_errors"`
 	Requests      map[string]int           `json:"requests"`
+	// BatchesFrom counts the batches the consumer read, by the id of the broker that served
+	// them (with -rack only).
+	BatchesFrom map[int32]int `json:"batches_from,omitempty"`
+}
+
+// batchSources counts the batches a consumer reads by the broker they came from.
+type batchSources struct {
+	mu     sync.Mutex
+	counts map[int32]int
+}
+
+func (b *batchSources) OnFetchBatchRead(meta kgo.BrokerMetadata, _ string, _ int32, _ kgo.FetchBatchMetrics) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.counts[meta.NodeID]++
+}
+
+func (b *batchSources) snapshot() map[int32]int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	counts := map[int32]int{}
+	for node, count := range b.counts {
+		counts[node] = count
+	}
+	return counts
 }
 
 func runProduceConsume(ctx context.Context, args []string) (any, error) {
 	var c common
-	var topic string
+	var topic, rack string
 	flags := flag.NewFlagSet("produce-consume", flag.ContinueOnError)
 	c.register(flags, 1000)
 	flags.StringVar(&topic, "topic", "", "topic to create and use")
+	flags.StringVar(&rack, "rack", "", "the consumer's rack (client.rack); empty: none")
 	ctx, cancel, err := withDeadline(ctx, flags, &c, args)
 	if err != nil {
 		return nil, err
@@ -109,9 +137,17 @@ func runProduceConsume(ctx context.Context, args []string) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	read, err := readAll(ctx, &c, topic, ends, kgo.ReadUncommitted())
+	var reading []kgo.Opt
+	sources := &batchSources{counts: map[int32]int{}}
+	if rack != "" {
+		reading = append(reading, kgo.Rack(rack), kgo.WithHooks(sources))
+	}
+	read, err := readAll(ctx, &c, topic, ends, kgo.ReadUncommitted(), reading...)
 	if err != nil {
 		return nil, err
+	}
+	if rack != "" {
+		result.BatchesFrom = sources.snapshot()
 	}
 	for partition, report := range result.Partitions {
 		report.EndOffset = ends[int32(partition)]

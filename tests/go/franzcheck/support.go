@@ -180,8 +180,9 @@ func (a *admin) committedOffsets(ctx context.Context, group, topic string) (map[
 
 // readAll reads topic from its start up to the given end offsets with a client outside any
 // group and returns its records by partition, in offset order. With control records kept, the
-// position reaches the end offset even when the last batch is a transaction marker.
-func readAll(ctx context.Context, c *common, topic string, ends map[int32]int64, isolation kgo.IsolationLevel) (map[int32][]*kgo.Record, error) {
+// position reaches the end offset even when the last batch is a transaction marker. `extra`
+// adds options of the reading client (its rack, hooks).
+func readAll(ctx context.Context, c *common, topic string, ends map[int32]int64, isolation kgo.IsolationLevel, extra ...kgo.Opt) (map[int32][]*kgo.Record, error) {
 	start := map[int32]kgo.Offset{}
 	for partition := range ends {
 		start[partition] = kgo.NewOffset().AtStart()
@@ -191,6 +192,7 @@ func readAll(ctx context.Context, c *common, topic string, ends map[int32]int64,
 		kgo.FetchIsolationLevel(isolation),
 		kgo.KeepControlRecords(),
 	)
+	options = append(options, extra...)
 	client, err := kgo.NewClient(options...)
 	if err != nil {
 		return nil, err

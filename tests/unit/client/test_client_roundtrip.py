@@ -9,6 +9,7 @@ import pytest
 from lockgate.client import Admin, Consumer, Producer, TopicPartition, errors
 from lockgate.client.admin import ConfigSource, NewTopic
 from lockgate.client.partitioner import partition_for_key
+from lockgate.client.sender import BATCH_RECORDS
 from lockgate.protocol.records import COMPRESSION_CODECS
 from lockgate.server.broker import Broker
 
@@ -104,6 +105,25 @@ async def test_keyless_records_spread_round_robin(memory_broker: Broker) -> None
     async with Producer(bootstrap(memory_broker)) as producer:
         sent = [await producer.send_and_wait("spread", b"x") for _ in range(6)]
     assert [m.partition for m in sent] == [0, 1, 2, 0, 1, 2]
+
+
+async def test_batches_go_and_come_back_while_the_caller_keeps_queueing(
+    memory_broker: Broker,
+) -> None:
+    """A caller queueing in a loop of its own (no await but send()'s) still has its records
+    delivered meanwhile: a batch full in records goes at once, whatever its linger, and send()
+    yields often enough for the answers to be read and the next batch written."""
+    async with Producer(bootstrap(memory_broker), linger_ms=60_000) as producer:
+        await producer.send("t", b"first", partition=0)
+        await producer.flush()  # the topic known; from here on only full batches go
+        futures = [
+            await producer.send("t", b"x" * 100, partition=0) for _ in range(8 * BATCH_RECORDS)
+        ]
+        assert futures[0].done() and futures[BATCH_RECORDS - 1].done()
+        assert not futures[-1].done()
+        await producer.flush()
+        offsets = [future.result().offset for future in futures]
+        assert offsets == list(range(1, 1 + 8 * BATCH_RECORDS))
 
 
 async def test_acks_zero_gives_no_offsets_but_delivers(memory_broker: Broker) -> None:

@@ -14,6 +14,7 @@ import pytest
 from lockgate.client.connection import BrokerConnection, kio_versions
 from lockgate.client.errors import (
     KafkaConnectionError,
+    KafkaError,
     KafkaTimeoutError,
     UnsupportedVersionError,
 )
@@ -274,3 +275,139 @@ async def test_nothing_listening_is_a_connection_error() -> None:
     connection = BrokerConnection("127.0.0.1", port, connect_timeout_ms=2_000)
     with pytest.raises(KafkaConnectionError, match="cannot connect"):
         await connection.connect()
+
+
+# -- send_encoded_then: the producer's requests, answered through a callback --------------------
+
+Outcome = tuple[Any, KafkaError | None]
+
+
+def metadata_body(version: int) -> bytes:
+    cls = request_class(ApiKey.METADATA, version)
+    assert cls is not None
+    return encode(build(cls, METADATA_REQUEST))
+
+
+async def test_callbacks_get_their_responses_in_order_as_the_reader_reads_them() -> None:
+    async def reply(request: Received) -> bytes | None:
+        if request.api_key == ApiKey.API_VERSIONS:
+            return await answer_versions(request)
+        return metadata_frame(
+            request.correlation_id, request.version, f"c-{request.correlation_id}"
+        )
+
+    async with fake_broker(reply) as broker:
+        connection = await connect(broker)
+        try:
+            version = connection.version_for(ApiKey.METADATA)
+            outcomes: list[Outcome] = []
+            done = asyncio.Event()
+
+            def record(response: Any, error: Any) -> None:
+                outcomes.append((response, error))
+                if len(outcomes) == 3:
+                    done.set()
+
+            for _ in range(3):
+                connection.send_encoded_then(
+                    ApiKey.METADATA, version, metadata_body(version), record
+                )
+            assert connection.in_flight_count == 3  # written at once, nothing awaited
+            await asyncio.wait_for(done.wait(), 5)
+            ids = [r.correlation_id for r in broker.received[1:]]
+            assert [(r.cluster_id, e) for r, e in outcomes] == [(f"c-{i}", None) for i in ids]
+            assert connection.in_flight_count == 0
+        finally:
+            await connection.close()
+
+
+async def test_a_callback_request_times_out_and_closing_fails_the_others_from_the_loop() -> None:
+    async def reply(request: Received) -> bytes | None:
+        if request.api_key == ApiKey.API_VERSIONS:
+            return await answer_versions(request)
+        return None  # never answers
+
+    async with fake_broker(reply) as broker:
+        connection = await connect(broker)
+        try:
+            version = connection.version_for(ApiKey.METADATA)
+            outcomes: dict[str, Outcome] = {}
+            body = metadata_body(version)
+
+            def outcome_of(name: str) -> Callable[[Any, KafkaError | None], None]:
+                return lambda response, error: outcomes.__setitem__(name, (response, error))
+
+            for name, timeout_ms in (("first", 100), ("second", 5_000)):
+                connection.send_encoded_then(
+                    ApiKey.METADATA, version, body, outcome_of(name), timeout_ms=timeout_ms
+                )
+            await asyncio.sleep(0.3)
+            first, second = outcomes["first"], outcomes["second"]
+            assert first[0] is None and isinstance(first[1], KafkaTimeoutError)
+            assert "METADATA" in str(first[1])
+            assert second[0] is None and isinstance(second[1], KafkaConnectionError)
+            assert "timeout" in str(second[1])
+            assert not connection.connected
+            with pytest.raises(KafkaConnectionError):
+                connection.send_encoded_then(ApiKey.METADATA, version, body, lambda r, e: None)
+        finally:
+            await connection.close()
+
+
+async def test_closing_calls_back_later_never_from_inside_close() -> None:
+    async def reply(request: Received) -> bytes | None:
+        if request.api_key == ApiKey.API_VERSIONS:
+            return await answer_versions(request)
+        return None
+
+    async with fake_broker(reply) as broker:
+        connection = await connect(broker)
+        version = connection.version_for(ApiKey.METADATA)
+        outcomes: list[Outcome] = []
+        connection.send_encoded_then(
+            ApiKey.METADATA,
+            version,
+            metadata_body(version),
+            lambda response, error: outcomes.append((response, error)),
+        )
+        try:
+            connection._abort(KafkaConnectionError("cut"))  # what close() and the reader call
+            assert outcomes == []  # not yet: the closer may be inside the callback's owner
+            await asyncio.sleep(0)
+            [(response, error)] = outcomes
+            assert response is None and isinstance(error, KafkaConnectionError)
+            assert "cut" in str(error)
+        finally:
+            await connection.close()
+
+
+async def test_an_undecodable_answer_fails_only_its_callback() -> None:
+    async def reply(request: Received) -> bytes | None:
+        if request.api_key == ApiKey.API_VERSIONS:
+            return await answer_versions(request)
+        if len(broker.received) == 2:  # the first Metadata request: a body cut short
+            return response_frame(request.correlation_id, True, b"\x00")
+        return metadata_frame(request.correlation_id, request.version, "fine")
+
+    async with fake_broker(reply) as broker:
+        connection = await connect(broker)
+        try:
+            version = connection.version_for(ApiKey.METADATA)
+            outcomes: list[Outcome] = []
+            for _ in range(2):
+                connection.send_encoded_then(
+                    ApiKey.METADATA,
+                    version,
+                    metadata_body(version),
+                    lambda response, error: outcomes.append((response, error)),
+                )
+            async with asyncio.timeout(5):
+                while len(outcomes) < 2:
+                    await asyncio.sleep(0.01)
+            (bad, bad_error), (good, good_error) = outcomes
+            assert bad is None and isinstance(bad_error, KafkaConnectionError)
+            assert "undecodable" in str(bad_error)
+            assert good.cluster_id == "fine" and good_error is None
+            assert connection.connected
+        finally:
+            await connection.close()

@@ -359,16 +359,66 @@ async def test_a_full_batch_asks_the_caller_to_yield(impl: ModuleType) -> None:
     assert accumulator.filled and setup.wakeups == [1, 1]
 
 
+async def test_a_batch_full_in_records_wakes_the_sender_and_asks_for_a_yield(
+    impl: ModuleType,
+) -> None:
+    setup = accumulate(impl, batch_size=10**6, max_request_size=10**6, buffer_memory=10**9)
+    accumulator = setup.accumulator
+    accumulator.start(asyncio.get_running_loop())
+    accumulator.batch_records = 3
+    for expected in (False, False, True):
+        accumulator.append("t", b"v", None, 0, (), 1)
+        assert accumulator.filled is expected
+    assert setup.wakeups == [1, 1]  # the first record, then the full batch
+    accumulator.filled = False
+    future = asyncio.get_running_loop().create_future()
+    accumulator.append_group("t", 0, [(None, b"v")] * 2, 1, impl.RecordGroup(future, 2))
+    assert not accumulator.filled  # 5 in the queue
+    accumulator.append_group("t", 0, [(None, b"v")] * 2, 1, impl.RecordGroup(future, 2))
+    assert accumulator.filled and len(setup.wakeups) == 3  # 7: the second batch filled
+
+
+async def test_every_yield_every_records_the_caller_is_asked_to_yield(impl: ModuleType) -> None:
+    setup = accumulate(impl, batch_size=10**6, max_request_size=10**6, buffer_memory=10**9)
+    accumulator = setup.accumulator
+    accumulator.start(asyncio.get_running_loop())
+    accumulator.append("t", b"v", None, 0, (), 1)
+    assert not accumulator.filled  # off by default: only a full batch asks
+    accumulator.yield_every = 3
+    for expected in (False, False, True):  # counted from when it was set
+        accumulator.append("t", b"v", None, 0, (), 1)
+        assert accumulator.filled is expected
+    accumulator.filled = False
+    future = asyncio.get_running_loop().create_future()
+    # send_batch()'s records count one by one: four of them pass the next three
+    accumulator.append_group("t", None, [(None, b"v")] * 4, 1, impl.RecordGroup(future, 4))
+    assert accumulator.filled
+    accumulator.filled = False
+    accumulator.append("t", b"v", None, 0, (), 1)  # the 2nd since the last yield
+    assert not accumulator.filled
+    accumulator.append("t", b"v", None, 0, (), 1)
+    assert accumulator.filled
+
+
 async def test_unfinished_futures_are_pruned_as_they_grow(impl: ModuleType) -> None:
     setup = accumulate(impl)
     accumulator = setup.accumulator
     accumulator.start(asyncio.get_running_loop())
+    unfinished = accumulator.unfinished
     futures = [accumulator.append("t", b"v", None, 0, (), 1) for _ in range(3)]
     for future in futures:
         future.cancel()
     last = accumulator.append("t", b"v", None, 0, (), 1)  # the 4th: prune_at
     assert accumulator.unfinished == [last]
     assert accumulator.prune_at == 4  # never below where it started
+    # in place: the long-lived list stays (a new one would be young for the collector)
+    assert accumulator.unfinished is unfinished
+    more = [accumulator.append("t", b"v", None, 0, (), 1) for _ in range(4)]
+    assert accumulator.unfinished == [last, *more]  # pruned at 4 again: none was done
+    assert accumulator.prune_at == 8  # twice what was kept
+    last.cancel()
+    accumulator.prune()  # flush() asks too
+    assert accumulator.unfinished == more and accumulator.unfinished is unfinished
 
 
 async def test_append_group_places_records_as_one_append_each_would(impl: ModuleType) -> None:
@@ -456,6 +506,45 @@ async def test_compiled_futures_stay_out_of_the_collector_unless_they_fail() -> 
         failed.result()
 
 
+@pytest.mark.skipif(not BUILT, reason="the extension is not built")
+async def test_compiled_futures_are_built_directly_and_work_as_any_future() -> None:
+    loop = asyncio.get_running_loop()
+    setup = accumulate(COMPILED)
+    setup.accumulator.start(loop)
+    # outside debug mode this Python's Future is built without its constructor
+    assert setup.accumulator.direct_futures
+    future = setup.accumulator.append("t", b"v", None, 0, (), 1)
+    assert type(future) is asyncio.Future and future.get_loop() is loop
+    assert not future.done() and not future.cancelled()
+    seen: list[Any] = []
+    future.add_done_callback(seen.append)
+    setup.queues["t", 0].take_all().complete(RecordMetadata, "t", 0, 7, -1)
+    assert await future == RecordMetadata("t", 0, 7, 1)
+    await asyncio.sleep(0)
+    assert seen == [future]
+    cancelled = setup.accumulator.append("t", b"v", None, 0, (), 1)
+    assert cancelled.cancel() and cancelled.cancelled()
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
+    # in debug mode the constructor records where each future was made: it is used then
+    loop.set_debug(True)
+    try:
+        debugging = accumulate(COMPILED)
+        debugging.accumulator.start(loop)
+        assert not debugging.accumulator.direct_futures
+        built = debugging.accumulator.append("t", b"v", None, 0, (), 1)
+        assert built is not None and built._source_traceback
+    finally:
+        loop.set_debug(False)
+
+
+def test_a_queue_refuses_the_slots_it_keeps_for_itself(impl: ModuleType) -> None:
+    queue = impl.RecordQueue("t", 0)
+    with pytest.raises(ValueError):
+        queue.append(b"k", b"v", (), 1, 40, None, 0.0, -3)
+    assert len(queue) == 0
+
+
 def test_the_collector_breaks_cycles_through_queued_records(impl: ModuleType) -> None:
     class Holder(Waiter):
         queue: Any = None
@@ -489,6 +578,8 @@ def test_both_accumulators_queue_the_same_records(calls: list[Any]) -> None:
     async def queue_all(module: ModuleType) -> tuple[Any, ...]:
         setup = accumulate(module, batch_size=100, max_request_size=10**6, buffer_memory=10**9)
         setup.accumulator.start(asyncio.get_running_loop())
+        setup.accumulator.yield_every = 7
+        setup.accumulator.batch_records = 5
         taken: list[Any] = []
         group: list[tuple[bytes | None, bytes | None]] = []
         for key, value, partition, timestamp, batched in calls:

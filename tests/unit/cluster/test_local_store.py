@@ -132,6 +132,42 @@ def test_every_open_partition_is_led_by_this_node_at_its_logs_epoch() -> None:
     assert membership.partition("orders", 0) is None
 
 
+def test_a_start_leads_every_partition_at_once_and_opens_the_logs_later() -> None:
+    """Registered and led in the epoch after their checkpoints' last before any log opens
+    (a broker with thousands of partitions serves at once); each log opens in open_some's
+    rounds or at its first use, in the epoch announced; a pending topic can be deleted."""
+    engine = MemoryEngine()
+    config = BrokerConfig({"node.id": str(NODE)})
+    topics = TopicManager(engine, LocalMetadataStore(engine, NODE), config, lambda: 1_000)
+    topics.create("orders", 3, 1, {})
+    topics.create("gone", 2, 1, {})
+    topics.close()
+    store = LocalMetadataStore(engine, NODE)
+    topics = TopicManager(engine, store, config, lambda: 2_000)
+    topics.load(clean=False)
+    membership = ClusterMembership(store, NODE)
+    assert topics.partitions == {} and topics.pending == 5
+    assert topics.unverified  # a crash's logs, unopened: no clean-shutdown mark may vouch
+    for index in range(3):
+        assert membership.partition("orders", index) == PartitionState((NODE,), NODE, 1, (NODE,))
+    first = topics.get("orders", 1)  # its first use opens it
+    assert first is not None and first.leader_epoch == 1 and topics.pending == 4
+    topics.delete("gone")
+    assert topics.pending == 2
+    assert not any(name.startswith("gone-") for name in engine.list_dir(""))
+    assert topics.open_some(10) == 2 and topics.pending == 0
+    assert not topics.unverified
+    assert all(getattr(topics.get("orders", i), "leader_epoch", -1) == 1 for i in range(3))
+    # nothing was appended in epoch 1, so no partition wrote it: the next start's term keeps
+    # the epochs growing all the same
+    topics.close()
+    store = LocalMetadataStore(engine, NODE)
+    TopicManager(engine, store, config, lambda: 3_000).load(clean=True)
+    assert ClusterMembership(store, NODE).partition("orders", 0) == PartitionState(
+        (NODE,), NODE, 2, (NODE,)
+    )
+
+
 def test_a_topic_that_cannot_be_recorded_leaves_no_partition_led() -> None:
     engine = MemoryEngine()
     store = LocalMetadataStore(engine, NODE)

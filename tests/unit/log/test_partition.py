@@ -450,6 +450,24 @@ def test_max_timestamp_offset(storage: StorageEngine) -> None:
 # -- leader epochs -----------------------------------------------------------------------------
 
 
+def test_a_new_partition_writes_its_epoch_with_its_first_record(storage: StorageEngine) -> None:
+    """Creating many partitions writes (and fsyncs) no epoch file each: an empty log has no
+    record an epoch could mark. Nor does a clean stop snapshot its empty producer state."""
+    log = Log(storage)
+    checkpoint = f"{log.partition.directory}/leader-epoch-checkpoint"
+    assert storage.read_all(checkpoint) is None and log.partition.epochs.unsaved
+    log.partition.close()
+    assert not any(n.endswith(".snapshot") for n in storage.list_dir(log.partition.directory))
+    partition = log.reload(LOAD_MS + 1)
+    assert partition.leader_epoch == 0  # nothing was written in the first term
+    append(partition, batch_of([b"a"]))
+    assert storage.read_all(checkpoint) == b"0\n1\n0 0\n"
+    partition.close()
+    assert partition.log_end_offset == 1 and storage.read_all(
+        f"{partition.directory}/00000000000000000001.snapshot"
+    )
+
+
 def test_every_load_starts_a_new_leader_epoch(storage: StorageEngine) -> None:
     log = Log(storage)
     assert log.partition.leader_epoch == 0
@@ -459,19 +477,23 @@ def test_every_load_starts_a_new_leader_epoch(storage: StorageEngine) -> None:
     append(partition, batch_of([b"c"]))
     partition = log.reload(LOAD_MS + 2)
     assert partition.leader_epoch == 2
+    # nothing was written in epoch 2: it was never persisted (a start with many partitions
+    # writes no file per partition), and the next term may take its number again
     partition = log.reload(LOAD_MS + 3)
-    assert partition.leader_epoch == 3
-    assert partition.epochs.epochs == [0, 1, 2, 3]
-    assert partition.epochs.start_offsets == [0, 2, 3, 3]
-    append(partition, batch_of([b"d"]))
+    assert partition.leader_epoch == 2
+    assert partition.epochs.epochs == [0, 1, 2]
+    assert partition.epochs.start_offsets == [0, 2, 3]
+    append(partition, batch_of([b"d"]))  # persists epoch 2 first
     visible(partition)
     epochs = [parse_header(partition.read(o, 10**6, 4)).partition_leader_epoch for o in range(4)]
-    assert epochs == [0, 0, 1, 3]
-    assert [partition.epoch_of(o) for o in range(4)] == [0, 0, 1, 3]
+    assert epochs == [0, 0, 1, 2]
+    assert [partition.epoch_of(o) for o in range(4)] == [0, 0, 1, 2]
     assert partition.epochs.end_offset_for(0, partition.log_end_offset) == (0, 2)
     assert partition.epochs.end_offset_for(1, partition.log_end_offset) == (1, 3)
-    assert partition.epochs.end_offset_for(2, partition.log_end_offset) == (2, 3)
-    assert partition.epochs.end_offset_for(3, partition.log_end_offset) == (3, 4)
+    assert partition.epochs.end_offset_for(2, partition.log_end_offset) == (2, 4)
+    partition = log.reload(LOAD_MS + 4)
+    assert partition.leader_epoch == 3
+    assert partition.epochs.epochs == [0, 1, 2, 3]
 
 
 # -- DeleteRecords -----------------------------------------------------------------------------

@@ -83,3 +83,21 @@ def test_min_insync_replicas_before_and_after_the_append() -> None:
         acks_all_answer(11, high_watermark=11, isr_size=1, min_insync_replicas=2)
         == ErrorCode.not_enough_replicas_after_append
     )
+
+
+def test_consumers_may_be_sent_to_in_sync_followers_holding_the_offset() -> None:
+    """KIP-392: the followers a consumer reading at an offset may be sent to are those in the
+    ISR whose log holds it (log start at or below it, log end at or past it)."""
+    state = LeaderReplication(1, (1, 2, 3, 4), (1, 2, 3), 0, 0, now_ms=0)
+    assert state.may_serve(0) == []  # no follower has fetched yet
+    state.on_fetch(2, 10, leader_end=10, now_ms=1, log_start_offset=0)
+    state.on_fetch(3, 6, leader_end=10, now_ms=1, log_start_offset=4)
+    state.on_fetch(4, 10, leader_end=10, now_ms=1, log_start_offset=0)  # not in the ISR
+    assert state.may_serve(0) == [2]  # 3's log starts at 4
+    assert state.may_serve(4) == state.may_serve(6) == [2, 3]
+    assert state.may_serve(7) == [2]  # past 3's log end
+    assert state.may_serve(11) == []
+    state.set_isr((1, 2, 3, 4))
+    assert state.may_serve(8) == [2, 4]
+    state.on_fetch(2, 10, leader_end=10, now_ms=2)  # an older follower tells no log start
+    assert state.may_serve(0) == [2, 4]

@@ -1,7 +1,7 @@
 """A cluster broker's replicas following the metadata view (ReplicaManager), against an
 in-memory store: the leader's term (epoch, role, high watermark as the ISR's minimum, acks=all
 answers, min.insync.replicas, ISR growth by compare-and-swap), losing it to another broker or
-to a lapsed lease, and a deleted topic."""
+to a lapsed lease, a deleted topic, and the replica a leader sends a consumer to (KIP-392)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,13 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from lockgate.cluster.metadata import PartitionState
+from lockgate.cluster.metadata import BrokerRegistration, Endpoint, PartitionState
 from lockgate.config.properties import BrokerConfig
 from lockgate.handlers.common import check_leader
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.protocol.records import build_batch, parse_header
-from lockgate.replication.manager import ReplicaManager
+from lockgate.replication.manager import NO_PREFERENCE, ReplicaManager
+from lockgate.replication.selector import RackAwareReplicaSelector
 from lockgate.server.broker import Broker
 from lockgate.storage.memory import MemoryEngine
 from tests.support.memory_cluster import MemoryStore, replica_manager
@@ -156,3 +157,51 @@ async def test_a_deleted_topic_is_removed_here(
     manager.reconcile()
     assert broker.topics.get(TOPIC, 0) is None and TOPIC not in broker.topics.topics
     assert not manager.leaders
+
+
+def registered(node: int, rack: str | None, listeners: tuple[str, ...] = ()) -> BrokerRegistration:
+    endpoints = tuple(Endpoint(name, "127.0.0.1", 9092 + node) for name in listeners)
+    return BrokerRegistration(node, "127.0.0.1", 9092 + node, rack, endpoints=endpoints)
+
+
+async def test_the_leader_sends_a_consumer_to_an_in_sync_follower_of_its_rack(
+    parts: tuple[Broker, MemoryStore, ReplicaManager],
+) -> None:
+    broker, store, manager = parts
+    partition = broker.topics.get(TOPIC, 0)
+    assert partition is not None
+    store.view.brokers = {0: registered(0, "a"), 1: registered(1, "b"), 2: registered(2, "c")}
+    end = append(broker, 4)
+    manager.on_follower_fetch(partition, 1, end, 0)
+    manager.on_follower_fetch(partition, 2, 2, 1)
+
+    def preferred(rack: str | None, offset: int = 0, listener: str = "PLAINTEXT") -> int:
+        return manager.preferred_read_replica(partition, rack, listener, offset)
+
+    assert preferred("b") == NO_PREFERENCE  # no replica.selector.class: the leader serves
+    manager.selector = RackAwareReplicaSelector()
+    assert preferred("b") == 1
+    assert preferred("c", 1) == 2
+    assert preferred("c", 0) == NO_PREFERENCE  # broker 2's log starts at 1
+    assert preferred("c", 3) == NO_PREFERENCE  # and ends at 2
+    assert preferred("a") == preferred("z") == preferred(None) == preferred("") == NO_PREFERENCE
+    store.put(TOPIC, 0, PartitionState((0, 1, 2), 0, 3, (0, 2), 1))  # 1 left the ISR
+    await asyncio.sleep(0)
+    assert preferred("b") == NO_PREFERENCE
+    store.put(TOPIC, 0, PartitionState((0, 1, 2), 0, 3, (0, 1, 2), 2))
+    await asyncio.sleep(0)
+    assert preferred("b") == 1
+    # a broker without the consumer's listener is out of its reach (Kafka: no endpoint)
+    store.view.brokers[1] = registered(1, "b", ("INTERNAL",))
+    assert preferred("b", listener="EXTERNAL") == NO_PREFERENCE
+    assert preferred("b", listener="INTERNAL") == 1
+    store.view.brokers[1] = registered(1, "b")
+    # two followers in the rack: the most caught up
+    store.view.brokers[2] = registered(2, "b")
+    assert preferred("b", 1) == 1  # log end 4 against 2
+    manager.on_follower_fetch(partition, 2, end, 1)
+    assert preferred("b", 1) == 2  # as far: caught up as recently or later, the larger id
+    # not the leader any more: no preference
+    store.put(TOPIC, 0, PartitionState((0, 1, 2), 1, 4, (0, 1, 2), 3))
+    await asyncio.sleep(0)
+    assert not partition.is_leader and preferred("b") == NO_PREFERENCE

@@ -151,8 +151,8 @@ def test_a_file_that_cannot_be_cut_back_is_recovered_by_the_restart() -> None:
 def test_snapshot_failures_are_not_fatal() -> None:
     faults = MemoryFaults()
     _engine, partition = make(faults, LogConfig(segment_bytes=150))
+    append(partition, batch(0, count=5))  # (the term's epoch is written before this one)
     faults.atomic_errno = errno.ENOSPC
-    append(partition, batch(0, count=5))
     append(partition, batch(5, count=5))  # rolls; the snapshot at the roll fails
     assert len(partition.segments) == 2
     partition.close()  # the snapshot at close fails too; close still closes
@@ -253,6 +253,7 @@ def test_an_undo_that_cannot_cut_the_log_leaves_the_partition_refusing_appends()
     faults = MemoryFaults()
     engine, partition = make(faults)
     data = batch(0)
+    partition.epochs.ensure_saved()  # (the term's epoch, else written before the first append)
     faults.capacity = engine.used_bytes() + len(data) + 4  # the index entry does not fit
     faults.truncate_errno = errno.EIO  # and nothing can be cut back
     with pytest.raises(StorageError):
