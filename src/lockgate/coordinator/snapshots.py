@@ -24,7 +24,7 @@ import logging
 import operator
 import struct
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import crc32c
@@ -78,8 +78,10 @@ class PartitionImage:
                     self._put(ended_key, ended_value)
             return
         if header.is_transactional:
-            entry = self.pending.setdefault(header.producer_id, (header.producer_epoch, []))
-            entry[1].extend((key, value) for _o, _t, key, value in records if key is not None)
+            keyed = [(key, value) for _o, _t, key, value in records if key is not None]
+            if keyed:  # (a batch of no keyed record opens no entry: the snapshot has none)
+                entry = self.pending.setdefault(header.producer_id, (header.producer_epoch, []))
+                entry[1].extend(keyed)
             return
         committed = self.committed
         if None not in map(_VALUE, records) and None not in map(_KEY, records):
@@ -248,15 +250,16 @@ class Snapshotter:
         self._images[id(partition)] = (partition, image)
         self._written[id(partition)] = max(at, 0)  # an empty partition needs none
 
-    def _due(self) -> list[tuple[Partition, int, PartitionImage]]:
+    def _due(self) -> Iterator[tuple[Partition, int, PartitionImage]]:
         """(partition, its log end, a copy of its image) of those changed since their last
-        snapshot; taken together with no await, so each image is exactly the log below it."""
-        due = []
-        for key, (partition, image) in self._images.items():
+        snapshot, one at a time: each log end and copy taken together with no await, so each
+        image is exactly the log below it, and each copy just before its own write rather
+        than all of them first (a copy holds the event loop: a million keys in all are a few
+        ms a partition, 0.2 s together)."""
+        for key, (partition, image) in list(self._images.items()):
             end = partition.log_end_offset
             if end > self._written[key] and not partition.closed:
-                due.append((partition, end, image.copy()))
-        return due
+                yield partition, end, image.copy()
 
     async def run(self) -> None:
         while self.enabled:
@@ -265,21 +268,11 @@ class Snapshotter:
 
     async def write_due(self) -> None:
         """One round of the periodic writer: a snapshot of every partition changed since its
-        last one, encoded and written in a worker thread. Each image is copied just before its
-        own write, not all of them at once: a copy holds the event loop for as long as it
-        takes (a million keys in all are a few ms a partition, 0.2 s together)."""
-        for key in list(self._images):
-            entry = self._images.get(key)
-            if entry is None:
-                continue
-            partition, image = entry
-            end = partition.log_end_offset
-            if end <= self._written[key] or partition.closed:
-                continue
-            copy = image.copy()  # (no await since `end` was read: the log below it)
+        last one, encoded and written in a worker thread."""
+        for partition, offset, image in self._due():
             try:
-                await asyncio.to_thread(self._write, partition, end, copy)
-                self._written[key] = end
+                await asyncio.to_thread(self._write, partition, offset, image)
+                self._written[id(partition)] = offset
             except OSError as exc:  # a shortcut only: the next load replays more
                 log.warning("%s: no coordinator snapshot: %s", partition.directory, exc)
 

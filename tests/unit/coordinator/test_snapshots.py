@@ -113,6 +113,9 @@ def test_the_image_follows_commits_aborts_and_deletions() -> None:
     partition.write_marker(6, 0, False, 0, 1, False)
     append(partition, [(b"b", None)])
     append(partition, [(b"c", b"3")], attributes=TRANSACTIONAL_BIT, producer_id=7, producer_epoch=2)
+    # a transactional batch of records without a key has nothing to replay: no entry (a
+    # snapshot would hold an empty transaction of producer 8)
+    append(partition, [(None, b"k")], attributes=TRANSACTIONAL_BIT, producer_id=8, producer_epoch=0)
     assert image.committed == {b"a": b"2"}
     assert image.pending == {7: (2, [(b"c", b"3")])}
     body = image.encode()

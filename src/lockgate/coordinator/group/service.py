@@ -308,6 +308,7 @@ class GroupCoordinator:
                 raise ValueError("an offset commit key of an unknown layout")
             if value is None:
                 self.groups.pop(decoded, None)
+                load.groups.pop(decoded, None)  # (made again: last, as in self.groups)
                 return
             restore_group(
                 self._replayed_group(load, decoded), decode_group_value(value), self._clock()
