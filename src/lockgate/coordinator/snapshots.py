@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import operator
 import struct
 import threading
 from collections.abc import Callable, Iterator
@@ -55,8 +54,6 @@ _VERSION = 1
 _RECORDS_PER_BATCH = 1_000  # a load yields to the event loop after each batch
 
 Records = list[tuple[bytes, bytes | None]]
-_KEY = operator.itemgetter(2)  # of a decoded record (offset, timestamp, key, value)
-_VALUE = operator.itemgetter(3)
 
 
 @dataclass
@@ -84,10 +81,6 @@ class PartitionImage:
                 entry[1].extend(keyed)
             return
         committed = self.committed
-        if None not in map(_VALUE, records) and None not in map(_KEY, records):
-            # no tombstone, no record without a key: all of it in C
-            committed.update(zip(map(_KEY, records), map(_VALUE, records), strict=True))
-            return
         for _offset, _ts, key, value in records:
             if key is None:
                 continue

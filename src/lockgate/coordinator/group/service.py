@@ -56,10 +56,11 @@ log = logging.getLogger(__name__)
 @dataclass(slots=True)
 class _Load:
     """One load of a partition: the records of transactions still open, by producer, and the
-    ids of the groups its records made or changed (in order: a dict used as a set)."""
+    groups its records made or changed, in the order the coordinator holds them, each with its
+    offset records (Group.offsets.records: where a commit goes, found with one lookup)."""
 
     pending: dict[int, list[tuple[bytes, bytes | None]]] = field(default_factory=dict)
-    groups: dict[str, None] = field(default_factory=dict)
+    groups: dict[str, dict[bytes, bytes]] = field(default_factory=dict)
 
 
 class GroupCoordinator:
@@ -265,8 +266,7 @@ class GroupCoordinator:
             return
         # _replay's work, with offset commits (all but a few records of a load) done here: a
         # million of them go through this loop
-        held: dict[bytes, bytes] = {}
-        last_group = None
+        offsets_of = load.groups
         for _offset, _ts, key, value in records:
             if key is None:
                 continue
@@ -277,12 +277,11 @@ class GroupCoordinator:
                 continue
             if commit is None:
                 self._replay(load, key, value)
-                last_group = None  # (it may have removed the group)
                 continue
             group_id, canonical = commit
-            if group_id != last_group:
+            held = offsets_of.get(group_id)
+            if held is None:
                 held = self._replayed_group(load, group_id).offsets.records
-                last_group = group_id
             if value is None:
                 held.pop(canonical, None)
             else:  # the record itself (committed.py)
@@ -318,10 +317,10 @@ class GroupCoordinator:
 
     def _replayed_group(self, load: _Load, group_id: str) -> Group:
         """The group a replayed record is of (made if new, and counted as the load's)."""
-        load.groups[group_id] = None
         group = self.groups.get(group_id)
-        if group is None:  # (a Group is not cheap to build: not one per record)
+        if group is None:
             group = self.groups[group_id] = Group(group_id)
+        load.groups.setdefault(group_id, group.offsets.records)
         return group
 
     # -- classic membership (classic_runtime.py; consumer-protocol groups: consumer_runtime.py)

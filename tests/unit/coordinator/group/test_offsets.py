@@ -13,6 +13,7 @@ from lockgate.coordinator.group.records import (
     decode_group_value,
     decode_key,
     decode_offset_value,
+    group_key,
     offset_key,
     offset_value,
 )
@@ -401,5 +402,38 @@ async def test_offset_keys_in_other_forms_are_held_as_lockgates(
         assert visible(broker.groups, GROUP) == expected
         held = broker.groups.groups[GROUP].offsets.records
         assert sorted(held) == sorted(offset_key(GROUP, *tp) for tp in expected)
+    finally:
+        await broker.stop()
+
+
+async def test_a_group_removed_within_a_batch_of_its_offsets_comes_back_empty(
+    broker: Broker, engine: MemoryEngine
+) -> None:
+    """Replayed from the log, a group's tombstone between its offset commits in one batch
+    removes the group with the offsets before it; the commits after it make the group again,
+    holding only them (as a replay record by record has it)."""
+    groups = broker.groups
+    await groups.commit(GROUP, -1, "", None, offsets((TOPIC, 0, 1)))
+    partition = broker.topics.get(CONSUMER_OFFSETS_TOPIC, groups.offsets_partition(GROUP))
+    assert partition is not None
+
+    def value(offset: int) -> bytes:
+        return offset_value(CommittedOffset(offset, -1, "", 1))
+
+    records: list[tuple[bytes | None, bytes | None]] = [
+        (offset_key(GROUP, TOPIC, 1), value(5)),
+        (group_key(GROUP), None),  # the group and every offset so far go
+        (offset_key(GROUP, TOPIC, 2), value(6)),
+    ]
+    batch = build_batch(records, timestamp_ms=1)
+    partition.append(bytearray(batch), validate_produced_batch(batch), 1)
+    broker.group_commit.appended(partition)
+    await broker.stop()
+    for path in [p for p in engine.files if p.endswith(".coordinator")]:
+        del engine.files[path]  # (the log, not the snapshot written at the stop)
+    broker = await start_broker(engine)
+    try:
+        assert broker.groups.runtime.replayed_batches > 0
+        assert visible(broker.groups, GROUP) == {(TOPIC, 2): 6}
     finally:
         await broker.stop()
