@@ -39,7 +39,9 @@ SETTINGS = {
 NOW = 1_800_000_000_000
 
 
-def append(partition: Partition, records: list[tuple[bytes, bytes | None]], **batch: Any) -> None:
+def append(
+    partition: Partition, records: list[tuple[bytes | None, bytes | None]], **batch: Any
+) -> None:
     data = build_batch(records, timestamp_ms=1, **batch)
     header = validate_produced_batch(data)
     partition.append(bytearray(data), header, 1, internal=header.producer_id >= 0)
