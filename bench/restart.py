@@ -27,13 +27,21 @@ Last, on the loaded state, one round of the periodic snapshot writer after a new
 every internal partition: how long it took and the event loop's worst stall meanwhile.
 
     python -m bench.restart [--sizes 100000,300000] [--live-offsets] [--runs clean,crash,full]
+                            [--baseline SRC]
+
+--baseline SRC (another tree's lockgate, a checkout or its src) loads the same history with
+both trees, one after the other, each in a child process on a fresh copy of the data.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -52,6 +60,8 @@ from lockgate.storage.disk import DiskEngine
 from lockgate.topics.internal import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from tests.support.kafka_wire import KafkaWire, api_versions
 
+REPOSITORY = Path(__file__).resolve().parent.parent
+OWN_SOURCE = REPOSITORY / "src"
 IDS = 1000
 TAIL = 10_000  # transactions and commits after the last periodic snapshot, whatever the size
 PARTITIONS = 50
@@ -214,10 +224,53 @@ def left_as_is(_data: Path) -> None:
 
 
 RUNS: dict[str, tuple[str, Callable[[Path], None]]] = {  # --runs name: (label, preparation)
-    "clean": ("clean stop, snapshots at the end", left_as_is),
-    "crash": ("crash, 10k txns after the snapshots", newest_snapshots_removed),
+    "clean": ("clean stop, snapshots", left_as_is),
+    "crash": ("crash, 10k after snapshots", newest_snapshots_removed),
     "full": ("clean stop, no snapshots", snapshots_removed),
 }
+
+
+def measure_in_child(source: Path, data: Path, snapshot_round: bool) -> dict[str, float]:
+    """measure_restart in a child process running the lockgate of `source` (this bench)."""
+    command = [sys.executable, "-m", "bench.restart", "--measure", str(data)]
+    done = subprocess.run(
+        command + (["--snapshot-round"] if snapshot_round else []),
+        env={**os.environ, "PYTHONPATH": f"{source}{os.pathsep}{REPOSITORY}"},
+        cwd=REPOSITORY,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    figures: dict[str, float] = json.loads(done.stdout.splitlines()[-1])
+    return figures
+
+
+def print_figures(size: int, name: str, figures: dict[str, float]) -> None:
+    print(
+        f"{size:>12,}  {size:>14,}  {name:<33}  {figures['replayed']:>15,.0f}"
+        f"  {figures['listening']:>8.2f}s  {figures['loaded']:>5.1f}s"
+        f"  {figures['cpu']:>7.1f}s  {figures['stall'] * 1000:>9.0f}ms"
+        f" ({figures['hold'] * 1000:>3.0f}ms)"
+        f"  {figures['api_versions'] * 1000:>15.0f}ms",
+        flush=True,
+    )
+    if "snapshot" in figures:
+        print(f"{'':>30}{name}: periodic snapshot round {figures['snapshot']:.2f}s, "
+              f"worst stall {figures['snapshot_stall'] * 1000:.0f}ms "
+              f"(hold {figures['snapshot_hold'] * 1000:.0f}ms)", flush=True)  # fmt: skip
+
+
+def side_by_side(directory: Path, runs: list[tuple[str, Callable[[Path], None]]], size: int,
+                 baseline: Path) -> None:  # fmt: skip
+    """Each run's start with this tree, then with the baseline, on fresh copies of the data."""
+    data, copy = directory / "data", directory / "copy"
+    for name, prepare in runs:
+        prepare(data)
+        for tree, source in (("this", OWN_SOURCE), ("base", baseline)):
+            shutil.rmtree(copy, ignore_errors=True)
+            shutil.copytree(data, copy)
+            figures = measure_in_child(source, copy, prepare is RUNS["clean"][1])
+            print_figures(size, f"{name} [{tree}]", figures)
 
 
 def main() -> None:
@@ -228,8 +281,22 @@ def main() -> None:
     parser.add_argument("--runs", default=",".join(RUNS),
                         help="which starts, in this order (clean, crash, full: the full "
                         "replay takes longest)")  # fmt: skip
+    parser.add_argument("--baseline", type=Path,
+                        help="also load each history with this source tree's lockgate")  # fmt: skip
+    parser.add_argument("--measure", type=Path, help=argparse.SUPPRESS)  # (a child's run)
+    parser.add_argument("--snapshot-round", action="store_true", help=argparse.SUPPRESS)
     options = parser.parse_args()
+    if options.measure is not None:
+        print(json.dumps(asyncio.run(measure_restart(options.measure, options.snapshot_round))))
+        return
     runs = [RUNS[name] for name in options.runs.split(",")]
+    baseline = options.baseline
+    if baseline is not None:
+        baseline = baseline.resolve()
+        if (baseline / "src" / "lockgate").is_dir():
+            baseline = baseline / "src"  # a checkout's root
+        if not (baseline / "lockgate").is_dir():
+            parser.error(f"{options.baseline} holds no lockgate package")
     print(
         "transactions  offset commits  start                              replayed batches"
         "  listening  loaded  load CPU  worst stall (hold)  ApiVersions worst"
@@ -238,18 +305,13 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="lockgate-restart-") as directory:
             data = Path(directory) / "data"
             asyncio.run(write_history(data, size, options.live_offsets))
+            if baseline is not None:
+                side_by_side(Path(directory), runs, size, baseline)
+                continue
             snapshot_round: tuple[float, float, float] | None = None
             for name, prepare in runs:
                 prepare(data)
-                figures = asyncio.run(measure_restart(data))
-                print(
-                    f"{size:>12,}  {size:>14,}  {name:<33}  {figures['replayed']:>15,.0f}"
-                    f"  {figures['listening']:>8.2f}s  {figures['loaded']:>5.1f}s"
-                    f"  {figures['cpu']:>7.1f}s  {figures['stall'] * 1000:>9.0f}ms"
-                    f" ({figures['hold'] * 1000:>3.0f}ms)"
-                    f"  {figures['api_versions'] * 1000:>15.0f}ms",
-                    flush=True,
-                )
+                print_figures(size, name, asyncio.run(measure_restart(data)))
                 if prepare is RUNS["clean"][1]:  # on a copy: the other runs keep their snapshots
                     shutil.copytree(data, Path(directory) / "copy")
                     copy = asyncio.run(measure_restart(Path(directory) / "copy", True))
