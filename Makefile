@@ -22,10 +22,12 @@ cluster-up: setup system-deps
 
 setup: $(BIN)/.installed
 
-# The client's compiled fast paths (src/lockgate/client/_fastpath.c for the producer,
-# src/lockgate/client/_columns.c for the Spark source's Fetch decoding; built by pip through
+# The compiled fast paths (src/lockgate/client/_fastpath.c for the producer,
+# src/lockgate/client/_columns.c for the Spark source's Fetch decoding,
+# src/lockgate/protocol/_records.c for decoding a batch's records; built by pip through
 # setup.py): a change to them or to the build reinstalls, which compiles them again.
-FASTPATH_SOURCES := setup.py src/lockgate/client/_fastpath.c src/lockgate/client/_columns.c
+FASTPATH_SOURCES := setup.py src/lockgate/client/_fastpath.c src/lockgate/client/_columns.c \
+	src/lockgate/protocol/_records.c
 # An editable install compiles no bytecode: without this, the broker's first start (and every
 # start where PYTHONDONTWRITEBYTECODE is set) compiles ~200 modules, about a second of CPU.
 COMPILE = $(BIN)/python -m compileall -q src/lockgate >/dev/null

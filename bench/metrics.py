@@ -224,7 +224,7 @@ def scrape_cost(partitions: int, groups: int) -> tuple[float, float]:
 
     from lockgate.config.properties import BrokerConfig
     from lockgate.coordinator.group.group import Group
-    from lockgate.coordinator.group.records import CommittedOffset
+    from lockgate.coordinator.group.records import CommittedOffset, offset_value
     from lockgate.server import partition_metrics
     from lockgate.server.broker import Broker as LockgateBroker
     from lockgate.storage.memory import MemoryEngine
@@ -232,9 +232,10 @@ def scrape_cost(partitions: int, groups: int) -> tuple[float, float]:
     config = BrokerConfig({"listeners": "127.0.0.1:0", "lockgate.metrics.port": "0"})
     broker = LockgateBroker(config, MemoryEngine())
     broker.topics.create("scraped", partitions, 1, {})
+    committed = offset_value(CommittedOffset(0, -1, "", 0))  # (held as the record's value)
     for group in range(groups):
-        offsets = {("scraped", p): CommittedOffset(0, -1, "", 0) for p in range(10)}
-        broker.groups.groups[f"g{group}"] = Group(f"g{group}", offsets=offsets)
+        held = broker.groups.groups[f"g{group}"] = Group(f"g{group}")
+        held.offsets.update({("scraped", p): committed for p in range(10)})
     broker.metrics.render()
     rounds = 5
     started = time.perf_counter()

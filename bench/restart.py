@@ -16,23 +16,36 @@ and commits to replay, and every active segment's CRCs to check), and with no sn
 
 - listening: start() called → the listener is up
 - loaded: start() called → both coordinators have loaded every partition
-- worst stall: the longest the event loop went without running a 1 ms ticker during the load
+- load CPU: the process's CPU time over the same span (on a shared machine, the figure that
+  depends least on what else runs there)
+- worst stall: the longest the event loop went without running a 1 ms ticker during the load;
+  (hold): the most CPU time the loop's thread used between two ticks, what the code itself
+  holds the loop for (on a busy machine the stall also counts waits for a core)
 - ApiVersions worst: the slowest ApiVersions round trip of a client polling during the load
 
 Last, on the loaded state, one round of the periodic snapshot writer after a new record in
 every internal partition: how long it took and the event loop's worst stall meanwhile.
 
-    python -m bench.restart [--sizes 100000,300000] [--live-offsets]
+    python -m bench.restart [--sizes 100000,300000] [--live-offsets] [--runs clean,crash,full]
+                            [--baseline SRC]
+
+--baseline SRC (another tree's lockgate, a checkout or its src) loads the same history with
+both trees, one after the other, each in a child process on a fresh copy of the data.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from lockgate.config.properties import BrokerConfig
@@ -47,6 +60,8 @@ from lockgate.storage.disk import DiskEngine
 from lockgate.topics.internal import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from tests.support.kafka_wire import KafkaWire, api_versions
 
+REPOSITORY = Path(__file__).resolve().parent.parent
+OWN_SOURCE = REPOSITORY / "src"
 IDS = 1000
 TAIL = 10_000  # transactions and commits after the last periodic snapshot, whatever the size
 PARTITIONS = 50
@@ -112,20 +127,26 @@ def poll_api_versions(port: int, stop: threading.Event, worst: list[float]) -> N
 
 
 class Ticker:
-    """The event loop's worst stall while it runs: the longest gap between 1 ms ticks."""
+    """The event loop's worst stall while it runs: the longest gap between 1 ms ticks; and its
+    worst hold, the most CPU time the loop's thread used between two ticks (what the code
+    holds the loop for, whatever else the machine runs: a stall above the hold is time the
+    process waited for a core, or for the interpreter lock)."""
 
     def __init__(self) -> None:
         self.worst = 0.0
+        self.worst_hold = 0.0
         self._stop = asyncio.Event()
         self._task = asyncio.create_task(self._tick())
 
     async def _tick(self) -> None:
         last = time.monotonic()
+        last_cpu = time.thread_time()
         while not self._stop.is_set():
             await asyncio.sleep(0.001)
-            now = time.monotonic()
+            now, now_cpu = time.monotonic(), time.thread_time()
             self.worst = max(self.worst, now - last)
-            last = now
+            self.worst_hold = max(self.worst_hold, now_cpu - last_cpu)
+            last, last_cpu = now, now_cpu
 
     async def stop(self) -> float:
         self._stop.set()
@@ -136,6 +157,7 @@ class Ticker:
 async def measure_restart(data: Path, snapshot_round: bool = False) -> dict[str, float]:
     broker = Broker(BrokerConfig(settings(data, snapshots=False)), DiskEngine(str(data)))
     started = time.monotonic()
+    cpu_started = time.process_time()
     await broker.start()
     listening = time.monotonic() - started
     ticking = Ticker()
@@ -148,6 +170,7 @@ async def measure_restart(data: Path, snapshot_round: bool = False) -> dict[str,
     while not (broker.transactions.loaded and broker.groups.loaded):
         await asyncio.sleep(0.001)
     loaded = time.monotonic() - started
+    cpu = time.process_time() - cpu_started
     worst_stall = await ticking.stop()
     stop_polling.set()
     await asyncio.to_thread(poller.join)
@@ -156,7 +179,9 @@ async def measure_restart(data: Path, snapshot_round: bool = False) -> dict[str,
         + broker.groups.runtime.replayed_batches,
         "listening": listening,
         "loaded": loaded,
+        "cpu": cpu,
         "stall": worst_stall,
+        "hold": ticking.worst_hold,
         "api_versions": worst_round_trip[0],
     }
     if snapshot_round:
@@ -175,7 +200,8 @@ async def measure_snapshot_round(broker: Broker) -> dict[str, float]:
     started = time.monotonic()
     await broker.snapshots.write_due()
     took = time.monotonic() - started
-    return {"snapshot": took, "snapshot_stall": await ticking.stop()}
+    stall = await ticking.stop()
+    return {"snapshot": took, "snapshot_stall": stall, "snapshot_hold": ticking.worst_hold}
 
 
 def newest_snapshots_removed(data: Path) -> None:
@@ -193,11 +219,58 @@ def snapshots_removed(data: Path) -> None:
         snapshot.unlink()
 
 
-RUNS = (
-    ("clean stop, snapshots at the end", lambda data: None),
-    ("crash, 10k txns after the snapshots", newest_snapshots_removed),
-    ("clean stop, no snapshots", snapshots_removed),
-)
+def left_as_is(_data: Path) -> None:
+    """A clean stop's data: the snapshots at the end."""
+
+
+RUNS: dict[str, tuple[str, Callable[[Path], None]]] = {  # --runs name: (label, preparation)
+    "clean": ("clean stop, snapshots", left_as_is),
+    "crash": ("crash, 10k after snapshots", newest_snapshots_removed),
+    "full": ("clean stop, no snapshots", snapshots_removed),
+}
+
+
+def measure_in_child(source: Path, data: Path, snapshot_round: bool) -> dict[str, float]:
+    """measure_restart in a child process running the lockgate of `source` (this bench)."""
+    command = [sys.executable, "-m", "bench.restart", "--measure", str(data)]
+    done = subprocess.run(
+        command + (["--snapshot-round"] if snapshot_round else []),
+        env={**os.environ, "PYTHONPATH": f"{source}{os.pathsep}{REPOSITORY}"},
+        cwd=REPOSITORY,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    figures: dict[str, float] = json.loads(done.stdout.splitlines()[-1])
+    return figures
+
+
+def print_figures(size: int, name: str, figures: dict[str, float]) -> None:
+    print(
+        f"{size:>12,}  {size:>14,}  {name:<33}  {figures['replayed']:>15,.0f}"
+        f"  {figures['listening']:>8.2f}s  {figures['loaded']:>5.1f}s"
+        f"  {figures['cpu']:>7.1f}s  {figures['stall'] * 1000:>9.0f}ms"
+        f" ({figures['hold'] * 1000:>3.0f}ms)"
+        f"  {figures['api_versions'] * 1000:>15.0f}ms",
+        flush=True,
+    )
+    if "snapshot" in figures:
+        print(f"{'':>30}{name}: periodic snapshot round {figures['snapshot']:.2f}s, "
+              f"worst stall {figures['snapshot_stall'] * 1000:.0f}ms "
+              f"(hold {figures['snapshot_hold'] * 1000:.0f}ms)", flush=True)  # fmt: skip
+
+
+def side_by_side(directory: Path, runs: list[tuple[str, Callable[[Path], None]]], size: int,
+                 baseline: Path) -> None:  # fmt: skip
+    """Each run's start with this tree, then with the baseline, on fresh copies of the data."""
+    data, copy = directory / "data", directory / "copy"
+    for name, prepare in runs:
+        prepare(data)
+        for tree, source in (("this", OWN_SOURCE), ("base", baseline)):
+            shutil.rmtree(copy, ignore_errors=True)
+            shutil.copytree(data, copy)
+            figures = measure_in_child(source, copy, prepare is RUNS["clean"][1])
+            print_figures(size, f"{name} [{tree}]", figures)
 
 
 def main() -> None:
@@ -205,31 +278,49 @@ def main() -> None:
     parser.add_argument("--sizes", default="100000,300000", help="committed transactions")
     parser.add_argument("--live-offsets", action="store_true",
                         help="every offset commit a key of its own (N live offsets)")  # fmt: skip
+    parser.add_argument("--runs", default=",".join(RUNS),
+                        help="which starts, in this order (clean, crash, full: the full "
+                        "replay takes longest)")  # fmt: skip
+    parser.add_argument("--baseline", type=Path,
+                        help="also load each history with this source tree's lockgate")  # fmt: skip
+    parser.add_argument("--measure", type=Path, help=argparse.SUPPRESS)  # (a child's run)
+    parser.add_argument("--snapshot-round", action="store_true", help=argparse.SUPPRESS)
     options = parser.parse_args()
+    if options.measure is not None:
+        print(json.dumps(asyncio.run(measure_restart(options.measure, options.snapshot_round))))
+        return
+    runs = [RUNS[name] for name in options.runs.split(",")]
+    baseline = options.baseline
+    if baseline is not None:
+        baseline = baseline.resolve()
+        if (baseline / "src" / "lockgate").is_dir():
+            baseline = baseline / "src"  # a checkout's root
+        if not (baseline / "lockgate").is_dir():
+            parser.error(f"{options.baseline} holds no lockgate package")
     print(
         "transactions  offset commits  start                              replayed batches"
-        "  listening  loaded  worst stall  ApiVersions worst"
+        "  listening  loaded  load CPU  worst stall (hold)  ApiVersions worst"
     )
     for size in (int(s) for s in options.sizes.split(",")):
         with tempfile.TemporaryDirectory(prefix="lockgate-restart-") as directory:
             data = Path(directory) / "data"
             asyncio.run(write_history(data, size, options.live_offsets))
-            for name, prepare in RUNS:
+            if baseline is not None:
+                side_by_side(Path(directory), runs, size, baseline)
+                continue
+            snapshot_round: tuple[float, float, float] | None = None
+            for name, prepare in runs:
                 prepare(data)
-                figures = asyncio.run(measure_restart(data))
-                print(
-                    f"{size:>12,}  {size:>14,}  {name:<33}  {figures['replayed']:>15,.0f}"
-                    f"  {figures['listening']:>8.2f}s  {figures['loaded']:>5.1f}s"
-                    f"  {figures['stall'] * 1000:>9.0f}ms"
-                    f"  {figures['api_versions'] * 1000:>15.0f}ms",
-                    flush=True,
-                )
-                if prepare is RUNS[0][1]:  # on a copy: the other runs keep their snapshots
+                print_figures(size, name, asyncio.run(measure_restart(data)))
+                if prepare is RUNS["clean"][1]:  # on a copy: the other runs keep their snapshots
                     shutil.copytree(data, Path(directory) / "copy")
                     copy = asyncio.run(measure_restart(Path(directory) / "copy", True))
-                    snapshot_round = (copy["snapshot"], copy["snapshot_stall"])
-            print(f"periodic snapshot round of the loaded state: {snapshot_round[0]:.2f}s, "
-                  f"worst stall {snapshot_round[1] * 1000:.0f}ms", flush=True)  # fmt: skip
+                    snapshot_round = (copy["snapshot"], copy["snapshot_stall"],
+                                      copy["snapshot_hold"])  # fmt: skip
+            if snapshot_round is not None:
+                print(f"periodic snapshot round of the loaded state: {snapshot_round[0]:.2f}s, "
+                      f"worst stall {snapshot_round[1] * 1000:.0f}ms "
+                      f"(hold {snapshot_round[2] * 1000:.0f}ms)", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 # Replays an internal partition for a coordinator without holding the event loop: batches are
-# read lazily, in order, and the loop is yielded to every REPLAY_CHUNK batches and after every
+# read in order, a large chunk of the segment at a time (Segment.batches: a read per batch cost
+# more than its records), and the loop is yielded to every REPLAY_CHUNK batches and after every
 # REPLAY_SLICE_S of replaying (batches of many records, offset commits of many partitions say,
 # would otherwise hold it for long: requests meanwhile, Metadata included, wait). The replay ends
 # only after a pass from where it stopped finds nothing new, with no await in that pass, so a
@@ -12,12 +13,16 @@ import time
 from collections.abc import Callable
 
 from lockgate.log.partition import Partition
-from lockgate.protocol.records import BatchHeader
+from lockgate.protocol.records import BatchHeader, Decoded
 
 REPLAY_CHUNK = 200
 REPLAY_SLICE_S = 0.01
 
 BatchVisitor = Callable[[BatchHeader, bytes], None]
+# A coordinator's replay of one batch: its header, its bytes and its records, decoded once
+# (protocol.records.iter_records) for the coordinator and the snapshot image alike; a control
+# batch's records are not decoded ([]): its bytes say what it marks.
+RecordsVisitor = Callable[[BatchHeader, bytes, Decoded], None]
 
 
 async def replay(partition: Partition, visit: BatchVisitor, start: int | None = None) -> int:
@@ -40,10 +45,10 @@ async def _replay(partition: Partition, visit: BatchVisitor, start: int | None) 
             position = segment.position_of(max(next_offset, segment.base_offset))
             if position is None:
                 continue
-            for at, header in segment.headers(position):
+            for header, data in segment.batches(position):
                 if header.last_offset < next_offset:
                     continue
-                visit(header, segment.log.read(at, header.size))
+                visit(header, data)
                 next_offset = header.last_offset + 1
                 visited += 1
                 progressed = True

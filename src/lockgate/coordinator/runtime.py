@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from lockgate.coordinator.replay import BatchVisitor
+from lockgate.coordinator.replay import RecordsVisitor
 from lockgate.coordinator.snapshots import PartitionImage, restore
 from lockgate.coordinator.txn.log import partition_for
 from lockgate.log.partition import Partition
@@ -97,7 +97,7 @@ class Replay:
     the log's) into the coordinator's state; `loaded` is called once the partition is marked
     loaded, with no await since the last batch."""
 
-    visit: BatchVisitor
+    visit: RecordsVisitor
     loaded: Callable[[], Loaded]
 
 

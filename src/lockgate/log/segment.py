@@ -141,12 +141,12 @@ class Segment:
 
     # -- reading -------------------------------------------------------------------------------
 
-    def batches(self) -> Iterator[tuple[BatchHeader, bytes]]:
-        """Every whole batch with its bytes, read in large chunks (the cleaner's scans: few
-        reads, so a worker thread seldom gives up the interpreter lock and waits to get it
-        back)."""
+    def batches(self, position: int = 0) -> Iterator[tuple[BatchHeader, bytes]]:
+        """Every whole batch from `position` (a batch's) on, with its bytes, read in large
+        chunks (the cleaner's scans: few reads, so a worker thread seldom gives up the
+        interpreter lock and waits to get it back; a coordinator's load: two reads a batch
+        cost more than its records)."""
         size = self.log.size
-        position = 0
         while position < size:
             chunk = self.log.read(position, min(max(_SCAN_CHUNK, HEADER_SIZE), size - position))
             local = 0

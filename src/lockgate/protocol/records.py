@@ -13,7 +13,9 @@ from dataclasses import dataclass
 
 import crc32c
 
+from lockgate.protocol._purerecords import Decoded as Decoded  # (records of a batch, decoded)
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
+from lockgate.protocol.fastpath import decode_records
 
 HEADER_SIZE = 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength: the bytes not counted by batchLength
@@ -272,7 +274,8 @@ def build_batch(
 
 
 # ---------------------------------------------------------------------------------------------
-# Reading records inside a batch: only for rare paths (ListOffsets by timestamp).
+# Reading records inside a batch: the coordinators' loads, and rare paths (ListOffsets by
+# timestamp).
 
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 
@@ -313,31 +316,23 @@ def read_varint(data: bytes, pos: int) -> tuple[int, int]:
         shift += 7
 
 
-def iter_records(batch: bytes) -> list[tuple[int, int, bytes | None, bytes | None]]:
-    """(offset, timestamp, key, value) of every record in a batch (headers skipped)."""
+def iter_records(batch: bytes) -> Decoded:
+    """(offset, timestamp, key, value) of every record in a batch (headers skipped); the
+    walk over the records is protocol/fastpath.py's (compiled, or its pure twin). Raises
+    ValueError when the records do not parse."""
+    if type(batch) is not bytes:  # (keys and values are bytes whatever the buffer)
+        batch = bytes(batch)
     header = parse_header(batch)
-    body = decompress(header.compression, batch[HEADER_SIZE : header.size])
-    records = []
-    pos = 0
-    for _ in range(header.record_count):
-        length, pos = read_varint(body, pos)
-        end = pos + length
-        pos += 1  # attributes
-        timestamp_delta, pos = read_varint(body, pos)
-        offset_delta, pos = read_varint(body, pos)
-        fields: list[bytes | None] = []
-        for _ in range(2):
-            size, pos = read_varint(body, pos)
-            fields.append(None if size < 0 else body[pos : pos + size])
-            pos += max(size, 0)
-        timestamp = (
-            header.max_timestamp
-            if header.log_append_time
-            else header.base_timestamp + timestamp_delta
-        )
-        records.append((header.base_offset + offset_delta, timestamp, fields[0], fields[1]))
-        pos = end
-    return records
+    append_time = header.max_timestamp if header.log_append_time else None
+    if header.compression == 0:
+        body, start, end = batch, HEADER_SIZE, min(header.size, len(batch))
+    else:
+        body = decompress(header.compression, batch[HEADER_SIZE : header.size])
+        start, end = 0, len(body)
+    return decode_records(
+        body, start, end, header.record_count, header.base_offset, header.base_timestamp,
+        append_time,
+    )  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------

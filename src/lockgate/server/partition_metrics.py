@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Generator, Mapping
 from typing import Protocol
 
+from lockgate.coordinator.group.committed import partition_of
+from lockgate.coordinator.group.records import committed_offset
 from lockgate.log.partition import Partition
 
 Key = tuple[str, int]
@@ -23,16 +25,17 @@ CHUNK = 500  # partitions or committed offsets walked between two pauses (a few 
 Steps = Generator[None, None, str]
 
 
-class _Committed(Protocol):
+class _Held(Protocol):
     @property
-    def offset(self) -> int: ...
+    def records(self) -> Mapping[bytes, bytes]: ...
 
 
 class GroupOffsets(Protocol):
-    """A consumer group as its lag reads it: its committed offsets."""
+    """A consumer group as its lag reads it: its committed offsets, held as their records
+    (coordinator.group.committed: key → value)."""
 
     @property
-    def offsets(self) -> Mapping[Key, _Committed]: ...
+    def offsets(self) -> _Held: ...
 
 
 PARTITION_GAUGES = (
@@ -166,14 +169,15 @@ def _consumer_lag(
         summed = 0
         counted = False
         group_label = escape(group_id)
-        for (topic, index), committed in list(group.offsets.items()):
+        for key, committed in list(group.offsets.records.items()):
             walked += 1
             if walked % CHUNK == 0:
                 yield
+            topic, index = partition_of(key)
             partition = partitions.get((topic, index))
             if partition is None:
                 continue
-            behind = max(partition.high_watermark - committed.offset, 0)
+            behind = max(partition.high_watermark - committed_offset(committed), 0)
             summed += behind
             counted = True
             if len(series) < cap:

@@ -29,6 +29,7 @@ from lockgate.log.partition import Partition
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.protocol.records import (
     BatchHeader,
+    Decoded,
     build_batch,
     iter_records,
     validate_produced_batch,
@@ -67,8 +68,10 @@ class RecordingShard:
         self.calls.append(("replay", index))
         self.keys[index] = []
 
-        def visit(_header: BatchHeader, data: bytes) -> None:
-            self.keys[index].extend(k for _, _, k, _ in iter_records(data) if k is not None)
+        def visit(header: BatchHeader, data: bytes, records: Decoded) -> None:
+            # decoded once, for the shard and the image (control batches: not at all)
+            assert records == ([] if header.is_control else iter_records(data))
+            self.keys[index].extend(k for _, _, k, _ in records if k is not None)
 
         def loaded() -> Loaded:
             assert self.runtime is not None

@@ -6,6 +6,7 @@ the state of a full replay; damaged, too old, past-the-end snapshots are ignored
 from __future__ import annotations
 
 import asyncio
+import threading
 import uuid
 from dataclasses import replace
 from typing import Any
@@ -38,7 +39,9 @@ SETTINGS = {
 NOW = 1_800_000_000_000
 
 
-def append(partition: Partition, records: list[tuple[bytes, bytes | None]], **batch: Any) -> None:
+def append(
+    partition: Partition, records: list[tuple[bytes | None, bytes | None]], **batch: Any
+) -> None:
     data = build_batch(records, timestamp_ms=1, **batch)
     header = validate_produced_batch(data)
     partition.append(bytearray(data), header, 1, internal=header.producer_id >= 0)
@@ -112,6 +115,9 @@ def test_the_image_follows_commits_aborts_and_deletions() -> None:
     partition.write_marker(6, 0, False, 0, 1, False)
     append(partition, [(b"b", None)])
     append(partition, [(b"c", b"3")], attributes=TRANSACTIONAL_BIT, producer_id=7, producer_epoch=2)
+    # a transactional batch of records without a key has nothing to replay: no entry (a
+    # snapshot would hold an empty transaction of producer 8)
+    append(partition, [(None, b"k")], attributes=TRANSACTIONAL_BIT, producer_id=8, producer_epoch=0)
     assert image.committed == {b"a": b"2"}
     assert image.pending == {7: (2, [(b"c", b"3")])}
     body = image.encode()
@@ -181,3 +187,41 @@ async def test_unusable_snapshots_are_ignored() -> None:
     assert path not in engine.files  # and removed
     write(engine, partition, end + 5, taken, good[26:])
     assert read_latest(partition, taken, day) is None  # past the log end (a cut tail)
+
+
+async def test_a_periodic_round_copies_each_image_just_before_its_own_write() -> None:
+    """The round takes each partition's log end and image copy together, one partition after
+    the other (not all copies first: a copy holds the event loop): what is appended while an
+    earlier partition's snapshot is written is in a later partition's snapshot."""
+    engine = MemoryEngine()
+    broker = await started(engine)
+    history(broker, 0, 40)
+    snapshots = broker.snapshots
+    first_started, release = threading.Event(), threading.Event()
+    write_one = snapshots._write
+
+    def held_write(partition: Partition, offset: int, image: PartitionImage) -> None:
+        if not first_started.is_set():
+            first_started.set()
+            release.wait(10)
+        write_one(partition, offset, image)
+
+    snapshots._write = held_write  # type: ignore[method-assign]
+    writing = asyncio.create_task(snapshots.write_due())
+    assert await asyncio.to_thread(first_started.wait, 10)
+    history(broker, 40, 20)  # both partitions, while the first one's snapshot is written
+    release.set()
+    await writing
+    ends = {}
+    for name in (TRANSACTION_STATE_TOPIC, CONSUMER_OFFSETS_TOPIC):
+        partition = broker.topics.get(name, 0)
+        assert partition is not None
+        [written] = [int(p.split("/")[-1].split(".")[0]) for p in engine.files
+                     if p.startswith(f"{name}-0/") and p.endswith(".coordinator")]  # fmt: skip
+        ends[name] = (written, partition.log_end_offset)
+    assert sorted(written == end for written, end in ends.values()) == [False, True], ends
+    resumed = await started(engine)  # (a crash: no stop) from those snapshots
+    full = await started(without_snapshots(engine))
+    assert state(resumed) == state(full)
+    await resumed.stop()
+    await full.stop()

@@ -306,3 +306,8 @@ def test_batches_are_read_whole_in_chunks_larger_ones_alone_and_a_cut_tail_ends_
     read = [data for _header, data in segment.batches()]
     assert read == [*small, large, last]
     assert [h.base_offset for h, _ in segment.batches()] == [0, 3, 6, 9, 12, 15, 16]
+    # from a batch's position on (a coordinator's replay from where it stopped)
+    third = len(small[0]) + len(small[1])
+    assert [data for _header, data in segment.batches(third)] == [*small[2:], large, last]
+    after_large = sum(map(len, small)) + len(large)
+    assert [h.base_offset for h, _ in segment.batches(after_large)] == [16]

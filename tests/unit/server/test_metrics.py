@@ -14,8 +14,9 @@ from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from lockgate.config.properties import BrokerConfig
+from lockgate.coordinator.group.committed import CommittedOffsets
 from lockgate.coordinator.group.group import Group
-from lockgate.coordinator.group.records import CommittedOffset
+from lockgate.coordinator.group.records import CommittedOffset, offset_value
 from lockgate.coordinator.txn.metadata import TxnMetadata
 from lockgate.coordinator.txn.state import TxnState
 from lockgate.log.producer_state import ProducerEntry
@@ -132,8 +133,14 @@ def test_connections_loads_and_isr_changes(broker: Broker) -> None:
     assert samples(broker, "lockgate_under_replicated_partitions") == {(): 0}
 
 
-def committed(offset: int) -> CommittedOffset:
-    return CommittedOffset(offset, -1, "", 0)
+def committed(offset: int) -> bytes:
+    return offset_value(CommittedOffset(offset, -1, "", 0))
+
+
+def group_with(group_id: str, offsets: dict[tuple[str, int], bytes]) -> Group:
+    group = Group(group_id)
+    group.offsets.update(offsets)
+    return group
 
 
 def test_consumer_lag_is_capped(broker: Broker) -> None:
@@ -142,12 +149,8 @@ def test_consumer_lag_is_capped(broker: Broker) -> None:
     for index in (0, 1):
         partition = broker.topics.partitions[("t", index)]
         partition.high_watermark = 10  # (no data needed: lag reads the high watermark)
-    broker.groups.groups["a"] = Group(
-        "a", offsets={("t", 0): committed(4), ("t", 1): committed(10)}
-    )
-    broker.groups.groups["b"] = Group(
-        "b", offsets={("t", 0): committed(1), ("gone", 0): committed(1)}
-    )
+    broker.groups.groups["a"] = group_with("a", {("t", 0): committed(4), ("t", 1): committed(10)})
+    broker.groups.groups["b"] = group_with("b", {("t", 0): committed(1), ("gone", 0): committed(1)})
     lag = samples(broker, "lockgate_consumer_lag")
     assert lag == {
         (("group", "a"), ("partition", "0"), ("topic", "t")): 6,
@@ -191,7 +194,7 @@ def test_hanging_candidates_and_transaction_gauges(broker: Broker) -> None:
 def test_label_values_are_escaped(broker: Broker) -> None:
     odd = 'a "quoted"\\ group\nid'
     broker.topics.partitions[("t", 0)].high_watermark = 3
-    broker.groups.groups[odd] = Group(odd, offsets={("t", 0): committed(1)})
+    broker.groups.groups[odd] = group_with(odd, {("t", 0): committed(1)})
     assert samples(broker, "lockgate_consumer_group_lag") == {(("group", odd),): 2}
 
 
@@ -227,10 +230,12 @@ async def test_a_scrape_gives_the_loop_back_every_chunk_and_renders_the_same(
 def test_the_walk_pauses_every_chunk_of_committed_offsets() -> None:
     @dataclass
     class Offsets:
-        offsets: dict[tuple[str, int], CommittedOffset]
+        offsets: CommittedOffsets
 
-    committed = CommittedOffset(0, -1, "", 0)
-    many = Offsets({("gone", i): committed for i in range(2 * partition_metrics.CHUNK)})
+    committed = offset_value(CommittedOffset(0, -1, "", 0))
+    many = Offsets(
+        CommittedOffsets("g", {("gone", i): committed for i in range(2 * partition_metrics.CHUNK)})
+    )
     steps = partition_metrics.render_steps({}, {"g": many}, 0, 10)
     pauses = 0
     while True:

@@ -245,10 +245,13 @@ def _classic(reader: _In) -> ClassicMember:
     return ClassicMember(session_timeout, tuple(protocols))
 
 
+_KEY_VERSION = struct.Struct(">h")
+
+
 def key_version(key: bytes) -> int:
     if len(key) < 2:
         raise ValueError("record key cut short")
-    return int(struct.unpack_from(">h", key)[0])
+    return int(_KEY_VERSION.unpack_from(key)[0])
 
 
 def decode(key: bytes, value: bytes | None, names: Mapping[uuid.UUID, str]) -> ConsumerRecord:

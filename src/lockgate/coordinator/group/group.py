@@ -8,8 +8,8 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from lockgate.coordinator.group.committed import CommittedOffsets
 from lockgate.coordinator.group.consumer_group import ConsumerGroup
-from lockgate.coordinator.group.records import CommittedOffset
 from lockgate.coordinator.group.state import LEGAL_PREVIOUS, GroupState
 from lockgate.protocol.errors import ErrorCode
 
@@ -60,12 +60,17 @@ class Group:
     members: dict[str, Member] = field(default_factory=dict)
     static_members: dict[str, str] = field(default_factory=dict)  # instance id → member id
     pending_members: set[str] = field(default_factory=set)  # told MEMBER_ID_REQUIRED
-    offsets: dict[TopicPartition, CommittedOffset] = field(default_factory=dict)
+    # (topic, partition) → the committed offset's record value, held as the records the log
+    # holds (committed.py), decoded when read (records.decode_offset_value)
+    offsets: CommittedOffsets = field(init=False)
     state_timestamp: int = -1
     rebalance_deadline_ms: int = 0  # the running rebalance completes the join by then
     rebalance_initial: bool = False  # the running rebalance began in Empty (initial delay)
     # set: a consumer-protocol group (KIP-848), whose members live there, not in `members`
     consumer: ConsumerGroup | None = None
+
+    def __post_init__(self) -> None:
+        self.offsets = CommittedOffsets(self.group_id)
 
     @property
     def has_members(self) -> bool:

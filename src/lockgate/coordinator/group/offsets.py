@@ -16,6 +16,7 @@ from typing import Protocol
 
 from lockgate.coordinator import writes
 from lockgate.coordinator.group import consumer_records
+from lockgate.coordinator.group.committed import partition_of
 from lockgate.coordinator.group.consumer_group import (
     ConsumerRecord,
     RecordKind,
@@ -25,6 +26,8 @@ from lockgate.coordinator.group.consumer_group import (
 from lockgate.coordinator.group.group import Group, Member, TopicPartition
 from lockgate.coordinator.group.records import (
     CommittedOffset,
+    commit_timestamp,
+    decode_offset_value,
     group_key,
     offset_key,
     offset_value,
@@ -36,8 +39,8 @@ from lockgate.protocol.errors import ErrorCode
 log = logging.getLogger(__name__)
 
 Records = list[tuple[bytes, bytes | None]]
-# producer id → group → offsets written in its open transaction
-PendingOffsets = dict[int, dict[str, dict[TopicPartition, CommittedOffset]]]
+# producer id → group → offsets written in its open transaction (as record values: Group.offsets)
+PendingOffsets = dict[int, dict[str, dict[TopicPartition, bytes]]]
 
 
 class _Append(Protocol):
@@ -131,16 +134,17 @@ class Offsets:
                 member = group.members.get(member_id)
                 if member is not None:
                     self._touch(group, member)
-        accepted = {tp: o for tp, o in offsets.items() if not results[tp]}
+        accepted = [
+            (offset_key(group_id, *tp), offset_value(o))
+            for tp, o in offsets.items()
+            if not results[tp]
+        ]
         if accepted:
             try:
-                await self._append(
-                    group_id,
-                    [(offset_key(group_id, *tp), offset_value(o)) for tp, o in accepted.items()],
-                )
+                await self._append(group_id, list(accepted))  # (as Records: values may be None)
             except writes.WriteFailure as exc:
                 return all_(writes.write_error(exc, ErrorCode.kafka_storage_error))
-            group.offsets.update(accepted)
+            group.offsets.records.update(accepted)  # (held as the records: committed.py)
         return results
 
     def _check_offsets(
@@ -183,7 +187,8 @@ class Offsets:
         answers: dict[TopicPartition, tuple[CommittedOffset | None, ErrorCode]] = {}
         for tp in wanted:
             error = ErrorCode.unstable_offset_commit if tp in unstable else ErrorCode.none
-            answers[tp] = (committed.get(tp), error)
+            raw = committed.get(tp)
+            answers[tp] = (None if raw is None else decode_offset_value(raw), error)
         return ErrorCode.none, answers
 
     # -- transactional offsets (KIP-447) ---------------------------------------------------------
@@ -232,11 +237,9 @@ class Offsets:
             )
             if error:
                 return dict.fromkeys(offsets, error)
-        accepted = {tp: o for tp, o in offsets.items() if not results[tp]}
+        accepted = {tp: offset_value(o) for tp, o in offsets.items() if not results[tp]}
         if accepted:
-            records: Records = [
-                (offset_key(group_id, *tp), offset_value(o)) for tp, o in accepted.items()
-            ]
+            records: Records = [(offset_key(group_id, *tp), raw) for tp, raw in accepted.items()]
             durable = self._append(group_id, records, (producer_id, producer_epoch))
             self.pending.setdefault(producer_id, {}).setdefault(group_id, {}).update(accepted)
             try:
@@ -290,7 +293,7 @@ class Offsets:
             )
             if not doomed and not (drop_group and group.generation):
                 continue
-            records: Records = [(offset_key(group_id, *tp), None) for tp in doomed]
+            records: Records = [(key, None) for key in doomed]
             if drop_group:
                 records.append((group_key(group_id), None))
                 records += consumer_tombstones(group)
@@ -300,8 +303,8 @@ class Offsets:
                 log.error("group %s: could not expire offsets: %s", group_id, exc)
                 continue
             durable.add_done_callback(_retrieve)
-            for tp in doomed:
-                group.offsets.pop(tp, None)
+            for key in doomed:
+                group.offsets.records.pop(key, None)
             if drop_group:
                 del self.groups[group_id]
             expired += len(doomed)
@@ -313,22 +316,22 @@ class Offsets:
             )
         return expired
 
-    def _expired_offsets(self, group: Group, now: int) -> list[TopicPartition]:
+    def _expired_offsets(self, group: Group, now: int) -> list[bytes]:
+        """The keys of the group's offset records that expire (committed.py)."""
         deadline = now - self.retention_ms
+        held = group.offsets.records
         if group.state == GroupState.EMPTY and not group.has_members:
             base = group.state_timestamp if group.generation else -1
-            return [
-                tp
-                for tp, committed in group.offsets.items()
-                if (base if base >= 0 else committed.commit_timestamp) <= deadline
-            ]
+            if base >= 0:
+                return list(held) if base <= deadline else []
+            return [key for key, value in held.items() if commit_timestamp(value) <= deadline]
         if group.protocol_type != "consumer":
             return []  # other protocols' members may still need every offset (as Kafka)
         subscribed = self._subscribed_topics(group)
         return [
-            tp
-            for tp, committed in group.offsets.items()
-            if tp[0] not in subscribed and committed.commit_timestamp <= deadline
+            key
+            for key, value in held.items()
+            if commit_timestamp(value) <= deadline and partition_of(key)[0] not in subscribed
         ]
 
     def _subscribed_topics(self, group: Group) -> set[str]:
@@ -352,7 +355,7 @@ class Offsets:
             return ErrorCode.group_id_not_found
         if group.has_members:
             return ErrorCode.non_empty_group
-        records: Records = [(offset_key(group_id, *tp), None) for tp in group.offsets]
+        records: Records = [(key, None) for key in group.offsets.records]
         records.append((group_key(group_id), None))
         records += consumer_tombstones(group)
         del self.groups[group_id]

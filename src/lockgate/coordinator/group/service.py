@@ -14,12 +14,14 @@ import asyncio
 import functools
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from lockgate.config.properties import BrokerConfig
 from lockgate.coordinator import runtime, writes
 from lockgate.coordinator.group import consumer_records
 from lockgate.coordinator.group.classic import Answer, JoinRequest, SyncRequest, restore_group
 from lockgate.coordinator.group.classic_runtime import ClassicRuntime
+from lockgate.coordinator.group.committed import partition_of
 from lockgate.coordinator.group.consumer_runtime import ConsumerProtocol
 from lockgate.coordinator.group.group import Group, TopicPartition
 from lockgate.coordinator.group.offsets import Offsets, consumer_tombstones
@@ -27,7 +29,7 @@ from lockgate.coordinator.group.records import (
     CommittedOffset,
     decode_group_value,
     decode_key,
-    decode_offset_value,
+    offset_commit,
 )
 from lockgate.coordinator.group.views import (
     ConsumerGroupView,
@@ -41,14 +43,24 @@ from lockgate.protocol.records import (
     CONTROL_COMMIT,
     TRANSACTIONAL_BIT,
     BatchHeader,
+    Decoded,
     build_batch,
     control_type,
-    iter_records,
 )
 from lockgate.topics.directory import TopicManager
 from lockgate.topics.internal import CONSUMER_OFFSETS_TOPIC
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class _Load:
+    """One load of a partition: the records of transactions still open, by producer, and the
+    groups its records made or changed, in the order the coordinator holds them, each with its
+    offset records (Group.offsets.records: where a commit goes, found with one lookup)."""
+
+    pending: dict[int, list[tuple[bytes, bytes | None]]] = field(default_factory=dict)
+    groups: dict[str, dict[bytes, bytes]] = field(default_factory=dict)
 
 
 class GroupCoordinator:
@@ -187,26 +199,27 @@ class GroupCoordinator:
     def replay(self, index: int) -> runtime.Replay:
         """(Shard) A load of one partition. Transactional offsets wait for their marker,
         which is in the same partition."""
-        pending: dict[int, list[tuple[bytes, bytes | None]]] = {}
+        load = _Load()
         return runtime.Replay(
-            functools.partial(self._replay_batch, pending),
-            functools.partial(self._loaded, index, pending),
+            functools.partial(self._replay_batch, load), functools.partial(self._loaded, load)
         )
 
-    def _loaded(
-        self, index: int, pending: dict[int, list[tuple[bytes, bytes | None]]]
-    ) -> runtime.Loaded:
+    def _loaded(self, load: _Load) -> runtime.Loaded:
         """The partition is loaded: the offsets of transactions still open wait for their
         markers, restored members get a session to come back."""
-        for producer_id, records in pending.items():  # transactions still open
+        for producer_id, records in load.pending.items():  # transactions still open
             for key, value in records:
-                decoded = decode_key(key)
-                if isinstance(decoded, tuple) and value is not None:
-                    group, topic, p = decoded
-                    self.offsets.pending.setdefault(producer_id, {}).setdefault(group, {})[
-                        (topic, p)
-                    ] = decode_offset_value(value)
-        restored = [g for g in self.groups.values() if self.offsets_partition(g.group_id) == index]
+                try:
+                    commit = offset_commit(key, value)
+                    if commit is not None and value is not None:
+                        group, canonical = commit
+                        self.offsets.pending.setdefault(producer_id, {}).setdefault(group, {})[
+                            partition_of(canonical)
+                        ] = value
+                except ValueError as exc:
+                    log.error("skipping a damaged %s record: %s", CONSUMER_OFFSETS_TOPIC, exc)
+        # (the partition's groups are those its replay made: requests for them waited)
+        restored = [self.groups[g] for g in load.groups if g in self.groups]
         for each in restored:  # restored members get a session to come back
             for member in each.members.values():
                 self.classic.touch(each, member)
@@ -237,50 +250,78 @@ class GroupCoordinator:
             return failed
 
     def _replay_batch(
-        self,
-        pending: dict[int, list[tuple[bytes, bytes | None]]],
-        header: BatchHeader,
-        data: bytes,
+        self, load: _Load, header: BatchHeader, data: bytes, records: Decoded
     ) -> None:
-        """One batch of the replay; `pending` holds open transactions' offsets by producer."""
+        """One batch of the replay; `load.pending` holds open transactions' offsets by
+        producer."""
         if header.is_control:
-            records = pending.pop(header.producer_id, [])
+            ended = load.pending.pop(header.producer_id, [])
             if control_type(data) == CONTROL_COMMIT:
-                for key, value in records:
-                    self._replay(key, value)
+                for ended_key, ended_value in ended:
+                    self._replay(load, ended_key, ended_value)
             return
-        for _offset, _ts, record_key, value in iter_records(data):
-            if record_key is None:
+        if header.is_transactional:
+            entries = load.pending.setdefault(header.producer_id, [])
+            entries += ((key, value) for _o, _t, key, value in records if key is not None)
+            return
+        # _replay's work, with offset commits (all but a few records of a load) done here: a
+        # million of them go through this loop
+        offsets_of = load.groups
+        for _offset, _ts, key, value in records:
+            if key is None:
                 continue
-            if header.is_transactional:
-                pending.setdefault(header.producer_id, []).append((record_key, value))
-            else:
-                self._replay(record_key, value)
+            try:
+                commit = offset_commit(key, value)
+            except ValueError as exc:
+                log.error("skipping a damaged %s record: %s", CONSUMER_OFFSETS_TOPIC, exc)
+                continue
+            if commit is None:
+                self._replay(load, key, value)
+                continue
+            group_id, canonical = commit
+            held = offsets_of.get(group_id)
+            if held is None:
+                held = self._replayed_group(load, group_id).offsets.records
+            if value is None:
+                held.pop(canonical, None)
+            else:  # the record itself (committed.py)
+                held[canonical] = value
 
-    def _replay(self, key: bytes, value: bytes | None) -> None:
+    def _replay(self, load: _Load, key: bytes, value: bytes | None) -> None:
         try:
+            commit = offset_commit(key, value)
+            if commit is not None:  # (as in _replay_batch)
+                group_id, canonical = commit
+                held = self._replayed_group(load, group_id).offsets.records
+                if value is None:
+                    held.pop(canonical, None)
+                else:
+                    held[canonical] = value
+                return
             if consumer_records.key_version(key) in consumer_records.CONSUMER_KEY_VERSIONS:
                 group_id = consumer_records.decode(key, None, {}).group_id
-                self.consumer.replay(self.groups.setdefault(group_id, Group(group_id)), key, value)
+                self.consumer.replay(self._replayed_group(load, group_id), key, value)
                 return
             decoded = decode_key(key)
-            if isinstance(decoded, tuple):
-                group_id, topic, partition = decoded
-                group = self.groups.setdefault(group_id, Group(group_id))
-                if value is None:
-                    group.offsets.pop((topic, partition), None)
-                else:
-                    group.offsets[(topic, partition)] = decode_offset_value(value)
-                return
+            if isinstance(decoded, tuple):  # (offset commits are handled above)
+                raise ValueError("an offset commit key of an unknown layout")
             if value is None:
                 self.groups.pop(decoded, None)
+                load.groups.pop(decoded, None)  # (made again: last, as in self.groups)
                 return
             restore_group(
-                self.groups.setdefault(decoded, Group(decoded)), decode_group_value(value),
-                self._clock(),
-            )  # fmt: skip
+                self._replayed_group(load, decoded), decode_group_value(value), self._clock()
+            )
         except (ValueError, UnicodeDecodeError, IndexError) as exc:
             log.error("skipping a damaged %s record: %s", CONSUMER_OFFSETS_TOPIC, exc)
+
+    def _replayed_group(self, load: _Load, group_id: str) -> Group:
+        """The group a replayed record is of (made if new, and counted as the load's)."""
+        group = self.groups.get(group_id)
+        if group is None:
+            group = self.groups[group_id] = Group(group_id)
+        load.groups.setdefault(group_id, group.offsets.records)
+        return group
 
     # -- classic membership (classic_runtime.py; consumer-protocol groups: consumer_runtime.py)
 

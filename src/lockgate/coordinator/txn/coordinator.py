@@ -40,8 +40,8 @@ from lockgate.coordinator.txn.verifier import RETRIABLE_VERIFICATION
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.protocol.records import (
     BatchHeader,
+    Decoded,
     build_batch,
-    iter_records,
 )
 from lockgate.topics.directory import TopicManager
 from lockgate.topics.internal import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
@@ -209,10 +209,12 @@ class TransactionCoordinator:
                 resumed += 1
         return runtime.Loaded(len(replayed), resumed)
 
-    def _replay_batch(self, replayed: set[str], header: BatchHeader, data: bytes) -> None:
+    def _replay_batch(
+        self, replayed: set[str], header: BatchHeader, _data: bytes, records: Decoded
+    ) -> None:
         if header.is_control:
             return
-        for _offset, _ts, key, value in iter_records(data):
+        for _offset, _ts, key, value in records:
             if key is None:
                 continue
             try:

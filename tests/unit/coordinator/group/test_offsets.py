@@ -13,7 +13,9 @@ from lockgate.coordinator.group.records import (
     decode_group_value,
     decode_key,
     decode_offset_value,
+    group_key,
     offset_key,
+    offset_value,
 )
 from lockgate.coordinator.group.state import GroupState
 from lockgate.protocol.errors import ErrorCode
@@ -361,5 +363,77 @@ async def test_replay_skips_damaged_records(broker: Broker, engine: MemoryEngine
     broker = await restart(broker, engine)
     try:
         assert visible(broker.groups, GROUP) == {(TOPIC, 0): 1, (TOPIC, 2): 1}
+    finally:
+        await broker.stop()
+
+
+async def test_offset_keys_in_other_forms_are_held_as_lockgates(
+    broker: Broker, engine: MemoryEngine
+) -> None:
+    """A record whose key is not the one lockgate writes for its partition (version 0, as
+    older Kafka wrote; a null topic name; bytes after the partition) is held under lockgate's
+    key, so that the partition has one offset whatever form its records took: the latest."""
+    groups = broker.groups
+    await groups.commit(GROUP, -1, "", None, offsets((TOPIC, 0, 1)))
+    partition = broker.topics.get(CONSUMER_OFFSETS_TOPIC, groups.offsets_partition(GROUP))
+    assert partition is not None
+
+    def value(offset: int) -> bytes:
+        return offset_value(CommittedOffset(offset, -1, "", 1))
+
+    def key(version: int, topic: bytes, partition: int, after: bytes = b"") -> bytes:
+        name = struct.pack(">h", len(GROUP)) + GROUP.encode()
+        return struct.pack(">h", version) + name + topic + struct.pack(">i", partition) + after
+
+    topic = struct.pack(">h", len(TOPIC)) + TOPIC.encode()
+    records: list[tuple[bytes | None, bytes | None]] = [
+        (key(0, topic, 0), value(5)),  # version 0 of (TOPIC, 0): the latest so far
+        (key(1, topic, 1, b"\x00"), value(6)),  # a byte after the partition
+        (key(1, struct.pack(">h", -1), 2), value(7)),  # a null topic: ""
+        (key(0, topic, 3), value(8)),
+        (offset_key(GROUP, TOPIC, 3), value(9)),  # then lockgate's own: the latest
+    ]
+    batch = build_batch(records, timestamp_ms=1)
+    partition.append(bytearray(batch), validate_produced_batch(batch), 1)
+    broker.group_commit.appended(partition)
+    broker = await restart(broker, engine)
+    try:
+        expected = {(TOPIC, 0): 5, (TOPIC, 1): 6, ("", 2): 7, (TOPIC, 3): 9}
+        assert visible(broker.groups, GROUP) == expected
+        held = broker.groups.groups[GROUP].offsets.records
+        assert sorted(held) == sorted(offset_key(GROUP, *tp) for tp in expected)
+    finally:
+        await broker.stop()
+
+
+async def test_a_group_removed_within_a_batch_of_its_offsets_comes_back_empty(
+    broker: Broker, engine: MemoryEngine
+) -> None:
+    """Replayed from the log, a group's tombstone between its offset commits in one batch
+    removes the group with the offsets before it; the commits after it make the group again,
+    holding only them (as a replay record by record has it)."""
+    groups = broker.groups
+    await groups.commit(GROUP, -1, "", None, offsets((TOPIC, 0, 1)))
+    partition = broker.topics.get(CONSUMER_OFFSETS_TOPIC, groups.offsets_partition(GROUP))
+    assert partition is not None
+
+    def value(offset: int) -> bytes:
+        return offset_value(CommittedOffset(offset, -1, "", 1))
+
+    records: list[tuple[bytes | None, bytes | None]] = [
+        (offset_key(GROUP, TOPIC, 1), value(5)),
+        (group_key(GROUP), None),  # the group and every offset so far go
+        (offset_key(GROUP, TOPIC, 2), value(6)),
+    ]
+    batch = build_batch(records, timestamp_ms=1)
+    partition.append(bytearray(batch), validate_produced_batch(batch), 1)
+    broker.group_commit.appended(partition)
+    await broker.stop()
+    for path in [p for p in engine.files if p.endswith(".coordinator")]:
+        del engine.files[path]  # (the log, not the snapshot written at the stop)
+    broker = await start_broker(engine)
+    try:
+        assert broker.groups.runtime.replayed_batches > 0
+        assert visible(broker.groups, GROUP) == {(TOPIC, 2): 6}
     finally:
         await broker.stop()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 
+from lockgate.coordinator.group.records import CommittedOffset, offset_value
 from lockgate.coordinator.group.state import GroupState
 from lockgate.coordinator.txn import rules
 from lockgate.coordinator.txn.state import TxnState
@@ -31,6 +32,11 @@ from tests.unit.coordinator.group.support import (
 
 GROUP = "txn-offsets"
 PRODUCER, EPOCH = 4000, 0
+
+
+def held(committed: dict[tuple[str, int], CommittedOffset]) -> dict[tuple[str, int], bytes]:
+    """Offsets as the coordinator holds them: their record values."""
+    return {tp: offset_value(each) for tp, each in committed.items()}
 
 
 def offsets_partition(broker: Broker, group_id: str = GROUP) -> Partition:
@@ -181,7 +187,7 @@ async def test_a_group_that_does_not_exist_or_is_empty(broker: Broker) -> None:
     assert groups.groups["absent"].state == GroupState.EMPTY
     assert await commit(3, "m") == ErrorCode.unknown_member_id
     assert await commit(-1, "other") == ErrorCode.none
-    assert groups.offsets.pending == {PRODUCER: {"absent": offsets((TOPIC, 0, 1))}}
+    assert groups.offsets.pending == {PRODUCER: {"absent": held(offsets((TOPIC, 0, 1)))}}
 
 
 async def test_a_stale_generation_is_fenced(broker: Broker) -> None:
@@ -199,7 +205,7 @@ async def test_a_stale_generation_is_fenced(broker: Broker) -> None:
     assert removed == {(TOPIC, 0): ErrorCode.unknown_member_id}
     current = await txn_commit(broker, (TOPIC, 0, 6), generation=generation + 1, member_id=first)
     assert current == {(TOPIC, 0): ErrorCode.none}
-    assert groups.offsets.pending == {PRODUCER: {GROUP: offsets((TOPIC, 0, 6))}}
+    assert groups.offsets.pending == {PRODUCER: {GROUP: held(offsets((TOPIC, 0, 6)))}}
     marker(broker, commit=True)
     assert visible(groups, GROUP) == {(TOPIC, 0): 6}
 
