@@ -9,7 +9,6 @@
 # read_committed), and the consumer moves its position as it does for Messages.
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, NamedTuple
@@ -20,25 +19,16 @@ from lockgate.client import _purecolumns
 from lockgate.client.cluster import TopicPartition
 from lockgate.client.consumer import FetchedPartition, is_abort_marker
 from lockgate.client.errors import CorruptRecordError
-from lockgate.client.fastpath import PURE_PYTHON_VARIABLE
 from lockgate.protocol.records import decompress
+from lockgate.protocol.twins import choose
 
 if TYPE_CHECKING:
     from lockgate.client._purecolumns import ColumnBuilder
 
 
 def load(pure: bool | None = None) -> ModuleType:
-    """The implementation module: the pure one when asked (by `pure` or, when it is None, by
-    LOCKGATE_PURE_PYTHON=1) or when the compiled one is missing."""
-    if pure is None:
-        pure = os.environ.get(PURE_PYTHON_VARIABLE) == "1"
-    if pure:
-        return _purecolumns
-    try:
-        from lockgate.client import _columns
-    except ImportError:  # not built (no compiler at install time): the pure twin does the work
-        return _purecolumns
-    return _columns
+    """The implementation module (protocol/twins.py says which)."""
+    return choose("lockgate.client._columns", _purecolumns, pure)
 
 
 _implementation = load()

@@ -4,27 +4,16 @@
 # give the same results; `IMPLEMENTATION` says which one is in use ("compiled" or "pure").
 from __future__ import annotations
 
-import os
 from types import ModuleType
 from typing import TYPE_CHECKING
 
 from lockgate.client import _purepath
-
-PURE_PYTHON_VARIABLE = "LOCKGATE_PURE_PYTHON"
+from lockgate.protocol.twins import PURE_PYTHON_VARIABLE, choose
 
 
 def load(pure: bool | None = None) -> ModuleType:
-    """The implementation module: the pure one when asked (by `pure` or, when it is None, by
-    LOCKGATE_PURE_PYTHON=1) or when the compiled one is missing."""
-    if pure is None:
-        pure = os.environ.get(PURE_PYTHON_VARIABLE) == "1"
-    if pure:
-        return _purepath
-    try:
-        from lockgate.client import _fastpath
-    except ImportError:  # not built (no compiler at install time): the pure twin does the work
-        return _purepath
-    return _fastpath
+    """The implementation module (protocol/twins.py says which)."""
+    return choose("lockgate.client._fastpath", _purepath, pure)
 
 
 _implementation = load()
@@ -38,4 +27,12 @@ else:
     RecordQueue = _implementation.RecordQueue
     RecordRun = _implementation.RecordRun
 
-__all__ = ["IMPLEMENTATION", "Accumulator", "RecordGroup", "RecordQueue", "RecordRun", "load"]
+__all__ = [
+    "IMPLEMENTATION",
+    "PURE_PYTHON_VARIABLE",
+    "Accumulator",
+    "RecordGroup",
+    "RecordQueue",
+    "RecordRun",
+    "load",
+]

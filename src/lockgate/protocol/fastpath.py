@@ -6,27 +6,16 @@
 # `IMPLEMENTATION` says which one is in use ("compiled" or "pure").
 from __future__ import annotations
 
-import os
 from types import ModuleType
 from typing import TYPE_CHECKING
 
 from lockgate.protocol import _purerecords
-
-PURE_PYTHON_VARIABLE = "LOCKGATE_PURE_PYTHON"
+from lockgate.protocol.twins import PURE_PYTHON_VARIABLE, choose
 
 
 def load(pure: bool | None = None) -> ModuleType:
-    """The implementation module: the pure one when asked (by `pure` or, when it is None, by
-    LOCKGATE_PURE_PYTHON=1) or when the compiled one is missing."""
-    if pure is None:
-        pure = os.environ.get(PURE_PYTHON_VARIABLE) == "1"
-    if pure:
-        return _purerecords
-    try:
-        from lockgate.protocol import _records
-    except ImportError:  # not built (no compiler at install time): the pure twin does the work
-        return _purerecords
-    return _records
+    """The implementation module (protocol/twins.py says which)."""
+    return choose("lockgate.protocol._records", _purerecords, pure)
 
 
 _implementation = load()
