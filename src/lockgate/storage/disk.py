@@ -15,6 +15,7 @@ import resource
 import shutil
 from typing import Protocol
 
+from lockgate.protocol.file_range import FileRange, Truncations
 from lockgate.storage.errors import OfflineError, StorageError, as_storage_error
 from lockgate.storage.handles import HandleCache, default_budget, raise_nofile_limit
 
@@ -30,6 +31,7 @@ class DiskFile:
         self._synced_writes = 0
         self.failed: StorageError | None = None
         self.closed = False
+        self._truncations = Truncations()  # ranges made of this file learn of later cuts
         fd = self._cache.acquire(self)
         try:
             self._size = os.fstat(fd).st_size
@@ -74,6 +76,7 @@ class DiskFile:
     def _cut_back(self, fd: int, size: int, written: int) -> None:
         if written == 0 and os.fstat(fd).st_size == size:
             return
+        self._truncations = self._truncations.cut(size)
         try:
             os.ftruncate(fd, size)
         except OSError as exc:
@@ -91,9 +94,25 @@ class DiskFile:
         finally:
             self._cache.release(self)
 
+    def file_range(self, position: int, size: int) -> FileRange:
+        """`size` bytes at `position` as a range with a descriptor of its own (a duplicate:
+        it outlives the cached handle's eviction and the file's removal; see FileRange)."""
+        if self.closed:
+            raise StorageError(errno.EBADF, f"read {self.path} after close")
+        fd = self._cache.acquire(self)
+        try:
+            duplicate = os.dup(fd)
+        except OSError as exc:
+            raise as_storage_error(exc, f"duplicate the handle of {self.path}") from None
+        finally:
+            self._cache.release(self)
+        return FileRange(duplicate, position, size, self._truncations)
+
     def truncate(self, size: int) -> None:
         fd = self._cache.acquire(self)
         try:
+            # recorded before the cut: if the cut fails halfway a range must not trust the file
+            self._truncations = self._truncations.cut(size)
             os.ftruncate(fd, size)
         except OSError as exc:
             self.failed = as_storage_error(exc, f"truncate {self.path}")
