@@ -25,6 +25,9 @@ _SCAN_CHUNK = 1 << 20
 # between two index entries (index.interval.bytes, 4 KiB by default) in one read, and not much
 # of a large batch's records when only its header is wanted.
 _WALK_CHUNK = 8 << 10
+# Batches smaller than this are read rather than sent from the file: below it a pread's copy
+# costs less than the descriptor's dup and close and a sendfile of its own.
+SMALLEST_RANGE = 8 << 10
 
 
 def segment_name(base_offset: int) -> str:
@@ -226,15 +229,18 @@ class Segment:
             return data
         return memoryview(data)[:end] if end else b""
 
-    def read_range(self, offset: int, max_bytes: int, upper_offset: int) -> bytes | FileRange:
+    def read_range(
+        self, offset: int, max_bytes: int, upper_offset: int, smallest: int = SMALLEST_RANGE
+    ) -> bytes | FileRange:
         """The batches `read` gives, as a FileRange of the segment file that the caller owns
-        (bytes when storage has no descriptors; b"" for none). Only batch headers past the
-        last indexed batch within reach are read, never the records themselves."""
+        when they come to at least `smallest` bytes and storage lends a descriptor (bytes
+        otherwise; b"" for none). Only batch headers past the last indexed batch within reach
+        are read, never the records themselves."""
         span = self.span(offset, max_bytes, upper_offset)
         if span is None:
             return b""
         position, size = span
-        file_range = self.log.file_range(position, size)
+        file_range = self.log.file_range(position, size) if size >= smallest else None
         return self.log.read(position, size) if file_range is None else file_range
 
     def span(self, offset: int, max_bytes: int, upper_offset: int) -> tuple[int, int] | None:

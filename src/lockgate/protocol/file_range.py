@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import TypeAlias
 
 
@@ -51,13 +52,21 @@ class Truncations:
 class FileRange:
     """`size` bytes at `position` of the file open as `fd` (owned: see close)."""
 
-    __slots__ = ("_open", "_truncations", "fd", "position", "size")
+    __slots__ = ("_on_close", "_open", "_truncations", "fd", "position", "size")
 
-    def __init__(self, fd: int, position: int, size: int, truncations: Truncations) -> None:
+    def __init__(
+        self,
+        fd: int,
+        position: int,
+        size: int,
+        truncations: Truncations,
+        on_close: Callable[[], None] | None = None,
+    ) -> None:
         self.fd = fd
         self.position = position
         self.size = size
         self._truncations = truncations
+        self._on_close = on_close  # the lender of the descriptor counts it back
         self._open = True
 
     def __len__(self) -> int:
@@ -87,7 +96,11 @@ class FileRange:
     def close(self) -> None:
         if self._open:
             self._open = False
-            os.close(self.fd)
+            try:
+                os.close(self.fd)
+            finally:
+                if self._on_close is not None:
+                    self._on_close()
 
     def __del__(self) -> None:
         # the safety net (see the module header); at interpreter exit os may be gone already

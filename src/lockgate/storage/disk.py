@@ -94,19 +94,27 @@ class DiskFile:
         finally:
             self._cache.release(self)
 
-    def file_range(self, position: int, size: int) -> FileRange:
+    def file_range(self, position: int, size: int) -> FileRange | None:
         """`size` bytes at `position` as a range with a descriptor of its own (a duplicate:
-        it outlives the cached handle's eviction and the file's removal; see FileRange)."""
+        it outlives the cached handle's eviction and the file's removal; see FileRange).
+        None when the descriptors lent to ranges are at their budget, or none is left."""
         if self.closed:
             raise StorageError(errno.EBADF, f"read {self.path} after close")
-        fd = self._cache.acquire(self)
+        cache = self._cache
+        if not cache.lend_range():
+            return None
         try:
-            duplicate = os.dup(fd)
+            fd = cache.acquire(self)
+            try:
+                duplicate = os.dup(fd)
+            finally:
+                cache.release(self)
         except OSError as exc:
+            cache.range_returned()
+            if exc.errno in (errno.EMFILE, errno.ENFILE):
+                return None  # sockets and handles come first: this read takes the bytes
             raise as_storage_error(exc, f"duplicate the handle of {self.path}") from None
-        finally:
-            self._cache.release(self)
-        return FileRange(duplicate, position, size, self._truncations)
+        return FileRange(duplicate, position, size, self._truncations, cache.range_returned)
 
     def truncate(self, size: int) -> None:
         fd = self._cache.acquire(self)
