@@ -26,7 +26,7 @@ _SCAN_CHUNK = 1 << 20
 # of a large batch's records when only its header is wanted.
 _WALK_CHUNK = 8 << 10
 # Batches smaller than this are read rather than sent from the file: below it a pread's copy
-# costs less than the descriptor's dup and close and a sendfile of its own.
+# costs less than a sendfile and a writev of their own (and a pinned handle).
 SMALLEST_RANGE = 8 << 10
 
 

@@ -2,11 +2,13 @@
 # segment file, so that the connection can hand them to the socket with sendfile instead of
 # reading them into Python (copying path: read() them when the socket cannot take them).
 #
-# Invariants: a FileRange owns its descriptor (a duplicate of the segment file's, made when the
-# range is, so it stays valid when the segment is deleted by retention or its cached handle is
-# closed) until close(); close() is idempotent and the descriptor number is never closed twice
-# (it may belong to someone else by then). Whoever drops a range unwritten closes it; a range
-# garbage-collected still open is closed then, as a safety net, never as the plan.
+# Invariants: a FileRange holds its descriptor open until close(): the storage engine lends it
+# pinned (its handle cache neither evicts nor closes a pinned handle, even when the segment is
+# deleted by retention meanwhile: the descriptor then closes at the last release), or the range
+# owns it outright (a descriptor of its own, closed by close()). close() is idempotent, so the
+# descriptor is never given back twice (the number may be someone else's by then). Whoever
+# drops a range unwritten closes it; a range garbage-collected still open is closed then, as a
+# safety net, never as the plan.
 # Truncation: a file cut back below the range's end and grown again would give other bytes at
 # the same positions (a follower truncating a divergent log, then appending its leader's). The
 # file's Truncations tell: a stale range must not be written.
@@ -50,9 +52,10 @@ class Truncations:
 
 
 class FileRange:
-    """`size` bytes at `position` of the file open as `fd` (owned: see close)."""
+    """`size` bytes at `position` of the file open as `fd`, held until close(): `release`
+    gives a lent descriptor back; without it the range owns `fd` and close() closes it."""
 
-    __slots__ = ("_on_close", "_open", "_truncations", "fd", "position", "size")
+    __slots__ = ("_open", "_release", "_truncations", "fd", "position", "size")
 
     def __init__(
         self,
@@ -60,13 +63,13 @@ class FileRange:
         position: int,
         size: int,
         truncations: Truncations,
-        on_close: Callable[[], None] | None = None,
+        release: Callable[[], None] | None = None,
     ) -> None:
         self.fd = fd
         self.position = position
         self.size = size
         self._truncations = truncations
-        self._on_close = on_close  # the lender of the descriptor counts it back
+        self._release = release
         self._open = True
 
     def __len__(self) -> int:
@@ -96,11 +99,10 @@ class FileRange:
     def close(self) -> None:
         if self._open:
             self._open = False
-            try:
+            if self._release is None:
                 os.close(self.fd)
-            finally:
-                if self._on_close is not None:
-                    self._on_close()
+            else:
+                self._release()
 
     def __del__(self) -> None:
         # the safety net (see the module header); at interpreter exit os may be gone already

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import logging
 import os
 import resource
@@ -95,26 +96,21 @@ class DiskFile:
             self._cache.release(self)
 
     def file_range(self, position: int, size: int) -> FileRange | None:
-        """`size` bytes at `position` as a range with a descriptor of its own (a duplicate:
-        it outlives the cached handle's eviction and the file's removal; see FileRange).
-        None when the descriptors lent to ranges are at their budget, or none is left."""
+        """`size` bytes at `position` as a range holding the file's handle pinned (neither
+        evicted nor closed, even by close() or the file's removal, until the range is closed:
+        see FileRange). None when the handles lent to ranges are at their budget."""
         if self.closed:
             raise StorageError(errno.EBADF, f"read {self.path} after close")
         cache = self._cache
-        if not cache.lend_range():
-            return None
         try:
-            fd = cache.acquire(self)
-            try:
-                duplicate = os.dup(fd)
-            finally:
-                cache.release(self)
+            fd = cache.lend(self)
         except OSError as exc:
-            cache.range_returned()
-            if exc.errno in (errno.EMFILE, errno.ENFILE):
-                return None  # sockets and handles come first: this read takes the bytes
-            raise as_storage_error(exc, f"duplicate the handle of {self.path}") from None
-        return FileRange(duplicate, position, size, self._truncations, cache.range_returned)
+            raise as_storage_error(exc, f"open {self.path}") from None
+        if fd is None:
+            return None
+        return FileRange(
+            fd, position, size, self._truncations, functools.partial(cache.give_back, self)
+        )
 
     def truncate(self, size: int) -> None:
         fd = self._cache.acquire(self)

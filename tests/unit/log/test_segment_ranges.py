@@ -92,23 +92,27 @@ def test_without_descriptors_and_below_the_smallest_range_the_bytes_are_read(
     assert isinstance(large, FileRange) and as_bytes(large) == whole
 
 
-def test_descriptors_are_given_back_when_ranges_are_dropped_unwritten(tmp_path: Path) -> None:
+def test_handles_are_given_back_when_ranges_are_dropped_unwritten(tmp_path: Path) -> None:
+    """A range holds its segment's cached handle pinned (no descriptor of its own) until it
+    is closed, or collected: the safety net for one nobody closed."""
     storage = DiskEngine(str(tmp_path))
     segment = new_segment(storage)
     batch = add(segment, 50, 400, 4096)
     fds = open_fds()
     ranges = [segment.read_range(0, 10**6, 10**6, smallest=0) for _ in range(10)]
-    assert open_fds() == fds + 10 and storage.handles.ranges_out == 10
+    assert open_fds() == fds and storage.handles.ranges_out == 10
     for data in ranges[:5]:
         assert isinstance(data, FileRange)
         data.close()
-        data.close()  # idempotent: the number may be someone else's by now
-    assert open_fds() == fds + 5
+        data.close()  # idempotent: the pin is given back once
+    assert storage.handles.ranges_out == 5
     del ranges, data
-    gc.collect()  # the safety net: a range nobody closed closes when collected
+    gc.collect()
     assert open_fds() == fds and storage.handles.ranges_out == 0
     again = segment.read_range(0, 10**6, 10**6, smallest=0)
     assert as_bytes(again) == batch
+    segment.close()  # nothing pinned: the handles go at once (the log and its two indexes)
+    assert open_fds() == fds - 3
 
 
 def test_lent_descriptors_are_bounded_beyond_which_bytes_are_read(tmp_path: Path) -> None:
@@ -127,18 +131,24 @@ def test_lent_descriptors_are_bounded_beyond_which_bytes_are_read(tmp_path: Path
 
 
 def test_a_range_outlives_its_segment_and_the_eviction_of_its_handle(tmp_path: Path) -> None:
-    """Retention deletes the segment and the handle cache closes its handle meanwhile: the
-    range still holds the bytes it stood for."""
+    """Retention deletes the segment and the handle cache runs out of room meanwhile: the
+    pinned handle stays open, so the range still holds the bytes it stood for; the handle
+    closes when the range does."""
     storage = DiskEngine(str(tmp_path), max_open_files=16)
     segment = new_segment(storage)
     batch = add(segment, 30, 500, 4096)
     data = segment.read_range(0, 10**6, 10**6, smallest=0)
+    assert isinstance(data, FileRange)
     others = [new_segment(storage, base_offset=1000 * (i + 1)) for i in range(20)]
-    for other in others:  # more files than the budget: the first one's handle is evicted
+    for other in others:  # more files than the budget: unpinned handles are evicted
         add(other, 1, 10, 4096)
+    assert storage.handles.open_count <= storage.handles.budget + 1
     segment.delete()
     assert not os.path.exists(tmp_path / DIRECTORY / "00000000000000000000.log")
-    assert as_bytes(data) == batch
+    fds = open_fds()
+    assert data.read() == batch
+    data.close()
+    assert open_fds() == fds - 1  # the deleted segment's handle, closed at last
 
 
 def test_a_range_of_a_file_cut_back_below_its_end_is_stale(tmp_path: Path) -> None:
