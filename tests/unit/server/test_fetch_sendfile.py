@@ -11,6 +11,7 @@ import contextlib
 import logging
 import os
 import socket
+import ssl
 import struct
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -24,7 +25,7 @@ import lockgate.handlers.k01_fetch as k01_fetch
 import lockgate.server.connection as connection_module
 from lockgate.config.properties import BrokerConfig
 from lockgate.log.partition import Partition
-from lockgate.protocol.file_range import Part
+from lockgate.protocol.file_range import FileRange, Part
 from lockgate.protocol.frame import Buffer
 from lockgate.protocol.records import build_batch, validate_produced_batch
 from lockgate.server import socket_writes
@@ -40,6 +41,7 @@ from tests.support.kafka_wire import (
     int64,
     string,
 )
+from tests.support.tls import make_pki
 
 TOPIC = "sendfile"
 IDLE = "idle"  # no data: a fetch of it long-polls
@@ -47,9 +49,14 @@ SEND_BUFFER = 256 << 10  # the server side's SO_SNDBUF here, against answers of 
 
 
 @contextlib.asynccontextmanager
-async def disk_broker(data: Path) -> AsyncIterator[Broker]:
+async def disk_broker(data: Path, settings: dict[str, str] | None = None) -> AsyncIterator[Broker]:
     config = BrokerConfig(
-        {"listeners": "127.0.0.1:0", "lockgate.durability": "page-cache", "log.dirs": str(data)}
+        {
+            "listeners": "127.0.0.1:0",
+            "lockgate.durability": "page-cache",
+            "log.dirs": str(data),
+            **(settings or {}),
+        }
     )
     started = Broker(config, DiskEngine(str(data)))
     await started.start()
@@ -337,3 +344,43 @@ def test_no_descriptor_is_left_behind_by_answers_never_written(
         await until(lambda: open_fds(broker) == fds)
 
     run_with_broker(scenario)
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_a_tls_connection_reads_its_ranges_and_writes_them_through_the_transport(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, loop: str
+) -> None:
+    """TLS encrypts in Python: no direct write, the ranges are read, the answer is the same."""
+    pki = make_pki(tmp_path / "pki")
+    settings = {"listeners": "SSL://127.0.0.1:0", **pki.server_settings("none")}
+
+    async def main() -> None:
+        async with disk_broker(tmp_path / "data", settings) as broker:
+            expected = await fill(broker, TOPIC, 40, 4_000)
+            left = spy_on_direct_writes(monkeypatch)
+            read: list[int] = []  # the sizes of the ranges the copying path read
+            original = socket_writes.as_buffers
+
+            def spy(parts: list[Part]) -> list[Buffer]:
+                read.extend(len(p) for p in parts if isinstance(p, FileRange))
+                return original(parts)
+
+            monkeypatch.setattr(connection_module, "as_buffers", spy)
+
+            def client() -> bytes:
+                context = ssl.create_default_context(cafile=pki.ca)
+                with KafkaWire(f"127.0.0.1:{broker.port}", timeout=30) as wire:
+                    wire.sock = context.wrap_socket(wire.sock, server_hostname="127.0.0.1")
+                    answer = wire.request(
+                        API_FETCH, 4, fetch_request(TOPIC), flexible=False, flexible_response=False
+                    )
+                    return records_of(answer)
+
+            assert await asyncio.to_thread(client) == expected
+            assert left == [] and read == [len(expected)]
+            await until(lambda: storage(broker).handles.ranges_out == 0)
+
+    if loop == "uvloop":
+        uvloop.run(main())
+    else:
+        asyncio.run(main())
