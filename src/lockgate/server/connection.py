@@ -367,7 +367,17 @@ class Connection:
                     writer.transport.abort()
                     broken = True
                     self.stop_reading()
-                except (OSError, RuntimeError):  # ConnectionError, and a failed direct write
+                except (ConnectionError, RuntimeError):  # the client went away
+                    broken = True
+                    self.stop_reading()
+                except OSError as exc:  # reading a range, or writing to the socket directly
+                    log.warning(
+                        "closing connection from %s (client id %r): writing a response failed: %s",
+                        self.peer,
+                        self.client_id,
+                        exc,
+                    )
+                    writer.transport.abort()
                     broken = True
                     self.stop_reading()
                 finally:
