@@ -19,6 +19,7 @@ import contextlib
 import functools
 import itertools
 import logging
+import socket
 import struct
 import time
 from collections.abc import Callable, Mapping
@@ -78,6 +79,7 @@ log = logging.getLogger(__name__)
 _SIZE = struct.Struct(">i")
 _SERIALS = itertools.count(1)  # a newer connection has a larger serial
 _WRITE_HIGH_WATER = 4 << 20
+_TCP_CORK: int | None = getattr(socket, "TCP_CORK", None)  # Linux
 # A response as written: one buffer, or parts written in turn (a Fetch's record bytes are never
 # joined into one frame: bytes as read, or ranges of segment files sent from there).
 Frame = bytes | list[Part]
@@ -130,6 +132,7 @@ class Connection:
         self._read_task: asyncio.Task[None] | None = None
         # the socket to sendfile to: plain TCP only (TLS encrypts in Python: ranges are read)
         self.socket_fd = None if listener.protocol.uses_tls else _socket_fd(writer)
+        self._socket = writer.get_extra_info("socket") if self.socket_fd is not None else None
         self.last_active = time.monotonic()  # the last complete request or response written
         self.in_flight = 0  # requests read and not yet answered
 
@@ -408,11 +411,22 @@ class Connection:
             and transport.get_write_buffer_size() == 0
             and not transport.is_closing()  # its descriptor may be closed (and reused) soon
         ):
-            rest = write_parts(socket_fd, parts)
+            # corked: the framing between the ranges joins their segments instead of going
+            # as packets of a few bytes each (the socket has TCP_NODELAY); uncorking sends
+            self._cork(1)
+            try:
+                rest = write_parts(socket_fd, parts)
+            finally:
+                self._cork(0)
         else:
             rest = as_buffers(parts)
         if rest:
             self.writer.writelines(rest)
+
+    def _cork(self, on: int) -> None:
+        if _TCP_CORK is not None and self._socket is not None:
+            with contextlib.suppress(OSError):  # a closing socket: the write says so
+                self._socket.setsockopt(socket.IPPROTO_TCP, _TCP_CORK, on)
 
     def _drop_queued(self) -> None:
         """Closes the file ranges of answers the write loop will not write (it ended early:
