@@ -395,12 +395,13 @@ class Connection:
         """Writes a frame's parts. Ranges of segment files go by sendfile when the socket's
         transport has nothing queued: then nothing the transport was given is still waiting to
         go, so bytes written to the socket directly come after everything written before them.
-        (uvloop: get_write_buffer_size() counts its own buffer, which is written at the end of
-        the loop iteration when libuv's queue is not empty, and libuv's write queue
-        (UVStream._get_write_buffer_size); asyncio's selector transport: the bytes its send()
-        did not take.) What the socket does not take at once goes through the transport, the
-        ranges read into bytes. Otherwise (data queued, TLS, no socket) every range is read
-        and the transport writes it all: the copying path."""
+        (uvloop, read in its source, handles/stream.pyx: get_write_buffer_size() is
+        UVStream._get_write_buffer_size, its own buffer, written at the end of the loop
+        iteration when libuv's queue is not empty, plus libuv's write queue; asyncio's
+        selector transport: the bytes its send() did not take.) What the socket does not take
+        at once goes through the transport, the ranges read into bytes. Otherwise (data
+        queued, TLS, no socket) every range is read and the transport writes it all: the
+        copying path."""
         transport = self.writer.transport
         if not any(isinstance(part, FileRange) for part in parts):
             self.writer.writelines(as_buffers(parts))  # one vectored write on uvloop
