@@ -61,6 +61,7 @@ from lockgate.log.partition import Partition
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.protocol.fetch import body_size, encode_fetch_response
+from lockgate.protocol.file_range import close_ranges
 from lockgate.security.acls import Operation, ResourceType
 from lockgate.security.authorizer import authorize
 from lockgate.security.quotas import QuotaType, charge
@@ -206,8 +207,10 @@ def _read(
         limit = min(state.max_bytes, budget)
         if limit <= 0 and not first:
             return entry, 0
-        data = partition.read_view(offset, limit, upper)  # not copied on its way out
+        # a range of the segment file, sent from there (or read) when the answer is written
+        data = partition.read_range(offset, limit, upper)
         if len(data) > limit and not first:
+            close_ranges([data])
             data = b""  # an oversized first batch: only the response's first one may be
         entry["records"] = data
         return entry, len(data)
@@ -347,48 +350,64 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     client = _client_metadata(ctx, request, replica)
     denied = _denied_topics(ctx, request, wanted) if ctx.services.authorizer is not None else None
     busy = 0.0  # the time spent reading, what request_percentage charges
-    while True:
-        results = []
-        total = 0
+    results: list[tuple[Wanted, dict[str, Any]]] = []
+    try:
+        while True:
+            results = []
+            total = 0
+            started = time.perf_counter()
+            for w in wanted:
+                if denied and w.topic in denied:
+                    results.append((w, _entry(w.index, ErrorCode.topic_authorization_failed)))
+                    continue
+                entry, size = _read(ctx, w, budget - total, isolation, total == 0, replica, client)
+                total += size
+                results.append((w, entry))
+            busy += time.perf_counter() - started
+            # an error, or a consumer sent to another replica, is answered at once (as Kafka)
+            answer_now = any(
+                entry["error_code"] or entry["preferred_read_replica"] != NO_PREFERENCE
+                for _, entry in results
+            )
+            remaining = deadline - time.monotonic()
+            if total >= min_bytes or answer_now or remaining <= 0 or not wanted:
+                break
+            _release(results)  # read again once woken
+            results = []
+            partitions = [
+                p for w in wanted if w.topic and (p := ctx.services.topics.get(w.topic, w.index))
+            ]
+            await _wait_for_data(partitions, remaining, log_end=replica != CONSUMER)
+        if incremental:  # an entry with records is changed: no range is dropped here
+            results = [(w, e) for w, e in results if _changed(e, w.state)]
         started = time.perf_counter()
-        for w in wanted:
-            if denied and w.topic in denied:
-                results.append((w, _entry(w.index, ErrorCode.topic_authorization_failed)))
-                continue
-            entry, size = _read(ctx, w, budget - total, isolation, total == 0, replica, client)
-            total += size
-            results.append((w, entry))
-        busy += time.perf_counter() - started
-        # an error, or a consumer sent to another replica, is answered at once (as Kafka)
-        answer_now = any(
-            entry["error_code"] or entry["preferred_read_replica"] != NO_PREFERENCE
-            for _, entry in results
+        # encoded by hand: the records go to the socket as read, not copied (protocol/fetch.py)
+        body = encode_fetch_response(
+            ctx.api_version, _response(ctx, 0, session.session_id if session else 0, results)
         )
-        remaining = deadline - time.monotonic()
-        if total >= min_bytes or answer_now or remaining <= 0 or not wanted:
-            break
-        partitions = [
-            p for w in wanted if w.topic and (p := ctx.services.topics.get(w.topic, w.index))
-        ]
-        await _wait_for_data(partitions, remaining, log_end=replica != CONSUMER)
-    if incremental:
-        results = [(w, e) for w, e in results if _changed(e, w.state)]
-    started = time.perf_counter()
-    # encoded by hand: the records go to the socket as read, not copied (protocol/fetch.py)
-    body = encode_fetch_response(
-        ctx.api_version, _response(ctx, 0, session.session_id if session else 0, results)
-    )
-    busy += time.perf_counter() - started
-    if ctx.services.quotas.kinds and replica == CONSUMER:  # a follower is never throttled
-        throttled = _charge_quotas(ctx, body_size(body), session, incremental, busy)
-        if throttled is not None:
-            return throttled  # nothing was sent, the session's partitions unchanged
-    ctx.services.metrics.fetched(((w.topic, entry) for w, entry in results), replica != CONSUMER)
+        busy += time.perf_counter() - started
+        if ctx.services.quotas.kinds and replica == CONSUMER:  # a follower is never throttled
+            throttled = _charge_quotas(ctx, body_size(body), session, incremental, busy)
+            if throttled is not None:
+                _release(results)
+                return throttled  # nothing was sent, the session's partitions unchanged
+        ctx.services.metrics.fetched(
+            ((w.topic, entry) for w, entry in results), replica != CONSUMER
+        )
+    except BaseException:  # failed or cancelled: the file ranges read are never written
+        _release(results)
+        raise
     for w, entry in results:
         w.state.sent_high_watermark = entry["high_watermark"]
         w.state.sent_last_stable_offset = entry["last_stable_offset"]
         w.state.sent_log_start_offset = entry["log_start_offset"]
+    # the connection owns the file ranges in the body from here: it writes them, or closes them
     return RawBody(body, error=0)
+
+
+def _release(results: list[tuple[Wanted, dict[str, Any]]]) -> None:
+    """Closes the file ranges of answers that will not be written."""
+    close_ranges([entry["records"] for _, entry in results])
 
 
 def _charge_quotas(

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from lockgate.log.clock import now_ms
 from lockgate.protocol.api import ApiKey, decode_body, is_flexible, request_class
-from lockgate.protocol.frame import Buffer, RequestHeader, parse_request_header
+from lockgate.protocol.file_range import Part
+from lockgate.protocol.frame import RequestHeader, parse_request_header
 from lockgate.security.session import Session
 
 if TYPE_CHECKING:
@@ -20,10 +21,11 @@ if TYPE_CHECKING:
 @dataclass(frozen=True, slots=True)
 class RawBody:
     """An already encoded response body (hot paths that bypass the kio builder): one buffer,
-    or a list of buffers written in turn (Fetch: record bytes are not joined into the frame).
+    or a list of parts written in turn (Fetch: record bytes are not joined into the frame, and
+    may be ranges of segment files that the connection then owns: protocol/file_range.py).
     `error`: the response's top-level error code, for the request metrics, if it has one."""
 
-    data: bytes | list[Buffer]
+    data: bytes | list[Part]
     error: int | None = None
 
 

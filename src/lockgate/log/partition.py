@@ -18,7 +18,7 @@ from lockgate.log import swap
 from lockgate.log.duplicates import find_earlier_batch
 from lockgate.log.epochs import LeaderEpochCache
 from lockgate.log.producer_state import Duplicate, ProducerEntry, ProducerStateTable
-from lockgate.log.segment import Segment, segment_name
+from lockgate.log.segment import SMALLEST_RANGE, Segment, segment_name
 from lockgate.log.txn_index import (
     ENTRY_SIZE,
     AbortedTxn,
@@ -27,6 +27,7 @@ from lockgate.log.txn_index import (
     load_entries,
 )
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
+from lockgate.protocol.file_range import FileRange
 from lockgate.protocol.records import (
     CONTROL_COMMIT,
     BatchHeader,
@@ -630,6 +631,25 @@ class Partition:
             if segment.next_offset <= offset:
                 continue
             data = segment.read(offset, max_bytes, upper_offset)
+            if data:
+                return data
+        return b""
+
+    def read_range(
+        self, offset: int, max_bytes: int, upper_offset: int, smallest: int = SMALLEST_RANGE
+    ) -> bytes | FileRange:
+        """What read_view gives, as a FileRange of a segment file (the caller owns it: it is
+        written with sendfile, or closed) when it is at least `smallest` bytes and storage
+        lends a descriptor; bytes otherwise."""
+        offline = self.storage.offline
+        if offline is not None:
+            raise KafkaProtocolError(ErrorCode.kafka_storage_error, str(offline))
+        if offset >= upper_offset:
+            return b""
+        for segment in self.segments[self.segment_for(offset) :]:
+            if segment.next_offset <= offset:
+                continue
+            data = segment.read_range(offset, max_bytes, upper_offset, smallest)
             if data:
                 return data
         return b""

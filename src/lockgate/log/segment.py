@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from lockgate.log.index import OffsetIndex, TimeIndex
+from lockgate.protocol.file_range import FileRange
 from lockgate.protocol.records import (
     HEADER_SIZE,
     BatchHeader,
@@ -20,6 +21,13 @@ from lockgate.protocol.records import (
 from lockgate.storage.engine import AppendFile, StorageEngine
 
 _SCAN_CHUNK = 1 << 20
+# What a range's walk reads at a time after the last indexed batch it can skip to: the batches
+# between two index entries (index.interval.bytes, 4 KiB by default) in one read, and not much
+# of a large batch's records when only its header is wanted.
+_WALK_CHUNK = 8 << 10
+# Batches smaller than this are read rather than sent from the file: below it a pread's copy
+# costs less than a sendfile and a writev of their own (and a pinned handle).
+SMALLEST_RANGE = 8 << 10
 
 
 def segment_name(base_offset: int) -> str:
@@ -220,6 +228,46 @@ class Segment:
         if end == len(data):
             return data
         return memoryview(data)[:end] if end else b""
+
+    def read_range(
+        self, offset: int, max_bytes: int, upper_offset: int, smallest: int = SMALLEST_RANGE
+    ) -> bytes | FileRange:
+        """The batches `read` gives, as a FileRange of the segment file that the caller owns
+        when they come to at least `smallest` bytes and storage lends a descriptor (bytes
+        otherwise; b"" for none). Only batch headers past the last indexed batch within reach
+        are read, never the records themselves."""
+        span = self.span(offset, max_bytes, upper_offset)
+        if span is None:
+            return b""
+        position, size = span
+        file_range = self.log.file_range(position, size) if size >= smallest else None
+        return self.log.read(position, size) if file_range is None else file_range
+
+    def span(self, offset: int, max_bytes: int, upper_offset: int) -> tuple[int, int] | None:
+        """(position, size) of the whole batches `read` returns, None when it returns none."""
+        position = self.position_of(offset)
+        if position is None:
+            return None
+        file_size = self.log.size
+        # as read: at least a header, so that a first batch larger than max_bytes is seen
+        limit = min(position + max(max_bytes, HEADER_SIZE), file_size)
+        end = self.offset_index.last_within(position, limit, upper_offset - self.base_offset)
+        while end < limit:
+            chunk = self.log.read(end, min(_WALK_CHUNK, limit - end))
+            local = 0
+            while (prefix := peek_batch_size(chunk, local)) is not None:
+                base_offset, size, _magic = prefix
+                if base_offset >= upper_offset:
+                    return (position, end + local - position) if end + local > position else None
+                if end + local + size > limit:
+                    if end + local == position:  # the first batch is larger: KIP-74, whole
+                        return position, min(size, file_size - position)
+                    return position, end + local - position
+                local += size  # past the chunk for a large batch: the next read starts there
+            if local == 0:  # not even a batch prefix before the limit
+                break
+            end += local
+        return (position, end - position) if end > position else None
 
     # -- recovery ------------------------------------------------------------------------------
 

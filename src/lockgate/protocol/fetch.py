@@ -4,8 +4,9 @@
 # a BytesIO, and the frame around the body copied them again: under consume load that copying
 # was a third of the broker's CPU. Here the body is a list of buffers: the framing this module
 # builds, as small bytes, and each partition's records as the very object it was given (bytes,
-# or a memoryview into a segment read), so record bytes reach the socket without Python copying
-# them. The answer is the dict Fetch's handler builds in the shape of the newest version (as
+# a memoryview into a segment read, or a FileRange of the segment file that the connection sends
+# with sendfile), so record bytes reach the socket without Python copying them. The answer is
+# the dict Fetch's handler builds in the shape of the newest version (as
 # lockgate.protocol.api.build takes it); fields a version lacks are left out, and every field is
 # written exactly as kio would write it (tests compare the joined parts with kio's encoding).
 #
@@ -22,7 +23,8 @@ import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from lockgate.protocol.frame import Buffer, unsigned_varint
+from lockgate.protocol.file_range import Part
+from lockgate.protocol.frame import unsigned_varint
 
 FIRST_VERSION = 4
 LAST_VERSION = 18
@@ -45,13 +47,13 @@ _CURRENT_LEADER = struct.Struct(">BBiiB")  # tag 1: leader id, leader epoch
 _SNAPSHOT_ID = struct.Struct(">BBqiB")  # tag 2: end offset, epoch
 
 
-def encode_fetch_response(version: int, answer: Mapping[str, Any]) -> list[Buffer]:
+def encode_fetch_response(version: int, answer: Mapping[str, Any]) -> list[Part]:
     """The body of a Fetch response of `version` as buffers to write in turn. Each non-empty
     `records` of a partition is one of them, the same object as in `answer`."""
     if not FIRST_VERSION <= version <= LAST_VERSION:
         raise ValueError(f"Fetch v{version} is not encoded here (v{FIRST_VERSION}-{LAST_VERSION})")
     flexible = version >= FIRST_FLEXIBLE
-    parts: list[Buffer] = []
+    parts: list[Part] = []
     out = bytearray()
     if version >= 7:
         out += _TOP.pack(answer["throttle_time"], answer["error_code"], answer.get("session_id", 0))
@@ -122,7 +124,7 @@ def encode_fetch_response(version: int, answer: Mapping[str, Any]) -> list[Buffe
     return parts
 
 
-def body_size(parts: Sequence[Buffer]) -> int:
+def body_size(parts: Sequence[Part]) -> int:
     """The byte length of an encoded body (what a quota charges)."""
     return sum(map(len, parts))
 

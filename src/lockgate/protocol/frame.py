@@ -9,6 +9,8 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from lockgate.protocol.file_range import Part
+
 _HEADER_FIXED = struct.Struct(">hhih")
 _INT32 = struct.Struct(">i")
 _SIZE_AND_CORRELATION = struct.Struct(">ii")
@@ -109,10 +111,11 @@ def response_frame(correlation_id: int, flexible_header: bool, body: bytes) -> b
 
 
 def response_frame_parts(
-    correlation_id: int, flexible_header: bool, body: Sequence[Buffer]
-) -> list[Buffer]:
-    """The same frame as response_frame of the joined body, as buffers to write in turn: the
-    size prefix and header, then the body's parts untouched (nothing is joined or copied)."""
+    correlation_id: int, flexible_header: bool, body: Sequence[Part]
+) -> list[Part]:
+    """The same frame as response_frame of the joined body, as parts to write in turn: the
+    size prefix and header, then the body's parts untouched (nothing is joined, copied or
+    read: a FileRange counts its size)."""
     header_size = 5 if flexible_header else 4
     prefix = _SIZE_AND_CORRELATION.pack(header_size + sum(map(len, body)), correlation_id)
     return [prefix + b"\x00" if flexible_header else prefix, *body]

@@ -7,6 +7,11 @@
 # complete request for connections.max.idle.ms is closed. On a SASL listener requests pass
 # the connection's SaslGate until it has authenticated; a connection throttled by a quota is
 # not read until its throttle time has passed (KIP-219).
+# A Fetch answer's record bytes may be ranges of segment files (protocol/file_range.py): on a
+# plain TCP connection whose transport has nothing queued they go to the socket with sendfile
+# (socket_writes.py), otherwise they are read and written through the transport. The
+# connection owns the ranges of every answer handed to it: each is closed once written or
+# dropped (a broken connection, a failed write, a closing connection with answers queued).
 from __future__ import annotations
 
 import asyncio
@@ -14,6 +19,7 @@ import contextlib
 import functools
 import itertools
 import logging
+import socket
 import struct
 import time
 from collections.abc import Callable, Mapping
@@ -34,8 +40,8 @@ from lockgate.protocol.api import (
     response_class,
 )
 from lockgate.protocol.errors import ErrorCode
+from lockgate.protocol.file_range import FileRange, Part, RangeCut, close_ranges
 from lockgate.protocol.frame import (
-    Buffer,
     MalformedFrame,
     parse_request_header,
     peek_api,
@@ -53,6 +59,7 @@ from lockgate.server.log_context import (
     current_request,
 )
 from lockgate.server.sasl_gate import SaslGate
+from lockgate.server.socket_writes import as_buffers, write_parts
 
 # Answers encoded by hand rather than by kio's builder, where the builder's cost grows with the
 # answer (Metadata for thousands of partitions). Their handlers still answer a dict, so that the
@@ -72,9 +79,10 @@ log = logging.getLogger(__name__)
 _SIZE = struct.Struct(">i")
 _SERIALS = itertools.count(1)  # a newer connection has a larger serial
 _WRITE_HIGH_WATER = 4 << 20
-# A response as written: one buffer, or buffers written in turn (a Fetch's record bytes are
-# handed to the transport as read, never joined into one frame).
-Frame = bytes | list[Buffer]
+_TCP_CORK: int | None = getattr(socket, "TCP_CORK", None)  # Linux
+# A response as written: one buffer, or parts written in turn (a Fetch's record bytes are never
+# joined into one frame: bytes as read, or ranges of segment files sent from there).
+Frame = bytes | list[Part]
 
 
 class CloseConnection(Exception):
@@ -122,6 +130,9 @@ class Connection:
             maxsize=services.config.integer("queued.max.requests")
         )
         self._read_task: asyncio.Task[None] | None = None
+        # the socket to sendfile to: plain TCP only (TLS encrypts in Python: ranges are read)
+        self.socket_fd = None if listener.protocol.uses_tls else _socket_fd(writer)
+        self._socket = writer.get_extra_info("socket") if self.socket_fd is not None else None
         self.last_active = time.monotonic()  # the last complete request or response written
         self.in_flight = 0  # requests read and not yet answered
 
@@ -330,26 +341,118 @@ class Connection:
     async def _write_loop(self) -> None:
         writer = self.writer
         broken = False
-        while (item := await self._queue.get()) is not None:
-            frame = item if isinstance(item, bytes) else await item
-            self.in_flight -= 1
-            self.last_active = time.monotonic()
-            if frame is None or broken:
-                continue
-            try:
-                if isinstance(frame, list):
-                    # one vectored write on uvloop; a TLS transport encrypts the parts in turn
-                    writer.writelines(frame)
-                else:
-                    writer.write(frame)
-                if writer.transport.get_write_buffer_size() > _WRITE_HIGH_WATER:
+        try:
+            while (item := await self._queue.get()) is not None:
+                frame = item if isinstance(item, bytes) else await item
+                self.in_flight -= 1
+                self.last_active = time.monotonic()
+                if frame is None:
+                    continue
+                try:
+                    if broken:
+                        continue
+                    if isinstance(frame, list):
+                        self._write_parts(frame)
+                    else:
+                        writer.write(frame)
+                    if writer.transport.get_write_buffer_size() > _WRITE_HIGH_WATER:
+                        await writer.drain()
+                except RangeCut as exc:
+                    # the frame's size promised bytes the file no longer holds: no wrong-sized
+                    # (or wrong) frame goes out; the client reconnects and fetches again
+                    log.warning(
+                        "closing connection from %s (client id %r): a Fetch answer's records "
+                        "were cut from their segment before they were sent (%s)",
+                        self.peer,
+                        self.client_id,
+                        exc,
+                    )
+                    writer.transport.abort()
+                    broken = True
+                    self.stop_reading()
+                except (ConnectionError, RuntimeError):  # the client went away
+                    broken = True
+                    self.stop_reading()
+                except OSError as exc:  # reading a range, or writing to the socket directly
+                    log.warning(
+                        "closing connection from %s (client id %r): writing a response failed: %s",
+                        self.peer,
+                        self.client_id,
+                        exc,
+                    )
+                    writer.transport.abort()
+                    broken = True
+                    self.stop_reading()
+                finally:
+                    close_ranges(frame)
+            if not broken:
+                with contextlib.suppress(ConnectionError):
                     await writer.drain()
-            except (ConnectionError, RuntimeError):
-                broken = True
-                self.stop_reading()
-        if not broken:
-            with contextlib.suppress(ConnectionError):
-                await writer.drain()
+        finally:
+            self._drop_queued()
+
+    def _write_parts(self, parts: list[Part]) -> None:
+        """Writes a frame's parts. Ranges of segment files go by sendfile when the socket's
+        transport has nothing queued: then nothing the transport was given is still waiting to
+        go, so bytes written to the socket directly come after everything written before them.
+        (uvloop, read in its source, handles/stream.pyx: get_write_buffer_size() is
+        UVStream._get_write_buffer_size, its own buffer, written at the end of the loop
+        iteration when libuv's queue is not empty, plus libuv's write queue; asyncio's
+        selector transport: the bytes its send() did not take.) What the socket does not take
+        at once goes through the transport, the ranges read into bytes. Otherwise (data
+        queued, TLS, no socket) every range is read and the transport writes it all: the
+        copying path."""
+        transport = self.writer.transport
+        if not any(isinstance(part, FileRange) for part in parts):
+            self.writer.writelines(as_buffers(parts))  # one vectored write on uvloop
+            return
+        socket_fd = self.socket_fd
+        if (
+            socket_fd is not None
+            and transport.get_write_buffer_size() == 0
+            and not transport.is_closing()  # its descriptor may be closed (and reused) soon
+        ):
+            # corked: the framing between the ranges joins their segments instead of going
+            # as packets of a few bytes each (the socket has TCP_NODELAY); uncorking sends
+            self._cork(1)
+            try:
+                rest = write_parts(socket_fd, parts)
+            finally:
+                self._cork(0)
+        else:
+            rest = as_buffers(parts)
+        if rest:
+            self.writer.writelines(rest)
+
+    def _cork(self, on: int) -> None:
+        if _TCP_CORK is not None and self._socket is not None:
+            with contextlib.suppress(OSError):  # a closing socket: the write says so
+                self._socket.setsockopt(socket.IPPROTO_TCP, _TCP_CORK, on)
+
+    def _drop_queued(self) -> None:
+        """Closes the file ranges of answers the write loop will not write (it ended early:
+        cancelled, or failed): those answered already now, the others when they are."""
+        while not self._queue.empty():
+            item = self._queue.get_nowait()
+            if isinstance(item, asyncio.Task):
+                item.add_done_callback(_close_answer)
+
+
+def _close_answer(task: asyncio.Task[Frame | None]) -> None:
+    if not task.cancelled() and task.exception() is None:
+        close_ranges(task.result())
+
+
+def _socket_fd(writer: asyncio.StreamWriter) -> int | None:
+    """The descriptor of the connection's TCP socket, None when there is none to write to
+    directly (a TLS transport, or a transport without a socket)."""
+    if writer.get_extra_info("ssl_object") is not None:
+        return None
+    sock = writer.get_extra_info("socket")
+    if sock is None:
+        return None
+    fd = sock.fileno()
+    return fd if isinstance(fd, int) and fd >= 0 else None
 
 
 def _give_back(memory: RequestMemory, size: int, _handled: object) -> None:

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import logging
 import os
 import resource
 import shutil
 from typing import Protocol
 
+from lockgate.protocol.file_range import FileRange, Truncations
 from lockgate.storage.errors import OfflineError, StorageError, as_storage_error
 from lockgate.storage.handles import HandleCache, default_budget, raise_nofile_limit
 
@@ -30,6 +32,7 @@ class DiskFile:
         self._synced_writes = 0
         self.failed: StorageError | None = None
         self.closed = False
+        self._truncations = Truncations()  # ranges made of this file learn of later cuts
         fd = self._cache.acquire(self)
         try:
             self._size = os.fstat(fd).st_size
@@ -74,6 +77,7 @@ class DiskFile:
     def _cut_back(self, fd: int, size: int, written: int) -> None:
         if written == 0 and os.fstat(fd).st_size == size:
             return
+        self._truncations = self._truncations.cut(size)
         try:
             os.ftruncate(fd, size)
         except OSError as exc:
@@ -91,9 +95,28 @@ class DiskFile:
         finally:
             self._cache.release(self)
 
+    def file_range(self, position: int, size: int) -> FileRange | None:
+        """`size` bytes at `position` as a range holding the file's handle pinned (neither
+        evicted nor closed, even by close() or the file's removal, until the range is closed:
+        see FileRange). None when the handles lent to ranges are at their budget."""
+        if self.closed:
+            raise StorageError(errno.EBADF, f"read {self.path} after close")
+        cache = self._cache
+        try:
+            fd = cache.lend(self)
+        except OSError as exc:
+            raise as_storage_error(exc, f"open {self.path}") from None
+        if fd is None:
+            return None
+        return FileRange(
+            fd, position, size, self._truncations, functools.partial(cache.give_back, self)
+        )
+
     def truncate(self, size: int) -> None:
         fd = self._cache.acquire(self)
         try:
+            # recorded before the cut: if the cut fails halfway a range must not trust the file
+            self._truncations = self._truncations.cut(size)
             os.ftruncate(fd, size)
         except OSError as exc:
             self.failed = as_storage_error(exc, f"truncate {self.path}")

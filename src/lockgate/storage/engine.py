@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from lockgate.protocol.file_range import FileRange
 from lockgate.storage.errors import StorageError
 
 
@@ -23,6 +24,10 @@ class AppendFile(Protocol):
         """Appends and returns the position the data starts at."""
 
     def read(self, position: int, size: int) -> bytes: ...
+
+    def file_range(self, position: int, size: int) -> FileRange | None:
+        """`size` bytes at `position` as a FileRange the caller owns (to send with
+        sendfile), or None when the file has no descriptor to send from (memory)."""
 
     def truncate(self, size: int) -> None: ...
 

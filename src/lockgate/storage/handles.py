@@ -9,6 +9,9 @@
 # flushes them, and since Linux 4.16 a writeback error nobody has seen yet is reported to that
 # fsync even through a new descriptor.
 # Every method takes the lock: fsyncs run in worker threads while the event loop appends.
+# Handles lent to file ranges (a Fetch answer holds its segment's handle pinned until it is
+# written: see protocol/file_range.py) are bounded too: at most a quarter of the budget at
+# once; past that, readers read the bytes instead.
 from __future__ import annotations
 
 import errno
@@ -42,6 +45,8 @@ class HandleCache:
         self._closing: set[CachedFile] = set()
         self.opened = 0  # handles opened since start (reopens after eviction included)
         self.peak = 0
+        self.range_budget = max(MIN_BUDGET, self.budget // 4)
+        self.ranges_out = 0  # handles lent to file ranges and not yet given back
 
     @property
     def open_count(self) -> int:
@@ -72,6 +77,26 @@ class HandleCache:
             del self._pins[file]
             if file in self._closing:
                 self._close_locked(file)
+
+    def lend(self, file: CachedFile) -> int | None:
+        """The file's descriptor, pinned for a file range until `give_back`; None when the
+        handles lent to ranges are at their budget (the caller reads the bytes instead)."""
+        with self._lock:
+            if self.ranges_out >= self.range_budget:
+                return None
+            self.ranges_out += 1
+        try:
+            return self.acquire(file)
+        except BaseException:
+            with self._lock:
+                self.ranges_out -= 1
+            raise
+
+    def give_back(self, file: CachedFile) -> None:
+        """A file range is done with the descriptor `lend` gave it."""
+        with self._lock:
+            self.ranges_out -= 1
+        self.release(file)
 
     def forget(self, file: CachedFile) -> None:
         """The file is closed for good: its handle goes now, or when its last user is done."""

@@ -57,6 +57,10 @@ class MemoryFile:
     def read(self, position: int, size: int) -> bytes:
         return bytes(self._data[position : position + size])
 
+    def file_range(self, position: int, size: int) -> None:
+        """None: no descriptor to send from (readers take the bytes: read)."""
+        return None
+
     def truncate(self, size: int) -> None:
         code = self._engine.faults.truncate_errno
         if code is not None:

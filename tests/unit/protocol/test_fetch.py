@@ -3,8 +3,11 @@ hands each partition's records to the frame as the very object it was given."""
 
 from __future__ import annotations
 
+import os
 import struct
 import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +22,7 @@ from lockgate.protocol.fetch import (
     body_size,
     encode_fetch_response,
 )
+from lockgate.protocol.file_range import FileRange, Part, Truncations
 from lockgate.protocol.frame import response_frame, response_frame_parts
 from lockgate.protocol.records import build_batch
 
@@ -46,10 +50,15 @@ def kio_body(version: int, answer: dict[str, Any]) -> bytes:
     return encode(build(response_class(ApiKey.FETCH, version), plain))
 
 
-def check(version: int, answer: dict[str, Any]) -> list[bytes | memoryview]:
+def joined(parts: Sequence[Part]) -> bytes:
+    """The bytes the parts stand for, file ranges read."""
+    return b"".join(part.read() if isinstance(part, FileRange) else part for part in parts)
+
+
+def check(version: int, answer: dict[str, Any]) -> list[Part]:
     parts = encode_fetch_response(version, answer)
-    assert b"".join(parts) == kio_body(version, answer)
-    assert body_size(parts) == len(b"".join(parts))
+    assert joined(parts) == kio_body(version, answer)
+    assert body_size(parts) == len(joined(parts))
     records = [p["records"] for t in answer["responses"] for p in t["partitions"] if p["records"]]
     # every non-empty record set is a part of its own, the same object; the rest is framing
     assert [part for part in parts if any(part is r for r in records)] == records
@@ -208,7 +217,7 @@ def test_empty_answers(version: int) -> None:
 def test_default_tagged_fields_are_left_out(version: int) -> None:
     unset = {"epoch": -1, "end_offset": -1}
     answer = handler_answer(("t", [handler_entry(0, diverging_epoch=unset)]), node_endpoints=[])
-    assert b"".join(encode_fetch_response(version, answer)) == b"".join(
+    assert joined(encode_fetch_response(version, answer)) == joined(
         encode_fetch_response(version, handler_answer(("t", [handler_entry(0)])))
     )
     check(version, answer)
@@ -234,6 +243,37 @@ def test_framed_parts_are_the_frame_of_the_joined_body(flexible: bool, correlati
     answer = handler_answer(("t", [handler_entry(0, records=BATCH), handler_entry(1)]))
     parts = encode_fetch_response(12 if flexible else 11, answer)
     framed = response_frame_parts(correlation_id, flexible, parts)
-    assert b"".join(framed) == response_frame(correlation_id, flexible, b"".join(parts))
+    assert joined(framed) == response_frame(correlation_id, flexible, joined(parts))
     assert framed[1:] == parts and any(part is BATCH for part in framed)
-    assert struct.unpack_from(">i", framed[0])[0] == len(b"".join(framed)) - 4
+    assert isinstance(framed[0], bytes)
+    assert struct.unpack_from(">i", framed[0])[0] == len(joined(framed)) - 4
+
+
+@pytest.fixture
+def batch_file(tmp_path: Path) -> Iterator[int]:
+    """A file holding BATCH after 100 other bytes, open for reading."""
+    path = tmp_path / "segment.log"
+    path.write_bytes(bytes(range(100)) + BATCH)
+    fd = os.open(path, os.O_RDONLY)
+    yield fd
+    os.close(fd)
+
+
+@pytest.mark.parametrize("version", [4, 11, 12, 18])
+def test_file_ranges_are_parts_of_their_own_counted_by_their_size(
+    version: int, batch_file: int
+) -> None:
+    """A partition's records given as a range of a segment file: the frame counts its size and
+    passes it on untouched, and the bytes it stands for make kio's encoding."""
+    records = FileRange(os.dup(batch_file), 100, len(BATCH), Truncations())
+    try:
+        answer = handler_answer(("t", [handler_entry(0, records=records), handler_entry(1)]))
+        parts = encode_fetch_response(version, answer)
+        assert any(part is records for part in parts)
+        assert body_size(parts) == len(joined(parts))
+        as_bytes = handler_answer(("t", [handler_entry(0, records=BATCH), handler_entry(1)]))
+        assert joined(parts) == kio_body(version, as_bytes)
+        framed = response_frame_parts(5, version >= 12, parts)
+        assert joined(framed) == response_frame(5, version >= 12, joined(parts))
+    finally:
+        records.close()
