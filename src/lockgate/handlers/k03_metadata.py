@@ -1,10 +1,9 @@
 """Metadata (key 3), versions 0–13.
 
 Behaviour:
-- Null topic list (or an empty one at v0) = every topic, built PARTITIONS_PER_TURN partitions
-  per turn of the event loop; each partition reports its leader, leader epoch (v7+), replicas,
-  ISR and offline replicas: this broker for all of them on a single node, the cluster
-  metadata's state in a cluster (every registered broker listed).
+- Null topic list (or an empty one at v0) = every topic; each partition reports its leader,
+  leader epoch (v7+), replicas, ISR and offline replicas: this broker for all of them on a
+  single node, the cluster metadata's state in a cluster (every registered broker listed).
 - A missing topic is created when the request allows it (v4+) and auto.create.topics.enable is
   true; otherwise UNKNOWN_TOPIC_OR_PARTITION. An illegal name (empty, '.', '..', over 249
   characters, or outside [a-zA-Z0-9._-]) gets INVALID_TOPIC_EXCEPTION either way.

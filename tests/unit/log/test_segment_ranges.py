@@ -62,6 +62,7 @@ def test_ranges_hold_exactly_the_batches_read_gives(tmp_path: Path, seed: int) -
         add(segment, rng.randrange(1, 6), size, interval)
     first, end = segment.base_offset, segment.next_offset
     size = segment.size
+    gc.collect()  # earlier tests' unreachable files close now, not mid-count
     fds = open_fds()
     for _ in range(300):
         offset = rng.randrange(first, end + 2)
@@ -98,6 +99,7 @@ def test_handles_are_given_back_when_ranges_are_dropped_unwritten(tmp_path: Path
     storage = DiskEngine(str(tmp_path))
     segment = new_segment(storage)
     batch = add(segment, 50, 400, 4096)
+    gc.collect()  # earlier tests' unreachable files close now, not mid-count
     fds = open_fds()
     ranges = [segment.read_range(0, 10**6, 10**6, smallest=0) for _ in range(10)]
     assert open_fds() == fds and storage.handles.ranges_out == 10
@@ -145,6 +147,7 @@ def test_a_range_outlives_its_segment_and_the_eviction_of_its_handle(tmp_path: P
     assert storage.handles.open_count <= storage.handles.budget + 1
     segment.delete()
     assert not os.path.exists(tmp_path / DIRECTORY / "00000000000000000000.log")
+    gc.collect()  # earlier tests' unreachable files close now, not mid-count
     fds = open_fds()
     assert data.read() == batch
     data.close()

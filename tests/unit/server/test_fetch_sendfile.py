@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import socket
@@ -197,6 +198,7 @@ def test_a_large_answer_to_a_slow_reader_arrives_byte_for_byte(
         expected = await fill(broker, TOPIC, 100, 8_000)
         assert len(expected) > 6 << 20
         left = spy_on_direct_writes(monkeypatch)
+        gc.collect()  # earlier tests' unreachable files close now, not mid-count
         fds = open_fds(broker)
 
         def client() -> list[bytes]:
@@ -301,6 +303,7 @@ def test_no_descriptor_is_left_behind_by_answers_never_written(
     async def scenario(broker: Broker) -> None:
         await fill(broker, TOPIC, 40, 4_000)
         lent = storage(broker).handles
+        gc.collect()  # earlier tests' unreachable files close now, not mid-count
         fds = open_fds(broker)
         address = f"127.0.0.1:{broker.port}"
 
