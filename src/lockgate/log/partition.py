@@ -10,7 +10,7 @@ from __future__ import annotations
 import bisect
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 from lockgate.config.log import LogConfig
@@ -622,14 +622,7 @@ class Partition:
         are not copied (Fetch hands them to the socket as they are; see Segment.read).
         Once the log directory is offline every read is KAFKA_STORAGE_ERROR, at the log end
         too (a consumer polling there must learn it)."""
-        offline = self.storage.offline
-        if offline is not None:
-            raise KafkaProtocolError(ErrorCode.kafka_storage_error, str(offline))
-        if offset >= upper_offset:
-            return b""
-        for segment in self.segments[self.segment_for(offset) :]:
-            if segment.next_offset <= offset:
-                continue
+        for segment in self._read_from(offset, upper_offset):
             data = segment.read(offset, max_bytes, upper_offset)
             if data:
                 return data
@@ -641,18 +634,22 @@ class Partition:
         """What read_view gives, as a FileRange of a segment file (the caller owns it: it is
         written with sendfile, or closed) when it is at least `smallest` bytes and storage
         lends a descriptor; bytes otherwise."""
-        offline = self.storage.offline
-        if offline is not None:
-            raise KafkaProtocolError(ErrorCode.kafka_storage_error, str(offline))
-        if offset >= upper_offset:
-            return b""
-        for segment in self.segments[self.segment_for(offset) :]:
-            if segment.next_offset <= offset:
-                continue
+        for segment in self._read_from(offset, upper_offset):
             data = segment.read_range(offset, max_bytes, upper_offset, smallest)
             if data:
                 return data
         return b""
+
+    def _read_from(self, offset: int, upper_offset: int) -> Iterator[Segment]:
+        """The segments a read from `offset` looks at in turn (none when `offset` is not
+        below `upper_offset`); KAFKA_STORAGE_ERROR once the log directory is offline."""
+        offline = self.storage.offline
+        if offline is not None:
+            raise KafkaProtocolError(ErrorCode.kafka_storage_error, str(offline))
+        if offset >= upper_offset:
+            return iter(())
+        # lazily: a read stops at the first segment with data
+        return (s for s in self.segments[self.segment_for(offset) :] if s.next_offset > offset)
 
     def batches_from(self, offset: int) -> list[tuple[Segment, int, BatchHeader]]:
         """Every batch header at or after `offset` (used by the rare scans: ListOffsets)."""

@@ -41,6 +41,7 @@ from prometheus_client.registry import Collector
 from lockgate.coordinator.txn.state import TxnState
 from lockgate.log.partition import Partition
 from lockgate.log.stats import LATENCY_BUCKETS, Histogram
+from lockgate.log.steps import run_yielding
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
 from lockgate.replication.group_commit import GroupCommit
@@ -220,14 +221,8 @@ class BrokerMetrics:
         (what the endpoint serves: a large scrape must not stall requests)."""
         process = asyncio.create_task(asyncio.to_thread(generate_latest, self.process_registry))
         families = generate_latest(self.registry)
-        steps = partition_metrics.render_steps(*self.partition_sources())
-        while True:
-            try:
-                next(steps)
-            except StopIteration as done:
-                text: str = done.value
-                return families + await process + text.encode()
-            await asyncio.sleep(0)
+        text = await run_yielding(partition_metrics.render_steps(*self.partition_sources()))
+        return families + await process + text.encode()
 
     def partition_sources(
         self,

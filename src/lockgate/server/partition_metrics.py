@@ -12,17 +12,17 @@
 # of the mappings taken at its start, so topics and offsets may change between pieces.
 from __future__ import annotations
 
-from collections.abc import Generator, Mapping
+from collections.abc import Mapping
 from typing import Protocol
 
 from lockgate.coordinator.group.committed import partition_of
 from lockgate.coordinator.group.records import committed_offset
 from lockgate.log.partition import Partition
+from lockgate.log.steps import Steps, run
 
 Key = tuple[str, int]
 CHUNK = 500  # partitions or committed offsets walked between two pauses (a few ms)
 # a walk that pauses (yields None) between pieces and returns the text
-Steps = Generator[None, None, str]
 
 
 class _Held(Protocol):
@@ -88,13 +88,7 @@ def render(
     lag_series_max: int,
 ) -> str:
     """The families of this module, in the text format, in one go (see render_steps)."""
-    steps = render_steps(partitions, groups, hanging_before_ms, lag_series_max)
-    while True:
-        try:
-            next(steps)
-        except StopIteration as done:
-            text: str = done.value
-            return text
+    return run(render_steps(partitions, groups, hanging_before_ms, lag_series_max))
 
 
 def render_steps(
@@ -102,7 +96,7 @@ def render_steps(
     groups: Mapping[str, GroupOffsets],
     hanging_before_ms: int,
     lag_series_max: int,
-) -> Steps:
+) -> Steps[str]:
     """The families of this module, in the text format (a newline after every line), pausing
     every CHUNK partitions or offsets. `hanging_before_ms`: an open transaction's producer
     whose last write is older is a hanging candidate (now minus transaction.max.timeout.ms);
@@ -115,9 +109,7 @@ def render_steps(
     return "\n".join(lines)
 
 
-def _partitions(
-    partitions: list[tuple[Key, Partition]], horizon: int
-) -> Generator[None, None, list[str]]:
+def _partitions(partitions: list[tuple[Key, Partition]], horizon: int) -> Steps[list[str]]:
     columns: list[list[str]] = [[] for _ in PARTITION_GAUGES]
     size, start, end, high, stable, segments, lag = columns
     hanging: list[str] = []
@@ -157,7 +149,7 @@ def _partitions(
 
 def _consumer_lag(
     partitions: Mapping[Key, Partition], groups: list[tuple[str, GroupOffsets]], cap: int
-) -> Generator[None, None, list[str]]:
+) -> Steps[list[str]]:
     """Committed offset against the high watermark (what kafka-consumer-groups calls the log
     end) for the groups this broker coordinates and partitions it hosts, at most
     lockgate.metrics.consumer.lag.max.series partition series, groups in name order."""

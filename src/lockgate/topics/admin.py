@@ -20,6 +20,7 @@ from lockgate.cluster.controller import (
     place_replicas,
 )
 from lockgate.cluster.metadata import MetadataStore, TopicRecord
+from lockgate.log.steps import run_yielding
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.topics.directory import TopicManager
 
@@ -80,19 +81,11 @@ class LocalTopicAdmin:
         internal: bool = False,
     ) -> TopicRecord:
         self._check_local(assignments)
+        # the event loop serves others between the steps; cancelled, what was made is removed
         steps = self.topics.creating(
             name, partitions, replication_factor, configs, validate_only, internal
         )
-        try:
-            while True:  # the event loop serves others between the steps
-                try:
-                    next(steps)
-                except StopIteration as done:
-                    record: TopicRecord = done.value
-                    return record
-                await asyncio.sleep(0)
-        finally:
-            steps.close()  # cancelled meanwhile: what was made is removed
+        return await run_yielding(steps)
 
     async def delete(self, name: str) -> TopicRecord:
         record, trash = self.topics.delete(name, remove=False)

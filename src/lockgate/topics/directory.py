@@ -13,9 +13,8 @@ import itertools
 import logging
 import re
 import uuid
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import TypeVar
 
 from lockgate.cluster.metadata import TopicCatalog, TopicRecord
 from lockgate.config.log import LogConfig
@@ -28,6 +27,7 @@ from lockgate.config.properties import (
 )
 from lockgate.log.epochs import LeaderEpochCache
 from lockgate.log.partition import EPOCH_CHECKPOINT, Partition, partition_dir
+from lockgate.log.steps import Steps, run
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.storage.engine import StorageEngine
 from lockgate.topics.internal import CONSUMER_OFFSETS_TOPIC
@@ -46,19 +46,6 @@ def validate_topic_name(name: str) -> None:
             ErrorCode.invalid_topic_exception,
             f"topic name {name!r} must be 1-249 characters of [a-zA-Z0-9._-] and not '.' or '..'",
         )
-
-
-_T = TypeVar("_T")
-
-
-def run_steps(steps: Generator[None, None, _T]) -> _T:
-    """A stepped operation (see TopicManager.creating) run to its end at once."""
-    while True:
-        try:
-            next(steps)
-        except StopIteration as done:
-            result: _T = done.value
-            return result
 
 
 TERM_FILE = "leader-term"  # how many times this single node has started (see _next_term)
@@ -199,7 +186,7 @@ class TopicManager:
 
     def _create_partitions(
         self, record: TopicRecord, indexes: range, now_ms: int
-    ) -> Generator[None, None, list[Partition]]:
+    ) -> Steps[list[Partition]]:
         """Creates the partitions' files, or none of them: on a storage error (or when the
         creation is abandoned at a step) the directories made so far are removed, and a storage
         error is KAFKA_STORAGE_ERROR."""
@@ -348,7 +335,7 @@ class TopicManager:
     ) -> TopicRecord:
         """Creates a topic at once (auto-creation and internal topics: callers that must not
         yield to the event loop meanwhile)."""
-        return run_steps(
+        return run(
             self.creating(name, partitions, replication_factor, configs, validate_only, internal)
         )
 
@@ -360,7 +347,7 @@ class TopicManager:
         configs: Mapping[str, str | None],
         validate_only: bool = False,
         internal: bool = False,
-    ) -> Generator[None, None, TopicRecord]:
+    ) -> Steps[TopicRecord]:
         """Creates a topic in steps of CREATE_STEP partitions (an admin request gives the event
         loop back between them: a topic of 1,000 partitions held it for most of a second). Its
         name is taken from the first step, so a second creation of it meanwhile is refused."""
@@ -463,7 +450,7 @@ class TopicManager:
             return
         old = record.partitions
         now = self.clock_ms()
-        created = run_steps(self._create_partitions(record, range(old, count), now))
+        created = run(self._create_partitions(record, range(old, count), now))
         record.partitions = count
         try:
             self.store.put_topic(record)
