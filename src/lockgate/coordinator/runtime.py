@@ -60,6 +60,47 @@ class LoopTimers:
         return asyncio.get_running_loop().call_later(delay_s, callback, *args)
 
 
+# A deadline that fires this much after its time found the event loop unable to run
+# meanwhile: what arrived in that time (a member's heartbeat) is not read yet.
+HELD_MS = 50
+
+
+class Deadline:
+    """A member's session deadline that a held event loop does not turn against the member.
+    Fired more than HELD_MS late, it waits once more, as long as it was late (at most its
+    own delay), so that requests which arrived meanwhile are read first; a heartbeat among
+    them cancels it and arms a new one, as it would have before the deadline."""
+
+    def __init__(
+        self,
+        timers: Timers,
+        clock: Callable[[], int],
+        delay_s: float,
+        callback: Callable[..., object],
+        *args: Any,
+    ) -> None:
+        self._timers, self._clock, self._callback, self._args = timers, clock, callback, args
+        self._delay_ms = delay_s * 1000
+        self._due_ms = clock() + self._delay_ms
+        self.late_ms: float | None = None  # how late it fired first: the timer's own lateness
+        self._timer = timers.call_later(delay_s, self._fire)
+
+    def _fire(self) -> None:
+        if self.late_ms is None:
+            self.late_ms = self._clock() - self._due_ms
+            if self.late_ms > HELD_MS:
+                grace_s = min(self.late_ms, self._delay_ms) / 1000
+                self._timer = self._timers.call_later(grace_s, self._fire)
+                return
+        self._callback(*self._args)
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+    def cancelled(self) -> bool:
+        return self._timer.cancelled()
+
+
 async def pause(timers: Timers, delay_s: float) -> None:
     """Waits `delay_s` through the timers port: a coordinator's retries wait on its timers,
     as its sessions and rebalances do."""

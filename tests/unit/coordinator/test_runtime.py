@@ -17,7 +17,9 @@ import pytest
 from lockgate.cluster.local import LocalMetadataStore
 from lockgate.config.properties import BrokerConfig
 from lockgate.coordinator.runtime import (
+    HELD_MS,
     CoordinatorRuntime,
+    Deadline,
     Loaded,
     LoopTimers,
     Replay,
@@ -273,3 +275,28 @@ async def test_a_pause_waits_on_the_timers_port_and_disarms_when_cancelled() -> 
     with pytest.raises(asyncio.CancelledError):
         await cancelled
     assert handle.cancelled()  # nothing left armed behind it
+
+
+async def test_a_deadline_fired_late_waits_as_long_again_for_what_arrived_meanwhile() -> None:
+    timers, now = HeldTimers(), [1_000]
+    expired: list[str] = []
+    on_time = Deadline(timers, lambda: now[0], 1.5, expired.append, "on time")
+    now[0] += 1_500 + HELD_MS  # fired within the margin: it expires
+    timers.fire()
+    assert expired == ["on time"] and on_time.late_ms == HELD_MS
+
+    held = Deadline(timers, lambda: now[0], 1.5, expired.append, "held")
+    now[0] += 1_500 + 400  # the loop was held: 400 ms late, it waits 400 ms more, once
+    timers.fire()
+    assert expired == ["on time"] and [delay for delay, _, _ in timers.armed] == [0.4]
+    now[0] += 400
+    timers.fire()
+    assert expired == ["on time", "held"] and held.late_ms == 400
+
+    beaten = Deadline(timers, lambda: now[0], 1.5, expired.append, "beaten")
+    now[0] += 1_500 + 400
+    timers.fire()
+    beaten.cancel()  # a heartbeat read in its grace rearms the session instead
+    assert beaten.cancelled()
+    timers.fire()
+    assert expired == ["on time", "held"]

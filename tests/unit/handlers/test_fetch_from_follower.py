@@ -163,11 +163,16 @@ async def test_the_leader_sends_a_consumer_to_the_in_sync_replica_of_its_rack(
         assert answer.preferred_read_replica == -1 and offsets(answer.records)[0] == 0, rack
     answer = await fetch(leader, version=10, rack="b")  # before v11 there is no rack
     assert offsets(answer.records)[0] == 0
-    # a follower out of the ISR is not chosen (broker 1 stops fetching, so that it stays out)
+    # a follower out of the ISR is not chosen. Broker 1 stops fetching, and falls behind the
+    # high watermark before it leaves the ISR: a fetch of it still in flight then cannot find
+    # it caught up and take it back in.
     assert brokers[1].broker.replicas is not None
     await brokers[1].broker.replicas.stop()
+    append(log_of(leader), b"plain-9")
+    log_of(leader).flushed_to(10)
+    await wait_until(lambda: log_of(brokers[2]).log_end_offset == 10)
     store.put(TOPIC, 0, PartitionState((0, 1, 2), 0, 1, (0, 2), 1))
-    await asyncio.sleep(0)
+    await wait_until(lambda: log_of(leader).high_watermark == 10)
     answer = await fetch(leader, rack="b")
     assert answer.preferred_read_replica == -1 and offsets(answer.records)[0] == 0
 

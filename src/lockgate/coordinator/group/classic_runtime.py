@@ -29,7 +29,7 @@ from lockgate.coordinator.group.classic import (
 from lockgate.coordinator.group.group import Group, Member
 from lockgate.coordinator.group.records import group_key, group_value
 from lockgate.coordinator.group.state import GroupState
-from lockgate.coordinator.runtime import Timer, Timers
+from lockgate.coordinator.runtime import Deadline, Timer, Timers
 from lockgate.protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -65,10 +65,10 @@ class ClassicRuntime:
         self.initial_delay_ms = initial_delay_ms
         self.joins: dict[tuple[str, str], asyncio.Future[Answer]] = {}
         self.syncs: dict[tuple[str, str], asyncio.Future[Answer]] = {}
-        self.sessions: dict[tuple[str, str], Timer] = {}
+        self.sessions: dict[tuple[str, str], Deadline] = {}
         self.barriers: dict[str, _Barrier] = {}
         self.sessions_expired = 0
-        self.expiry_lateness_ms = 0.0  # the latest a session expired after its deadline
+        self.expiry_lateness_ms = 0.0  # the latest a session timer fired after its deadline
 
     # -- the APIs ----------------------------------------------------------------------------
 
@@ -206,13 +206,13 @@ class ClassicRuntime:
         if timer is not None:
             timer.cancel()
         if timeout_ms is not None:
-            self.sessions[key] = self._timers.call_later(
-                timeout_ms / 1000, self._session_timer, group, member_id
+            self.sessions[key] = Deadline(
+                self._timers, self._clock, timeout_ms / 1000, self._session_timer, group, member_id
             )
 
     def _session_timer(self, group: Group, member_id: str) -> None:
-        self.sessions.pop((group.group_id, member_id), None)
-        if self.groups.get(group.group_id) is not group:
+        deadline = self.sessions.pop((group.group_id, member_id), None)
+        if deadline is None or self.groups.get(group.group_id) is not group:
             return
         member = group.members.get(member_id)
         if member is None:
@@ -222,7 +222,7 @@ class ClassicRuntime:
         )
         if late_ms is not None:
             self.sessions_expired += 1
-            self.expiry_lateness_ms = max(self.expiry_lateness_ms, late_ms)
+            self.expiry_lateness_ms = max(self.expiry_lateness_ms, deadline.late_ms or 0.0)
         self._apply(group, effects)
 
     # -- the rebalance barrier ---------------------------------------------------------------

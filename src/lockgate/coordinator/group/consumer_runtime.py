@@ -49,7 +49,7 @@ from lockgate.coordinator.group.embedded import (
 )
 from lockgate.coordinator.group.group import Group, Member, instance_error
 from lockgate.coordinator.group.state import GroupState
-from lockgate.coordinator.runtime import Timer, Timers
+from lockgate.coordinator.runtime import Deadline, Timer, Timers
 from lockgate.protocol.errors import ErrorCode
 from lockgate.topics.directory import TopicManager
 
@@ -112,7 +112,7 @@ class ConsumerProtocol:
         if unknown:
             raise ConfigError(f"group.consumer.assignors: unknown {', '.join(unknown)} "
                               f"(known: {', '.join(ASSIGNORS)})")  # fmt: skip
-        self.sessions: dict[tuple[str, str], Timer] = {}
+        self.sessions: dict[tuple[str, str], Deadline] = {}
         self.revocations: dict[tuple[str, str], Timer] = {}
         self.sessions_expired = 0
 
@@ -268,9 +268,8 @@ class ConsumerProtocol:
             if member is not None and member.classic is not None
             else self.session_timeout_ms
         )
-        self.sessions[key] = self._timers.call_later(
-            timeout_ms / 1000, self._session_expired, container, member_id
-        )
+        self.sessions[key] = Deadline(self._timers, self._clock, timeout_ms / 1000,
+                                      self._session_expired, container, member_id)  # fmt: skip
 
     def _arm_revocation(self, container: Group, member_id: str) -> None:
         key = (container.group_id, member_id)
