@@ -183,12 +183,12 @@ class Partition:
             defer = self.epochs.intact or self.log_end_offset == self.log_start_offset
             self.epochs.begin_epoch(self.leader_epoch, self.log_end_offset, defer)
 
-    def close(self) -> None:
+    def close(self, snapshot: bool = True) -> None:
         """Clean shutdown: a producer-state snapshot spares the next start a log replay (one
         already taken at the log end, by an idle partition's last stop, serves again; a log
-        without records has nothing to replay)."""
+        without records has nothing to replay). A deleted partition's is not `snapshot`."""
         try:
-            has_records = self.log_end_offset > self.log_start_offset
+            has_records = snapshot and self.log_end_offset > self.log_start_offset
             if has_records and self._snapshot_offsets()[-1:] != [self.log_end_offset]:
                 self.write_snapshot()
         except OSError as exc:  # a shortcut only: the next start replays the log instead

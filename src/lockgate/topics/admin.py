@@ -88,7 +88,7 @@ class LocalTopicAdmin:
         return await run_yielding(steps)
 
     async def delete(self, name: str) -> TopicRecord:
-        record, trash = self.topics.delete(name, remove=False)
+        record, trash = await run_yielding(self.topics.deleting(name))
         await asyncio.to_thread(self.topics.remove, trash)
         return record
 

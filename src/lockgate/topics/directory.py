@@ -69,7 +69,7 @@ class TopicManager:
         # registered and led at start, opened by open_some or on first use: key -> leader epoch
         self._pending: dict[tuple[str, int], int] = {}
         self._log_configs: dict[str, LogConfig] = {}
-        self._creating: set[str] = set()  # topics whose partitions are being created
+        self._busy: set[str] = set()  # topics whose partitions are being created or deleted
         self.clean_start = False  # the broker's last stop was a clean shutdown
 
     def load(self, clean: bool = False) -> None:
@@ -308,10 +308,9 @@ class TopicManager:
     ) -> TopicRecord:
         """A new topic's record, every part of the request checked (-1: num.partitions)."""
         validate_topic_name(name)
-        if name in self.topics or name in self._creating:
-            raise KafkaProtocolError(
-                ErrorCode.topic_already_exists, f"topic {name!r} already exists"
-            )
+        if name in self.topics or name in self._busy:
+            being = " is being created or deleted" if name in self._busy else " already exists"
+            raise KafkaProtocolError(ErrorCode.topic_already_exists, f"topic {name!r}{being}")
         if partitions == -1:
             partitions = self.config.integer("num.partitions")
         if not 1 <= partitions <= MAX_PARTITIONS:
@@ -363,7 +362,7 @@ class TopicManager:
         partitions, checked = record.partitions, record.configs
         now = self.clock_ms()
         self._log_configs[name] = self._log_config(record, record.configs)
-        self._creating.add(name)
+        self._busy.add(name)
         try:
             created = yield from self._create_partitions(record, range(partitions), now)
             try:
@@ -377,7 +376,7 @@ class TopicManager:
             del self._log_configs[name]
             raise
         finally:
-            self._creating.discard(name)
+            self._busy.discard(name)
         self._register(record)
         for index, partition in enumerate(created):
             self.partitions[(name, index)] = partition
@@ -393,38 +392,57 @@ class TopicManager:
             raise KafkaProtocolError(ErrorCode.invalid_topic_exception, f"{name} is internal")
         return record
 
-    def delete(self, name: str, remove: bool = True) -> tuple[TopicRecord, list[str]]:
-        """Deletes a topic: its record, its partitions, their files. Without `remove`, the
-        directories are only renamed out of the way, and returned for the caller to remove
-        (off the event loop: removing 1,000 of them held it for seconds)."""
+    def deleting(self, name: str) -> Steps[tuple[TopicRecord, list[str]]]:
+        """Deletes a topic in steps of CREATE_STEP partitions: at once its record and every
+        partition (from then on unknown to requests), then their logs closed and directories
+        renamed aside, which are returned for the caller to remove off the event loop
+        (removing 1,000 of them held it for seconds). Until the last is renamed, no topic of
+        that name can be created in their place."""
         record = self.deletable(name)
         self.store.remove_topic(name)
-        trash = self.forget(record, remove)
+        self._busy.add(name)
+        try:
+            trash = yield from self._forgetting(record)
+        finally:
+            self._busy.discard(name)
         log.info("deleted topic %s", name)
         return record, trash
 
-    def forget(self, record: TopicRecord, remove: bool = True) -> list[str]:
-        """Drops a deleted topic and its partitions held here, their directories renamed
-        aside and, with `remove`, removed; the renamed ones left (a crash's are removed at
-        the next start)."""
+    def forget(self, record: TopicRecord) -> None:
+        """Drops a deleted topic and its partitions held here, their directories removed (a
+        crash's renamed ones are removed at the next start)."""
+        self.remove(run(self._forgetting(record)))
+
+    def _forgetting(self, record: TopicRecord) -> Steps[list[str]]:
         name = record.name
         del self.topics[name]
         del self.by_id[record.topic_id]
         del self._log_configs[name]
-        trash = []
+        held = []
         for index in range(record.partitions):
             partition = self.partitions.pop((name, index), None)
-            if partition is not None:
-                partition.close()
-            elif self._pending.pop((name, index), None) is None:
-                continue  # cluster mode: no replica of it here
-            directory = partition_dir(name, index)
-            trash.append(f"{directory}.{record.topic_id.hex}.deleted")
-            self.storage.rename(directory, trash[-1])
-        if remove:
-            self.remove(trash)
-            return []
+            if partition is not None or self._pending.pop((name, index), None) is not None:
+                held.append((index, partition))  # (else cluster mode: no replica of it here)
+        trash: list[str] = []
+        left = iter(held)
+        try:
+            for count, (index, partition) in enumerate(left, 1):
+                self._set_aside(record, index, partition, trash)
+                if count % CREATE_STEP == 0:
+                    yield
+        finally:  # stopped meanwhile: the rest at once, no partition is left half deleted
+            for index, partition in left:
+                self._set_aside(record, index, partition, trash)
         return trash
+
+    def _set_aside(
+        self, record: TopicRecord, index: int, partition: Partition | None, trash: list[str]
+    ) -> None:
+        if partition is not None:
+            partition.close(snapshot=False)  # (its producer state goes with it)
+        directory = partition_dir(record.name, index)
+        trash.append(f"{directory}.{record.topic_id.hex}.deleted")
+        self.storage.rename(directory, trash[-1])
 
     def remove(self, trash: list[str]) -> None:
         """Removes directories a deletion renamed aside (thread-safe: nothing else uses them)."""

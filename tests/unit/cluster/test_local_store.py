@@ -23,6 +23,7 @@ from lockgate.cluster.metadata import (
     TopicRecord,
 )
 from lockgate.config.properties import BrokerConfig
+from lockgate.log.steps import run
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.storage.memory import MemoryEngine
 from lockgate.topics.admin import LocalTopicAdmin
@@ -129,7 +130,7 @@ def test_every_open_partition_is_led_by_this_node_at_its_logs_epoch() -> None:
         partition = topics.get("orders", index)
         assert partition is not None and partition.leader_epoch == 1
         assert membership.partition("orders", index) == PartitionState((NODE,), NODE, 1, (NODE,))
-    topics.delete("orders")
+    topics.remove(run(topics.deleting("orders"))[1])
     assert store.view.topic_partitions("orders") == {}
     assert membership.partition("orders", 0) is None
 
@@ -154,7 +155,7 @@ def test_a_start_leads_every_partition_at_once_and_opens_the_logs_later() -> Non
         assert membership.partition("orders", index) == PartitionState((NODE,), NODE, 1, (NODE,))
     first = topics.get("orders", 1)  # its first use opens it
     assert first is not None and first.leader_epoch == 1 and topics.pending == 4
-    topics.delete("gone")
+    topics.remove(run(topics.deleting("gone"))[1])
     assert topics.pending == 2
     assert not any(name.startswith("gone-") for name in engine.list_dir(""))
     assert topics.open_some(10) == 2 and topics.pending == 0
@@ -214,21 +215,35 @@ def test_a_creation_abandoned_at_a_step_leaves_nothing_behind() -> None:
     assert set(store.view.topic_partitions("orders")) == {0, 1}
 
 
-async def test_an_admin_deletion_renames_at_once_and_removes_the_files_in_a_thread() -> None:
+async def test_an_admin_deletion_renames_in_steps_and_removes_the_files_in_a_thread() -> None:
     engine = MemoryEngine()
     store = LocalMetadataStore(engine, NODE)
     topics = TopicManager(engine, store, BrokerConfig({"node.id": str(NODE)}), lambda: 1_000)
-    topics.create("orders", 3, 1, {})
-    record, trash = topics.delete("orders", remove=False)
-    assert len(trash) == 3 and all(
+    topics.create("orders", CREATE_STEP + 1, 1, {})
+    steps = topics.deleting("orders")
+    next(steps)  # a step done: the topic and its partitions are gone, not yet all renamed
+    assert store.view.topics == {} and topics.get("orders", CREATE_STEP) is None
+    assert engine.exists(f"orders-{CREATE_STEP}")
+    with pytest.raises(KafkaProtocolError) as refused:
+        topics.create("orders", 1, 1, {})
+    assert refused.value.code == ErrorCode.topic_already_exists
+    record, trash = run(steps)
+    assert len(trash) == CREATE_STEP + 1 and all(
         name.endswith(f".{record.topic_id.hex}.deleted") for name in trash
     )
     assert sorted(n for n in engine.list_dir("") if n.startswith("orders-")) == sorted(trash)
-    topics.create("orders", 1, 1, {})  # the name is free at once; the trash is apart
+    topics.create("orders", 1, 1, {})  # the name is free once renamed; the trash is apart
     await LocalTopicAdmin(topics, NODE).delete("orders")
     topics.remove(trash)
     assert not any(name.startswith("orders-") for name in engine.list_dir(""))
     assert store.view.topics == {}
+    topics.create("orders", CREATE_STEP + 1, 1, {})
+    steps = topics.deleting("orders")
+    next(steps)
+    steps.close()  # stopped between steps: the rest is renamed at once
+    left = [n for n in engine.list_dir("") if n.startswith("orders-")]
+    assert len(left) == CREATE_STEP + 1 and all(n.endswith(".deleted") for n in left)
+    topics.create("orders", 1, 1, {})
 
 
 def test_the_cleaner_is_shown_the_open_partitions_of_compacted_topics_alone() -> None:

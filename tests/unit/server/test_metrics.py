@@ -21,6 +21,7 @@ from lockgate.coordinator.txn.metadata import TxnMetadata
 from lockgate.coordinator.txn.state import TxnState
 from lockgate.log.producer_state import ProducerEntry
 from lockgate.log.stats import Histogram
+from lockgate.log.steps import run
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
 from lockgate.server import partition_metrics
@@ -95,7 +96,7 @@ def test_requests_errors_and_topic_tallies(broker: Broker) -> None:
 def test_a_deleted_topic_loses_its_series(broker: Broker) -> None:
     broker.metrics.appended("t", 10, 1)
     broker.metrics.fetched([("t", {"records": b"x", "error_code": 0})], follower=False)
-    broker.topics.delete("t")
+    broker.topics.remove(run(broker.topics.deleting("t"))[1])
     assert samples(broker, "lockgate_topic_bytes_in") == {}
     assert samples(broker, "lockgate_topic_bytes_out") == {}
     assert broker.metrics.topic_in == {}
