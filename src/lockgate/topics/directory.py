@@ -27,7 +27,7 @@ from lockgate.config.properties import (
 )
 from lockgate.log.epochs import LeaderEpochCache
 from lockgate.log.partition import EPOCH_CHECKPOINT, Partition, partition_dir
-from lockgate.log.steps import Steps, run
+from lockgate.log.steps import STEP_S, Pace, Steps, run
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.storage.engine import StorageEngine
 from lockgate.topics.internal import CONSUMER_OFFSETS_TOPIC
@@ -36,7 +36,6 @@ log = logging.getLogger(__name__)
 
 _LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 MAX_PARTITIONS = 10_000
-CREATE_STEP = 32  # partitions created between turns of the event loop (TopicManager.creating)
 _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
 
 
@@ -71,6 +70,7 @@ class TopicManager:
         self._log_configs: dict[str, LogConfig] = {}
         self._busy: set[str] = set()  # topics whose partitions are being created or deleted
         self.clean_start = False  # the broker's last stop was a clean shutdown
+        self.step_s = STEP_S  # what creating or deleting a topic holds the event loop for
 
     def load(self, clean: bool = False) -> None:
         """Registers every partition and leads it at once, in the epoch after the last one its
@@ -191,11 +191,11 @@ class TopicManager:
         creation is abandoned at a step) the directories made so far are removed, and a storage
         error is KAFKA_STORAGE_ERROR."""
         created: list[Partition] = []
+        pace = Pace(self.step_s)
         try:
             for index in indexes:
                 created.append(self._load_partition(record, index, now_ms))
-                if len(created) % CREATE_STEP == 0:
-                    yield
+                yield from pace.pause()
         except OSError as exc:
             self._discard(record.name, created, indexes.start + len(created) + 1, indexes.start)
             raise _storage_error(f"creating partitions of {record.name}", exc) from None
@@ -347,7 +347,7 @@ class TopicManager:
         validate_only: bool = False,
         internal: bool = False,
     ) -> Steps[TopicRecord]:
-        """Creates a topic in steps of CREATE_STEP partitions (an admin request gives the event
+        """Creates a topic in steps of `step_s` each (an admin request gives the event
         loop back between them: a topic of 1,000 partitions held it for most of a second). Its
         name is taken from the first step, so a second creation of it meanwhile is refused."""
         record = self.new_record(name, partitions, configs, internal)
@@ -393,7 +393,7 @@ class TopicManager:
         return record
 
     def deleting(self, name: str) -> Steps[tuple[TopicRecord, list[str]]]:
-        """Deletes a topic in steps of CREATE_STEP partitions: at once its record and every
+        """Deletes a topic in steps of `step_s` each: at once its record and every
         partition (from then on unknown to requests), then their logs closed and directories
         renamed aside, which are returned for the caller to remove off the event loop
         (removing 1,000 of them held it for seconds). Until the last is renamed, no topic of
@@ -425,11 +425,11 @@ class TopicManager:
                 held.append((index, partition))  # (else cluster mode: no replica of it here)
         trash: list[str] = []
         left = iter(held)
+        pace = Pace(self.step_s)
         try:
-            for count, (index, partition) in enumerate(left, 1):
+            for index, partition in left:
                 self._set_aside(record, index, partition, trash)
-                if count % CREATE_STEP == 0:
-                    yield
+                yield from pace.pause()
         finally:  # stopped meanwhile: the rest at once, no partition is left half deleted
             for index, partition in left:
                 self._set_aside(record, index, partition, trash)

@@ -27,7 +27,7 @@ from lockgate.log.steps import run
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.storage.memory import MemoryEngine
 from lockgate.topics.admin import LocalTopicAdmin
-from lockgate.topics.directory import CREATE_STEP, TopicManager
+from lockgate.topics.directory import TopicManager
 
 NODE = 4
 ORDERS_ID = uuid.UUID("5f1b2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d")
@@ -183,30 +183,33 @@ def test_a_topic_that_cannot_be_recorded_leaves_no_partition_led() -> None:
 
 
 def test_a_topic_is_created_in_steps_and_its_name_is_taken_from_the_first() -> None:
-    """An admin request creates a topic's partitions CREATE_STEP at a time, giving the event
-    loop back in between; a second creation of the name meanwhile is refused, and the topic
-    exists (recorded, led) only once every partition does."""
+    """An admin request creates a topic's partitions in steps of `step_s` (here none: a step
+    a partition), giving the event loop back in between; a second creation of the name
+    meanwhile is refused, and the topic exists (recorded, led) only once every partition does."""
     engine = MemoryEngine()
     store = LocalMetadataStore(engine, NODE)
     topics = TopicManager(engine, store, BrokerConfig({"node.id": str(NODE)}), lambda: 1_000)
-    steps = topics.creating("orders", CREATE_STEP * 2 + 1, 1, {})
+    topics.step_s = 0
+    steps = topics.creating("orders", 3, 1, {})
     next(steps)
     with pytest.raises(KafkaProtocolError) as refused:
         topics.create("orders", 1, 1, {})
     assert refused.value.code == ErrorCode.topic_already_exists
     assert "orders" not in topics.topics and store.view.topics == {}
     next(steps)
+    next(steps)
     with pytest.raises(StopIteration) as done:
         next(steps)
-    assert done.value.value.partitions == CREATE_STEP * 2 + 1
-    assert set(store.view.topic_partitions("orders")) == set(range(CREATE_STEP * 2 + 1))
+    assert done.value.value.partitions == 3
+    assert set(store.view.topic_partitions("orders")) == {0, 1, 2}
 
 
 def test_a_creation_abandoned_at_a_step_leaves_nothing_behind() -> None:
     engine = MemoryEngine()
     store = LocalMetadataStore(engine, NODE)
     topics = TopicManager(engine, store, BrokerConfig({"node.id": str(NODE)}), lambda: 1_000)
-    steps = topics.creating("orders", CREATE_STEP * 3, 1, {})
+    topics.step_s = 0
+    steps = topics.creating("orders", 3, 1, {})
     next(steps)
     steps.close()  # the request was cancelled: the broker stops
     assert not any(name.startswith("orders-") for name in engine.list_dir(""))
@@ -219,16 +222,17 @@ async def test_an_admin_deletion_renames_in_steps_and_removes_the_files_in_a_thr
     engine = MemoryEngine()
     store = LocalMetadataStore(engine, NODE)
     topics = TopicManager(engine, store, BrokerConfig({"node.id": str(NODE)}), lambda: 1_000)
-    topics.create("orders", CREATE_STEP + 1, 1, {})
+    topics.step_s = 0
+    topics.create("orders", 3, 1, {})
     steps = topics.deleting("orders")
     next(steps)  # a step done: the topic and its partitions are gone, not yet all renamed
-    assert store.view.topics == {} and topics.get("orders", CREATE_STEP) is None
-    assert engine.exists(f"orders-{CREATE_STEP}")
+    assert store.view.topics == {} and topics.get("orders", 2) is None
+    assert engine.exists("orders-2")
     with pytest.raises(KafkaProtocolError) as refused:
         topics.create("orders", 1, 1, {})
     assert refused.value.code == ErrorCode.topic_already_exists
     record, trash = run(steps)
-    assert len(trash) == CREATE_STEP + 1 and all(
+    assert len(trash) == 3 and all(
         name.endswith(f".{record.topic_id.hex}.deleted") for name in trash
     )
     assert sorted(n for n in engine.list_dir("") if n.startswith("orders-")) == sorted(trash)
@@ -237,12 +241,12 @@ async def test_an_admin_deletion_renames_in_steps_and_removes_the_files_in_a_thr
     topics.remove(trash)
     assert not any(name.startswith("orders-") for name in engine.list_dir(""))
     assert store.view.topics == {}
-    topics.create("orders", CREATE_STEP + 1, 1, {})
+    topics.create("orders", 3, 1, {})
     steps = topics.deleting("orders")
     next(steps)
     steps.close()  # stopped between steps: the rest is renamed at once
     left = [n for n in engine.list_dir("") if n.startswith("orders-")]
-    assert len(left) == CREATE_STEP + 1 and all(n.endswith(".deleted") for n in left)
+    assert len(left) == 3 and all(n.endswith(".deleted") for n in left)
     topics.create("orders", 1, 1, {})
 
 
@@ -252,7 +256,8 @@ def test_the_cleaner_is_shown_the_open_partitions_of_compacted_topics_alone() ->
     topics = TopicManager(engine, store, BrokerConfig({"node.id": str(NODE)}), lambda: 1_000)
     topics.create("plain", 3, 1, {})
     topics.create("changelog", 2, 1, {"cleanup.policy": "compact"})
-    steps = topics.creating("coming", 40, 1, {"cleanup.policy": "compact"})
+    topics.step_s = 0
+    steps = topics.creating("coming", 3, 1, {"cleanup.policy": "compact"})
     next(steps)  # being created: not the cleaner's yet
     assert [(p.topic, p.index) for p in topics.compacted()] == [("changelog", 0), ("changelog", 1)]
     steps.close()
