@@ -310,8 +310,14 @@ class ProducerRefused(Exception):
     """The producer could not deliver a probe message (typically: no idempotence support)."""
 
 
-def producer_config(bootstrap: str, idempotence: bool) -> dict[str, Any]:
-    return {
+def producer_config(
+    bootstrap: str, idempotence: bool, batch_messages: int | None = None
+) -> dict[str, Any]:
+    """With `batch_messages`, batches are cut by count alone (a linger of a second that the
+    loop outruns): every broker's log then holds the same batches, and the consume phase
+    compares the brokers on the same data. Without it each broker gets the batches its own
+    speed makes (a broker that acknowledges sooner gets smaller ones)."""
+    config = {
         "bootstrap.servers": bootstrap,
         "client.id": "bench-throughput",
         "acks": "all",
@@ -327,6 +333,9 @@ def producer_config(bootstrap: str, idempotence: bool) -> dict[str, Any]:
         # spends on it; failures are still reported, success is what flush() returning 0 means.
         "delivery.report.only.error": True,
     }
+    if batch_messages is not None:
+        config.update({"linger.ms": 1000, "batch.num.messages": batch_messages})
+    return config
 
 
 class DeliveryFailures:
@@ -350,11 +359,13 @@ class DeliveryFailures:
         return self.fatal or self.first_error or "no error reported"
 
 
-def ready_producer(bootstrap: str, idempotence: bool) -> tuple[Producer, DeliveryFailures]:
+def ready_producer(
+    bootstrap: str, idempotence: bool, batch_messages: int | None = None
+) -> tuple[Producer, DeliveryFailures]:
     """A producer that has delivered one probe message, so that connecting, Metadata and
     (with idempotence) InitProducerId happen before the clock starts."""
     failures = DeliveryFailures()
-    config = producer_config(bootstrap, idempotence)
+    config = producer_config(bootstrap, idempotence, batch_messages)
     config["error_cb"] = failures.on_error
     config["on_delivery"] = failures.on_delivery
     producer = Producer(config)
@@ -499,7 +510,12 @@ def broker_version(target: str) -> str:
 
 
 def bench_target(
-    target: str, counts: dict[int, int], scratch: Path, timeout: float, log: Callable[[str], None]
+    target: str,
+    counts: dict[int, int],
+    scratch: Path,
+    timeout: float,
+    log: Callable[[str], None],
+    batch_messages: int | None = None,
 ) -> TargetReport:
     report = TargetReport(target)
     try:
@@ -513,7 +529,7 @@ def bench_target(
             for size, count in counts.items():
                 topic = topic_name(size)
                 try:
-                    producer, failures = ready_producer(bootstrap, idempotence)
+                    producer, failures = ready_producer(bootstrap, idempotence, batch_messages)
                 except ProducerRefused as exc:
                     if not idempotence:
                         raise
@@ -523,7 +539,7 @@ def bench_target(
                         "FELL BACK to enable.idempotence=false"
                     )
                     log(f"{target}: {report.idempotence_note}")
-                    producer, failures = ready_producer(bootstrap, idempotence)
+                    producer, failures = ready_producer(bootstrap, idempotence, batch_messages)
                 log(f"{target}: producing {count:,} x {size} B")
                 try:
                     with Measurement(broker) as measured:
@@ -652,6 +668,12 @@ def main() -> None:
     parser.add_argument("--targets", default=",".join(TARGETS))
     parser.add_argument("--json", type=Path, help="also write the results to this file")
     parser.add_argument(
+        "--batch-messages",
+        type=int,
+        help="cut the producer's batches at this many messages (linger 1 s), so that every "
+        "broker's log holds the same batches for the consume phase",
+    )
+    parser.add_argument(
         "--phase-timeout", type=float, default=900.0, help="seconds allowed per phase"
     )
     args = parser.parse_args()
@@ -671,8 +693,13 @@ def main() -> None:
         f"confluent-kafka {client_version()} (librdkafka {libversion()[0]})"
     )
     print(machine)
+    batching = (
+        f"linger.ms=1000, batch.num.messages={args.batch_messages}"
+        if args.batch_messages
+        else "linger.ms=10"
+    )
     print(
-        f"{PARTITIONS} partitions, acks=all, linger.ms=10, batch.size=1000000; "
+        f"{PARTITIONS} partitions, acks=all, {batching}, batch.size=1000000; "
         + ", ".join(f"{count:,} x {size} B" for size, count in counts.items())
     )
     reports = []
@@ -680,7 +707,9 @@ def main() -> None:
     try:
         for target in targets:
             log(f"{target}: starting")
-            reports.append(bench_target(target, counts, scratch, args.phase_timeout, log))
+            reports.append(
+                bench_target(target, counts, scratch, args.phase_timeout, log, args.batch_messages)
+            )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
