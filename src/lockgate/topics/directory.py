@@ -8,6 +8,7 @@
 # between are removed at load).
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import logging
@@ -409,9 +410,22 @@ class TopicManager:
         return record, trash
 
     def forget(self, record: TopicRecord) -> None:
-        """Drops a deleted topic and its partitions held here, their directories removed (a
-        crash's renamed ones are removed at the next start)."""
-        self.remove(run(self._forgetting(record)))
+        """Drops a deleted topic and its partitions held here at once, their directories
+        renamed aside and removed in a worker thread when an event loop runs (a crash's
+        renamed ones are removed at the next start)."""
+        trash = run(self._forgetting(record))
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # (no loop: a tool, or a test)
+            self.remove(trash)
+            return
+        loop.run_in_executor(None, self._remove_logged, trash)
+
+    def _remove_logged(self, trash: list[str]) -> None:
+        try:
+            self.remove(trash)
+        except OSError as exc:
+            log.warning("removing %d deleted partition directories: %s", len(trash), exc)
 
     def _forgetting(self, record: TopicRecord) -> Steps[list[str]]:
         name = record.name
