@@ -13,7 +13,14 @@ from typing import Any
 
 from lockgate.config.log import LogConfig
 from lockgate.config.properties import BrokerConfig
-from lockgate.coordinator.group.records import CommittedOffset, offset_key, offset_value
+from lockgate.coordinator.group.records import (
+    CommittedOffset,
+    GroupRecord,
+    group_key,
+    group_value,
+    offset_key,
+    offset_value,
+)
 from lockgate.coordinator.snapshots import PartitionImage, read_latest, write
 from lockgate.coordinator.txn.log import encode_key, encode_value
 from lockgate.coordinator.txn.metadata import TxnMetadata
@@ -225,3 +232,25 @@ async def test_a_periodic_round_copies_each_image_just_before_its_own_write() ->
     assert state(resumed) == state(full)
     await resumed.stop()
     await full.stop()
+
+
+async def test_a_group_tombstone_leaves_the_groups_offsets_in_a_replay_as_in_a_snapshot() -> None:
+    """As Kafka, where offsets are records apart from the group's: a classic group's tombstone
+    ends the group, not its offsets (a snapshot, which holds the latest record of each key,
+    replays the offset and no tombstone: a full replay must come to the same)."""
+    engine = MemoryEngine()
+    broker = await started(engine)
+    offsets = broker.topics.get(CONSUMER_OFFSETS_TOPIC, 0)
+    assert offsets is not None
+    group = GroupRecord("consumer", 3, "range", None, 1, ())
+    append(offsets, [(group_key("g"), group_value(group))])
+    append(offsets, [(offset_key("g", "t", 0), offset_value(CommittedOffset(7, -1, "", 1)))])
+    append(offsets, [(group_key("g"), None)])
+    await broker.stop()
+    resumed = await started(engine)
+    full = await started(without_snapshots(engine))
+    assert state(resumed) == state(full)
+    assert list(state(full)[1]["g"]) == [("t", 0)]
+    for each in (resumed, full):
+        assert each.groups.groups["g"].generation == 0  # the classic group itself is gone
+        await each.stop()

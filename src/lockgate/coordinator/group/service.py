@@ -305,9 +305,16 @@ class GroupCoordinator:
             decoded = decode_key(key)
             if isinstance(decoded, tuple):  # (offset commits are handled above)
                 raise ValueError("an offset commit key of an unknown layout")
+            # the classic group ends; its offsets and consumer-protocol state are records of
+            # their own (a snapshot replays each key's latest record: a full replay must come
+            # to the same whatever the order of keys)
             if value is None:
-                self.groups.pop(decoded, None)
+                ended = self.groups.pop(decoded, None)
                 load.groups.pop(decoded, None)  # (made again: last, as in self.groups)
+                if ended is not None and (ended.offsets.records or ended.consumer is not None):
+                    kept = self._replayed_group(load, decoded)
+                    kept.offsets, kept.consumer = ended.offsets, ended.consumer
+                    load.groups[decoded] = kept.offsets.records
                 return
             restore_group(
                 self._replayed_group(load, decoded), decode_group_value(value), self._clock()

@@ -406,12 +406,12 @@ async def test_offset_keys_in_other_forms_are_held_as_lockgates(
         await broker.stop()
 
 
-async def test_a_group_removed_within_a_batch_of_its_offsets_comes_back_empty(
+async def test_a_group_tombstone_within_a_batch_of_its_offsets_leaves_them(
     broker: Broker, engine: MemoryEngine
 ) -> None:
-    """Replayed from the log, a group's tombstone between its offset commits in one batch
-    removes the group with the offsets before it; the commits after it make the group again,
-    holding only them (as a replay record by record has it)."""
+    """Replayed from the log, a group's tombstone between its offset commits in one batch ends
+    the classic group, not its offsets: as in Kafka, whose offsets are records of their own,
+    and as a snapshot (each key's latest record) replays them."""
     groups = broker.groups
     await groups.commit(GROUP, -1, "", None, offsets((TOPIC, 0, 1)))
     partition = broker.topics.get(CONSUMER_OFFSETS_TOPIC, groups.offsets_partition(GROUP))
@@ -422,7 +422,7 @@ async def test_a_group_removed_within_a_batch_of_its_offsets_comes_back_empty(
 
     records: list[tuple[bytes | None, bytes | None]] = [
         (offset_key(GROUP, TOPIC, 1), value(5)),
-        (group_key(GROUP), None),  # the group and every offset so far go
+        (group_key(GROUP), None),  # the group goes, its offsets stay
         (offset_key(GROUP, TOPIC, 2), value(6)),
     ]
     batch = build_batch(records, timestamp_ms=1)
@@ -434,6 +434,6 @@ async def test_a_group_removed_within_a_batch_of_its_offsets_comes_back_empty(
     broker = await start_broker(engine)
     try:
         assert broker.groups.runtime.replayed_batches > 0
-        assert visible(broker.groups, GROUP) == {(TOPIC, 2): 6}
+        assert visible(broker.groups, GROUP) == {(TOPIC, 0): 1, (TOPIC, 1): 5, (TOPIC, 2): 6}
     finally:
         await broker.stop()
