@@ -1,9 +1,8 @@
 # The controller's decisions, pure: where a new partition's replicas go (Kafka 4's striped,
-# rack-aware placement; the older rack-unaware round robin is kept beside it), and what a
-# partition's state becomes when brokers go or come back (leader election from the ISR, the ISR
-# without the lost). Nothing here awaits or touches the store: ControllerService
-# (cluster/controller_service.py) applies the decisions by compare-and-swap, and the topic
-# admin (topics/admin.py) places new partitions.
+# rack-aware placement), and what a partition's state becomes when brokers go or come back
+# (leader election from the ISR, the ISR without the lost). Nothing here awaits or touches the
+# store: ControllerService (cluster/controller_service.py) applies the decisions by
+# compare-and-swap, and the topic admin (topics/admin.py) places new partitions.
 from __future__ import annotations
 
 import dataclasses
@@ -16,41 +15,6 @@ from lockgate.cluster.metadata import NO_LEADER, PartitionState
 
 class AssignmentError(ValueError):
     """The request cannot be placed on these brokers (INVALID_REPLICATION_FACTOR)."""
-
-
-def assign_replicas(
-    brokers: Sequence[int],
-    partitions: int,
-    replication_factor: int,
-    start_index: int,
-    first_partition: int = 0,
-) -> dict[int, tuple[int, ...]]:
-    """Kafka's rack-unaware assignment: partition p's first replica is broker
-    (p + start) mod n; the others follow at a shift that moves on once per round of n
-    partitions, so that followers spread too. `start_index` is random in Kafka (the caller
-    draws it); `first_partition` continues an existing topic (CreatePartitions)."""
-    ordered = sorted(brokers)
-    count = len(ordered)
-    if replication_factor < 1:
-        raise AssignmentError(f"replication factor must be at least 1, not {replication_factor}")
-    if replication_factor > count:
-        raise AssignmentError(
-            f"replication factor {replication_factor} is larger than the "
-            f"{count} available broker{'s' if count != 1 else ''}"
-        )
-    start = start_index % count
-    shift = start
-    assignment: dict[int, tuple[int, ...]] = {}
-    for partition in range(first_partition, first_partition + partitions):
-        if partition > 0 and partition % count == 0:
-            shift += 1
-        first = (partition + start) % count
-        replicas = [ordered[first]]
-        for j in range(replication_factor - 1):
-            step = 1 + (shift + j) % (count - 1)
-            replicas.append(ordered[(first + step) % count])
-        assignment[partition] = tuple(replicas)
-    return assignment
 
 
 @dataclass(frozen=True, slots=True)

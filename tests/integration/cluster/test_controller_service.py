@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import pytest
 
-from lockgate.cluster.controller import assign_replicas, initial_state
+from lockgate.cluster.controller import initial_state
 from lockgate.cluster.controller_service import ControllerService
 from lockgate.cluster.etcd import EtcdMetadataStore
 from lockgate.cluster.metadata import BrokerRegistration, PartitionState, TopicRecord
@@ -58,7 +58,8 @@ async def test_failover_of_leaders_and_of_the_controller(etcd: EtcdCluster) -> N
         first_term = services[controller].term
         assert first_term is not None
 
-        assignment = assign_replicas([1, 2, 3], 6, 3, start_index=0)
+        # leaders and followers spread over the three brokers
+        assignment = {p: tuple(1 + (p + r) % 3 for r in range(3)) for p in range(6)}
         record = TopicRecord("orders", uuid.uuid4(), 6)
         store = services[controller].store
         assert await store.create_topic(

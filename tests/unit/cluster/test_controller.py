@@ -1,50 +1,15 @@
-"""The controller's pure decisions: Kafka's rack-unaware replica assignment, leader election
-from the ISR (clean and unclean), the ISR after brokers go and come back, controlled shutdown
-and the leader's ISR changes."""
+"""The controller's pure decisions: leader election from the ISR (clean and unclean), the ISR
+after brokers go and come back, controlled shutdown and the leader's ISR changes."""
 
 from __future__ import annotations
 
-from collections import Counter
-
-import pytest
-
 from lockgate.cluster.controller import (
-    AssignmentError,
-    assign_replicas,
     initial_state,
     on_brokers_changed,
     on_controlled_shutdown,
     with_isr,
 )
 from lockgate.cluster.metadata import NO_LEADER, PartitionState
-
-
-def test_assignment_matches_kafkas_round_robin() -> None:
-    # Kafka's own expectation for 5 brokers, 10 partitions, 3 replicas, start index 0
-    assert assign_replicas([0, 1, 2, 3, 4], 10, 3, start_index=0) == {
-        0: (0, 1, 2), 1: (1, 2, 3), 2: (2, 3, 4), 3: (3, 4, 0), 4: (4, 0, 1),
-        5: (0, 2, 3), 6: (1, 3, 4), 7: (2, 4, 0), 8: (3, 0, 1), 9: (4, 1, 2),
-    }  # fmt: skip
-
-
-@pytest.mark.parametrize("start", [0, 1, 2, 7])
-def test_assignment_spreads_leaders_and_replicas(start: int) -> None:
-    assignment = assign_replicas([3, 1, 2], 12, 3, start_index=start)
-    assert all(len(set(replicas)) == 3 for replicas in assignment.values())
-    assert Counter(r[0] for r in assignment.values()) == {1: 4, 2: 4, 3: 4}
-    assert Counter(b for r in assignment.values() for b in r) == {1: 12, 2: 12, 3: 12}
-
-
-def test_assignment_continues_a_topic() -> None:
-    whole = assign_replicas([1, 2, 3], 6, 2, start_index=1)
-    grown = assign_replicas([1, 2, 3], 3, 2, start_index=1, first_partition=3)
-    assert grown == {p: whole[p] for p in (3, 4, 5)}
-
-
-@pytest.mark.parametrize("factor", [0, -1, 4])
-def test_assignment_refuses_impossible_factors(factor: int) -> None:
-    with pytest.raises(AssignmentError):
-        assign_replicas([1, 2, 3], 1, factor, start_index=0)
 
 
 def test_new_partition_is_led_by_its_first_replica() -> None:
