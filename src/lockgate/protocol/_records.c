@@ -72,7 +72,8 @@ static PyObject *decode_records(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*nnnLLO:decode_records", &buffer, &start, &end, &count,
                           &base_offset, &base_timestamp, &append_time_object))
         return NULL;
-    PyObject *records = NULL;
+    PyObject *records = NULL, *timestamp_object = NULL; /* the last record's timestamp */
+    long long shared_timestamp = 0;                       /* its value */
     int fixed_time = append_time_object != Py_None;
     long long append_time = 0;
     if (fixed_time) {
@@ -126,19 +127,22 @@ static PyObject *decode_records(PyObject *self, PyObject *args) {
             PyErr_Format(PyExc_ValueError, "an offset or timestamp outside int64 at %zd", pos);
             goto fail;
         }
+        if (timestamp_object == NULL || timestamp != shared_timestamp) {
+            /* (records of a batch mostly share their timestamp: one object for a run of them) */
+            Py_XSETREF(timestamp_object, PyLong_FromLongLong(timestamp));
+            shared_timestamp = timestamp;
+        }
         PyObject *record = PyTuple_New(4);
         PyObject *offset_object = PyLong_FromLongLong(offset);
-        PyObject *timestamp_object = PyLong_FromLongLong(timestamp);
         if (record == NULL || offset_object == NULL || timestamp_object == NULL) {
             Py_XDECREF(record);
             Py_XDECREF(offset_object);
-            Py_XDECREF(timestamp_object);
             Py_DECREF(key);
             Py_DECREF(value);
             goto fail;
         }
         PyTuple_SET_ITEM(record, 0, offset_object);
-        PyTuple_SET_ITEM(record, 1, timestamp_object);
+        PyTuple_SET_ITEM(record, 1, Py_NewRef(timestamp_object));
         PyTuple_SET_ITEM(record, 2, key);
         PyTuple_SET_ITEM(record, 3, value);
         int appended = PyList_Append(records, record);
@@ -151,6 +155,7 @@ static PyObject *decode_records(PyObject *self, PyObject *args) {
 fail:
     Py_CLEAR(records);
 done:
+    Py_XDECREF(timestamp_object);
     PyBuffer_Release(&buffer);
     return records;
 }
