@@ -248,8 +248,8 @@ def measure_in_child(source: Path, data: Path, snapshot_round: bool) -> dict[str
 def print_figures(size: int, name: str, figures: dict[str, float]) -> None:
     print(
         f"{size:>12,}  {size:>14,}  {name:<33}  {figures['replayed']:>15,.0f}"
-        f"  {figures['listening']:>8.2f}s  {figures['loaded']:>5.1f}s"
-        f"  {figures['cpu']:>7.1f}s  {figures['stall'] * 1000:>9.0f}ms"
+        f"  {figures['listening']:>8.2f}s  {figures['loaded']:>5.2f}s"
+        f"  {figures['cpu']:>7.2f}s  {figures['stall'] * 1000:>9.0f}ms"
         f" ({figures['hold'] * 1000:>3.0f}ms)"
         f"  {figures['api_versions'] * 1000:>15.0f}ms",
         flush=True,

@@ -177,11 +177,19 @@ class Segment:
                 local = header.size
             position += local
 
-    def headers(self, position: int = 0) -> Iterator[tuple[int, BatchHeader]]:
-        """Batch headers from `position` on (no CRC check), stopping at a cut batch."""
+    def headers(
+        self, position: int = 0, chunk: int = HEADER_SIZE
+    ) -> Iterator[tuple[int, BatchHeader]]:
+        """Batch headers from `position` on (no CRC check), stopping at a cut batch; the file
+        is read `chunk` bytes at a time (a header's by default: a lookup wants one or two)."""
         size = self.log.size
+        data, start = b"", position  # the file's bytes from `start`
         while position + HEADER_SIZE <= size:
-            header = parse_header(self.log.read(position, HEADER_SIZE))
+            if position + HEADER_SIZE > start + len(data):
+                data, start = self.log.read(position, min(chunk, size - position)), position
+                if len(data) < HEADER_SIZE:
+                    return
+            header = parse_header(data, position - start)
             if header.magic != 2 or header.size < HEADER_SIZE or position + header.size > size:
                 return
             yield position, header
@@ -333,7 +341,7 @@ class Segment:
             return self.recover(index_interval, validate=False) == 0
         end = self.offset_index.positions[-1]
         tail_max = -1  # batches after the last index entries (an active segment has some)
-        for position, header in self.headers(end):
+        for position, header in self.headers(end, _WALK_CHUNK):  # (a few reads, not one each)
             self.next_offset = header.last_offset + 1
             tail_max = max(tail_max, header.max_timestamp)
             end = position + header.size

@@ -6,8 +6,12 @@
 # What it owns: the walk over an (uncompressed) records section — per record its length, the
 # attributes byte, the timestamp and offset deltas, the key and the value (headers are
 # skipped) — and what counts as damage there (the batch header and decompression are the
-# caller's: protocol/records.py); and unpack_fields, the fields of a Kafka struct of fixed
-# layout (int16, int32, int64, nullable string), what the internal topics' keys and values are.
+# caller's: protocol/records.py); unpack_fields, the fields of a Kafka struct of fixed
+# layout (int16, int32, int64, nullable string), what the internal topics' keys and values are;
+# and the two per-batch steps of a coordinator's load that would otherwise be per-record Python
+# work, a million times for a million live offsets: apply_offset_commits (the check of each
+# __consumer_offsets offset commit, as coordinator/group/records.offset_commit has it, and its
+# move into its group's records) and put_records (a snapshot image's latest value per key).
 #
 # Damage (a ValueError, never an IndexError, a struct.error or a short field): a varint running
 # past its record or longer than 10 bytes, a record running past the section, a key or value
@@ -169,3 +173,66 @@ def unpack_fields(data: bytes, layout: str) -> tuple[int | str | None, ...]:
             fields.append(data[pos : pos + number].decode())
             pos += number
     return tuple(fields)
+
+
+_OFFSET_KEY_V1 = b"\x00\x01"  # the offset commit key version lockgate writes
+
+
+def apply_offset_commits(
+    records: Decoded, start: int, groups: dict[str, dict[bytes, bytes]]
+) -> int:
+    """Applies records[start:] in order, while each is a sound offset commit of
+    __consumer_offsets in lockgate's own form, of a group in `groups` (group id → its offset
+    records, key → value): a value is put under its key, a tombstone (None) removes the key;
+    a record with no key is passed over. Returns the index of the first record not applied
+    (len(records) when all were): one of another kind, damaged (what
+    coordinator/group/records.offset_commit refuses), in another form (key version 0, a null
+    name, bytes after the partition), of a group not in `groups` (or not held in a dict), or
+    not of bytes. The caller replays that one and calls again from the next.
+
+    Sound: the key is version 1, group and topic (UTF-8), partition (int32), nothing after;
+    the value is None, or decodes as an offset commit value (version int16; offset int64; from
+    version 3 a leader epoch int32; metadata, a nullable UTF-8 string; commit timestamp
+    int64; what follows is not read)."""
+    if start < 0:
+        raise ValueError("a negative start")
+    index = start
+    while index < len(records):
+        _offset, _timestamp, key, value = records[index]
+        if key is not None:
+            if type(key) is not bytes or (value is not None and type(value) is not bytes):
+                return index
+            if key[:2] != _OFFSET_KEY_V1:
+                return index
+            try:
+                _version, group, topic, _partition, read = unpack_fields(key, "hssi$")
+                if value is not None:
+                    if len(value) < 2:
+                        return index
+                    (version,) = _FIXED["h"].unpack_from(value)
+                    unpack_fields(value, "hqisq" if version >= 3 else "hqsq")
+            except ValueError:
+                return index
+            if group is None or topic is None or read != len(key):
+                return index
+            held = groups.get(group)
+            if type(held) is not dict:
+                return index
+            if value is None:
+                held.pop(key, None)
+            else:
+                held[key] = value
+        index += 1
+    return index
+
+
+def put_records(records: Decoded, into: dict[bytes, bytes]) -> None:
+    """Each keyed record's value under its key in `into`, in order (a null value removes the
+    key; a record with no key is passed over): the latest value of every key."""
+    for _offset, _timestamp, key, value in records:
+        if key is None:
+            continue
+        if value is None:
+            into.pop(key, None)
+        else:
+            into[key] = value

@@ -22,9 +22,24 @@ _implementation = load()
 IMPLEMENTATION: str = _implementation.IMPLEMENTATION
 
 if TYPE_CHECKING:
-    from lockgate.protocol._purerecords import decode_records, unpack_fields
+    from lockgate.protocol._purerecords import (
+        apply_offset_commits,
+        decode_records,
+        put_records,
+        unpack_fields,
+    )
 else:
+    apply_offset_commits = _implementation.apply_offset_commits
     decode_records = _implementation.decode_records
+    put_records = _implementation.put_records
     unpack_fields = _implementation.unpack_fields
 
-__all__ = ["IMPLEMENTATION", "PURE_PYTHON_VARIABLE", "decode_records", "load", "unpack_fields"]
+__all__ = [
+    "IMPLEMENTATION",
+    "PURE_PYTHON_VARIABLE",
+    "apply_offset_commits",
+    "decode_records",
+    "load",
+    "put_records",
+    "unpack_fields",
+]

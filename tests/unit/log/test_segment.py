@@ -190,6 +190,20 @@ def test_headers_stop_at_a_cut_batch() -> None:
     assert [p for p, _ in segment.headers()] == [0]
 
 
+@pytest.mark.parametrize("chunk", [HEADER_SIZE, HEADER_SIZE + 5, 150, 1_000, 1 << 20])
+@pytest.mark.parametrize("cut", [0, 1, HEADER_SIZE + 3])
+def test_headers_read_a_chunk_at_a_time_are_those_read_one_at_a_time(chunk: int, cut: int) -> None:
+    """(a load walks the batches after the last index entry a few reads at a time)"""
+    segment = new_segment()
+    for count in (1, 3, 1, 20, 2, 1, 7):
+        add(segment, count, 10)
+    start = [p for p, _ in segment.headers()][1]
+    segment.log.truncate(segment.log.size - cut)  # nothing, a byte, a header and more
+    one_at_a_time = list(segment.headers(start))
+    assert len(one_at_a_time) == (6 if cut else 7) - 1
+    assert list(segment.headers(start, chunk)) == one_at_a_time
+
+
 def test_recover_cuts_a_corrupt_batch_and_what_follows() -> None:
     storage = MemoryEngine()
     segment = new_segment(storage)

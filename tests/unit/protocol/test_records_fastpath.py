@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import struct
+from collections import OrderedDict
 from types import ModuleType
 from typing import Any
 
@@ -317,3 +318,159 @@ def test_both_twins_unpack_the_same_fields(data: bytes, layout: str) -> None:
             return ValueError
 
     assert unpack(COMPILED) == unpack(_purerecords)
+
+
+# -- apply_offset_commits, put_records ----------------------------------------------------------
+# (what the records mean is coordinator/group/records.py's; test_records.py there checks that
+# apply_offset_commits accepts exactly the records offset_commit passes in lockgate's form)
+
+
+def commit_key(group: bytes | None, topic: bytes | None, partition: int, version: int = 1) -> bytes:
+    def name(raw: bytes | None) -> bytes:
+        return struct.pack(">h", -1) if raw is None else struct.pack(">h", len(raw)) + raw
+
+    return struct.pack(">h", version) + name(group) + name(topic) + struct.pack(">i", partition)
+
+
+def commit_value(offset: int, metadata: bytes | None = b"", version: int = 3) -> bytes:
+    size = struct.pack(">h", -1) if metadata is None else struct.pack(">h", len(metadata))
+    epoch = struct.pack(">i", -1) if version >= 3 else b""
+    return (
+        struct.pack(">hq", version, offset)
+        + epoch
+        + size
+        + (metadata or b"")
+        + struct.pack(">q", 1_700_000_000_000)
+    )
+
+
+def as_records(pairs: list[tuple[bytes | None, bytes | None]]) -> list[Any]:
+    return [(offset, 0, key, value) for offset, (key, value) in enumerate(pairs)]
+
+
+def test_offset_commits_go_to_their_groups_records_in_order(impl: ModuleType) -> None:
+    a0, a1, b0 = commit_key(b"a", b"t", 0), commit_key(b"a", b"t", 1), commit_key(b"b", b"t", 0)
+    groups: dict[str, dict[bytes, bytes]] = {"a": {a1: b"old"}, "b": {}}
+    records = as_records(
+        [
+            (a0, commit_value(1)),
+            (None, b"no key: passed over"),
+            (b0, commit_value(2, None)),  # a null metadata
+            (a0, commit_value(3, "grüß".encode())),  # the latest wins
+            (a1, None),  # a tombstone
+            (commit_key(b"b", b"t", 9), None),  # a tombstone of no offset
+        ]
+    )
+    assert impl.apply_offset_commits(records, 0, groups) == len(records)
+    assert groups == {"a": {a0: commit_value(3, "grüß".encode())}, "b": {b0: commit_value(2, None)}}
+    assert impl.apply_offset_commits(records, len(records), groups) == len(records)
+    assert impl.apply_offset_commits([], 0, groups) == 0
+
+
+def test_older_offset_values_are_sound(impl: ModuleType) -> None:
+    key = commit_key(b"g", b"t", 0)
+    for version in (0, 1, 2, -1):  # (v1's expire timestamp after them is not read)
+        groups: dict[str, dict[bytes, bytes]] = {"g": {}}
+        value = commit_value(5, b"m", version) + b"\x00" * 8
+        assert impl.apply_offset_commits(as_records([(key, value)]), 0, groups) == 1
+        assert groups == {"g": {key: value}}
+
+
+@pytest.mark.parametrize(
+    ("name", "key", "value"),
+    [
+        ("a group metadata key", struct.pack(">hh", 2, 1) + b"g", b"\x00\x03"),
+        ("a consumer-protocol key", struct.pack(">hh", 3, 1) + b"g", None),
+        ("a key version 0", commit_key(b"g", b"t", 0, version=0), commit_value(1)),
+        ("a null group", commit_key(None, b"t", 0), commit_value(1)),
+        ("a null topic", commit_key(b"g", None, 0), commit_value(1)),
+        ("bytes after the partition", commit_key(b"g", b"t", 0) + b"\x00", commit_value(1)),
+        ("a key cut short", commit_key(b"g", b"t", 0)[:-1], commit_value(1)),
+        ("a group cut short", commit_key(b"g", b"t", 0)[:4], commit_value(1)),
+        ("a key of one byte", b"\x00", commit_value(1)),
+        ("a group not UTF-8", commit_key(b"\xff", b"t", 0), commit_value(1)),
+        ("a topic not UTF-8", commit_key(b"g", b"\xc3", 0), commit_value(1)),
+        ("a value of one byte", commit_key(b"g", b"t", 0), b"\x00"),
+        ("a value cut short", commit_key(b"g", b"t", 0), commit_value(1)[:-1]),
+        ("a v3 value read as v2's", commit_key(b"g", b"t", 0), commit_value(1)[:-4]),
+        ("a metadata cut short", commit_key(b"g", b"t", 0), commit_value(1, b"abc")[:16]),
+        ("a metadata not UTF-8", commit_key(b"g", b"t", 0), commit_value(1, b"\xe2\x82")),
+        ("a group not in the groups", commit_key(b"other", b"t", 0), commit_value(1)),
+        ("a key not of bytes", bytearray(commit_key(b"g", b"t", 0)), commit_value(1)),
+        ("a value not of bytes", commit_key(b"g", b"t", 0), memoryview(commit_value(1))),
+    ],
+)
+def test_a_record_not_applied_is_the_callers(
+    impl: ModuleType, name: str, key: Any, value: Any
+) -> None:
+    """The walk stops at it, having applied what came before, and goes on from the next."""
+    before, after = commit_key(b"g", b"t", 1), commit_key(b"g", b"t", 2)
+    records = as_records([(before, commit_value(1)), (key, value), (after, commit_value(2))])
+    groups: dict[str, dict[bytes, bytes]] = {"g": {}}
+    assert impl.apply_offset_commits(records, 0, groups) == 1
+    assert groups == {"g": {before: commit_value(1)}}
+    assert impl.apply_offset_commits(records, 2, groups) == 3
+    assert groups == {"g": {before: commit_value(1), after: commit_value(2)}}
+
+
+def test_a_group_held_in_another_mapping_is_the_callers(impl: ModuleType) -> None:
+    records = as_records([(commit_key(b"g", b"t", 0), commit_value(1))])
+    assert impl.apply_offset_commits(records, 0, {"g": OrderedDict()}) == 0
+    with pytest.raises(ValueError):
+        impl.apply_offset_commits(records, -1, {})
+
+
+def test_put_records_keeps_the_latest_value_of_each_key(impl: ModuleType) -> None:
+    into = {b"gone": b"1", b"kept": b"2"}
+    records = as_records(
+        [(b"new", b"1"), (None, b"x"), (b"gone", None), (b"new", b"3"), (b"never", None)]
+    )
+    assert impl.put_records(records, into) is None
+    assert into == {b"kept": b"2", b"new": b"3"}
+
+
+# hypothesis: offset commits of a few groups, sound, in other forms, of other kinds, damaged
+# anywhere; both twins stop at the same records and leave the same groups.
+
+names = st.sampled_from([b"a", b"b", "grüß".encode(), b"", b"\xff"])
+versions = st.sampled_from([3, 3, 2, 1, 0, 4, -1])
+sound_pairs = st.tuples(
+    st.builds(commit_key, names, names, st.integers(-2, 2), st.sampled_from([1, 1, 1, 0, 2])),
+    st.one_of(
+        st.none(),
+        st.builds(commit_value, st.integers(-1, 2**40), st.one_of(st.none(), names), versions),
+    ),
+)
+damaged_pairs = st.tuples(
+    st.tuples(sound_pairs, st.integers(0, 40), st.integers(0, 255), st.integers(0, 40)).map(
+        lambda t: damage(t[0][0], t[1], t[2], t[3])
+    ),
+    st.one_of(st.none(), st.binary(max_size=30)),
+)
+
+
+def damage(data: bytes, at: int, byte: int, cut: int) -> bytes:
+    changed = bytearray(data)
+    if changed:
+        changed[at % len(changed)] = byte
+    return bytes(changed[: max(len(changed) - cut % 4, 0)])
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    pairs=st.lists(st.one_of(sound_pairs, damaged_pairs, st.tuples(st.none(), fields)), max_size=12)
+)
+def test_both_twins_apply_the_same_offset_commits(pairs: list[Any]) -> None:
+    skip_unless_built()
+    records = as_records(pairs)
+    outcomes = []
+    for impl in (COMPILED, _purerecords):
+        groups: dict[str, dict[bytes, bytes]] = {"a": {}, "grüß": {b"x": b"y"}, "": {}}
+        stops, index = [], 0
+        while (index := impl.apply_offset_commits(records, index, groups)) < len(records):
+            stops.append(index)
+            index += 1
+        image: dict[bytes, bytes] = {}
+        impl.put_records(records, image)
+        outcomes.append((stops, groups, image))
+    assert outcomes[0] == outcomes[1]

@@ -39,6 +39,7 @@ from lockgate.coordinator.group.views import (
     listing,
 )
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
+from lockgate.protocol.fastpath import apply_offset_commits
 from lockgate.protocol.records import (
     CONTROL_COMMIT,
     TRANSACTIONAL_BIT,
@@ -55,11 +56,12 @@ log = logging.getLogger(__name__)
 
 @dataclass(slots=True)
 class _Load:
-    """One load of a partition: the records of transactions still open, by producer, and the
-    groups its records made or changed, in the order the coordinator holds them, each with its
-    offset records (Group.offsets.records: where a commit goes, found with one lookup)."""
+    """One load of a partition: the records of transactions still open, by producer (as
+    decoded: protocol.records.Decoded), and the groups its records made or changed, in the
+    order the coordinator holds them, each with its offset records (Group.offsets.records:
+    where a commit goes, found with one lookup)."""
 
-    pending: dict[int, list[tuple[bytes, bytes | None]]] = field(default_factory=dict)
+    pending: dict[int, Decoded] = field(default_factory=dict)
     groups: dict[str, dict[bytes, bytes]] = field(default_factory=dict)
 
 
@@ -208,7 +210,9 @@ class GroupCoordinator:
         """The partition is loaded: the offsets of transactions still open wait for their
         markers, restored members get a session to come back."""
         for producer_id, records in load.pending.items():  # transactions still open
-            for key, value in records:
+            for _offset, _ts, key, value in records:
+                if key is None:
+                    continue
                 try:
                     commit = offset_commit(key, value)
                     if commit is not None and value is not None:
@@ -252,45 +256,35 @@ class GroupCoordinator:
     def _replay_batch(
         self, load: _Load, header: BatchHeader, data: bytes, records: Decoded
     ) -> None:
-        """One batch of the replay; `load.pending` holds open transactions' offsets by
-        producer."""
+        """One batch of the replay; `load.pending` holds open transactions' records by
+        producer, applied at their commit marker."""
         if header.is_control:
             ended = load.pending.pop(header.producer_id, [])
             if control_type(data) == CONTROL_COMMIT:
-                for ended_key, ended_value in ended:
-                    self._replay(load, ended_key, ended_value)
+                self._apply(load, ended)
             return
         if header.is_transactional:
-            entries = load.pending.setdefault(header.producer_id, [])
-            entries += ((key, value) for _o, _t, key, value in records if key is not None)
+            load.pending.setdefault(header.producer_id, []).extend(records)
             return
-        # _replay's work, with offset commits (all but a few records of a load) done here: a
-        # million of them go through this loop
-        offsets_of = load.groups
-        for _offset, _ts, key, value in records:
-            if key is None:
-                continue
-            try:
-                commit = offset_commit(key, value)
-            except ValueError as exc:
-                log.error("skipping a damaged %s record: %s", CONSUMER_OFFSETS_TOPIC, exc)
-                continue
-            if commit is None:
+        self._apply(load, records)
+
+    def _apply(self, load: _Load, records: Decoded) -> None:
+        """Replays records in order: the runs of offset commits (all but a few records of a
+        load: a million of them for a million live offsets) a run at a time in one call
+        (protocol.fastpath.apply_offset_commits, compiled: it checks each as offset_commit
+        does and moves it into its group's records), every other record, and a commit of a
+        group the load has not made yet, one at a time by _replay."""
+        index, end, offsets_of = 0, len(records), load.groups
+        while (index := apply_offset_commits(records, index, offsets_of)) < end:
+            _offset, _ts, key, value = records[index]
+            if key is not None:  # (always: records with no key are passed over)
                 self._replay(load, key, value)
-                continue
-            group_id, canonical = commit
-            held = offsets_of.get(group_id)
-            if held is None:
-                held = self._replayed_group(load, group_id).offsets.records
-            if value is None:
-                held.pop(canonical, None)
-            else:  # the record itself (committed.py)
-                held[canonical] = value
+            index += 1
 
     def _replay(self, load: _Load, key: bytes, value: bytes | None) -> None:
         try:
             commit = offset_commit(key, value)
-            if commit is not None:  # (as in _replay_batch)
+            if commit is not None:  # (as apply_offset_commits, in _apply)
                 group_id, canonical = commit
                 held = self._replayed_group(load, group_id).offsets.records
                 if value is None:

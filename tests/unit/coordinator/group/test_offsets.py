@@ -1,25 +1,43 @@
 """Committed offsets (OffsetCommit/OffsetFetch/DeleteGroups/OffsetDelete) on the group
 coordinator of an in-process broker: standalone and member commits, per-partition errors,
 persistence in __consumer_offsets in Kafka's layout and replay after a restart (tombstones
-included), and damaged records skipped by the replay."""
+included), damaged records skipped by the replay, and a load's runs of offset commits applied
+a run at a time as a replay record by record would."""
 
 from __future__ import annotations
 
 import asyncio
+import random
 import struct
+from typing import Any
 
+import pytest
+
+from lockgate.coordinator.group import service
 from lockgate.coordinator.group.records import (
     CommittedOffset,
+    GroupRecord,
     decode_group_value,
     decode_key,
     decode_offset_value,
     group_key,
+    group_value,
     offset_key,
     offset_value,
 )
+from lockgate.coordinator.group.service import GroupCoordinator
 from lockgate.coordinator.group.state import GroupState
+from lockgate.coordinator.runtime import LoopTimers
+from lockgate.protocol import fastpath
 from lockgate.protocol.errors import ErrorCode
-from lockgate.protocol.records import build_batch, iter_records, validate_produced_batch
+from lockgate.protocol.records import (
+    TRANSACTIONAL_BIT,
+    build_batch,
+    build_control_batch,
+    iter_records,
+    parse_header,
+    validate_produced_batch,
+)
 from lockgate.server.broker import Broker
 from lockgate.storage.memory import MemoryEngine
 from lockgate.topics.internal import CONSUMER_OFFSETS_TOPIC
@@ -437,3 +455,93 @@ async def test_a_group_tombstone_within_a_batch_of_its_offsets_leaves_them(
         assert visible(broker.groups, GROUP) == {(TOPIC, 0): 1, (TOPIC, 1): 5, (TOPIC, 2): 6}
     finally:
         await broker.stop()
+
+
+# -- a load's offset commits a run at a time --------------------------------------------------
+
+
+def mixed_history(seed: int) -> list[bytes]:
+    """Batches of a __consumer_offsets partition as a long life may leave them: offset commits
+    of a few groups with tombstones, group metadata and its deletions between them, keys in
+    other forms, damaged and keyless records, transactional commits committed, aborted and
+    left open."""
+    chance = random.Random(seed)
+    names = ["g0", "g1", "grüß", ""]
+
+    def record() -> tuple[bytes | None, bytes | None]:
+        group = chance.choice(names)
+        key = offset_key(group, chance.choice([TOPIC, OTHER_TOPIC]), chance.randrange(3))
+        value = offset_value(CommittedOffset(chance.randrange(100), -1, "m", 1))
+        kind = chance.randrange(20)
+        if kind < 10:
+            return key, value
+        if kind < 12:
+            return key, None
+        if kind == 12:
+            metadata = GroupRecord("consumer", chance.randrange(5), "range", None, 1, ())
+            return group_key(group), group_value(metadata)
+        if kind == 13:
+            return group_key(group), None
+        if kind == 14:
+            return b"\x00\x00" + key[2:], value  # key version 0: held in lockgate's form
+        if kind == 15:
+            return key + b"\x00", value  # bytes after the partition: likewise
+        if kind == 16:
+            return key[: chance.randrange(len(key))], value  # damaged: skipped
+        if kind == 17:
+            return key, value[: chance.randrange(len(value))]
+        if kind == 18:
+            return None, value
+        return struct.pack(">h", 9) + b"future", b"?"
+
+    batches = []
+    for _ in range(30):
+        records = [record() for _ in range(chance.randrange(1, 12))]
+        producer = chance.choice([0, 0, 0, 7, 8])
+        if not producer:
+            batches.append(build_batch(records, timestamp_ms=1))
+            continue
+        transactional = build_batch(
+            records, timestamp_ms=1, attributes=TRANSACTIONAL_BIT, producer_id=producer,
+            producer_epoch=0,
+        )  # fmt: skip
+        batches.append(transactional)
+        if chance.randrange(3):  # else left open (maybe ended by a later marker)
+            batches.append(build_control_batch(producer, 0, chance.randrange(2) == 0, 0, 1))
+    return batches
+
+
+def replayed(broker: Broker, batches: list[bytes]) -> Any:
+    """A fresh group coordinator's state after a load of `batches`."""
+    coordinator = GroupCoordinator(
+        broker.config, broker.topics, write=lambda _partition, _batch: asyncio.Future(),
+        clock=lambda: 1, on_loaded=lambda _seconds: None, snapshots=None, timers=LoopTimers(),
+    )  # fmt: skip
+    replay = coordinator.replay(0)
+    for data in batches:
+        header = parse_header(data)
+        replay.visit(header, data, [] if header.is_control else iter_records(data))
+    loaded = replay.loaded()
+    groups = [
+        (name, group.protocol_type, group.generation, list(group.offsets.records.items()))
+        for name, group in coordinator.groups.items()
+    ]
+    return loaded, groups, coordinator.offsets.pending
+
+
+@pytest.mark.parametrize("seed", range(12))
+async def test_a_load_a_run_of_commits_at_a_time_is_a_replay_record_by_record(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    """The offset commits of a batch are checked and moved in by one call (compiled, or its
+    pure twin); whatever the mix of records around them, the state after a load is the one a
+    replay record by record gives (a walk that applies none: every record through _replay)."""
+    batches = mixed_history(seed)
+    outcomes = []
+    walks = [lambda _records, index, _groups: index, fastpath.load(pure=True).apply_offset_commits]
+    walks.append(fastpath.load(pure=False).apply_offset_commits)
+    for walk in walks:
+        monkeypatch.setattr(service, "apply_offset_commits", walk)
+        outcomes.append(replayed(broker, batches))
+    assert outcomes[0] == outcomes[1] == outcomes[2]
+    assert outcomes[0][1], "the history leaves some groups"

@@ -1,13 +1,16 @@
 """The __consumer_offsets record layout (Kafka's OffsetCommitKey/Value and
 GroupMetadataKey/Value), checked against bytes built by hand from Kafka's schemas, round trips,
-older value versions that Kafka may have written, damage, and subscribed_topics() on
-consumer-protocol subscriptions."""
+older value versions that Kafka may have written, damage, subscribed_topics() on
+consumer-protocol subscriptions, and the load's check of offset commits a run at a time
+(protocol.fastpath.apply_offset_commits) against offset_commit's, record by record."""
 
 from __future__ import annotations
 
 import struct
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lockgate.coordinator.group.records import (
     CommittedOffset,
@@ -18,10 +21,12 @@ from lockgate.coordinator.group.records import (
     decode_offset_value,
     group_key,
     group_value,
+    offset_commit,
     offset_key,
     offset_value,
     subscribed_topics,
 )
+from lockgate.protocol import fastpath
 
 
 def i16(value: int) -> bytes:
@@ -223,3 +228,61 @@ def test_a_cut_string_is_damage_not_a_shorter_name() -> None:
         decode_key(group_key("payments")[:-3])
     with pytest.raises(ValueError):
         decode_offset_value(i16(3) + i64(1) + i32(0) + i16(10) + b"short")
+
+
+# -- a load's check of offset commits, a run at a time (protocol.fastpath) ------------------------
+
+names = st.sampled_from(["g", "grüß", "", None])
+
+
+def raw_key(version: int, group: str | None, topic: str | None, partition: int) -> bytes:
+    return i16(version) + s(group) + s(topic) + i32(partition)
+
+
+def raw_value(version: int, metadata: str | None) -> bytes:
+    epoch = i32(7) if version >= 3 else b""
+    return i16(version) + i64(5) + epoch + s(metadata) + i64(1_700_000_000_000)
+
+
+keys = st.builds(raw_key, st.sampled_from([1, 1, 0, 2, 3]), names, names, st.integers(-1, 3))
+values = st.one_of(
+    st.none(), st.builds(raw_value, st.sampled_from([3, 2, 1, 0, 4, -1]), names), st.binary()
+)
+
+
+def damaged(data: bytes, at: int, byte: int, cut: int, extra: bytes) -> bytes:
+    changed = bytearray(data)
+    if changed and at >= 0:
+        changed[at % len(changed)] = byte
+    return bytes(changed[: max(len(changed) - cut, 0)]) + extra
+
+
+spots, bytes_ = st.integers(-40, 40), st.integers(0, 255)
+damaged_keys = st.builds(
+    damaged, keys, spots, bytes_, st.sampled_from([0, 0, 0, 1, 2, 5]), st.sampled_from([b"", b"\0"])
+)
+damaged_values = st.builds(
+    damaged, values.filter(bool), spots, bytes_, st.integers(0, 9), st.just(b"")
+)
+
+
+@settings(max_examples=600, deadline=None)
+@given(key=damaged_keys, value=st.one_of(values, damaged_values), pure=st.booleans())
+def test_a_load_applies_exactly_the_commits_offset_commit_passes_in_lockgates_form(
+    key: bytes, value: bytes | None, pure: bool
+) -> None:
+    """apply_offset_commits (compiled or pure) puts a record in its group's records exactly
+    when offset_commit passes it and gives it back as its own key (the form lockgate writes);
+    every other record is left to the replay record by record."""
+    impl = fastpath.load(pure)
+    try:
+        commit = offset_commit(key, value)
+    except ValueError:
+        commit = None
+    known = {"g", "grüß", ""} | ({commit[0]} if commit is not None else set())
+    groups: dict[str, dict[bytes, bytes]] = {name: {} for name in known}
+    applied = impl.apply_offset_commits([(0, 0, key, value)], 0, groups) == 1
+    assert applied == (commit is not None and commit[1] == key)
+    if applied and commit is not None:
+        held = {key: value} if value is not None else {}
+        assert groups == {**{name: {} for name in known}, commit[0]: held}
