@@ -12,6 +12,9 @@
 # work, a million times for a million live offsets: apply_offset_commits (the check of each
 # __consumer_offsets offset commit, as coordinator/group/records.offset_commit has it, and its
 # move into its group's records) and put_records (a snapshot image's latest value per key).
+# Writing too: encode_record (one record, headers included: the client's batches) and
+# encode_records, the records section build_batch writes (markers, coordinator records,
+# snapshot images: a million keys are a million records).
 #
 # Damage (a ValueError, never an IndexError, a struct.error or a short field): a varint running
 # past its record or longer than 10 bytes, a record running past the section, a key or value
@@ -20,6 +23,7 @@
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from typing import Literal, overload
 
 IMPLEMENTATION = "pure"
@@ -29,6 +33,67 @@ Decoded = list[tuple[int, int, bytes | None, bytes | None]]
 _UINT64 = (1 << 64) - 1
 _INT64_MIN = -(1 << 63)
 _INT64_MAX = (1 << 63) - 1
+
+
+# Zigzag varints of -64..63 (lengths, deltas, counts of small records) are one byte.
+_ONE_BYTE_VARINTS = [bytes([(v << 1) ^ (v >> 63)]) for v in range(-64, 64)]
+_NULL_LENGTH = _ONE_BYTE_VARINTS[-1 + 64]
+
+
+def zigzag_varint(value: int) -> bytes:
+    if -64 <= value < 64:
+        return _ONE_BYTE_VARINTS[value + 64]
+    zigzag = (value << 1) ^ (value >> 63)
+    if zigzag < 0x4000:  # two bytes: lengths of records up to 8 KiB
+        return bytes(((zigzag & 0x7F) | 0x80, zigzag >> 7))
+    out = bytearray()
+    while True:
+        byte = zigzag & 0x7F
+        zigzag >>= 7
+        if zigzag:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def encode_record(
+    offset_delta: int,
+    timestamp_delta: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: tuple[tuple[str, bytes | None], ...] = (),
+) -> bytes:
+    # attributes, then the deltas; one join of all the parts
+    parts = [b"\x00", zigzag_varint(timestamp_delta), zigzag_varint(offset_delta)]
+    for item in (key, value):
+        if item is None:
+            parts.append(_NULL_LENGTH)
+        else:
+            parts += (zigzag_varint(len(item)), item)
+    parts.append(zigzag_varint(len(headers)))
+    for name, header_value in headers:
+        raw = name.encode()
+        parts += (zigzag_varint(len(raw)), raw)
+        if header_value is None:
+            parts.append(_NULL_LENGTH)
+        else:
+            parts += (zigzag_varint(len(header_value)), header_value)
+    body = b"".join(parts)
+    return zigzag_varint(len(body)) + body
+
+
+def encode_records(records: Sequence[tuple[bytes | None, bytes | None]]) -> bytes:
+    """The records section of a batch of (key, value) tuples: offset deltas 0, 1, ...,
+    timestamp deltas 0, no headers (what build_batch writes). TypeError for a pair that is
+    not a tuple of two, or a key or value that is neither None nor bytes-like."""
+    parts = []
+    for index, pair in enumerate(records):
+        if type(pair) is not tuple or len(pair) != 2:
+            raise TypeError("encode_records takes (key, value) tuples")
+        key, value = (f if f is None or type(f) is bytes else memoryview(f).tobytes() for f in pair)
+        parts.append(encode_record(index, 0, key, value))
+    return b"".join(parts)
 
 
 def _varint(data: bytes, pos: int, limit: int) -> tuple[int, int]:

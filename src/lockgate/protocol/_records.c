@@ -6,7 +6,8 @@
  * What it owns: the walk over an (uncompressed) records section — per record its length, the
  * attributes byte, the timestamp and offset deltas, the key and the value (headers are
  * skipped) — and what counts as damage there. The batch header and decompression are the
- * caller's (protocol/records.py). unpack_fields: the fields of a record of fixed layout. And
+ * caller's (protocol/records.py). encode_records: the records section build_batch writes.
+ * unpack_fields: the fields of a record of fixed layout. And
  * the per-batch steps of a coordinator's load: apply_offset_commits (each offset commit checked
  * and moved into its group's records) and put_records (a snapshot image's latest values).
  *
@@ -420,6 +421,93 @@ static PyObject *put_records(PyObject *self, PyObject *const *args, Py_ssize_t n
     Py_RETURN_NONE;
 }
 
+/* encode_records: the records section of a batch of (key, value) pairs, each record with
+ * attributes 0, timestamp delta 0, offset delta its index and no headers (what build_batch
+ * writes for markers, coordinator records and snapshot images: a snapshot of a million keys is
+ * a million records). A key or value is None or an object with the buffer protocol. */
+static unsigned char *put_varint(unsigned char *out, int64_t value) {
+    uint64_t zigzag = ((uint64_t)value << 1) ^ (uint64_t)(value >> 63);
+    while (zigzag >= 0x80) {
+        *out++ = (unsigned char)((zigzag & 0x7F) | 0x80);
+        zigzag >>= 7;
+    }
+    *out++ = (unsigned char)zigzag;
+    return out;
+}
+
+static Py_ssize_t varint_size(int64_t value) {
+    uint64_t zigzag = ((uint64_t)value << 1) ^ (uint64_t)(value >> 63);
+    Py_ssize_t size = 1;
+    while (zigzag >= 0x80) {
+        zigzag >>= 7;
+        size++;
+    }
+    return size;
+}
+
+static Py_ssize_t field_size(Py_buffer *field) {
+    return field->obj == NULL ? 1 : varint_size(field->len) + field->len;
+}
+
+static unsigned char *put_field(unsigned char *out, Py_buffer *field) {
+    if (field->obj == NULL)
+        return put_varint(out, -1);
+    out = put_varint(out, field->len);
+    memcpy(out, field->buf, (size_t)field->len);
+    return out + field->len;
+}
+
+static PyObject *encode_records(PyObject *self, PyObject *records) {
+    PyObject *seq = PySequence_Fast(records, "encode_records takes a sequence of (key, value)");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq), total = 0, held = 0;
+    Py_buffer *fields = PyMem_Calloc((size_t)(count > 0 ? count : 1) * 2, sizeof(Py_buffer));
+    PyObject *result = NULL;
+    if (fields == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *pair = PySequence_Fast_GET_ITEM(seq, i);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            PyErr_SetString(PyExc_TypeError, "encode_records takes (key, value) tuples");
+            goto done;
+        }
+        for (int f = 0; f < 2; f++) {
+            PyObject *item = PyTuple_GET_ITEM(pair, f);
+            held++;
+            if (item != Py_None && PyObject_GetBuffer(item, &fields[held - 1], PyBUF_SIMPLE) < 0)
+                goto done;
+        }
+        Py_ssize_t body = 3 + varint_size(i) + field_size(&fields[2 * i])
+                          + field_size(&fields[2 * i + 1]);
+        total += varint_size(body) + body;
+    }
+    result = PyBytes_FromStringAndSize(NULL, total);
+    if (result == NULL)
+        goto done;
+    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(result);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        Py_ssize_t body = 3 + varint_size(i) + field_size(&fields[2 * i])
+                          + field_size(&fields[2 * i + 1]);
+        out = put_varint(out, body);
+        *out++ = 0; /* attributes */
+        *out++ = 0; /* timestamp delta */
+        out = put_varint(out, i);
+        out = put_field(out, &fields[2 * i]);
+        out = put_field(out, &fields[2 * i + 1]);
+        *out++ = 0; /* no headers */
+    }
+done:
+    for (Py_ssize_t i = 0; fields != NULL && i < held; i++)
+        if (fields[i].obj != NULL) /* (None, or a buffer not taken, left it NULL) */
+            PyBuffer_Release(&fields[i]);
+    PyMem_Free(fields);
+    Py_DECREF(seq);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"unpack_fields", (PyCFunction)(void (*)(void))unpack_fields, METH_FASTCALL,
      "unpack_fields(data, layout)\n--\n\n"
@@ -431,6 +519,10 @@ static PyMethodDef methods[] = {
      "apply_offset_commits(records, start, groups)\n--\n\n"
      "Applies the run of sound offset commits from records[start] to their groups' records; "
      "the index of the first record not applied."},
+    {"encode_records", encode_records, METH_O,
+     "encode_records(records)\n--\n\n"
+     "The records section of a batch of (key, value) pairs: offset deltas 0, 1, ..., "
+     "timestamp deltas 0, no headers."},
     {"put_records", (PyCFunction)(void (*)(void))put_records, METH_FASTCALL,
      "put_records(records, into)\n--\n\n"
      "Each keyed record's value under its key in `into` (a null value removes the key)."},

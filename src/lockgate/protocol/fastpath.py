@@ -25,12 +25,14 @@ if TYPE_CHECKING:
     from lockgate.protocol._purerecords import (
         apply_offset_commits,
         decode_records,
+        encode_records,
         put_records,
         unpack_fields,
     )
 else:
     apply_offset_commits = _implementation.apply_offset_commits
     decode_records = _implementation.decode_records
+    encode_records = _implementation.encode_records
     put_records = _implementation.put_records
     unpack_fields = _implementation.unpack_fields
 
@@ -39,6 +41,7 @@ __all__ = [
     "PURE_PYTHON_VARIABLE",
     "apply_offset_commits",
     "decode_records",
+    "encode_records",
     "load",
     "put_records",
     "unpack_fields",

@@ -14,8 +14,10 @@ from dataclasses import dataclass
 import crc32c
 
 from lockgate.protocol._purerecords import Decoded as Decoded  # (records of a batch, decoded)
+from lockgate.protocol._purerecords import encode_record as encode_record
+from lockgate.protocol._purerecords import zigzag_varint as zigzag_varint
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
-from lockgate.protocol.fastpath import decode_records
+from lockgate.protocol.fastpath import decode_records, encode_records
 
 HEADER_SIZE = 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength: the bytes not counted by batchLength
@@ -182,54 +184,6 @@ def batch_is_intact(data: bytes | memoryview, pos: int) -> BatchHeader | None:
 # Building batches (used by control markers, tests and the client).
 
 
-# Zigzag varints of -64..63 (lengths, deltas, counts of small records) are one byte.
-_ONE_BYTE_VARINTS = [bytes([(v << 1) ^ (v >> 63)]) for v in range(-64, 64)]
-_NULL_LENGTH = _ONE_BYTE_VARINTS[-1 + 64]
-
-
-def zigzag_varint(value: int) -> bytes:
-    if -64 <= value < 64:
-        return _ONE_BYTE_VARINTS[value + 64]
-    zigzag = (value << 1) ^ (value >> 63)
-    if zigzag < 0x4000:  # two bytes: lengths of records up to 8 KiB
-        return bytes(((zigzag & 0x7F) | 0x80, zigzag >> 7))
-    out = bytearray()
-    while True:
-        byte = zigzag & 0x7F
-        zigzag >>= 7
-        if zigzag:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def encode_record(
-    offset_delta: int,
-    timestamp_delta: int,
-    key: bytes | None,
-    value: bytes | None,
-    headers: tuple[tuple[str, bytes | None], ...] = (),
-) -> bytes:
-    # attributes, then the deltas; one join of all the parts
-    parts = [b"\x00", zigzag_varint(timestamp_delta), zigzag_varint(offset_delta)]
-    for item in (key, value):
-        if item is None:
-            parts.append(_NULL_LENGTH)
-        else:
-            parts += (zigzag_varint(len(item)), item)
-    parts.append(zigzag_varint(len(headers)))
-    for name, header_value in headers:
-        raw = name.encode()
-        parts += (zigzag_varint(len(raw)), raw)
-        if header_value is None:
-            parts.append(_NULL_LENGTH)
-        else:
-            parts += (zigzag_varint(len(header_value)), header_value)
-    body = b"".join(parts)
-    return zigzag_varint(len(body)) + body
-
-
 def build_batch(
     records: Sequence[tuple[bytes | None, bytes | None]],
     *,
@@ -248,7 +202,7 @@ def build_batch(
     compressed) record bytes with an explicit count. `max_timestamp_ms` defaults to
     `timestamp_ms` (the base timestamp), right when every record has timestamp delta 0."""
     if encoded is None:
-        body = b"".join(encode_record(i, 0, key, value) for i, (key, value) in enumerate(records))
+        body = encode_records(records)
         count = len(records)
     else:
         body = encoded
