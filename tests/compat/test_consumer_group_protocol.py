@@ -12,17 +12,28 @@
 - UNSUPPORTED_ASSIGNOR reaches the application (librdkafka makes it fatal);
 - a mixed group: a classic group converted when a consumer-protocol member joins, then a
   classic member (cooperative-sticky) joining it, all sharing the partitions, and converted
-  back when the consumer-protocol member leaves.
+  back when the consumer-protocol member leaves;
+- a group's own consumer.heartbeat.interval.ms (a group config set and described through
+  confluent-kafka's AdminClient) is the interval its member heartbeats at, not the broker's.
 """
 
 from __future__ import annotations
 
+import itertools
+import logging
 import time
 from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._config import (
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+)
+from confluent_kafka.admin._resource import ResourceType
 
 from tests.support.broker import BrokerProcess
 from tests.support.clients import committed_offset, consume_all, create_topic, position
@@ -279,3 +290,55 @@ def test_mixed_group_of_classic_and_consumer_members(broker: BrokerProcess) -> N
     finally:
         for c in members:
             c.close()
+
+
+class _Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[tuple[float, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append((time.monotonic(), record.getMessage()))
+
+
+def test_a_member_heartbeats_at_its_groups_own_interval(broker: BrokerProcess) -> None:
+    topic, group = "kip848-group-config", "kip848-group-config"
+    create_topic(broker.bootstrap, topic, 1)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    # the broker's interval is 300 ms (SETTINGS); this group's is 1.5 s
+    change = ConfigEntry(
+        "consumer.heartbeat.interval.ms", "1500", incremental_operation=AlterConfigOpType.SET
+    )
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[change])
+    admin.incremental_alter_configs([resource])[resource].result(TIMEOUT)
+    described = ConfigResource(ResourceType.GROUP, group)
+    shown = admin.describe_configs([described])[described].result(TIMEOUT)
+    interval = shown["consumer.heartbeat.interval.ms"]
+    assert (interval.value, ConfigSource(interval.source)) == ("1500", ConfigSource.GROUP_CONFIG)
+    # librdkafka's debug log tells when it sends each ConsumerGroupHeartbeat
+    lines = _Lines()
+    logger = logging.getLogger("kip848-group-config")
+    logger.setLevel(logging.DEBUG)
+    logger.addHandler(lines)
+    member = consumer(broker, group, debug="cgrp", logger=logger)
+    try:
+        member.subscribe([topic])
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline and owned(member) != {0}:
+            member.poll(0.1)
+        assert owned(member) == {0}
+        steady = time.monotonic()
+        while time.monotonic() < steady + 4:
+            member.poll(0.1)
+    finally:
+        member.close()
+        logger.removeHandler(lines)
+    sent = [
+        at
+        for at, line in lines.lines
+        if "ConsumerGroupHeartbeat of member id" in line and steady <= at < steady + 4
+    ]
+    # at the broker's 300 ms there would be some 13 in these 4 s, gaps of 0.3 s; a loaded
+    # machine only spaces them further
+    assert 1 <= len(sent) <= 4, sent
+    assert all(later - earlier >= 1.2 for earlier, later in itertools.pairwise(sent))

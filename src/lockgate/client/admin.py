@@ -41,6 +41,7 @@ RESPONSE_MARGIN_MS = 1_000
 class ResourceType(enum.IntEnum):
     TOPIC = 2
     BROKER = 4
+    GROUP = 32  # a group's configs (Kafka 4's ConfigResource GROUP)
 
 
 class ConfigSource(enum.IntEnum):

@@ -1,4 +1,5 @@
-# Shared by the config APIs: resource types, config sources and how a topic's configs appear.
+# Shared by the config APIs: resource types, config sources and how a topic's, a broker's and a
+# group's configs appear.
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -13,6 +14,7 @@ from lockgate.security.authorizer import authorize
 
 TOPIC = 2
 BROKER = 4
+GROUP = 32  # ConfigResource.Type.GROUP (KIP-848), not the ACL resource type
 
 SOURCE_TOPIC = 1
 SOURCE_DYNAMIC_DEFAULT_BROKER = 3
@@ -25,11 +27,14 @@ _OPERATION_NAMES = {APPEND: "APPEND", SUBTRACT: "SUBTRACT"}
 def config_denied(
     ctx: RequestContext, resource_type: int, name: str, operation: Operation
 ) -> KafkaProtocolError | None:
-    """DESCRIBE_CONFIGS / ALTER_CONFIGS on the topic, or on the cluster for a broker (and its
-    loggers): the error to answer when the session may not, else None."""
+    """DESCRIBE_CONFIGS / ALTER_CONFIGS on the topic, on the group, or on the cluster for a
+    broker (and its loggers): the error to answer when the session may not, else None."""
     if resource_type == TOPIC:
         if not authorize(ctx, operation, ResourceType.TOPIC, name):
             return KafkaProtocolError(ErrorCode.topic_authorization_failed)
+    elif resource_type == GROUP:
+        if not authorize(ctx, operation, ResourceType.GROUP, name):
+            return KafkaProtocolError(ErrorCode.group_authorization_failed)
     elif not authorize(ctx, operation, ResourceType.CLUSTER):
         return KafkaProtocolError(ErrorCode.cluster_authorization_failed)
     return None
@@ -191,6 +196,21 @@ def describe_broker(
         entry["is_sensitive"] = sensitive
         layers = [(key, None if sensitive else v, source) for source, v in resolved.synonyms]
         entry["synonyms"] = _synonyms(layers, synonyms)
+        entries.append(entry)
+    return entries
+
+
+def describe_group(
+    ctx: RequestContext, name: str, keys: Any, synonyms: bool = False
+) -> list[dict[str, Any]]:
+    """Every config of a group, whether or not the group exists (as Kafka): its override
+    (GROUP_CONFIG) or the broker's value, with the broker property's layers as synonyms."""
+    entries = []
+    for described in ctx.services.group_configs.describe(name, keys):
+        entry = _entry(
+            described.name, described.value, False, described.source, config_type(described.kind)
+        )
+        entry["synonyms"] = _synonyms([(n, v, s) for n, v, s in described.synonyms], synonyms)
         entries.append(entry)
     return entries
 

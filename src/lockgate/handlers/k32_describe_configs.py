@@ -7,11 +7,15 @@ Behaviour:
 - Broker resources (type 4): this broker's id lists every property with its source, read-only
   unless it can change at run time (server/dynamic_config.py), passwords sensitive with a null
   value; the empty name (cluster default) lists only the dynamic defaults set, as Kafka.
-  Another broker id: INVALID_REQUEST. Other resource types (broker loggers, 8, included):
-  INVALID_REQUEST.
+  Another broker id: INVALID_REQUEST.
+- Group resources (type 32, KIP-848/KIP-932): every group config of Kafka 4.4 (the internal
+  ones only when set), whether or not the group exists: the group's override (GROUP_CONFIG)
+  or the value of the broker property behind it (its source: static or default); the empty
+  name: INVALID_REQUEST ("Group name must not be empty").
+- Other resource types (broker loggers, 8, included): INVALID_REQUEST.
 - Synonyms (v1+, when asked): the layers beneath the value, most important first, as Kafka.
-- Authorization: DESCRIBE_CONFIGS on the topic (TOPIC_AUTHORIZATION_FAILED) or, for a broker,
-  on the cluster (CLUSTER_AUTHORIZATION_FAILED).
+- Authorization: DESCRIBE_CONFIGS on the topic (TOPIC_AUTHORIZATION_FAILED), on the group
+  (GROUP_AUTHORIZATION_FAILED) or, for a broker, on the cluster (CLUSTER_AUTHORIZATION_FAILED).
 Version notes: v1 config source and synonyms; v3 config type and documentation; v4 flexible.
 """
 
@@ -19,7 +23,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from lockgate.handlers.configs import BROKER, TOPIC, config_denied, describe_broker, describe_topic
+from lockgate.handlers.configs import (
+    BROKER,
+    GROUP,
+    TOPIC,
+    config_denied,
+    describe_broker,
+    describe_group,
+    describe_topic,
+)
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
@@ -49,6 +61,8 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
                 entry["configs"] = describe_topic(ctx, resource.resource_name, keys, synonyms)
             elif resource.resource_type == BROKER:
                 entry["configs"] = describe_broker(ctx, resource.resource_name, keys, synonyms)
+            elif resource.resource_type == GROUP:
+                entry["configs"] = describe_group(ctx, resource.resource_name, keys, synonyms)
             else:
                 raise KafkaProtocolError(
                     ErrorCode.invalid_request,

@@ -5,9 +5,12 @@ topic resource's overrides become exactly the given set (validated like CreateTo
 INVALID_CONFIG); unknown topic: UNKNOWN_TOPIC_OR_PARTITION. A broker resource
 ('' the cluster default, or a broker id) gets exactly the given dynamic values, the others
 removed, with IncrementalAlterConfigs' rules (INVALID_REQUEST for a property that cannot
-change at run time). validate_only changes nothing.
-- Authorization: ALTER_CONFIGS on the topic (TOPIC_AUTHORIZATION_FAILED) or, for a broker, on
-  the cluster (CLUSTER_AUTHORIZATION_FAILED); nothing changes.
+change at run time). A group resource (type 32; Kafka 4.4 accepts it here too) gets exactly
+the given group configs, checked whole as IncrementalAlterConfigs checks them (INVALID_CONFIG;
+the empty name: INVALID_REQUEST). validate_only changes nothing.
+- Authorization: ALTER_CONFIGS on the topic (TOPIC_AUTHORIZATION_FAILED), on the group
+  (GROUP_AUTHORIZATION_FAILED) or, for a broker, on the cluster
+  (CLUSTER_AUTHORIZATION_FAILED); nothing changes.
 Version notes: v2 flexible.
 """
 
@@ -17,6 +20,7 @@ from typing import Any
 
 from lockgate.handlers.configs import (
     BROKER,
+    GROUP,
     TOPIC,
     alter_broker,
     check_config_entries,
@@ -57,6 +61,14 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
                     [],
                     request.validate_only,
                     replace=True,
+                )
+                responses.append(entry)
+                continue
+            if resource.resource_type == GROUP:
+                await ctx.services.group_configs.alter(
+                    resource.resource_name,
+                    replace={c.name: c.value for c in resource.configs},
+                    validate_only=request.validate_only,
                 )
                 responses.append(entry)
                 continue

@@ -2,6 +2,7 @@
 
 Behaviour: deletes empty groups and their committed offsets (tombstones in
 __consumer_offsets). A group with members: NON_EMPTY_GROUP; unknown: GROUP_ID_NOT_FOUND.
+The group's configs (ConfigResource GROUP) stay, as in Kafka 4.4, which keeps them apart.
 - Authorization: DELETE on the group, else GROUP_AUTHORIZATION_FAILED for it.
 Version notes: v2 flexible.
 """

@@ -20,8 +20,18 @@ Behaviour:
   log.cleanup.policy (on the resource's value, else its default); on any other property:
   INVALID_CONFIG ("Config value append is not allowed for config key: X"), as Kafka's broker.
   Broker loggers (type 8) and other types: INVALID_REQUEST.
-- Authorization: ALTER_CONFIGS on the topic (TOPIC_AUTHORIZATION_FAILED) or, for a broker, on
-  the cluster (CLUSTER_AUTHORIZATION_FAILED); nothing changes.
+- Group resources (type 32, KIP-848/KIP-932): a group's overrides of Kafka 4.4's group configs
+  (share.auto.offset.reset, consumer.session.timeout.ms, ...), whether or not the group exists,
+  stored durably and cluster-wide; the group's whole resulting set is checked as Kafka's
+  GroupConfig.validate does: an unknown name, a bad value, a value outside the broker's
+  group.*.min/max bounds, a session timeout not above the heartbeat interval: INVALID_CONFIG
+  with Kafka's messages, nothing changed. DELETE of a name not set changes nothing;
+  APPEND/SUBTRACT: INVALID_CONFIG ("Can't APPEND to key X because its type is not LIST.");
+  the empty name: INVALID_REQUEST ("Default group resources are not allowed."). A consumer
+  group's changed session timeout and heartbeat interval apply from its next heartbeat.
+- Authorization: ALTER_CONFIGS on the topic (TOPIC_AUTHORIZATION_FAILED), on the group
+  (GROUP_AUTHORIZATION_FAILED) or, for a broker, on the cluster
+  (CLUSTER_AUTHORIZATION_FAILED); nothing changes.
 Version notes: v1 flexible.
 """
 
@@ -34,6 +44,7 @@ from lockgate.handlers.configs import (
     APPEND,
     BROKER,
     DELETE,
+    GROUP,
     SET,
     SUBTRACT,
     TOPIC,
@@ -67,13 +78,17 @@ async def _alter(ctx: RequestContext, resource: Any, validate_only: bool) -> Non
     )
     if denied is not None:
         raise denied
-    if resource.resource_type not in (TOPIC, BROKER):
+    if resource.resource_type not in (TOPIC, BROKER, GROUP):
         raise KafkaProtocolError(
             ErrorCode.invalid_request,
             f"resource type {resource.resource_type} is not supported",
         )
     _check_request(resource)
     name = resource.resource_name
+    if resource.resource_type == GROUP:
+        changes = [(c.name, c.config_operation, c.value) for c in resource.configs]
+        await ctx.services.group_configs.alter(name, changes=changes, validate_only=validate_only)
+        return
     if resource.resource_type == BROKER:
         dynamic = ctx.services.dynamic_configs
         target = broker_target(name)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from lockgate.cluster.membership import Membership
     from lockgate.config.dynamic import DynamicBrokerConfigs
+    from lockgate.config.group_configs import GroupConfigs
     from lockgate.config.properties import BrokerConfig
     from lockgate.coordinator.group.service import GroupCoordinator
     from lockgate.coordinator.locator import CoordinatorLocator
@@ -69,6 +70,7 @@ class Services:
     node_id: int
     config: BrokerConfig
     dynamic_configs: DynamicBrokerConfigs
+    group_configs: GroupConfigs  # ConfigResource GROUP: the groups' overrides
     storage: StorageEngine  # DescribeLogDirs reports on it
     topics: TopicManager  # the partitions this broker hosts
     admin: TopicAdmin  # creates, deletes and grows topics

@@ -16,6 +16,7 @@ from lockgate.cluster.local import LocalMetadataStore
 from lockgate.cluster.membership import ClusterMembership, Membership
 from lockgate.cluster.metadata import BrokerRegistration, Endpoint
 from lockgate.config.dynamic import open_dynamic_configs
+from lockgate.config.group_configs import open_group_configs
 from lockgate.config.properties import BrokerConfig
 from lockgate.coordinator.group.service import GroupCoordinator
 from lockgate.coordinator.locator import CoordinatorLocator
@@ -87,6 +88,10 @@ class Broker:
         self.store = LocalMetadataStore(self.storage, self.node_id)
         self.topics = TopicManager(self.storage, self.store, config, now_ms)
         self.dynamic_configs.listeners.append(self.topics.refresh_log_configs)
+        # the groups' own configs (ConfigResource GROUP), read before the groups load
+        self.group_configs = open_group_configs(
+            config, self.storage, config.get("lockgate.cluster")
+        )
         self.group_commit = GroupCommit(config.durable and self.storage.durable)
         self.heap = HeapKeeper()  # see server/heap.py: full collections walk only what is new
         # the metrics read the pieces built below at scrape time (and some of them feed it)
@@ -187,6 +192,7 @@ class Broker:
             on_loaded=lambda seconds: self.metrics.coordinator_loaded("group", seconds),
             snapshots=self.snapshots if self.cluster is None else None,
             timers=timers,
+            group_configs=self.group_configs,
         )
         self.coordinators = CoordinatorLocator(
             self.topics,
@@ -227,6 +233,7 @@ class Broker:
             node_id=self.node_id,
             config=config,
             dynamic_configs=self.dynamic_configs,
+            group_configs=self.group_configs,
             storage=self.storage,
             topics=self.topics,
             admin=self.admin,
@@ -338,6 +345,7 @@ class Broker:
         await self.quota_store.start()
         await self.credentials.start()
         await self.dynamic_configs.start()
+        await self.group_configs.start()
         if self.cluster is not None:
             await self._join_cluster()
             for server in self._servers:
@@ -481,6 +489,7 @@ class Broker:
         await self.quota_store.close()
         await self.credentials.close()
         await self.dynamic_configs.close()
+        await self.group_configs.close()
         if self.authorizer is not None:
             await self.authorizer.close()
         self.cleaner.stop()

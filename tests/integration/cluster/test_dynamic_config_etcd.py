@@ -1,6 +1,7 @@
 """Dynamic broker configs in cluster mode: two brokers' stores on one etcd namespace (a real
 3-member etcd); a change made through one is applied by the other from its watch, the cluster
-default for both and a per-broker value for its broker only."""
+default for both and a per-broker value for its broker only. Group configs likewise: a group's
+override set through one broker is what the other's consumer groups use."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from collections.abc import Callable
 import pytest
 
 from lockgate.config.dynamic import DYNAMIC_BROKER_CONFIG, open_dynamic_configs
+from lockgate.config.group_configs import SET, open_group_configs
 from lockgate.config.properties import BrokerConfig
 from lockgate.storage.memory import MemoryEngine
 from tests.support.etcd import EtcdCluster
@@ -42,6 +44,24 @@ async def test_a_change_through_one_broker_applies_on_the_other(etcd: EtcdCluste
         assert stores[1].resolve("message.max.bytes").source == DYNAMIC_BROKER_CONFIG
         await stores[1].alter("", {}, ["log.retention.ms"])
         await until(lambda: configs[0].values["log.retention.ms"] == str(7 * 24 * 3600 * 1000))
+    finally:
+        for store in stores:
+            await store.close()
+
+
+async def test_a_groups_configs_set_through_one_broker_apply_on_the_other(
+    etcd: EtcdCluster,
+) -> None:
+    url = f"etcd://{','.join(etcd.endpoints)}/{uuid.uuid4().hex[:8]}"
+    stores = [open_group_configs(BrokerConfig(), MemoryEngine(), url) for _ in range(2)]
+    for store in stores:
+        await store.start()
+    try:
+        await stores[0].alter("g", changes=[("consumer.heartbeat.interval.ms", SET, "7000")])
+        await until(lambda: stores[1].consumer_heartbeat_interval_ms("g") == 7000)
+        await stores[1].alter("g", replace={})
+        await until(lambda: stores[0].consumer_heartbeat_interval_ms("g") is None)
+        assert stores[0].groups == stores[1].groups == {}
     finally:
         for store in stores:
             await store.close()

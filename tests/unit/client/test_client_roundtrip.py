@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from lockgate.client import Admin, Consumer, Producer, TopicPartition, errors
-from lockgate.client.admin import ConfigSource, NewTopic
+from lockgate.client.admin import ConfigSource, NewTopic, ResourceType
 from lockgate.client.partitioner import partition_for_key
 from lockgate.client.sender import BATCH_RECORDS
 from lockgate.protocol.records import COMPRESSION_CODECS
@@ -63,6 +63,26 @@ async def test_admin_errors_are_named(memory_broker: Broker) -> None:
             await admin.delete_topics(["missing"])
         with pytest.raises(errors.UnknownTopicOrPartitionError):
             await admin.describe_configs("missing")
+
+
+async def test_admin_group_configs(memory_broker: Broker) -> None:
+    async with Admin(bootstrap(memory_broker), request_timeout_ms=10_000) as admin:
+        group = ResourceType.GROUP
+        await admin.alter_configs(
+            "queue", set_configs={"share.auto.offset.reset": "earliest"}, resource_type=group
+        )
+        configs = await admin.describe_configs("queue", group, include_synonyms=True)
+        reset = configs["share.auto.offset.reset"]
+        assert (reset.value, reset.source) == ("earliest", ConfigSource.GROUP_CONFIG)
+        assert [source for _, _, source in reset.synonyms] == [
+            ConfigSource.GROUP_CONFIG,
+            ConfigSource.DEFAULT_CONFIG,
+        ]
+        assert configs["share.isolation.level"].is_default
+        with pytest.raises(errors.InvalidConfigError):
+            await admin.alter_configs(
+                "queue", set_configs={"share.delivery.count.limit": "50"}, resource_type=group
+            )
 
 
 @pytest.mark.parametrize("compression", sorted(COMPRESSION_CODECS))

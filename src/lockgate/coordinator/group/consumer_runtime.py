@@ -5,15 +5,20 @@
 # Also mixed groups (Kafka 4's online migration): converting a classic group, serving its
 # classic members' JoinGroup/SyncGroup/Heartbeat/LeaveGroup, and converting it back.
 #
+# A group's own consumer.session.timeout.ms and consumer.heartbeat.interval.ms (ConfigResource
+# GROUP) win over the broker's, read at each heartbeat, so a change applies from the next one.
+#
 # Invariants: a consumer-protocol group is a classic Group container whose `consumer` is set
 # (the container keeps the committed offsets); the in-memory state changes synchronously with
 # the append of its records, so no other request sees a state that is not about to be logged.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import uuid
 from collections.abc import Callable
+from typing import Protocol
 
 from lockgate.config.properties import BrokerConfig, ConfigError
 from lockgate.coordinator import writes
@@ -59,6 +64,25 @@ CONSUMER_PROTOCOL_TYPE = "consumer"
 MIGRATION_POLICIES = ("bidirectional", "upgrade", "downgrade", "disabled")
 
 
+class GroupTimeouts(Protocol):
+    """A group's own session timeout and heartbeat interval (its group configs), None where
+    it has none."""
+
+    def consumer_session_timeout_ms(self, group: str) -> int | None: ...
+
+    def consumer_heartbeat_interval_ms(self, group: str) -> int | None: ...
+
+
+class _NoGroupTimeouts:
+    """No group has timeouts of its own: the broker's apply to all."""
+
+    def consumer_session_timeout_ms(self, group: str) -> int | None:
+        return None
+
+    def consumer_heartbeat_interval_ms(self, group: str) -> int | None:
+        return None
+
+
 class ConsumerProtocol:
     def __init__(
         self,
@@ -70,11 +94,13 @@ class ConsumerProtocol:
         classic: ClassicRuntime,
         clock: Callable[[], int],
         timers: Timers,
+        group_timeouts: GroupTimeouts | None = None,
     ) -> None:
         """`groups`: the coordinator's (a consumer-protocol group is a Group whose `consumer`
         is set); `unavailable`: NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS for a group;
         `classic`: runs the classic groups this converts from and to; `timers`: the port the
-        members' session and revocation timers are armed through."""
+        members' session and revocation timers are armed through; `group_timeouts`: the
+        groups' own timeouts (None: the broker's for all)."""
         self.topics = topics
         self.groups = groups
         self._unavailable = unavailable
@@ -82,6 +108,7 @@ class ConsumerProtocol:
         self.classic = classic
         self._clock = clock
         self._timers = timers
+        self._group_timeouts = group_timeouts or _NoGroupTimeouts()
         assignors = tuple(
             _assignor_name(name)
             for name in config.get("group.consumer.assignors").split(",")
@@ -125,12 +152,28 @@ class ConsumerProtocol:
     def topic_ids(self) -> dict[str, uuid.UUID]:
         return {name: r.topic_id for name, r in self.topics.topics.items()}
 
+    # -- a group's own settings ------------------------------------------------------------------
+
+    def group_config(self, group_id: str) -> ConsumerGroupConfig:
+        """The state machine's settings for one group: the broker's, with the group's own
+        heartbeat interval if it has one."""
+        interval = self._group_timeouts.consumer_heartbeat_interval_ms(group_id)
+        if interval is None:
+            return self.config
+        return dataclasses.replace(self.config, heartbeat_interval_ms=interval)
+
+    def session_timeout_for(self, group_id: str) -> int:
+        timeout = self._group_timeouts.consumer_session_timeout_ms(group_id)
+        return self.session_timeout_ms if timeout is None else timeout
+
     # -- heartbeat -------------------------------------------------------------------------------
 
     async def heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
+        config = self.group_config(request.group_id)
+
         def refused(code: ErrorCode) -> HeartbeatResponse:
             return HeartbeatResponse(
-                code, request.member_id, request.member_epoch, self.config.heartbeat_interval_ms
+                code, request.member_id, request.member_epoch, config.heartbeat_interval_ms
             )
 
         if request.group_id and (unavailable := self._unavailable(request.group_id)):
@@ -150,7 +193,7 @@ class ConsumerProtocol:
             container.consumer if container is not None else None,
             request,
             self.topic_counts(),
-            self.config,
+            config,
             self._clock(),
             other_protocol_group=classic and container is not None and bool(container.members),
         )
@@ -266,7 +309,7 @@ class ConsumerProtocol:
         timeout_ms = (
             member.classic.session_timeout_ms
             if member is not None and member.classic is not None
-            else self.session_timeout_ms
+            else self.session_timeout_for(container.group_id)
         )
         self.sessions[key] = Deadline(self._timers, self._clock, timeout_ms / 1000,
                                       self._session_expired, container, member_id)  # fmt: skip

@@ -22,7 +22,7 @@ from lockgate.coordinator.group import consumer_records
 from lockgate.coordinator.group.classic import Answer, JoinRequest, SyncRequest, restore_group
 from lockgate.coordinator.group.classic_runtime import ClassicRuntime
 from lockgate.coordinator.group.committed import partition_of
-from lockgate.coordinator.group.consumer_runtime import ConsumerProtocol
+from lockgate.coordinator.group.consumer_runtime import ConsumerProtocol, GroupTimeouts
 from lockgate.coordinator.group.group import Group, TopicPartition
 from lockgate.coordinator.group.offsets import Offsets, consumer_tombstones
 from lockgate.coordinator.group.records import (
@@ -75,12 +75,14 @@ class GroupCoordinator:
         on_loaded: Callable[[float], None],
         snapshots: runtime.Snapshots | None,
         timers: runtime.Timers,
+        group_configs: GroupTimeouts | None = None,
     ) -> None:
         """`topics` holds __consumer_offsets (created here on a single node) and answers which
         topics exist; `write` appends a batch as the partition's leader; `on_loaded` is told
         how long a partition took to load; `snapshots` follows the loaded partitions on a
         single node (None in a cluster: snapshots are a single node's, for now); `timers`
-        is the root's timers port, the members' sessions and rebalances are armed through."""
+        is the root's timers port, the members' sessions and rebalances are armed through;
+        `group_configs` the groups' own settings (ConfigResource GROUP; None: the broker's)."""
         self.topics = topics
         self._clock = clock
         # the partitions of __consumer_offsets coordinated here, their loads and epochs
@@ -108,7 +110,15 @@ class GroupCoordinator:
         )
         # the consumer group protocol (KIP-848)
         self.consumer = ConsumerProtocol(
-            config, topics, self.groups, self.unavailable, self._append, self.classic, clock, timers
+            config,
+            topics,
+            self.groups,
+            self.unavailable,
+            self._append,
+            self.classic,
+            clock,
+            timers,
+            group_configs,
         )
         self.offsets = Offsets(
             self.groups,

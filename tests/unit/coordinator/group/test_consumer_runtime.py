@@ -4,7 +4,9 @@ epochs (OffsetCommit, OffsetFetch, TxnOffsetCommit), and its coexistence with cl
 
 from __future__ import annotations
 
+import asyncio
 import struct
+import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -301,3 +303,26 @@ async def test_assignors_may_be_configured_by_kafkas_class_names(engine: MemoryE
         assert broker.groups.consumer.config.assignors == ("range", "uniform")
     finally:
         await broker.stop()
+
+
+async def test_a_groups_own_timeouts_apply_from_its_next_heartbeat(broker: Broker) -> None:
+    """consumer.heartbeat.interval.ms and consumer.session.timeout.ms set on the group (its
+    group configs) win over the broker's for that group alone, as in Kafka 4.4."""
+    configs = broker.group_configs
+    await configs.alter("patient", changes=[("consumer.session.timeout.ms", 0, "30000")])
+    assert (await beat(broker, "m1", 0, join=True)).heartbeat_interval_ms == 100
+    patient = await beat(broker, "p1", 0, join=True, group="patient")
+    assert patient.heartbeat_interval_ms == 100  # the broker's: only the session is the group's
+    await configs.alter("patient", changes=[("consumer.heartbeat.interval.ms", 0, "250")])
+    again = await beat(broker, "p1", patient.member_epoch, {}, group="patient")
+    assert again.error == ErrorCode.none and again.heartbeat_interval_ms == 250
+    last_beat = time.monotonic()
+    # the broker's 400 ms session ends m1's; p1's lasts the group's 30 s, so it is still
+    # there well past 400 ms after its last heartbeat
+    await wait_until(lambda: broker.groups.consumer.sessions_expired >= 1, timeout=3)
+    await asyncio.sleep(max(0.0, last_beat + 1.0 - time.monotonic()))
+    group = broker.groups.groups[GROUP].consumer
+    assert group is not None and not group.members
+    patient_group = broker.groups.groups["patient"].consumer
+    assert patient_group is not None and set(patient_group.members) == {"p1"}
+    assert broker.groups.consumer.sessions_expired == 1
