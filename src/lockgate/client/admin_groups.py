@@ -2,18 +2,23 @@
 # (every broker), describe with each member's assignment (ConsumerGroupDescribe for KIP-848
 # groups, with target assignments and epochs; DescribeGroups for classic ones), committed
 # offsets, altering offsets of a group without members, deleting groups and a group's offsets.
-# Requests go to the group's coordinator, found through Cluster.find_coordinator.
+# Requests go to the group's coordinator, found through Cluster.find_coordinator, and are sent
+# again while it is loading or has moved (at_coordinator).
 #
 # Functions take a Cluster; Admin (admin.py) exposes them as methods.
 from __future__ import annotations
 
+import asyncio
+import functools
+import itertools
+import logging
 import struct
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from lockgate.client.cluster import Cluster, TopicPartition
+from lockgate.client.cluster import COORDINATOR_PENDING, Cluster, TopicPartition
 from lockgate.client.connection import BrokerConnection
 from lockgate.client.errors import (
     ErrorCode,
@@ -24,6 +29,9 @@ from lockgate.client.errors import (
 )
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.frame import MalformedFrame
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 GROUP_KEY_TYPE = 0
 CONSUMER_PROTOCOL = "consumer"
@@ -92,6 +100,33 @@ def decode_assignment(data: bytes) -> tuple[TopicPartition, ...]:
 async def coordinator(cluster: Cluster, group_id: str) -> tuple[int, BrokerConnection]:
     node_id = await cluster.find_coordinator(GROUP_KEY_TYPE, group_id)
     return node_id, await cluster.connection(node_id)
+
+
+# answers after which the request is sent again to the coordinator found anew, as Kafka's Admin
+# does: the coordinator is loading the group's partition, or is no longer (or not yet) it
+_COORDINATOR_MOVING = COORDINATOR_PENDING | {ErrorCode.not_coordinator}
+
+
+async def at_coordinator(
+    cluster: Cluster, group_id: str, send: Callable[[BrokerConnection], Awaitable[T]]
+) -> T:
+    """`send` to the group's coordinator; while it raises COORDINATOR_LOAD_IN_PROGRESS,
+    COORDINATOR_NOT_AVAILABLE or NOT_COORDINATOR (a new offsets topic loading, a coordinator
+    that moved), the coordinator is found and asked again with backoff, for up to
+    request_timeout_ms; then, or for any other error, the error is raised."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + cluster.request_timeout_ms / 1000
+    for attempt in itertools.count():
+        _node, connection = await coordinator(cluster, group_id)
+        try:
+            return await send(connection)
+        except KafkaError as exc:
+            pause = cluster.backoff_s(attempt)
+            if exc.code not in _COORDINATOR_MOVING or loop.time() + pause > deadline:
+                raise
+            log.debug("group %r: %s; asking its coordinator again", group_id, exc)
+            await asyncio.sleep(pause)
+    raise AssertionError("itertools.count() does not end")
 
 
 async def list_groups(cluster: Cluster, *, states: Collection[str] = ()) -> list[GroupListing]:
@@ -225,7 +260,14 @@ async def list_group_offsets(
 ) -> dict[TopicPartition, int]:
     """The group's committed offsets (the next offset to read). `require_stable` waits for
     pending transactional commits (KIP-447): UNSTABLE_OFFSET_COMMIT while one is open."""
-    _node, connection = await coordinator(cluster, group_id)
+    return await at_coordinator(
+        cluster, group_id, lambda connection: _fetch_offsets(connection, group_id, require_stable)
+    )
+
+
+async def _fetch_offsets(
+    connection: BrokerConnection, group_id: str, require_stable: bool
+) -> dict[TopicPartition, int]:
     version = connection.version_for(ApiKey.OFFSET_FETCH, max_version=LAST_OFFSET_FETCH_WITH_NAMES)
     answer = await connection.request(
         ApiKey.OFFSET_FETCH,
@@ -256,11 +298,21 @@ async def alter_group_offsets(
 ) -> None:
     """Commits offsets for a group without members (a "simple" commit: generation -1); a group
     with members answers UNKNOWN_MEMBER_ID or ILLEGAL_GENERATION."""
-    _node, connection = await coordinator(cluster, group_id)
     topics: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for tp, offset in sorted(offsets.items()):
         topics[tp.topic].append((tp.partition, offset))
     topic_ids = {topic: (await cluster.topic(topic)).topic_id for topic in topics}  # v10 wants ids
+    await at_coordinator(
+        cluster, group_id, lambda connection: _commit(connection, group_id, topics, topic_ids)
+    )
+
+
+async def _commit(
+    connection: BrokerConnection,
+    group_id: str,
+    topics: Mapping[str, list[tuple[int, int]]],
+    topic_ids: Mapping[str, Any],
+) -> None:
     answer = await connection.request(
         ApiKey.OFFSET_COMMIT,
         {
@@ -297,10 +349,13 @@ async def alter_group_offsets(
 async def delete_groups(cluster: Cluster, group_ids: Iterable[str]) -> None:
     """Deletes empty groups with their offsets; NON_EMPTY_GROUP while members remain."""
     for group_id in dict.fromkeys(group_ids):
-        _node, connection = await coordinator(cluster, group_id)
-        answer = await connection.request(ApiKey.DELETE_GROUPS, {"groups_names": [group_id]})
-        for result in answer.results:
-            raise_for(result.error_code, None, f"group {result.group_id}")
+        await at_coordinator(cluster, group_id, functools.partial(_delete_group, group_id=group_id))
+
+
+async def _delete_group(connection: BrokerConnection, group_id: str) -> None:
+    answer = await connection.request(ApiKey.DELETE_GROUPS, {"groups_names": [group_id]})
+    for result in answer.results:
+        raise_for(result.error_code, None, f"group {result.group_id}")
 
 
 async def delete_group_offsets(
@@ -318,10 +373,17 @@ async def delete_group_offsets_by_partition(
 ) -> dict[TopicPartition, KafkaError | None]:
     """OffsetDelete with each partition's outcome (None: deleted), for tools that report them
     all; a group-level error (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP...) is raised."""
-    _node, connection = await coordinator(cluster, group_id)
     topics: dict[str, list[int]] = defaultdict(list)
     for tp in dict.fromkeys(partitions):
         topics[tp.topic].append(tp.partition)
+    return await at_coordinator(
+        cluster, group_id, lambda connection: _delete_offsets(connection, group_id, topics)
+    )
+
+
+async def _delete_offsets(
+    connection: BrokerConnection, group_id: str, topics: Mapping[str, list[int]]
+) -> dict[TopicPartition, KafkaError | None]:
     answer = await connection.request(
         ApiKey.OFFSET_DELETE,
         {
