@@ -32,6 +32,7 @@ from lockgate.handlers.services import Services
 from lockgate.log.append_order import AppendOrder
 from lockgate.log.cleaner import MAP_ENTRY_BYTES, LogCleaner
 from lockgate.log.clock import now_ms
+from lockgate.log.steps import run_yielding
 from lockgate.replication.fetcher import FetchSettings
 from lockgate.replication.group_commit import GroupCommit
 from lockgate.replication.manager import NO_FOLLOWERS, ReplicaManager
@@ -57,7 +58,6 @@ from lockgate.topics.internal import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_T
 log = logging.getLogger(__name__)
 
 CLEAN_SHUTDOWN_MARK = "clean-shutdown"
-OPEN_PER_ROUND = 16  # partition logs opened at start per turn of the event loop (~1 ms each)
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
 STREAM_LIMIT = 1 << 20
 
@@ -379,11 +379,10 @@ class Broker:
         self.started.set()
 
     async def _open_partitions(self) -> None:
-        """Opens the logs of the partitions registered at start, a few at a time between the
+        """Opens the logs of the partitions registered at start, in steps of 10 ms between the
         requests (which open the ones they need at once)."""
-        started, count = time.monotonic(), self.topics.pending
-        while self.topics.open_some(OPEN_PER_ROUND):
-            await asyncio.sleep(0)
+        started = time.monotonic()
+        count = await run_yielding(self.topics.opening())
         if count:
             log.info("%d partition logs opened in %.2fs", count, time.monotonic() - started)
             self.heap.settle()

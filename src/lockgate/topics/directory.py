@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 import re
 import uuid
@@ -66,16 +65,16 @@ class TopicManager:
         self.topics: dict[str, TopicRecord] = {}
         self.by_id: dict[uuid.UUID, TopicRecord] = {}
         self.partitions: dict[tuple[str, int], Partition] = {}  # those open
-        # registered and led at start, opened by open_some or on first use: key -> leader epoch
+        # registered and led at start, opened by `opening` or on first use: key -> leader epoch
         self._pending: dict[tuple[str, int], int] = {}
         self._log_configs: dict[str, LogConfig] = {}
         self._busy: set[str] = set()  # topics whose partitions are being created or deleted
         self.clean_start = False  # the broker's last stop was a clean shutdown
-        self.step_s = STEP_S  # what creating or deleting a topic holds the event loop for
+        self.step_s = STEP_S  # what opening, creating or deleting partitions holds the loop for
 
     def load(self, clean: bool = False) -> None:
         """Registers every partition and leads it at once, in the epoch after the last one its
-        checkpoint holds; its log opens later, in open_some's background rounds or at its first
+        checkpoint holds; its log opens later, in `opening`'s background steps or at its first
         use (get), so that a broker with thousands of partitions serves within a second of its
         start. `clean`: the broker's last stop was a clean shutdown."""
         self.clean_start = clean
@@ -114,12 +113,17 @@ class TopicManager:
         clean-shutdown mark written now would vouch for them."""
         return not self.clean_start and bool(self._pending)
 
-    def open_some(self, count: int) -> int:
-        """Opens up to `count` pending partitions; how many it opened."""
-        keys = list(itertools.islice(self._pending, count))
-        for key in keys:
-            self._open_pending(key)
-        return len(keys)
+    def opening(self) -> Steps[int]:
+        """Opens the pending partitions in steps of `step_s` (first uses open others
+        meanwhile); how many it opened."""
+        pace = Pace(self.step_s)
+        opened = 0
+        for key in list(self._pending):
+            if key in self._pending:  # (not opened by its first use meanwhile)
+                self._open_pending(key)
+                opened += 1
+                yield from pace.pause()
+        return opened
 
     def _open_pending(self, key: tuple[str, int]) -> Partition:
         epoch = self._pending.pop(key)

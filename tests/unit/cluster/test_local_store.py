@@ -137,7 +137,7 @@ def test_every_open_partition_is_led_by_this_node_at_its_logs_epoch() -> None:
 
 def test_a_start_leads_every_partition_at_once_and_opens_the_logs_later() -> None:
     """Registered and led in the epoch after their checkpoints' last before any log opens
-    (a broker with thousands of partitions serves at once); each log opens in open_some's
+    (a broker with thousands of partitions serves at once); each log opens in `opening`'s
     rounds or at its first use, in the epoch announced; a pending topic can be deleted."""
     engine = MemoryEngine()
     config = BrokerConfig({"node.id": str(NODE)})
@@ -158,7 +158,7 @@ def test_a_start_leads_every_partition_at_once_and_opens_the_logs_later() -> Non
     topics.remove(run(topics.deleting("gone"))[1])
     assert topics.pending == 2
     assert not any(name.startswith("gone-") for name in engine.list_dir(""))
-    assert topics.open_some(10) == 2 and topics.pending == 0
+    assert run(topics.opening()) == 2 and topics.pending == 0
     assert not topics.unverified
     assert all(getattr(topics.get("orders", i), "leader_epoch", -1) == 1 for i in range(3))
     # nothing was appended in epoch 1, so no partition wrote it: the next start's term keeps
