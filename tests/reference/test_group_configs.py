@@ -200,7 +200,7 @@ async def raw_answers(bootstrap: str) -> list[Any]:
             answer = (await connection.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, body)).responses[0]
             return int(answer.error_code), answer.error_message or None
 
-        async def overrides(name: str) -> Any:
+        async def described(name: str) -> Any:
             resource = {"resource_type": GROUP_CONFIG_TYPE, "resource_name": name,
                         "configuration_keys": None}  # fmt: skip
             body = {"resources": [resource], "include_synonyms": True,
@@ -211,6 +211,19 @@ async def raw_answers(bootstrap: str) -> list[Any]:
                 result.error_message or None,
                 sorted((c.name, c.value) for c in result.configs if c.config_source == 8),
             )
+
+        async def overrides(name: str) -> Any:
+            """What a describe shows once two reads 100 ms apart agree: Kafka answers an alter
+            once its controller committed it, and its broker's metadata image may show the
+            change a moment later (lockgate's describe reads what the alter wrote)."""
+            seen = await described(name)
+            for _ in range(50):
+                await asyncio.sleep(0.1)
+                again = await described(name)
+                if again == seen:
+                    return seen
+                seen = again
+            return seen
 
         return [
             await overrides(""),
