@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from lockgate.config.properties import BROKER_DEFAULTS, TOPIC_CONFIGS, BrokerConfig, ConfigError
 from lockgate.config.properties import check_value as check_topic_value
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
-from lockgate.storage.documents import Document, EtcdDocument, LocalDocument, parse_cluster_url
+from lockgate.storage.documents import Document, open_document
 from lockgate.storage.engine import StorageEngine
 
 BROKER_CONFIGS_FILE = "broker-configs.json"
@@ -171,10 +171,5 @@ def open_dynamic_configs(
 ) -> DynamicBrokerConfigs:
     """The cluster's document when lockgate.cluster names one, else the single node's (read
     at once, so topics load with the dynamic values)."""
-    document: Document
-    if cluster_url:
-        endpoints, namespace = parse_cluster_url(cluster_url)
-        document = EtcdDocument(endpoints, namespace, "broker-configs", watch=True)
-    else:
-        document = LocalDocument(storage, BROKER_CONFIGS_FILE)
+    document = open_document(storage, cluster_url, "broker-configs", BROKER_CONFIGS_FILE)
     return DynamicBrokerConfigs(config, node_id, document)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from lockgate.config.properties import BROKER_DEFAULTS, BrokerConfig, ConfigError, TopicConfigSpec
 from lockgate.config.properties import check_value as check_typed_value
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
-from lockgate.storage.documents import Document, EtcdDocument, LocalDocument, parse_cluster_url
+from lockgate.storage.documents import Document, open_document
 from lockgate.storage.engine import StorageEngine
 
 GROUP_CONFIGS_FILE = "group-configs.json"
@@ -592,10 +592,5 @@ def open_group_configs(
 ) -> GroupConfigs:
     """The cluster's document when lockgate.cluster names one, else the single node's (read
     at once, so the groups load with their configs)."""
-    document: Document
-    if cluster_url:
-        endpoints, namespace = parse_cluster_url(cluster_url)
-        document = EtcdDocument(endpoints, namespace, "group-configs", watch=True)
-    else:
-        document = LocalDocument(storage, GROUP_CONFIGS_FILE)
+    document = open_document(storage, cluster_url, "group-configs", GROUP_CONFIGS_FILE)
     return GroupConfigs(config, document)

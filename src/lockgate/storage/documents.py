@@ -195,3 +195,12 @@ class EtcdDocument(_Seen):
                 self._take(new, int(response.header.revision))
                 return new
         raise TimeoutError(f"{self.key.decode()} changed by others {CAS_ATTEMPTS} times in a row")
+
+
+def open_document(storage: StorageEngine, cluster_url: str, key: str, path: str) -> Document:
+    """The cluster's etcd key `key` (watched) when lockgate.cluster names one, else the
+    single node's file `path` of the storage engine (read at once)."""
+    if cluster_url:
+        endpoints, namespace = parse_cluster_url(cluster_url)
+        return EtcdDocument(endpoints, namespace, key, watch=True)
+    return LocalDocument(storage, path)
