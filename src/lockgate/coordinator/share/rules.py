@@ -58,9 +58,7 @@ NEGATIVE_STATE_EPOCH = "The state epoch cannot be a negative number."
 WRITE_UNINITIALIZED = "Write operation on uninitialized share partition not allowed."
 READ_UNINITIALIZED = "Read operation on uninitialized share partition not allowed."
 FENCED_LEADER_EPOCH = "The leader epoch in the request is older than the epoch on the broker."
-FENCED_STATE_EPOCH = (
-    "The coordinator rejected the request because the state epoch did not match."
-)
+FENCED_STATE_EPOCH = "The coordinator rejected the request because the state epoch did not match."
 UNKNOWN_TOPIC_OR_PARTITION = "This server does not host this topic-partition."
 
 
@@ -169,16 +167,13 @@ class ShareStates:
 
     def forget(self, index: int, belongs: Callable[[ShareKey], bool]) -> int:
         """Forgets the share partitions of state partition `index` (an unload); how many."""
-        gone = [key for key in self.offsets if belongs(key)]
-        for key in gone:
-            for each in (self.offsets, self.leader_epochs, self.state_epochs, self.updates):
-                each.pop(key, None)
-        for each_map in (self.leader_epochs, self.state_epochs, self.updates):
-            for key in [k for k in each_map if belongs(k)]:
-                del each_map[key]
+        gone = sum(1 for key in self.offsets if belongs(key))
+        for each in (self.offsets, self.leader_epochs, self.state_epochs, self.updates):
+            for key in [k for k in each if belongs(k)]:
+                del each[key]
         self.snapshot_offsets.pop(index, None)
         self.ends.pop(index, None)
-        return len(gone)
+        return gone
 
     def redundant_below(self, index: int) -> int | None:
         """The offset below which every record of state partition `index` is redundant: the
@@ -394,17 +389,13 @@ class ShareStates:
         states = [(key, self.offsets[key]) for key in keys if key in self.offsets]
         if all(state.create_timestamp != state.write_timestamp for _, state in states):
             return []
-        return [
-            (
-                encode_key(SNAPSHOT, key),
-                encode_snapshot(
-                    replace(state, snapshot_epoch=state.snapshot_epoch + 1,
-                            write_timestamp=now_ms).snapshot()  # fmt: skip
-                ),
-            )
-            for key, state in states
-            if now_ms - state.write_timestamp >= interval_ms
-        ]
+        records: list[Record] = []
+        for key, state in states:
+            if now_ms - state.write_timestamp >= interval_ms:
+                fresh = replace(state, snapshot_epoch=state.snapshot_epoch + 1,
+                                write_timestamp=now_ms)  # fmt: skip
+                records.append((encode_key(SNAPSHOT, key), encode_snapshot(fresh.snapshot())))
+        return records
 
 
 def share_key(group_id: str, topic_id: uuid.UUID | None, partition: int) -> ShareKey | None:
