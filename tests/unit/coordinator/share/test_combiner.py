@@ -4,6 +4,8 @@ batches covering it), and the shape of its answer (sorted, disjoint, coalesced).
 
 from __future__ import annotations
 
+import itertools
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -71,7 +73,7 @@ def test_combiner_matches_the_per_offset_model(
     assert covered == _model(held + new, start)
     # sorted and disjoint; adjacent ranges differ in (state, count) (more than one input only:
     # a single batch is passed through as it is)
-    for before, after in zip(merged, merged[1:], strict=False):
+    for before, after in itertools.pairwise(merged):
         assert before.last_offset < after.first_offset
         if before.last_offset + 1 == after.first_offset:
             assert (before.delivery_state, before.delivery_count) != (
