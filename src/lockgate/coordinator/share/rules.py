@@ -389,13 +389,18 @@ class ShareStates:
         states = [(key, self.offsets[key]) for key in keys if key in self.offsets]
         if all(state.create_timestamp != state.write_timestamp for _, state in states):
             return []
-        records: list[Record] = []
-        for key, state in states:
-            if now_ms - state.write_timestamp >= interval_ms:
-                fresh = replace(state, snapshot_epoch=state.snapshot_epoch + 1,
-                                write_timestamp=now_ms)  # fmt: skip
-                records.append((encode_key(SNAPSHOT, key), encode_snapshot(fresh.snapshot())))
-        return records
+        return [
+            record for key, _ in states for record in self.cold_snapshot(key, interval_ms, now_ms)
+        ]
+
+    def cold_snapshot(self, key: ShareKey, interval_ms: int, now_ms: int) -> tuple[Record, ...]:
+        """A fresh ShareSnapshot of one share partition if it was not snapshotted for
+        `interval_ms` (next snapshot epoch, write timestamp now)."""
+        state = self.offsets.get(key)
+        if state is None or now_ms - state.write_timestamp < interval_ms:
+            return ()
+        fresh = replace(state, snapshot_epoch=state.snapshot_epoch + 1, write_timestamp=now_ms)
+        return ((encode_key(SNAPSHOT, key), encode_snapshot(fresh.snapshot())),)
 
 
 def share_key(group_id: str, topic_id: uuid.UUID | None, partition: int) -> ShareKey | None:
