@@ -84,40 +84,96 @@ def one(answer: Any) -> dict[str, Any]:
 
 
 async def initialize(broker: Broker, state_epoch: int = 1, start: int = 0, p: int = 0) -> Any:
-    return one(await call(broker, INIT, 0, {"group_id": "g", "topics": [{
-        "topic_id": topic_id(broker),
-        "partitions": [{"partition": p, "state_epoch": state_epoch, "start_offset": start}],
-    }]}))  # fmt: skip
+    return one(
+        await call(
+            broker,
+            INIT,
+            0,
+            {
+                "group_id": "g",
+                "topics": [
+                    {
+                        "topic_id": topic_id(broker),
+                        "partitions": [
+                            {"partition": p, "state_epoch": state_epoch, "start_offset": start}
+                        ],
+                    }
+                ],
+            },
+        )
+    )
 
 
 async def read(broker: Broker, leader_epoch: int = 1, p: int = 0) -> Any:
-    return one(await call(broker, READ, 0, {"group_id": "g", "topics": [{
-        "topic_id": topic_id(broker),
-        "partitions": [{"partition": p, "leader_epoch": leader_epoch}],
-    }]}))  # fmt: skip
+    return one(
+        await call(
+            broker,
+            READ,
+            0,
+            {
+                "group_id": "g",
+                "topics": [
+                    {
+                        "topic_id": topic_id(broker),
+                        "partitions": [{"partition": p, "leader_epoch": leader_epoch}],
+                    }
+                ],
+            },
+        )
+    )
 
 
 async def write(
-    broker: Broker, batches: list[tuple[int, int, int, int]], start: int = 0,
-    leader_epoch: int = 1, state_epoch: int = 1, complete: int = -1, version: int = 1,
-) -> Any:  # fmt: skip
+    broker: Broker,
+    batches: list[tuple[int, int, int, int]],
+    start: int = 0,
+    leader_epoch: int = 1,
+    state_epoch: int = 1,
+    complete: int = -1,
+    version: int = 1,
+) -> Any:
     partition: dict[str, Any] = {
-        "partition": 0, "state_epoch": state_epoch, "leader_epoch": leader_epoch,
+        "partition": 0,
+        "state_epoch": state_epoch,
+        "leader_epoch": leader_epoch,
         "start_offset": start,
         "state_batches": [
             {"first_offset": f, "last_offset": last, "delivery_state": s, "delivery_count": c}
             for f, last, s, c in batches
         ],
-    }  # fmt: skip
+    }
     if version >= 1:
         partition["delivery_complete_count"] = complete
-    return one(await call(broker, WRITE, version, {"group_id": "g", "topics": [{
-        "topic_id": topic_id(broker), "partitions": [partition]}]}))  # fmt: skip
+    return one(
+        await call(
+            broker,
+            WRITE,
+            version,
+            {
+                "group_id": "g",
+                "topics": [{"topic_id": topic_id(broker), "partitions": [partition]}],
+            },
+        )
+    )
 
 
 async def summary(broker: Broker, version: int = 1) -> Any:
-    return one(await call(broker, SUMMARY, version, {"group_id": "g", "topics": [{
-        "topic_id": topic_id(broker), "partitions": [{"partition": 0, "leader_epoch": 0}]}]}))  # fmt: skip
+    return one(
+        await call(
+            broker,
+            SUMMARY,
+            version,
+            {
+                "group_id": "g",
+                "topics": [
+                    {
+                        "topic_id": topic_id(broker),
+                        "partitions": [{"partition": 0, "leader_epoch": 0}],
+                    }
+                ],
+            },
+        )
+    )
 
 
 def batches(answer: Any) -> list[tuple[int, int, int, int]]:
@@ -139,14 +195,37 @@ async def test_initialize_write_read_summary_delete(broker: Broker) -> None:
     assert batches(answer) == [(12, 14, 2, 1), (15, 24, 0, 2)]
     described = await summary(broker)
     assert (described["start_offset"], described["leader_epoch"], described["state_epoch"]) == (
-        12, 1, 3,
-    )  # fmt: skip
-    v0 = await call(broker, SUMMARY, 0, {"group_id": "g", "topics": [{
-        "topic_id": topic_id(broker), "partitions": [{"partition": 0, "leader_epoch": 0}]}]})  # fmt: skip
+        12,
+        1,
+        3,
+    )
+    v0 = await call(
+        broker,
+        SUMMARY,
+        0,
+        {
+            "group_id": "g",
+            "topics": [
+                {"topic_id": topic_id(broker), "partitions": [{"partition": 0, "leader_epoch": 0}]}
+            ],
+        },
+    )
     built = build(response_class(SUMMARY, 0), v0)
     assert not hasattr(built.results[0].partitions[0], "delivery_complete_count")
-    assert one(await call(broker, DELETE, 0, {"group_id": "g", "topics": [{
-        "topic_id": topic_id(broker), "partitions": [{"partition": 0}]}]}))["error_code"] == 0  # fmt: skip
+    assert (
+        one(
+            await call(
+                broker,
+                DELETE,
+                0,
+                {
+                    "group_id": "g",
+                    "topics": [{"topic_id": topic_id(broker), "partitions": [{"partition": 0}]}],
+                },
+            )
+        )["error_code"]
+        == 0
+    )
     assert (await summary(broker))["start_offset"] == -1
     assert (await read(broker))["error_code"] == ErrorCode.invalid_request
 
@@ -167,21 +246,36 @@ async def test_metadata_and_request_errors(broker: Broker) -> None:
     assert (await initialize(broker, p=2))["error_code"] == ErrorCode.unknown_topic_or_partition
     assert (await initialize(broker, p=-1))["error_code"] == ErrorCode.invalid_request
     assert (await initialize(broker, state_epoch=-1))["error_code"] == ErrorCode.invalid_request
-    unknown = await call(broker, SUMMARY, 1, {"group_id": "g", "topics": [{
-        "topic_id": uuid.uuid4(), "partitions": [{"partition": 0, "leader_epoch": 0}]}]})  # fmt: skip
+    unknown = await call(
+        broker,
+        SUMMARY,
+        1,
+        {
+            "group_id": "g",
+            "topics": [
+                {"topic_id": uuid.uuid4(), "partitions": [{"partition": 0, "leader_epoch": 0}]}
+            ],
+        },
+    )
     assert one(unknown)["error_code"] == ErrorCode.unknown_topic_or_partition
     # no topics, a topic with no partitions, an empty group id: an empty answer
     assert await call(broker, READ, 0, {"group_id": "g", "topics": []}) == {"results": []}
     no_partitions = {"group_id": "g", "topics": [{"topic_id": topic_id(broker), "partitions": []}]}
     assert await call(broker, DELETE, 0, no_partitions) == {"results": []}
-    no_group = {"group_id": "", "topics": [{"topic_id": topic_id(broker),
-                                            "partitions": [{"partition": 0}]}]}  # fmt: skip
+    no_group = {
+        "group_id": "",
+        "topics": [{"topic_id": topic_id(broker), "partitions": [{"partition": 0}]}],
+    }
     assert await call(broker, DELETE, 0, no_group) == {"results": []}
 
 
 async def test_cluster_action_is_required(broker: Broker) -> None:
-    body = {"group_id": "g", "topics": [{"topic_id": topic_id(broker),
-                                         "partitions": [{"partition": 0}, {"partition": 1}]}]}  # fmt: skip
+    body = {
+        "group_id": "g",
+        "topics": [
+            {"topic_id": topic_id(broker), "partitions": [{"partition": 0}, {"partition": 1}]}
+        ],
+    }
     answer = await call(broker, DELETE, 0, body, session=ALICE)
     codes = [p["error_code"] for p in answer["results"][0]["partitions"]]
     assert codes == [ErrorCode.cluster_authorization_failed] * 2
@@ -196,7 +290,9 @@ async def test_loading_and_not_coordinating(broker: Broker) -> None:
 
 
 async def find(broker: Broker, key: str, version: int = 6, session: Session = ADMIN) -> Any:
-    body = {"key_type": 2, "coordinator_keys": [key]} if version >= 4 else {"key_type": 2, "key": key}
+    body = (
+        {"key_type": 2, "coordinator_keys": [key]} if version >= 4 else {"key_type": 2, "key": key}
+    )
     answer = await call(broker, ApiKey.FIND_COORDINATOR, version, body, session)
     return answer["coordinators"][0] if version >= 4 else answer
 
@@ -220,7 +316,7 @@ async def test_a_restart_loads_the_same_state_and_pruning_changes_nothing(
     await read(broker, leader_epoch=4)
     before = (await read(broker, leader_epoch=4), await summary(broker))
     moved = broker.shares.prune()
-    (index, start), = moved.items()  # fmt: skip
+    ((index, start),) = moved.items()
     log = broker.topics.get(SHARE_GROUP_STATE_TOPIC, index)
     assert log is not None and log.log_start_offset == start > 0
     await broker.stop()
