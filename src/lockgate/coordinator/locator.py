@@ -5,7 +5,9 @@
 # topic, as Kafka does, once as many brokers are registered as its replication factor asks
 # for; until then, and while a partition has no leader, the answer is
 # COORDINATOR_NOT_AVAILABLE, which clients retry. A transactional id's coordinator is found
-# the same way in __transaction_state.
+# the same way in __transaction_state, and a share partition's share coordinator (key type 2,
+# "groupId:topicId:partition", coordinator/share/routing.py) in __share_group_state, which is
+# created with Kafka's topic configs for it (not compacted: pruned).
 from __future__ import annotations
 
 import asyncio
@@ -16,15 +18,21 @@ from typing import Protocol
 from lockgate.cluster.membership import Membership
 from lockgate.cluster.metadata import BrokerRegistration, TopicRecord
 from lockgate.config.properties import BrokerConfig
+from lockgate.coordinator.share.topic import topic_configs
 from lockgate.coordinator.txn.log import partition_for
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.topics.admin import TopicCreator
-from lockgate.topics.internal import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
+from lockgate.topics.internal import (
+    CONSUMER_OFFSETS_TOPIC,
+    SHARE_GROUP_STATE_TOPIC,
+    TRANSACTION_STATE_TOPIC,
+)
 
 log = logging.getLogger(__name__)
 
 GROUP = 0
 TRANSACTION = 1
+SHARE = 2
 
 
 # key type → (internal topic, its partition-count, replication-factor and min-ISR keys)
@@ -40,6 +48,12 @@ _TOPICS = {
         "transaction.state.log.num.partitions",
         "transaction.state.log.replication.factor",
         "transaction.state.log.min.isr",
+    ),
+    SHARE: (
+        SHARE_GROUP_STATE_TOPIC,
+        "share.coordinator.state.topic.num.partitions",
+        "share.coordinator.state.topic.replication.factor",
+        "share.coordinator.state.topic.min.isr",
     ),
 }
 
@@ -66,6 +80,8 @@ class CoordinatorLocator:
         self._creating: dict[str, asyncio.Task[None]] = {}
 
     def locate(self, key_type: int, key: str) -> BrokerRegistration | ErrorCode:
+        """The coordinator of `key`; for a SHARE key the caller has checked its form
+        (routing.parse_coordinator_key) and passes its normal form (routing.coordinator_key)."""
         if key_type not in _TOPICS:
             return ErrorCode.invalid_request
         topic = _TOPICS[key_type][0]
@@ -86,6 +102,8 @@ class CoordinatorLocator:
         topic, partitions_key, factor_key, min_isr_key = _TOPICS[key_type]
         config = self.config
         configs = {} if min_isr_key is None else {"min.insync.replicas": config.get(min_isr_key)}
+        if key_type == SHARE:
+            configs = topic_configs(config)
         try:
             await self.admin.create(
                 topic,

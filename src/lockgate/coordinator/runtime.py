@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -194,13 +194,15 @@ class CoordinatorRuntime:
         snapshots: Snapshots | None,
         timers: Timers,
         voice: Voice,
+        topic_configs: Mapping[str, str] | None = None,
     ) -> None:
         """`topic` is the internal topic, held in `topics` (created here on a single node);
         `shard` the coordinator's logic; `write` appends a batch as the partition's leader;
         `on_loaded` is told how long a partition took to load; `snapshots` follows the loaded
         partitions on a single node (None in a cluster: snapshots are a single node's, for
         now); `timers` is the port the coordinator's logic arms timers through; `voice` how
-        its lines are logged."""
+        its lines are logged; `topic_configs` the topic's configs where it is created here
+        (None: the internal topics' compacted defaults)."""
         self.topic = topic
         self.topics = topics
         self.num_partitions = num_partitions
@@ -211,6 +213,7 @@ class CoordinatorRuntime:
         self._on_loaded = on_loaded
         self._snapshots = snapshots
         self._voice = voice
+        self._topic_configs = dict(topic_configs or {})
         # partitions coordinated here → coordinator epoch (the partition's leader epoch):
         # every partition on a single node, those led here in a cluster
         self.owned: dict[int, int] = {}
@@ -266,7 +269,7 @@ class CoordinatorRuntime:
         """A single node: creates the topic if needed and coordinates every partition."""
         topics = self.topics
         if self.topic not in topics.topics:
-            topics.create(self.topic, self.num_partitions, 1, {}, internal=True)
+            topics.create(self.topic, self.num_partitions, 1, self._topic_configs, internal=True)
         self.num_partitions = topics.topics[self.topic].partitions
         for index in range(self.num_partitions):
             self.owned[index] = self.partition_at(index).leader_epoch

@@ -16,6 +16,8 @@ if TYPE_CHECKING:
     from lockgate.config.properties import BrokerConfig
     from lockgate.coordinator.group.service import GroupCoordinator
     from lockgate.coordinator.locator import CoordinatorLocator
+    from lockgate.coordinator.share.persister import Persister
+    from lockgate.coordinator.share.service import ShareCoordinator
     from lockgate.coordinator.txn.coordinator import TransactionCoordinator
     from lockgate.coordinator.txn.verifier import TxnVerifier
     from lockgate.handlers.fetch_sessions import FetchSessionCache
@@ -92,3 +94,6 @@ class Services:
     produce_creates_topics: bool
     followers: Followers
     verifier: TxnVerifier  # asks other brokers' txn coordinators (none on a single node)
+    shares: ShareCoordinator  # the share coordinator (share-state APIs 83-87)
+    # the share-partition state of any share partition, wherever it is coordinated (KIP-932)
+    share_persister: Persister

@@ -8,6 +8,7 @@ import contextlib
 import functools
 import logging
 import time
+import uuid
 
 from lockgate.client.security import ClientSecurity
 from lockgate.cluster.controller_service import ControllerService
@@ -21,6 +22,8 @@ from lockgate.config.properties import BrokerConfig
 from lockgate.coordinator.group.service import GroupCoordinator
 from lockgate.coordinator.locator import CoordinatorLocator
 from lockgate.coordinator.runtime import LoopTimers
+from lockgate.coordinator.share.persister import InProcessPersister
+from lockgate.coordinator.share.service import ShareCoordinator
 from lockgate.coordinator.snapshots import Snapshotter
 from lockgate.coordinator.txn.coordinator import TransactionCoordinator
 from lockgate.coordinator.txn.markers import MarkerSender
@@ -53,7 +56,11 @@ from lockgate.storage.disk import open_disk_engine
 from lockgate.storage.engine import StorageEngine
 from lockgate.topics.admin import ClusterTopicAdmin, LocalTopicAdmin, TopicAdmin
 from lockgate.topics.directory import TopicManager
-from lockgate.topics.internal import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
+from lockgate.topics.internal import (
+    CONSUMER_OFFSETS_TOPIC,
+    SHARE_GROUP_STATE_TOPIC,
+    TRANSACTION_STATE_TOPIC,
+)
 
 log = logging.getLogger(__name__)
 
@@ -194,6 +201,16 @@ class Broker:
             timers=timers,
             group_configs=self.group_configs,
         )
+        # the share coordinator (KIP-932): share partitions' durable state
+        self.shares = ShareCoordinator(
+            config,
+            topics=self.topics,
+            write=lambda partition, batch: self.writer.write(partition, batch, internal=True),
+            clock=now_ms,
+            on_loaded=lambda seconds: self.metrics.coordinator_loaded("share", seconds),
+            timers=timers,
+            partition_count=self._partition_count,
+        )
         self.coordinators = CoordinatorLocator(
             self.topics,
             self.membership,
@@ -254,11 +271,17 @@ class Broker:
             and self.cluster is None,
             followers=self.replicas if self.replicas is not None else NO_FOLLOWERS,
             verifier=self.verifier,
+            shares=self.shares,
+            share_persister=InProcessPersister(self.shares),
         )
 
     @property
     def cluster_id(self) -> str:
         return self.cluster.cluster_id if self.cluster is not None else self.store.cluster_id
+
+    def _partition_count(self, topic_id: uuid.UUID) -> int | None:
+        record = self.topics.by_id.get(topic_id)
+        return None if record is None else record.partitions
 
     def _unclean_election(self, topic: str) -> bool:
         return topic in self.topics.topics and self.topics.log_config(topic).unclean_leader_election
@@ -405,6 +428,8 @@ class Broker:
             self.transactions.runtime.on_leadership(index, epoch)
         elif topic == CONSUMER_OFFSETS_TOPIC:
             self.groups.runtime.on_leadership(index, epoch)
+        elif topic == SHARE_GROUP_STATE_TOPIC:
+            self.shares.runtime.on_leadership(index, epoch)
 
     async def _leave_cluster(self) -> None:
         """A controlled shutdown: stop leading and fetching, then give the lease back, so
@@ -433,6 +458,7 @@ class Broker:
     def _ensure_internal_topics(self) -> None:
         self.transactions.runtime.ensure_topic()
         self.groups.runtime.ensure_topic()
+        self.shares.runtime.ensure_topic()
 
     async def _transaction_loops(self) -> None:
         """Loads the coordinators' logs after the listener is up (requests meanwhile get
@@ -442,6 +468,8 @@ class Broker:
         if self.cluster is None:  # (a cluster broker loads partitions as it comes to lead them)
             await self.transactions.runtime.load()
             await self.groups.runtime.load()
+            await self.shares.runtime.load()
+        self.shares.start()  # its cold snapshots and pruning
         if self.config.flag("log.cleaner.enable"):  # after the loads, not competing with them
             self._cleaner_task = asyncio.create_task(self.cleaner.run())
         abort_every = self.config.integer(
@@ -497,6 +525,7 @@ class Broker:
             self._cleaner_task.cancel()
         for task in self._tasks:
             task.cancel()
+        self.shares.stop()
         for connection in list(self.connections):
             connection.stop_reading()
         deadline = time.monotonic() + 30

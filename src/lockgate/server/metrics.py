@@ -54,7 +54,7 @@ log = logging.getLogger(__name__)
 
 OPEN_STATES = (TxnState.ONGOING, TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
 # Coordinator kinds whose load (replay of their internal partition) is timed.
-COORDINATOR_KINDS = ("group", "transaction")
+COORDINATOR_KINDS = ("group", "transaction", "share")
 
 
 def api_name(api_key: int) -> str:
@@ -195,7 +195,7 @@ class BrokerMetrics:
             self.closed[listener] = self.closed.get(listener, 0) + 1
 
     def coordinator_loaded(self, kind: str, seconds: float) -> None:
-        """One internal partition replayed by a coordinator (`kind`: group, transaction)."""
+        """One internal partition replayed by a coordinator (`kind`: group, transaction, share)."""
         if self.enabled:
             self.loads[kind].observe(seconds)
 

@@ -30,7 +30,7 @@ from lockgate.log.partition import EPOCH_CHECKPOINT, Partition, partition_dir
 from lockgate.log.steps import STEP_S, Pace, Steps, run
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.storage.engine import StorageEngine
-from lockgate.topics.internal import CONSUMER_OFFSETS_TOPIC
+from lockgate.topics.internal import CONSUMER_OFFSETS_TOPIC, SHARE_GROUP_STATE_TOPIC
 
 log = logging.getLogger(__name__)
 
@@ -160,6 +160,12 @@ class TopicManager:
         config = self.config.log_config(configs)
         if not record.internal:
             return config
+        if record.name == SHARE_GROUP_STATE_TOPIC:
+            # Kafka's: deleted, never compacted, kept forever; the share coordinator deletes
+            # the records below those still needed (DeleteRecords)
+            segment_bytes = self.config.integer("share.coordinator.state.topic.segment.bytes")
+            return replace(config, delete_policy=True, compact=False, retention_ms=-1,
+                           retention_bytes=-1, segment_bytes=segment_bytes)  # fmt: skip
         # compacted, never trimmed, with Kafka's smaller segments so that cleaning can start
         segment_bytes = self.config.integer(
             "offsets.topic.segment.bytes"

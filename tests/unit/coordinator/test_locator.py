@@ -154,7 +154,7 @@ async def test_a_single_node_coordinates_every_key_itself(key_type: int) -> None
 @pytest.mark.parametrize("cluster", [False, True])
 async def test_an_unknown_key_type_is_an_invalid_request(cluster: bool) -> None:
     locate = locator(StandIn()) if cluster else await single_node()
-    assert locate.locate(2, GROUP_ID) == ErrorCode.invalid_request
+    assert locate.locate(3, GROUP_ID)  # (2 is SHARE since KIP-932) == ErrorCode.invalid_request
 
 
 async def test_the_first_lookup_creates_the_offsets_topic_once() -> None:

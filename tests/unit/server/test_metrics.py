@@ -128,7 +128,11 @@ def test_connections_loads_and_isr_changes(broker: Broker) -> None:
     # open connections are counted from the broker's set: none in this test
     assert samples(broker, "lockgate_connections") == {(("listener", "PLAINTEXT"),): 0}
     loads = samples(broker, "lockgate_coordinator_load_seconds")
-    assert loads == {(("coordinator", "group"),): 0, (("coordinator", "transaction"),): 1}
+    assert loads == {
+        (("coordinator", "group"),): 0,
+        (("coordinator", "transaction"),): 1,
+        (("coordinator", "share"),): 0,
+    }
     assert samples(broker, "lockgate_isr_shrinks") == {(): 1}
     assert samples(broker, "lockgate_isr_expands") == {(): 1}
     assert samples(broker, "lockgate_under_replicated_partitions") == {(): 0}
