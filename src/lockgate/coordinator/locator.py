@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
-from typing import Protocol
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any, Protocol
 
 from lockgate.cluster.membership import Membership
 from lockgate.cluster.metadata import BrokerRegistration, TopicRecord
@@ -72,8 +72,12 @@ class CoordinatorLocator:
         view: Membership,
         admin: TopicCreator,
         config: BrokerConfig,
+        opens: Mapping[int, Callable[[], Coroutine[Any, Any, None]]] | None = None,
     ) -> None:
+        """`opens`: key types whose topic a coordinator of this broker makes itself on first
+        use (a single node's share coordinator) rather than `admin`."""
         self.topics = topics
+        self.opens = dict(opens or {})
         self.view = view
         self.admin = admin
         self.config = config
@@ -89,14 +93,21 @@ class CoordinatorLocator:
         if record is None:
             creating = self._creating.get(topic)
             if creating is None or creating.done():
+                opens = self.opens.get(key_type)
                 self._creating[topic] = asyncio.get_running_loop().create_task(
-                    self._create(key_type)
+                    self._create(key_type) if opens is None else self._open(topic, opens())
                 )
             return ErrorCode.coordinator_not_available
         state = self.view.partition(topic, partition_for(key, record.partitions))
         leader = None if state is None else state.leader
         registration = next((b for b in self.view.brokers() if b.node_id == leader), None)
         return ErrorCode.coordinator_not_available if registration is None else registration
+
+    async def _open(self, topic: str, opening: Coroutine[Any, Any, None]) -> None:
+        try:
+            await opening
+        except (OSError, KafkaProtocolError) as exc:
+            log.warning("cannot make %s yet (its coordinators are not available): %s", topic, exc)
 
     async def _create(self, key_type: int) -> None:
         topic, partitions_key, factor_key, min_isr_key = _TOPICS[key_type]

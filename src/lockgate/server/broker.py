@@ -20,7 +20,7 @@ from lockgate.config.dynamic import open_dynamic_configs
 from lockgate.config.group_configs import open_group_configs
 from lockgate.config.properties import BrokerConfig
 from lockgate.coordinator.group.service import GroupCoordinator
-from lockgate.coordinator.locator import CoordinatorLocator
+from lockgate.coordinator.locator import SHARE, CoordinatorLocator
 from lockgate.coordinator.runtime import LoopTimers
 from lockgate.coordinator.share.persister import InProcessPersister
 from lockgate.coordinator.share.service import ShareCoordinator
@@ -210,12 +210,14 @@ class Broker:
             on_loaded=lambda seconds: self.metrics.coordinator_loaded("share", seconds),
             timers=timers,
             partition_count=self._partition_count,
+            single_node=self.cluster is None,
         )
         self.coordinators = CoordinatorLocator(
             self.topics,
             self.membership,
             self.admin,
             config,
+            opens={SHARE: self.shares.open} if self.cluster is None else None,
         )
         # None unless authorizer.class.name is set: then every handler checks ACLs
         self.authorizer = Authorizer.from_config(config, self.storage)
@@ -458,7 +460,7 @@ class Broker:
     def _ensure_internal_topics(self) -> None:
         self.transactions.runtime.ensure_topic()
         self.groups.runtime.ensure_topic()
-        self.shares.runtime.ensure_topic()
+        self.shares.open_existing()  # (else made on first use)
 
     async def _transaction_loops(self) -> None:
         """Loads the coordinators' logs after the listener is up (requests meanwhile get
@@ -468,7 +470,8 @@ class Broker:
         if self.cluster is None:  # (a cluster broker loads partitions as it comes to lead them)
             await self.transactions.runtime.load()
             await self.groups.runtime.load()
-            await self.shares.runtime.load()
+            if self.shares.runtime.owned:  # (an earlier run made __share_group_state)
+                await self.shares.runtime.load()
         self.shares.start()  # its cold snapshots and pruning
         if self.config.flag("log.cleaner.enable"):  # after the loads, not competing with them
             self._cleaner_task = asyncio.create_task(self.cleaner.run())

@@ -5,6 +5,7 @@ and through pruning."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -282,6 +283,7 @@ async def test_cluster_action_is_required(broker: Broker) -> None:
 
 
 async def test_loading_and_not_coordinating(broker: Broker) -> None:
+    await broker.shares.open()
     key_partition = broker.shares.runtime.partition_for(f"g:{topic_id_string(topic_id(broker))}:0")
     broker.shares.runtime.loaded_partitions.discard(key_partition)
     assert (await initialize(broker))["error_code"] == ErrorCode.coordinator_load_in_progress
@@ -299,12 +301,27 @@ async def find(broker: Broker, key: str, version: int = 6, session: Session = AD
 
 async def test_find_coordinator_share_keys(broker: Broker) -> None:
     key = f"g:{topic_id_string(topic_id(broker))}:0"
+    # the first lookup makes the topic (as Kafka's does): not available until it is
+    assert SHARE_GROUP_STATE_TOPIC not in broker.topics.topics
+    assert (await find(broker, key))["error_code"] == ErrorCode.coordinator_not_available
+    await broker.coordinators._creating[SHARE_GROUP_STATE_TOPIC]
+    assert broker.topics.topics[SHARE_GROUP_STATE_TOPIC].partitions == 3
     assert (await find(broker, key))["node_id"] == broker.node_id
     assert (await find(broker, key, version=5))["error_code"] == ErrorCode.invalid_request
     assert (await find(broker, "g:nonsense:0"))["error_code"] == ErrorCode.invalid_request
     assert (await find(broker, key, session=ALICE))["error_code"] == (
         ErrorCode.cluster_authorization_failed
     )
+
+
+async def test_the_first_share_state_call_makes_the_topic(broker: Broker) -> None:
+    assert SHARE_GROUP_STATE_TOPIC not in broker.topics.topics
+    first, second = await asyncio.gather(initialize(broker), read(broker, leader_epoch=0))
+    assert first["error_code"] == ErrorCode.none
+    assert broker.topics.topics[SHARE_GROUP_STATE_TOPIC].partitions == 3
+    assert broker.shares.runtime.loaded
+    # a read queued behind the opening, then behind the initialize of the same partition
+    assert second["error_code"] == ErrorCode.none
 
 
 async def test_a_restart_loads_the_same_state_and_pruning_changes_nothing(

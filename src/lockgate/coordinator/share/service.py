@@ -36,6 +36,7 @@ from lockgate.coordinator.share.results import ReadResult, StateResult, SummaryR
 from lockgate.coordinator.share.routing import coordinator_key
 from lockgate.coordinator.share.rules import Outcome, Record, ShareStates, share_key
 from lockgate.coordinator.share.topic import topic_configs
+from lockgate.log.steps import run_yielding
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.protocol.records import BatchHeader, Decoded, build_batch
 from lockgate.topics.directory import TopicManager
@@ -64,10 +65,13 @@ class ShareCoordinator:
         on_loaded: Callable[[float], None],
         timers: runtime.Timers,
         partition_count: Callable[[uuid.UUID], int | None],
+        single_node: bool,
     ) -> None:
-        """`topics` holds __share_group_state (created here on a single node); `write`
-        appends a batch as the partition's leader; `partition_count` is the partition count
-        of a topic id (None: no such topic), the metadata every request is checked against."""
+        """`topics` holds __share_group_state (created here on first use on a single node);
+        `write` appends a batch as the partition's leader; `partition_count` is the partition
+        count of a topic id (None: no such topic), the metadata every request is checked
+        against."""
+        self._single_node = single_node
         self._clock = clock
         self._partition_count = partition_count
         self.states = ShareStates(
@@ -90,9 +94,47 @@ class ShareCoordinator:
             voice=runtime.Voice(log, "share", "share partitions", logging.DEBUG, logging.INFO),
             topic_configs=topic_configs(config),
         )
+        self._config = config
+        self._topics = topics
         # share partition → how many operations on it are running or waiting, and its lock
         self._locks: dict[ShareKey, tuple[int, asyncio.Lock]] = {}
         self._jobs: list[runtime.Timer] = []
+        self._opening: asyncio.Task[None] | None = None  # a single node's first use
+
+    # -- a single node: the topic on first use -----------------------------------------------
+
+    def open_existing(self) -> bool:
+        """A single node's start: coordinates the topic if an earlier run created it (then
+        the caller loads it); otherwise it is made on first use (`open`)."""
+        if SHARE_GROUP_STATE_TOPIC not in self._topics.topics:
+            return False
+        self.runtime.ensure_topic()
+        return True
+
+    async def open(self) -> None:
+        """A single node: creates the topic on the first lookup or share-state call (as
+        Kafka does; most brokers never serve a share group) and coordinates it, the event
+        loop served between the partitions' files; callers meanwhile wait for the same
+        opening. In a cluster the topic comes from the locator and leadership."""
+        if self.runtime.owned:
+            return
+        failed = (
+            self._opening is not None
+            and self._opening.done()
+            and (self._opening.cancelled() or self._opening.exception() is not None)
+        )
+        if self._opening is None or failed:  # (a failed opening is tried again)
+            self._opening = asyncio.get_running_loop().create_task(self._create())
+        await asyncio.shield(self._opening)
+
+    async def _create(self) -> None:
+        if SHARE_GROUP_STATE_TOPIC not in self._topics.topics:
+            partitions = self._config.integer("share.coordinator.state.topic.num.partitions")
+            steps = self._topics.creating(SHARE_GROUP_STATE_TOPIC, partitions, 1,
+                                          topic_configs(self._config), internal=True)  # fmt: skip
+            await run_yielding(steps)
+        self.runtime.ensure_topic()
+        await self.runtime.load()
 
     # -- the shard -------------------------------------------------------------------------------
 
@@ -193,6 +235,8 @@ class ShareCoordinator:
         partition is loaded here; appends what the rule returns and answers once durable."""
         if key is None:  # a null topic id: the rule's INVALID_REQUEST, no state involved
             return rule(self._clock()).answer
+        if self._single_node:
+            await self.open()
         count, lock = self._locks.get(key) or (0, asyncio.Lock())
         self._locks[key] = (count + 1, lock)
         try:

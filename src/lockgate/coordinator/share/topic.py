@@ -1,7 +1,8 @@
 # __share_group_state's topic configs, as Kafka's share coordinator creates the topic: deleted,
 # never compacted, kept forever (retention.ms=-1); the share coordinator itself deletes the
-# records below those still needed (service.py). A single node creates it at start, a cluster
-# on the first FindCoordinator SHARE lookup (locator.py).
+# records below those still needed (service.py). Both create it on first use, as Kafka does: a
+# single node's share coordinator on the first lookup or share-state call (service.py), a
+# cluster on the first FindCoordinator SHARE lookup (locator.py).
 from __future__ import annotations
 
 from lockgate.config.properties import BrokerConfig
