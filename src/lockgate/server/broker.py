@@ -16,13 +16,14 @@ from lockgate.cluster.etcd import EtcdMetadataStore
 from lockgate.cluster.local import LocalMetadataStore
 from lockgate.cluster.membership import ClusterMembership, Membership
 from lockgate.cluster.metadata import BrokerRegistration, Endpoint
+from lockgate.cluster.peers import PeerConnections
 from lockgate.config.dynamic import open_dynamic_configs
 from lockgate.config.group_configs import open_group_configs
 from lockgate.config.properties import BrokerConfig
 from lockgate.coordinator.group.service import GroupCoordinator
 from lockgate.coordinator.locator import SHARE, CoordinatorLocator
 from lockgate.coordinator.runtime import LoopTimers
-from lockgate.coordinator.share.persister import InProcessPersister
+from lockgate.coordinator.share.routed import RoutedPersister
 from lockgate.coordinator.share.service import ShareCoordinator
 from lockgate.coordinator.snapshots import Snapshotter
 from lockgate.coordinator.txn.coordinator import TransactionCoordinator
@@ -63,6 +64,9 @@ from lockgate.topics.internal import (
 )
 
 log = logging.getLogger(__name__)
+
+# a share-state request to another broker's share coordinator (it answers once durable)
+SHARE_STATE_TIMEOUT_MS = 30_000
 
 CLEAN_SHUTDOWN_MARK = "clean-shutdown"
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
@@ -219,6 +223,17 @@ class Broker:
             config,
             opens={SHARE: self.shares.open} if self.cluster is None else None,
         )
+        # share partitions' state at their share coordinator, here or on another broker
+        self.share_persister = RoutedPersister(
+            self.shares,
+            self.node_id,
+            locate=lambda key: self.coordinators.locate(SHARE, key),
+            peers=None
+            if self.cluster is None
+            else PeerConnections(self.membership, self.inter_broker_security,
+                                 f"lockgate-share-{self.node_id}", SHARE_STATE_TIMEOUT_MS),
+            timeout_ms=config.integer("share.coordinator.write.timeout.ms"),
+        )  # fmt: skip
         # None unless authorizer.class.name is set: then every handler checks ACLs
         self.authorizer = Authorizer.from_config(config, self.storage)
         # client quotas: the store is the truth, `quotas` enforces its latest table
@@ -274,7 +289,7 @@ class Broker:
             followers=self.replicas if self.replicas is not None else NO_FOLLOWERS,
             verifier=self.verifier,
             shares=self.shares,
-            share_persister=InProcessPersister(self.shares),
+            share_persister=self.share_persister,
         )
 
     @property
@@ -536,6 +551,7 @@ class Broker:
             await asyncio.sleep(0.01)
         await self.transactions.drain()
         await self.verifier.close()
+        await self.share_persister.close()
         await self.group_commit.drain()
         synced = self.group_commit.failure is None
         try:

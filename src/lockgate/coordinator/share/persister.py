@@ -16,17 +16,18 @@
 #   (acquisitions are never written) and the current start offset.
 #
 # Errors a caller must handle (per share partition):
-# - NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS / COORDINATOR_NOT_AVAILABLE: passing; retry
-#   (the leader maps them to COORDINATOR_NOT_AVAILABLE for its clients);
+# - NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS / COORDINATOR_NOT_AVAILABLE: passing, already
+#   retried by the engine until its timeout (the leader maps them to COORDINATOR_NOT_AVAILABLE
+#   for its clients, who retry);
 # - FENCED_LEADER_EPOCH / FENCED_STATE_EPOCH: this leader or group epoch is stale: drop the share
 #   partition (clients see NOT_LEADER_OR_FOLLOWER) and read again;
 # - INVALID_REQUEST: a read or write of a share partition never initialized, a negative epoch or
 #   partition, a null topic id; UNKNOWN_TOPIC_OR_PARTITION: not in the metadata.
 #
-# Engines: `InProcessPersister` calls the share coordinator on this broker (a single node
-# coordinates every share partition). In a cluster a key whose state partition another broker
-# leads gets NOT_COORDINATOR from it; the engine that sends InitializeShareGroupState ... (keys
-# 83-87) to that broker is to come. `coordinator_partition` says where a key's state lives.
+# Engines: the broker's is routed.py's `RoutedPersister`: each call at the share partition's
+# coordinator, this broker's in-process or another's over its share-state API (83-87), passing
+# answers retried until share.coordinator.write.timeout.ms (on a single node always in-process).
+# `coordinator_partition` says where a key's state lives.
 from __future__ import annotations
 
 import uuid
@@ -36,7 +37,6 @@ from typing import Protocol
 from lockgate.coordinator.share.records import ShareKey, StateBatch
 from lockgate.coordinator.share.results import ReadResult, StateResult, SummaryResult
 from lockgate.coordinator.share.routing import state_partition
-from lockgate.coordinator.share.service import ShareCoordinator
 
 
 class Persister(Protocol):
@@ -71,44 +71,6 @@ class Persister(Protocol):
     ) -> SummaryResult:
         """Start offset, delivery complete count and epochs (no state: -1, -1, 0, 0)."""
         ...
-
-
-class InProcessPersister:
-    """The persister of a broker whose share coordinator holds the state (a single node)."""
-
-    def __init__(self, coordinator: ShareCoordinator) -> None:
-        self._coordinator = coordinator
-
-    async def initialize(
-        self, group_id: str, topic_id: uuid.UUID, partition: int, state_epoch: int,
-        start_offset: int,
-    ) -> StateResult:  # fmt: skip
-        return await self._coordinator.initialize(
-            group_id, topic_id, partition, state_epoch, start_offset
-        )
-
-    async def read(
-        self, group_id: str, topic_id: uuid.UUID, partition: int, leader_epoch: int
-    ) -> ReadResult:
-        return await self._coordinator.read(group_id, topic_id, partition, leader_epoch)
-
-    async def write(
-        self, group_id: str, topic_id: uuid.UUID, partition: int, state_epoch: int,
-        leader_epoch: int, start_offset: int, delivery_complete_count: int,
-        state_batches: Sequence[StateBatch],
-    ) -> StateResult:  # fmt: skip
-        return await self._coordinator.write(
-            group_id, topic_id, partition, state_epoch, leader_epoch, start_offset,
-            delivery_complete_count, state_batches,
-        )  # fmt: skip
-
-    async def delete(self, group_id: str, topic_id: uuid.UUID, partition: int) -> StateResult:
-        return await self._coordinator.delete(group_id, topic_id, partition)
-
-    async def read_summary(
-        self, group_id: str, topic_id: uuid.UUID, partition: int, leader_epoch: int
-    ) -> SummaryResult:
-        return await self._coordinator.read_summary(group_id, topic_id, partition, leader_epoch)
 
 
 def coordinator_partition(
