@@ -131,3 +131,35 @@ def exactly_once_chain(binary: Path, bootstrap: str, protocol: str, replication:
                  group=name, protocol=protocol, workers=2, partitions=4,
                  replication=replication, records=2000, max_poll=100)  # fmt: skip
     check_exactly_once(result, records=2000)
+
+
+def check_share(result: Result, records: int, consumers: int) -> None:
+    """KIP-932's promises to share consumers: every record answered for good, once (accepted
+    once or rejected, never handed out after), each released record handed out again with a
+    higher delivery count, delivery counts that count the deliveries, no error; and the
+    protocol spoken was the share group's."""
+    assert result["ack_errors"] == [] and result["poll_errors"] == [], result
+    assert result["accepted"] + result["rejected"] == records, result
+    assert result["rejected"] == sum(1 for i in range(records) if i % 10 == 7), result
+    released = sum(1 for i in range(records) if i % 10 == 3)
+    assert result["redelivered"] == released and result["max_delivery_count"] == 2, result
+    assert result["accepted_twice"] == result["after_final"] == 0, result
+    assert result["wrong_delivery_count"] == 0, result
+    assert result["deliveries"] == records + released, result
+    assert sum(result["members"].values()) == result["deliveries"], result
+    assert len(result["members"]) <= consumers, result
+    requests = result["requests"]
+    assert requests.get("ShareGroupHeartbeat", 0) >= consumers, result
+    assert requests.get("ShareFetch", 0) >= 1, result
+
+
+def share_group_consumes(
+    binary: Path, bootstrap: str, topic: str, consumers: int, partitions: int = 1,
+    records: int = 200, replication: int = 1,
+) -> Result:  # fmt: skip
+    """`consumers` share consumers of one group read a topic of `partitions`."""
+    result = run(binary, "share", brokers=bootstrap, topic=topic, group=f"{topic}-share",
+                 consumers=consumers, partitions=partitions, records=records,
+                 replication=replication)  # fmt: skip
+    check_share(result, records, consumers)
+    return result

@@ -8,6 +8,7 @@
 //	franzcheck group -brokers HOST:PORT -topic T -group G -protocol classic|consumer [-records 600]
 //	franzcheck eos -brokers HOST:PORT -input I -output O -group G [-workers 2] [-records 2000]
 //	               [-max-poll 500] [-protocol classic|consumer] [-steps create,chain,fill,check]
+//	franzcheck share -brokers HOST:PORT -topic T -group G [-consumers 2] [-records 200]
 //
 // Every run creates its topics itself (-replication for a cluster), so the caller only gives
 // fresh names. -timeout bounds the whole run; -log-level shows franz-go's own log on stderr.
@@ -60,16 +61,17 @@ func (c *common) clientOptions(requests *requestCounter) []kgo.Opt {
 
 func main() {
 	if len(os.Args) < 2 {
-		fail(fmt.Errorf("usage: franzcheck produce-consume|group|eos [flags]"))
+		fail(fmt.Errorf("usage: franzcheck produce-consume|group|eos|share [flags]"))
 	}
 	modes := map[string]func(context.Context, []string) (any, error){
 		"produce-consume": runProduceConsume,
 		"group":           runGroup,
 		"eos":             runExactlyOnce,
+		"share":           runShare,
 	}
 	run, ok := modes[os.Args[1]]
 	if !ok {
-		fail(fmt.Errorf("unknown mode %q: produce-consume, group or eos", os.Args[1]))
+		fail(fmt.Errorf("unknown mode %q: produce-consume, group, eos or share", os.Args[1]))
 	}
 	result, err := run(context.Background(), os.Args[2:])
 	if err != nil {
