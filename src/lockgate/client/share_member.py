@@ -264,4 +264,3 @@ class ShareMember(MemberOffsets):
         self.member_epoch = JOIN_EPOCH
         self.assignment = frozenset()
         self._sent_topics = None
-
