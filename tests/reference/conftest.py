@@ -47,6 +47,9 @@ SHARE_GROUP_SETTINGS = {
     "group.share.min.heartbeat.interval.ms": "500",
     "group.share.heartbeat.interval.ms": "500",
     "group.share.assignment.interval.ms": "0",
+    # one partition for the share coordinator's state topic (50 by default): its creation on
+    # the first share group is most of that group's first assignment wait on a busy machine
+    "share.coordinator.state.topic.num.partitions": "1",
 }
 
 

@@ -108,7 +108,9 @@ def test_release_redelivers_reject_never_renew_keeps(share_broker: str) -> None:
                     outcome = await consumer.commit()
                     assert all(error is None for error in outcome.values()), outcome
             assert len(settled) == 10, deliveries
-            assert (await consumer.commit()) == {TopicPartition(topic, 0): None}
+            outcome = await consumer.commit()  # maybe nothing left: the last round committed
+            assert set(outcome) <= {TopicPartition(topic, 0)}
+            assert all(error is None for error in outcome.values()), outcome
             # rejected and accepted records never come back
             assert await consumer.poll(1500) == []
         by_offset: dict[int, list[int]] = {}

@@ -39,7 +39,15 @@ import org.apache.kafka.common.serialization.StringSerializer;
 public class ShareGroupChecks {
     static final int RECORDS = 30;
 
+    static final long START = System.currentTimeMillis();
+
+    // progress on stderr (the test shows it when the run fails)
+    static void phase(String name) {
+        System.err.println("phase " + name + " at " + (System.currentTimeMillis() - START) + " ms");
+    }
+
     public static void main(String[] args) throws Exception {
+        phase("start");
         String bootstrap = args[0];
         String topic = "jshare-" + args[1];
         String group = "jshare-group-" + args[1];
@@ -50,6 +58,7 @@ public class ShareGroupChecks {
                 new ConfigEntry("share.auto.offset.reset", "earliest"), AlterConfigOp.OpType.SET);
             admin.incrementalAlterConfigs(Map.of(resource, List.of(earliest))).all().get(60, TimeUnit.SECONDS);
         }
+        phase("topic and group config");
         Properties p = new Properties();
         p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
@@ -60,6 +69,7 @@ public class ShareGroupChecks {
                 producer.send(new ProducerRecord<>(topic, 0, "k" + i, "v" + i)).get(60, TimeUnit.SECONDS);
             }
         }
+        phase("produced");
         Properties c = new Properties();
         c.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         c.put(ConsumerConfig.GROUP_ID_CONFIG, group);
@@ -74,6 +84,7 @@ public class ShareGroupChecks {
             int polls = 0;
             while (settled.size() < RECORDS && System.currentTimeMillis() < deadline) {
                 ConsumerRecords<String, String> records = consumer.poll(Duration.ofMillis(1000));
+                phase("poll " + records.count());
                 for (ConsumerRecord<String, String> record : records) {
                     int count = record.deliveryCount().map(Short::intValue).orElse(-1);
                     System.out.println("{\"event\": \"delivered\", \"offset\": " + record.offset()
@@ -106,6 +117,7 @@ public class ShareGroupChecks {
             Optional<Integer> lock = consumer.acquisitionLockTimeoutMs();
             System.out.println("{\"event\": \"lock\", \"ms\": " + lock.orElse(-1) + "}");
         }
+        phase("closed");
         System.out.println("DONE");
     }
 
