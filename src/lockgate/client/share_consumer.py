@@ -21,12 +21,12 @@
 #   carried are kept for the next request (the broker applied none of them); a broken
 #   connection resets it too, and its acknowledgements are reported failed (their outcome is
 #   unknown, and the broker released the session's records when the connection closed).
-# - close(): final acknowledgements with epoch -1 (ShareAcknowledge, or ShareFetch -1 for a
-#   session with nothing to acknowledge), then the group is left (heartbeat epoch -1).
+# - close(): ShareAcknowledge with the final epoch -1 to every broker with a session (with the
+#   acknowledgements still owed, or none), then the group is left (heartbeat epoch -1), the
+#   order Kafka's client follows.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import logging
 import time
@@ -277,7 +277,7 @@ class ShareConsumer(ClusterClient):
             acks = self._take_pending(node)
             session = self._sessions.setdefault(node, ShareSession())
             epoch = FINAL_EPOCH if final and session.open else session.plan_acknowledge()
-            if not acks:
+            if not acks and epoch != FINAL_EPOCH:
                 return
             if epoch is None:
                 error = KafkaError(f"no share session with broker {node}: acknowledgements lost")
@@ -578,30 +578,11 @@ class ShareConsumer(ClusterClient):
             await super().close()
 
     async def _close_session(self, node: int) -> None:
-        if self._pending.get(node):
-            await self._acknowledge(node, {}, final=True)
+        """ShareAcknowledge with the final epoch (-1), with or without acknowledgements, as
+        Kafka's client closes: the broker applies them, then drops the session and releases
+        what this member still holds there."""
         session = self._sessions.get(node)
-        if session is None or not session.open:
-            return
-        async with self._node_lock(node):
-            with contextlib.suppress(KafkaError):
-                connection = await self.cluster.connection(node)
-                await connection.request(
-                    SHARE_FETCH,
-                    {
-                        "group_id": self.group_id,
-                        "member_id": self.member_id,
-                        "share_session_epoch": FINAL_EPOCH,
-                        "max_wait": 0,
-                        "min_bytes": 0,
-                        "max_bytes": self.fetch_max_bytes,
-                        "max_records": self.max_poll_records,
-                        "batch_size": self.max_poll_records,
-                        "share_acquire_mode": int(self.acquire_mode),
-                        "is_renew_ack": False,
-                        "topics": [],
-                        "forgotten_topics_data": [],
-                    },
-                    version=connection.version_for(SHARE_FETCH, min_version=FIRST_SHARE_VERSION),
-                )
-            session.reset()
+        if session is not None and session.open:
+            await self._acknowledge(node, {}, final=True)
+        elif self._pending.get(node):
+            await self._acknowledge(node, {})  # no session: reported lost

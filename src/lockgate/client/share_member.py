@@ -255,7 +255,8 @@ class ShareMember(MemberOffsets):
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         if self.member_epoch > JOIN_EPOCH:
-            body = share_heartbeat_body(self.group_id, self.member_id, LEAVE_EPOCH, None, None)
+            # an empty subscription with the leave, as Kafka's client sends it
+            body = share_heartbeat_body(self.group_id, self.member_id, LEAVE_EPOCH, (), None)
             with contextlib.suppress(KafkaError):
                 async with self._lock:
                     await self._request(
