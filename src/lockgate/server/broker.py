@@ -52,6 +52,7 @@ from lockgate.server.connection_limits import ConnectionLimits, RequestMemory
 from lockgate.server.heap import HeapKeeper
 from lockgate.server.inter_broker import inter_broker_security
 from lockgate.server.metrics import BrokerMetrics, ScrapeSources
+from lockgate.share.manager import ShareManager
 from lockgate.storage.disk import open_disk_engine
 from lockgate.storage.engine import StorageEngine
 from lockgate.topics.admin import ClusterTopicAdmin, LocalTopicAdmin, TopicAdmin
@@ -211,6 +212,10 @@ class Broker:
             timers=timers,
             partition_count=self._partition_count,
         )
+        # the share-partition leader (KIP-932): in-flight records of the share partitions led here
+        self.share_leader = ShareManager(
+            config, self.group_configs, InProcessPersister(self.shares), timers, now_ms
+        )
         self.coordinators = CoordinatorLocator(
             self.topics,
             self.membership,
@@ -272,7 +277,8 @@ class Broker:
             followers=self.replicas if self.replicas is not None else NO_FOLLOWERS,
             verifier=self.verifier,
             shares=self.shares,
-            share_persister=InProcessPersister(self.shares),
+            share_persister=self.share_leader.persister,
+            share_leader=self.share_leader,
         )
 
     @property
@@ -503,6 +509,7 @@ class Broker:
         finally:
             self.connections.discard(connection)
             self.connection_limits.release(address)
+            self.share_leader.connection_closed(connection.serial)
 
     async def stop(self) -> None:
         """Graceful: stop accepting, answer in-flight requests, flush, close the logs."""
@@ -526,6 +533,7 @@ class Broker:
         for task in self._tasks:
             task.cancel()
         self.shares.stop()
+        self.share_leader.stop()
         for connection in list(self.connections):
             connection.stop_reading()
         deadline = time.monotonic() + 30
