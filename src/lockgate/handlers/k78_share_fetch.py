@@ -23,8 +23,8 @@ Behaviour (KIP-932; the share-partition leader in share/, sessions in share/sess
   topic id UNKNOWN_TOPIC_ID; no READ on the topic TOPIC_AUTHORIZATION_FAILED; unknown partition
   UNKNOWN_TOPIC_OR_PARTITION; not the leader NOT_LEADER_OR_FOLLOWER; the share partition's
   load failing: the persister's error as clients see it (share/manager.py).
-- An incremental answer (epoch > 0) carries only partitions with records, an error or an
-  acknowledgement result; epoch 0 answers every partition.
+- An incremental answer (epoch > 0) carries only partitions with records, an error or
+  acknowledgements; epoch 0 answers every partition.
 - AcquisitionLockTimeoutMs: the group's share.record.lock.duration.ms.
 - Not checked, as Kafka: that the member belongs to the group or is assigned the partition.
 Version notes: v1 adds MaxRecords and BatchSize; v2 ShareAcquireMode and IsRenewAck.
@@ -289,6 +289,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
         shown = list(dict.fromkeys([*session.partitions, *entries]))
         for key in shown:
             entries.setdefault(key, _entry(key[1]))
-    else:
-        shown = [key for key, entry in entries.items() if _changed(entry)]
+    else:  # acknowledged partitions are answered too: the client completes their acks
+        acknowledged = {(o.topic_id, o.index) for o in outcomes}
+        shown = [k for k, entry in entries.items() if k in acknowledged or _changed(entry)]
     return _response(ctx, group, entries, shown)
