@@ -173,7 +173,7 @@ def acquired(answer: Any) -> list[tuple[int, int, int]]:
 
 def offsets_in(records: bytes) -> list[int]:
     """The offsets of the records of whole batches `records`."""
-    found = []
+    found: list[int] = []
     position = 0
     while position < len(records):
         header = parse_header(records, position)
@@ -220,7 +220,7 @@ async def test_acknowledge_errors_per_partition(broker: Broker) -> None:
     answer = await share_ack(broker, 1, [(0, 5, [ACCEPT])])
     assert partition_of(answer)["error_code"] == ErrorCode.invalid_request
     # out of order batches, a wrong type count, a bad type, RENEW without IsRenewAck
-    for bad, version in (
+    cases: list[tuple[list[tuple[int, int, list[int]]], int]] = [
         ([(1, 1, [ACCEPT]), (0, 0, [ACCEPT])], 2),
         ([(0, 1, [ACCEPT, ACCEPT, ACCEPT])], 2),
         ([(0, 1, [RENEW])], 1),
@@ -228,7 +228,8 @@ async def test_acknowledge_errors_per_partition(broker: Broker) -> None:
         ([(0, 1, [RENEW])], 2),
         ([(1, 0, [ACCEPT])], 2),
         ([(0, 1, [])], 2),
-    ):
+    ]
+    for bad, version in cases:
         epoch = broker.share_leader.sessions.get("g", "m1").epoch  # type: ignore[union-attr]
         answer = await share_ack(broker, epoch, bad, version=version)
         assert partition_of(answer)["error_code"] == ErrorCode.invalid_request, bad
