@@ -300,15 +300,19 @@ class SharePartition:
         `read_from`, the next fetch offset), at most `max_records` (batch_optimized: whole log
         batches, so possibly more), new ones only under the in-flight limit. Cached AVAILABLE
         offsets the read skipped (gone from the log) and aborted transactions' records
-        (`aborted`, read_committed) are archived; control records stay in acquired ranges."""
+        (`aborted`, read_committed) are archived; control records stay in acquired ranges.
+        Records delivered often already are handed out in ever fewer numbers (a poison record
+        ends up alone: _delivery_cap)."""
         deadline = now_ms + limits.record_lock_duration_ms
         room = limits.max_record_locks - self.in_flight_count()
         taken: list[tuple[int, int, bool]] = []  # (offset, delivery count, cut after it)
         archived: dict[int, RecordState] = {}
         count = 0
+        cap = max_records  # lowered by records delivered often already
+        exact = mode == RECORD_LIMIT  # the cap holds exactly, not at batch boundaries
         cursor = self.next_fetch_offset() if read_from is None else read_from
         for log_batch in log_batches:
-            if count >= max_records:
+            if count >= cap:
                 break
             cursor = self._archive_gap(cursor, log_batch.first_offset, archived)
             cursor = max(cursor, log_batch.last_offset + 1)
@@ -327,7 +331,10 @@ class SharePartition:
                     record.state = RecordState.ARCHIVED
                     archived[offset] = RecordState.ARCHIVED
                     continue
-                if mode == RECORD_LIMIT and count >= max_records:
+                throttled = _delivery_cap(record.delivery_count, limits, max_records)
+                if throttled is not None:
+                    cap, exact = min(cap, throttled), True
+                if exact and count >= cap:
                     break
                 self._take(record, member, deadline)
                 taken.append((offset, record.delivery_count, False))
@@ -335,8 +342,8 @@ class SharePartition:
             # records new to the cache: the whole log batch is cached
             new_first = max(first, self.last_cached + 1)
             if new_first <= log_batch.last_offset:
-                if room <= 0:
-                    break  # at the in-flight limit: nothing new
+                if room <= 0 or (exact and count >= cap):
+                    break  # at the in-flight limit (or the cap): nothing new
                 records = [OffsetState() for _ in range(log_batch.last_offset - new_first + 1)]
                 room -= len(records)
                 self._append(new_first, records)
@@ -345,7 +352,7 @@ class SharePartition:
                         record.state = RecordState.ARCHIVED
                         archived[new_first + i] = RecordState.ARCHIVED
                         continue
-                    if mode == RECORD_LIMIT and count >= max_records:
+                    if exact and count >= cap:
                         break
                     self._take(record, member, deadline)
                     taken.append((new_first + i, record.delivery_count, False))
@@ -556,6 +563,21 @@ class SharePartition:
             self.delivery_complete_count(targets),
             _state_batches(targets, self),
         )
+
+
+def _delivery_cap(delivery_count: int, limits: Limits, max_records: int) -> int | None:
+    """How many records an acquisition may take once it meets a record delivered
+    `delivery_count` times already (None: no cap). From half the delivery limit on, each
+    further delivery halves the number; a record on its last delivery goes alone, so that a
+    record that makes its consumers fail is isolated before it is archived (Kafka's
+    throttling of records near the delivery limit)."""
+    limit = limits.delivery_count_limit
+    threshold = max(2, -(-limit // 2))
+    if delivery_count < threshold:
+        return None
+    if limit > 2 and delivery_count >= limit - 1:
+        return 1
+    return max(1, max_records >> (delivery_count - threshold + 1))
 
 
 def _is_aborted(log_batch: LogBatch, aborted: Sequence[AbortedRange]) -> bool:

@@ -182,6 +182,26 @@ def test_lock_expiry_and_delivery_limit() -> None:
     assert share.start_offset == 1
 
 
+def test_records_near_the_delivery_limit_go_in_fewer_numbers() -> None:
+    limits = Limits(delivery_count_limit=6, record_lock_duration_ms=1000)
+    share = SharePartition(0)
+    share.acquire("a", log(8), 8, 0, limits)
+    for delivered in (1, 2):  # below half the limit: the whole batch again
+        assert share.release_member("a", limits) is not None
+        got = share.acquire("a", log(8), 8, 0, limits, read_from=0)
+        assert got.ranges == (AcquiredRange(0, 7, delivered + 1),)
+    # delivered 3 times (half the limit): half as many, then a quarter
+    share.release_member("a", limits)
+    assert share.acquire("a", log(8), 8, 0, limits, read_from=0).ranges == (AcquiredRange(0, 3, 4),)
+    share.acquire("b", log(8), 8, 0, limits, read_from=0)  # 4-7 once more
+    share.release_member("a", limits)
+    share.release_member("b", limits)
+    assert share.acquire("a", log(8), 8, 0, limits, read_from=0).ranges == (AcquiredRange(0, 1, 5),)
+    # on its last delivery a record goes alone
+    share.release_member("a", limits)
+    assert share.acquire("a", log(8), 8, 0, limits, read_from=0).ranges == (AcquiredRange(0, 0, 6),)
+
+
 def test_release_member_keeps_the_delivery_count() -> None:
     share = SharePartition(0)
     share.acquire("a", log(2), 10, 0, LIMITS)
@@ -200,7 +220,7 @@ def test_load_keeps_states_and_redelivers_gaps() -> None:
     )
     # 5-6 acknowledged: the start offset moves past them
     assert share.start_offset == 7 and share.state_epoch == 3
-    got = share.acquire("a", log(4, 2, start=7), 100, 0, LIMITS, read_from=7)
+    got = share.acquire("a", log(4, 2, start=7), 100, 0, Limits(), read_from=7)
     # 7-8 never written (acquired by a previous leader), 9 with its written count, 11-12 new
     assert got.ranges == (AcquiredRange(7, 8, 1), AcquiredRange(9, 9, 3), AcquiredRange(11, 12, 1))
 
@@ -293,14 +313,19 @@ def test_against_a_per_offset_model(ops: list[tuple[object, ...]]) -> None:
             member, max_records = str(op[1]), int(op[2])  # type: ignore[call-overload]
             read_from = share.next_fetch_offset()
             expected: list[tuple[int, int]] = []
+            cap, exact = max_records, False
             for batch in LOG:
                 if batch.last_offset < read_from:
                     continue
-                if len(expected) >= max_records:
+                if len(expected) >= cap:
                     break
                 for offset in range(max(batch.first_offset, model.start()), batch.last_offset + 1):
                     state, count, _m, _d = model.get(offset)
                     if state == RecordState.AVAILABLE:
+                        if count >= LIMITS.delivery_count_limit - 1:  # its last delivery: alone
+                            cap, exact = 1, True
+                        if exact and len(expected) >= cap:
+                            break
                         deadline = now + LIMITS.record_lock_duration_ms
                         model.state[offset] = (RecordState.ACQUIRED, count + 1, member, deadline)
                         expected.append((offset, count + 1))
