@@ -22,7 +22,10 @@ Behaviour (KIP-932; the share-partition leader in share/, sessions in share/sess
   until something is acquired, woken by new data or records released. Per partition: unknown
   topic id UNKNOWN_TOPIC_ID; no READ on the topic TOPIC_AUTHORIZATION_FAILED; unknown partition
   UNKNOWN_TOPIC_OR_PARTITION; not the leader NOT_LEADER_OR_FOLLOWER; the share partition's
-  load failing: the persister's error as clients see it (share/manager.py).
+  load failing: the persister's error as clients see it (share/manager.py). An error is
+  answered at once (no long poll).
+- When the session's epoch moved while the fetch waited (another request of the session):
+  INVALID_SHARE_SESSION_EPOCH with no partitions.
 - An incremental answer (epoch > 0) carries only partitions with records, an error or
   acknowledgements; epoch 0 answers every partition.
 - AcquisitionLockTimeoutMs: the group's share.record.lock.duration.ms.
@@ -139,7 +142,7 @@ async def _fetch(
 ) -> None:
     """Acquires records for the member across the session's partitions, long polling."""
     manager = ctx.services.share_leader
-    group, member = request.group_id, request.member_id
+    group = request.group_id
     logs: dict[PartitionKey, Partition] = {}
     for key in list(session.partitions):
         topic_id, index = key
@@ -155,8 +158,23 @@ async def _fetch(
             continue
         if key in session.partitions:  # (a concurrent request may have forgotten it)
             logs[key] = found
+    # an error is answered at once (as Kafka); the other partitions are still served
+    errors = any(entry["error_code"] for entry in entries.values())
+    await _serve(ctx, request, session, entries, logs, wait=not errors)
+
+
+async def _serve(
+    ctx: RequestContext,
+    request: Any,
+    session: ShareSession,
+    entries: dict[PartitionKey, Any],
+    logs: dict[PartitionKey, Partition],
+    wait: bool,
+) -> None:
     if not logs:
         return
+    manager = ctx.services.share_leader
+    group, member = request.group_id, request.member_id
     mode = getattr(request, "share_acquire_mode", 0)
     budget_bytes = min(request.max_bytes, ctx.services.config.integer("fetch.max.bytes"))
     deadline = time.monotonic() + millis(request.max_wait) / 1000
@@ -197,7 +215,8 @@ async def _fetch(
                     for r in fetched.acquired
                 ]
         remaining = deadline - time.monotonic()
-        if acquired or remaining <= 0 or request.min_bytes <= 0:
+        errors = any(entries[key]["error_code"] for key in order)
+        if acquired or errors or not wait or remaining <= 0 or request.min_bytes <= 0:
             return
         await _wait(manager, logs.values(), remaining)
 
@@ -284,7 +303,12 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
         manager.release_session(session)
         return _response(ctx, group, entries, list(entries))
     if not renew:
+        expected = session.epoch
         await _fetch(ctx, request, session, entries)
+        if manager.sessions.get(group, member) is not session or session.epoch != expected:
+            # another request of the session ran meanwhile (as Kafka: what this one acquired
+            # stays locked until its locks expire)
+            return _refused(Refusal(ErrorCode.invalid_share_session_epoch))
     if epoch == INITIAL_EPOCH:
         shown = list(dict.fromkeys([*session.partitions, *entries]))
         for key in shown:

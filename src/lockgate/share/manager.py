@@ -140,10 +140,14 @@ class ShareManager:
         return None if loaded is None else loaded.partition
 
     async def load(self, key: ShareKey, log_partition: Partition) -> SharePartition:
-        """The share partition, read from the persister on first use (PersistError)."""
+        """The share partition, read from the persister on first use (PersistError); read
+        again when the topic-partition's leader epoch moved since (this broker lost and
+        regained the leadership: another leader may have changed the state meanwhile)."""
         loaded = self.partitions.get(key)
         if loaded is not None:
-            return loaded.partition
+            if loaded.leader_epoch == max(0, log_partition.leader_epoch):
+                return loaded.partition
+            self.drop(key)
         waiting = self._loading.get(key)
         if waiting is None:
             waiting = asyncio.get_running_loop().create_future()

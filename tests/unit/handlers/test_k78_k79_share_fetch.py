@@ -412,3 +412,16 @@ async def test_read_committed_archives_aborted_records(broker: Broker) -> None:
     assert acquired(answer) == [(2, 3, 1)]
     share = broker.share_leader.cached(("g", topic_id(broker), 0))
     assert share is not None and share.start_offset == 2
+
+
+async def test_session_epoch_moved_while_waiting(broker: Broker) -> None:
+    await initialize(broker)
+    await share_fetch(broker, 0)
+    waiting = asyncio.create_task(share_fetch(broker, 1, listed=False, max_wait=30_000))
+    await asyncio.sleep(0)
+    # another request of the session takes the next epoch meanwhile
+    assert (await share_ack(broker, 2, []))["error_code"] == ErrorCode.none
+    await produce(broker, 1)
+    answer = await asyncio.wait_for(waiting, 30)
+    assert answer["error_code"] == ErrorCode.invalid_share_session_epoch
+    assert answer["responses"] == []

@@ -249,3 +249,11 @@ async def test_delivery_limit_from_group_config() -> None:
         s.timers.fire()
     share = s.manager.cached(KEY)
     assert share is not None and share.start_offset == 2  # 0-1 archived after 2 deliveries
+
+
+async def test_a_new_leader_epoch_reads_the_state_again() -> None:
+    s = await make()
+    first = await s.manager.load(KEY, s.log)
+    assert await s.manager.load(KEY, s.log) is first
+    s.log.leader_epoch += 1  # leadership lost and regained: another leader may have written
+    assert await s.manager.load(KEY, s.log) is not first
