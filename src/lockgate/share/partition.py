@@ -8,8 +8,9 @@
 #   holds the in-flight window as batches that cover a contiguous range of offsets, the first
 #   batch possibly starting below SPSO (a batch leaves the cache once wholly below it);
 # - a record moves AVAILABLE -> ACQUIRED -> AVAILABLE | ACKNOWLEDGED | ARCHIVED only; the
-#   delivery count grows on acquisition only, and a record going back to AVAILABLE whose count
-#   reached the delivery limit is ARCHIVED instead;
+#   delivery count grows on acquisition, and a record going back to AVAILABLE whose count
+#   reached the delivery limit is ARCHIVED instead, except when its member's session ends:
+#   then it is AVAILABLE with one delivery fewer (it was sent, not processed);
 # - an acknowledgement is two-phase: its records are `pending` (neither acquirable nor
 #   acknowledgeable) until the durable write commits the change, or rolls it back; a lock
 #   timeout or a release stands at once (the write that follows may fail: Kafka does the same);
@@ -479,16 +480,22 @@ class SharePartition:
         return self._release_where(lambda r: r.deadline_ms <= now_ms, limits)
 
     def release_member(self, member: str, limits: Limits) -> StateWrite | None:
-        """Releases `member`'s acquisitions (its share session ended)."""
-        return self._release_where(lambda r: r.member == member, limits)
+        """Releases `member`'s acquisitions (its share session ended): AVAILABLE again with
+        one delivery fewer, whatever the limit (as Kafka: a consumer leaving hands back records
+        it was sent but did not process, which is no failed delivery)."""
+        return self._release_where(lambda r: r.member == member, limits, undelivered=True)
 
     def _release_where(
-        self, chosen: Callable[[OffsetState], bool], limits: Limits
+        self, chosen: Callable[[OffsetState], bool], limits: Limits, undelivered: bool = False
     ) -> StateWrite | None:
         changed: dict[int, RecordState] = {}
         for offset, record in self.offsets():
             if record.state == RecordState.ACQUIRED and not record.pending and chosen(record):
-                changed[offset] = self._released(record, limits)
+                if undelivered:
+                    record.delivery_count = max(0, record.delivery_count - 1)
+                    changed[offset] = RecordState.AVAILABLE
+                else:
+                    changed[offset] = self._released(record, limits)
         if not changed:
             return None
         write = self._write_for(changed)

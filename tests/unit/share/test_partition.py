@@ -30,6 +30,7 @@ from lockgate.share.partition import (
 )
 
 LIMITS = Limits(delivery_count_limit=3, record_lock_duration_ms=1000, max_record_locks=100)
+LATER = 10**9  # past every lock acquired at time 0
 
 
 def log(*sizes: int, start: int = 0) -> list[LogBatch]:
@@ -187,31 +188,41 @@ def test_records_near_the_delivery_limit_go_in_fewer_numbers() -> None:
     share = SharePartition(0)
     share.acquire("a", log(8), 8, 0, limits)
     for delivered in (1, 2):  # below half the limit: the whole batch again
-        assert share.release_member("a", limits) is not None
+        assert share.expire(LATER, limits) is not None
         got = share.acquire("a", log(8), 8, 0, limits, read_from=0)
         assert got.ranges == (AcquiredRange(0, 7, delivered + 1),)
     # delivered 3 times (half the limit): half as many, then a quarter
-    share.release_member("a", limits)
+    share.expire(LATER, limits)
     assert share.acquire("a", log(8), 8, 0, limits, read_from=0).ranges == (AcquiredRange(0, 3, 4),)
     share.acquire("b", log(8), 8, 0, limits, read_from=0)  # 4-7 once more
-    share.release_member("a", limits)
-    share.release_member("b", limits)
+    share.expire(LATER, limits)
     assert share.acquire("a", log(8), 8, 0, limits, read_from=0).ranges == (AcquiredRange(0, 1, 5),)
     # on its last delivery a record goes alone
-    share.release_member("a", limits)
+    share.expire(LATER, limits)
     assert share.acquire("a", log(8), 8, 0, limits, read_from=0).ranges == (AcquiredRange(0, 0, 6),)
 
 
-def test_release_member_keeps_the_delivery_count() -> None:
+def test_release_member_takes_the_delivery_back() -> None:
     share = SharePartition(0)
     share.acquire("a", log(2), 10, 0, LIMITS)
     share.acquire("b", log(1, start=2), 10, 0, LIMITS)
     write = share.release_member("a", LIMITS)
-    assert write is not None and write.batches == (StateBatch(0, 1, 0, 1),)
+    assert write is not None and write.batches == (StateBatch(0, 1, 0, 0),)
     assert share.state_of(2).member == "b"  # type: ignore[union-attr]
     assert share.acquire("c", log(2, 1), 10, 0, LIMITS, read_from=0).ranges == (
-        AcquiredRange(0, 1, 2),
+        AcquiredRange(0, 1, 1),
     )
+    # at the delivery limit too: AVAILABLE, not archived
+    limits = Limits(delivery_count_limit=2)
+    share = SharePartition(0)
+    share.acquire("a", log(1), 10, 0, limits)
+    share.expire(limits.record_lock_duration_ms, limits)
+    assert share.acquire("a", log(1), 10, 0, limits, read_from=0).ranges == (
+        AcquiredRange(0, 0, 2),
+    )
+    share.release_member("a", limits)
+    assert share.state_of(0).state == RecordState.AVAILABLE  # type: ignore[union-attr]
+    assert share.state_of(0).delivery_count == 1  # type: ignore[union-attr]
 
 
 def test_load_keeps_states_and_redelivers_gaps() -> None:
@@ -241,7 +252,7 @@ def test_read_committed_archives_aborted_and_keeps_markers() -> None:
 def test_records_gone_from_the_log_are_archived() -> None:
     share = SharePartition(0)
     share.acquire("a", log(3), 10, 0, LIMITS)
-    share.release_member("a", LIMITS)
+    share.expire(LATER, LIMITS)
     # compaction removed 0-1: the read from 0 returns the batch at 2 only
     got = share.acquire("b", [LogBatch(2, 2)], 10, 0, LIMITS, read_from=0)
     assert got.ranges == (AcquiredRange(2, 2, 2),)
@@ -374,9 +385,9 @@ def test_against_a_per_offset_model(ops: list[tuple[object, ...]]) -> None:
         else:
             member = str(op[1])
             share.release_member(member, LIMITS)
-            for offset, (state, _c, holder, _d) in list(model.state.items()):
+            for offset, (state, count, holder, _d) in list(model.state.items()):
                 if state == RecordState.ACQUIRED and holder == member:
-                    model.release(offset)
+                    model.state[offset] = (RecordState.AVAILABLE, count - 1, "", 0)
         assert share.start_offset == model.start()
         for offset, record in share.offsets():
             assert (record.state, record.delivery_count, record.member) == model.get(offset)[:3]
