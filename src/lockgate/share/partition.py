@@ -398,9 +398,13 @@ class SharePartition:
         for batch in batches:
             if batch.last_offset < self.start_offset:
                 continue  # already done: ignored, as Kafka
-            if not self.batches or batch.first_offset > self.last_cached:
+            if not self.batches:
                 raise AcknowledgeError(
                     ErrorCode.invalid_record_state, "No records found in the cache."
+                )
+            if batch.first_offset > self.last_cached:
+                raise AcknowledgeError(
+                    ErrorCode.invalid_request, "The first offset is past the acquired records."
                 )
             if batch.last_offset > self.last_cached:
                 raise AcknowledgeError(

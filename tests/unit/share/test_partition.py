@@ -134,6 +134,7 @@ def test_acknowledge_refusals() -> None:
     for member, batch, code in (
         ("b", AckBatch(0, 1, (ACCEPT,)), ErrorCode.invalid_record_state),
         ("a", AckBatch(0, 2, (ACCEPT,)), ErrorCode.invalid_request),
+        ("a", AckBatch(5, 6, (ACCEPT,)), ErrorCode.invalid_request),
     ):
         try:
             share.acknowledge(member, [batch], 0, LIMITS)
