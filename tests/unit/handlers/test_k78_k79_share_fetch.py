@@ -17,6 +17,16 @@ from lockgate.handlers.registry import HANDLERS, RawBody, RequestContext
 from lockgate.protocol.api import ApiKey, build, encode, request_class, response_class
 from lockgate.protocol.errors import ErrorCode
 from lockgate.protocol.records import build_batch, iter_records, parse_header
+from lockgate.security.acl_store import LocalAclStore
+from lockgate.security.acls import (
+    AclBinding,
+    AclEntry,
+    Operation,
+    PatternType,
+    Permission,
+    ResourcePattern,
+    ResourceType,
+)
 from lockgate.security.session import SecurityProtocol, Session
 from lockgate.server.broker import Broker
 from lockgate.storage.memory import MemoryEngine
@@ -143,6 +153,7 @@ async def share_ack(
     member: str = "m1",
     version: int = 2,
     renew: bool = False,
+    session: Session = ADMIN,
 ) -> Any:
     body: dict[str, Any] = {
         "group_id": "g",
@@ -157,7 +168,7 @@ async def share_ack(
     }
     if version >= 2:
         body["is_renew_ack"] = renew
-    return await call(broker, ACK, version, body)
+    return await call(broker, ACK, version, body, session)
 
 
 def partition_of(answer: Any) -> dict[str, Any]:
@@ -426,3 +437,23 @@ async def test_session_epoch_moved_while_waiting(broker: Broker) -> None:
     answer = await asyncio.wait_for(waiting, 30)
     assert answer["error_code"] == ErrorCode.invalid_share_session_epoch
     assert answer["responses"] == []
+
+
+async def test_topic_read_is_checked_per_partition(broker: Broker) -> None:
+    await produce(broker, 1)
+    await initialize(broker)
+    assert broker.authorizer is not None and isinstance(broker.authorizer.store, LocalAclStore)
+    broker.authorizer.store.create_now(
+        [
+            AclBinding(
+                ResourcePattern(ResourceType.GROUP, "g", PatternType.LITERAL),
+                AclEntry("User:alice", "*", Operation.READ, Permission.ALLOW),
+            )
+        ]
+    )
+    answer = await share_fetch(broker, 0, session=ALICE)
+    assert answer["error_code"] == ErrorCode.none
+    assert partition_of(answer)["error_code"] == ErrorCode.topic_authorization_failed
+    assert acquired(answer) == []
+    answer = await share_ack(broker, 1, [(0, 0, [ACCEPT])], session=ALICE)
+    assert partition_of(answer)["error_code"] == ErrorCode.topic_authorization_failed
