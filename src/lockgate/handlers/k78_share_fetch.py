@@ -26,8 +26,9 @@ Behaviour (KIP-932; the share-partition leader in share/, sessions in share/sess
   answered at once (no long poll).
 - When the session's epoch moved while the fetch waited (another request of the session):
   INVALID_SHARE_SESSION_EPOCH with no partitions.
-- An incremental answer (epoch > 0) carries only partitions with records, an error or
-  acknowledgements; epoch 0 answers every partition.
+- An incremental answer (epoch > 0) carries only partitions with records, an error,
+  acknowledgements, new to the session, or whose error of the previous answer cleared; epoch 0
+  answers every partition.
 - AcquisitionLockTimeoutMs: the group's share.record.lock.duration.ms.
 - Not checked, as Kafka: that the member belongs to the group or is assigned the partition.
 Version notes: v1 adds MaxRecords and BatchSize; v2 ShareAcquireMode and IsRenewAck.
@@ -113,7 +114,7 @@ async def _session(
     if session.epoch != epoch:
         return Refusal(ErrorCode.invalid_share_session_epoch)
     for key in listed:
-        session.partitions.setdefault(key, False)
+        session.partitions.setdefault(key, True)  # new to the session: answered once
     for topic in request.forgotten_topics_data:
         for index in topic.partitions:
             session.partitions.pop((topic.topic_id, index), None)
@@ -315,5 +316,16 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
             entries.setdefault(key, _entry(key[1]))
     else:  # acknowledged partitions are answered too: the client completes their acks
         acknowledged = {(o.topic_id, o.index) for o in outcomes}
-        shown = [k for k, entry in entries.items() if k in acknowledged or _changed(entry)]
+        flagged = [k for k, flag in session.partitions.items() if flag] if not renew else []
+        for key in flagged:
+            entries.setdefault(key, _entry(key[1]))
+        shown = [
+            k
+            for k, entry in entries.items()
+            if k in acknowledged or _changed(entry) or k in flagged
+        ]
+    if not renew:
+        for key in session.partitions:  # an error that clears is answered once more
+            entry = entries.get(key)
+            session.partitions[key] = entry is not None and bool(entry["error_code"])
     return _response(ctx, group, entries, shown)

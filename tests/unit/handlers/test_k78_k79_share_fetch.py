@@ -457,3 +457,20 @@ async def test_topic_read_is_checked_per_partition(broker: Broker) -> None:
     assert acquired(answer) == []
     answer = await share_ack(broker, 1, [(0, 0, [ACCEPT])], session=ALICE)
     assert partition_of(answer)["error_code"] == ErrorCode.topic_authorization_failed
+
+
+async def test_incremental_answers_a_cleared_error_once(broker: Broker) -> None:
+    opened = await share_fetch(broker, 0)  # not initialized yet: an error
+    assert partition_of(opened)["error_code"] == ErrorCode.unknown_server_error
+    await initialize(broker)
+    cleared = await share_fetch(broker, 1, listed=False)
+    assert partition_of(cleared)["error_code"] == ErrorCode.none  # the client learns it
+    assert (await share_fetch(broker, 2, listed=False))["responses"] == []
+
+
+async def test_incremental_answers_a_new_partition_once(broker: Broker) -> None:
+    await initialize(broker)
+    assert (await share_fetch(broker, 0, listed=False))["responses"] == []
+    added = await share_fetch(broker, 1)  # listed: joins the session
+    assert partition_of(added)["partition_index"] == 0
+    assert (await share_fetch(broker, 2, listed=False))["responses"] == []
