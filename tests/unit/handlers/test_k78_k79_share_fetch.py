@@ -474,3 +474,16 @@ async def test_incremental_answers_a_new_partition_once(broker: Broker) -> None:
     added = await share_fetch(broker, 1)  # listed: joins the session
     assert partition_of(added)["partition_index"] == 0
     assert (await share_fetch(broker, 2, listed=False))["responses"] == []
+
+
+async def test_a_newer_state_epoch_fences_the_leader(broker: Broker) -> None:
+    await produce(broker, 2)
+    await initialize(broker)
+    assert acquired(await share_fetch(broker, 0)) == [(0, 1, 1)]
+    # the group coordinator initializes again (AlterShareGroupOffsets): state epoch 2
+    again = await broker.share_leader.persister.initialize("g", topic_id(broker), 0, 2, 1)
+    assert again.error == ErrorCode.none
+    answer = await share_ack(broker, 1, [(0, 1, [ACCEPT])])
+    assert partition_of(answer)["error_code"] == ErrorCode.not_leader_or_follower
+    # dropped: the next fetch reads the new state (start offset 1)
+    assert acquired(await share_fetch(broker, 2, listed=False)) == [(1, 1, 1)]
