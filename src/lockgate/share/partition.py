@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import bisect
 import enum
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from lockgate.coordinator.share.records import StateBatch
@@ -135,6 +135,7 @@ class Transition:
 
     member: str
     targets: dict[int, RecordState]
+    records: dict[int, OffsetState]  # the records of `targets`
     write: StateWrite | None
     done: bool = False
 
@@ -247,6 +248,20 @@ class SharePartition:
             return None
         return batch.records[offset - batch.first_offset]
 
+    def _span(self, first: int, last: int) -> Iterator[tuple[int, OffsetState]]:
+        """The cached offsets in [first, last], in order (one lookup, then a walk)."""
+        batches = self.batches
+        i = max(0, bisect.bisect_right(self._firsts, first) - 1)
+        while i < len(batches):
+            batch = batches[i]
+            base = batch.first_offset
+            if base > last:
+                return
+            records = batch.records
+            for offset in range(max(first, base), min(last, base + len(records) - 1) + 1):
+                yield offset, records[offset - base]
+            i += 1
+
     def offsets(self) -> Iterable[tuple[int, OffsetState]]:
         """Every cached offset at or above the start offset, in order."""
         for batch in self.batches:
@@ -308,6 +323,7 @@ class SharePartition:
         room = limits.max_record_locks - self.in_flight_count()
         taken: list[tuple[int, int, bool]] = []  # (offset, delivery count, cut after it)
         archived: dict[int, RecordState] = {}
+        archived_records: dict[int, OffsetState] = {}
         count = 0
         cap = max_records  # lowered by records delivered often already
         exact = mode == RECORD_LIMIT  # the cap holds exactly, not at batch boundaries
@@ -315,7 +331,7 @@ class SharePartition:
         for log_batch in log_batches:
             if count >= cap:
                 break
-            cursor = self._archive_gap(cursor, log_batch.first_offset, archived)
+            cursor = self._archive_gap(cursor, log_batch.first_offset, archived, archived_records)
             cursor = max(cursor, log_batch.last_offset + 1)
             first = max(log_batch.first_offset, self.start_offset)
             if first > log_batch.last_offset:
@@ -324,13 +340,13 @@ class SharePartition:
             before = len(taken)
             # records already cached: re-acquire the AVAILABLE ones
             cached_last = min(log_batch.last_offset, self.last_cached)
-            for offset in range(first, cached_last + 1):
-                record = self.state_of(offset)
-                if record is None or record.state != RecordState.AVAILABLE or record.pending:
+            for offset, record in self._span(first, cached_last):
+                if record.state != RecordState.AVAILABLE or record.pending:
                     continue
                 if is_aborted:
                     record.state = RecordState.ARCHIVED
                     archived[offset] = RecordState.ARCHIVED
+                    archived_records[offset] = record
                     continue
                 throttled = _delivery_cap(record.delivery_count, limits, max_records)
                 if throttled is not None:
@@ -352,6 +368,7 @@ class SharePartition:
                     if is_aborted:
                         record.state = RecordState.ARCHIVED
                         archived[new_first + i] = RecordState.ARCHIVED
+                        archived_records[new_first + i] = record
                         continue
                     if exact and count >= cap:
                         break
@@ -363,17 +380,23 @@ class SharePartition:
                 taken[-1] = (offset, delivery_count, True)  # a log-batch boundary
         write = None
         if archived:
-            write = self._write_for(archived)
+            write = self._write_for(archived, archived_records)
             self._advance()
         return Acquisition(_ranges(taken, batch_size), write)
 
-    def _archive_gap(self, cursor: int, upto: int, archived: dict[int, RecordState]) -> int:
+    def _archive_gap(
+        self,
+        cursor: int,
+        upto: int,
+        archived: dict[int, RecordState],
+        records: dict[int, OffsetState],
+    ) -> int:
         """Cached AVAILABLE offsets in [cursor, upto) that the log no longer has: ARCHIVED."""
-        for offset in range(max(cursor, self.start_offset), min(upto, self.last_cached + 1)):
-            record = self.state_of(offset)
-            if record is not None and record.state == RecordState.AVAILABLE and not record.pending:
+        for offset, record in self._span(max(cursor, self.start_offset), upto - 1):
+            if record.state == RecordState.AVAILABLE and not record.pending:
                 record.state = RecordState.ARCHIVED
                 archived[offset] = RecordState.ARCHIVED
+                records[offset] = record
         return max(cursor, upto)
 
     @staticmethod
@@ -394,6 +417,7 @@ class SharePartition:
         RENEW restarts the locks at once; the other types wait for `commit` (after the write)
         or `rollback`."""
         targets: dict[int, RecordState] = {}
+        records: dict[int, OffsetState] = {}
         renewed: list[OffsetState] = []
         for batch in batches:
             if batch.last_offset < self.start_offset:
@@ -410,11 +434,12 @@ class SharePartition:
                 raise AcknowledgeError(
                     ErrorCode.invalid_request, "Acknowledgement beyond the last fetched offset."
                 )
-            for offset in range(max(batch.first_offset, self.start_offset), batch.last_offset + 1):
-                record = self.state_of(offset)
+            first = max(batch.first_offset, self.start_offset)
+            seen = 0
+            for offset, record in self._span(first, batch.last_offset):
+                seen += 1
                 if (
-                    record is None
-                    or record.state != RecordState.ACQUIRED
+                    record.state != RecordState.ACQUIRED
                     or record.member != member
                     or record.pending
                 ):
@@ -436,14 +461,16 @@ class SharePartition:
                 ):
                     target = RecordState.ARCHIVED
                 targets[offset] = target
+                records[offset] = record
+            if seen != batch.last_offset - first + 1:  # (the cache is contiguous: never)
+                raise AcknowledgeError(ErrorCode.invalid_record_state, "Records not cached.")
         deadline = now_ms + limits.record_lock_duration_ms
         for record in renewed:
             record.deadline_ms = deadline
-        for offset in targets:
-            record = self.state_of(offset)
-            assert record is not None
+        for record in records.values():
             record.pending = True
-        transition = Transition(member, targets, self._write_for(targets) if targets else None)
+        write = self._write_for(targets, records) if targets else None
+        transition = Transition(member, targets, records, write)
         if not targets:
             transition.done = True
         return transition
@@ -454,9 +481,7 @@ class SharePartition:
             return
         transition.done = True
         for offset, target in transition.targets.items():
-            record = self.state_of(offset)
-            if record is None:
-                continue  # left the cache meanwhile (the log start moved past it)
+            record = transition.records[offset]  # (gone from the cache meanwhile: no matter)
             record.pending = False
             self._settle(record, target)
         self._advance()
@@ -467,10 +492,7 @@ class SharePartition:
         if transition.done:
             return
         transition.done = True
-        for offset in transition.targets:
-            record = self.state_of(offset)
-            if record is None:
-                continue
+        for record in transition.records.values():
             record.pending = False
             if record.deadline_ms <= now_ms:
                 self._settle(record, self._released(record, limits))
@@ -493,6 +515,7 @@ class SharePartition:
         self, chosen: Callable[[OffsetState], bool], limits: Limits, undelivered: bool = False
     ) -> StateWrite | None:
         changed: dict[int, RecordState] = {}
+        records: dict[int, OffsetState] = {}
         for offset, record in self.offsets():
             if record.state == RecordState.ACQUIRED and not record.pending and chosen(record):
                 if undelivered:
@@ -500,13 +523,12 @@ class SharePartition:
                     changed[offset] = RecordState.AVAILABLE
                 else:
                     changed[offset] = self._released(record, limits)
+                records[offset] = record
         if not changed:
             return None
-        write = self._write_for(changed)
+        write = self._write_for(changed, records)
         for offset, target in changed.items():
-            held = self.state_of(offset)
-            assert held is not None
-            self._settle(held, target)
+            self._settle(records[offset], target)
         self._advance()
         return write
 
@@ -516,16 +538,16 @@ class SharePartition:
         if log_start <= self.start_offset:
             return None
         changed: dict[int, RecordState] = {}
+        records: dict[int, OffsetState] = {}
         for offset, record in self.offsets():
             if offset >= log_start:
                 break
             if record.state not in TERMINAL and not record.pending:
                 changed[offset] = RecordState.ARCHIVED
-        write_batches = _state_batches(changed, self)
-        for offset in changed:
-            gone = self.state_of(offset)
-            assert gone is not None
-            self._settle(gone, RecordState.ARCHIVED)
+                records[offset] = record
+        write_batches = _state_batches(changed, records)
+        for record in records.values():
+            self._settle(record, RecordState.ARCHIVED)
         self.start_offset = log_start
         self._advance()
         return StateWrite(self.start_offset, self.delivery_complete_count(), write_batches)
@@ -568,11 +590,13 @@ class SharePartition:
             del self.batches[:keep]
             del self._firsts[:keep]
 
-    def _write_for(self, targets: dict[int, RecordState]) -> StateWrite:
+    def _write_for(
+        self, targets: dict[int, RecordState], records: dict[int, OffsetState]
+    ) -> StateWrite:
         return StateWrite(
             self._start_after(targets),
             self.delivery_complete_count(targets),
-            _state_batches(targets, self),
+            _state_batches(targets, records),
         )
 
 
@@ -602,14 +626,13 @@ def _is_aborted(log_batch: LogBatch, aborted: Sequence[AbortedRange]) -> bool:
 
 
 def _state_batches(
-    targets: dict[int, RecordState], partition: SharePartition
+    targets: dict[int, RecordState], records: dict[int, OffsetState]
 ) -> tuple[StateBatch, ...]:
-    """The changed offsets as persisted ranges: runs of consecutive offsets with one state
-    and delivery count."""
+    """The changed offsets (`records` in their new states `targets`) as persisted ranges:
+    runs of consecutive offsets with one state and delivery count."""
     runs: list[StateBatch] = []
     for offset in sorted(targets):
-        record = partition.state_of(offset)
-        count = record.delivery_count if record is not None else 0
+        count = records[offset].delivery_count
         state = int(targets[offset])
         last = runs[-1] if runs else None
         if (
