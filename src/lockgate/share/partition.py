@@ -289,13 +289,10 @@ class SharePartition:
         deadlines = [r.deadline_ms for _, r in self.offsets() if r.state == RecordState.ACQUIRED]
         return min(deadlines) if deadlines else None
 
-    def delivery_complete_count(self, targets: dict[int, RecordState] | None = None) -> int:
-        start = self._start_after(targets or {})
-        return sum(
-            1
-            for offset, record in self.offsets()
-            if offset >= start and (targets or {}).get(offset, record.state) in TERMINAL
-        )
+    def delivery_complete_count(self) -> int:
+        """Done offsets at or above the start offset (what DescribeShareGroupOffsets' lag
+        subtracts)."""
+        return self._start_and_done({})[1]
 
     # -- acquisition -----------------------------------------------------------------------
 
@@ -580,6 +577,23 @@ class SharePartition:
             start = offset + 1
         return start
 
+    def _start_and_done(self, targets: dict[int, RecordState]) -> tuple[int, int]:
+        """The start offset once `targets` are applied, and the done offsets at or above it
+        (one walk of the cache)."""
+        start = self.start_offset
+        prefix = True
+        done = 0
+        for offset, record in self.offsets():
+            state = targets.get(offset, record.state)
+            if prefix:
+                if state in TERMINAL and not (record.pending and offset not in targets):
+                    start = offset + 1
+                    continue
+                prefix = False
+            if state in TERMINAL:
+                done += 1
+        return start, done
+
     def _advance(self) -> None:
         """Moves the start offset past the done prefix and drops the batches wholly below."""
         self.start_offset = self._start_after({})
@@ -593,11 +607,8 @@ class SharePartition:
     def _write_for(
         self, targets: dict[int, RecordState], records: dict[int, OffsetState]
     ) -> StateWrite:
-        return StateWrite(
-            self._start_after(targets),
-            self.delivery_complete_count(targets),
-            _state_batches(targets, records),
-        )
+        start, done = self._start_and_done(targets)
+        return StateWrite(start, done, _state_batches(targets, records))
 
 
 def _delivery_cap(delivery_count: int, limits: Limits, max_records: int) -> int | None:

@@ -390,6 +390,12 @@ def test_against_a_per_offset_model(ops: list[tuple[object, ...]]) -> None:
                 if state == RecordState.ACQUIRED and holder == member:
                     model.state[offset] = (RecordState.AVAILABLE, count - 1, "", 0)
         assert share.start_offset == model.start()
+        done = sum(
+            1
+            for offset, (state, *_rest) in model.state.items()
+            if offset >= model.start() and state in (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED)
+        )
+        assert share.delivery_complete_count() == done
         for offset, record in share.offsets():
             assert (record.state, record.delivery_count, record.member) == model.get(offset)[:3]
             assert record.delivery_count <= LIMITS.delivery_count_limit
