@@ -392,7 +392,11 @@ class ShareManager:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
     def stop(self) -> None:
+        """Shutdown: the timers and the background writes end (what they would have written
+        is a release or an expiry: after a restart those records are AVAILABLE anyway)."""
         for loaded in self.partitions.values():
             if loaded.timer is not None:
                 loaded.timer.cancel()
         self.partitions.clear()
+        for task in self._tasks:
+            task.cancel()
