@@ -54,7 +54,7 @@ from lockgate.handlers.share_acks import (
 )
 from lockgate.log.partition import Partition
 from lockgate.protocol.api import ApiKey
-from lockgate.protocol.errors import ErrorCode
+from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.security.acls import Operation, ResourceType
 from lockgate.security.authorizer import authorize
 from lockgate.share.manager import Fetched, PersistError
@@ -191,16 +191,21 @@ async def _serve(
             if records_left <= 0 or (bytes_left <= 0 and acquired):
                 break
             share_key = (group, key[0], key[1])
-            if manager.cached(share_key) is None:  # dropped (fenced) since: loaded again
-                try:
-                    await manager.load(share_key, logs[key])
-                except PersistError as exc:
-                    entries[key]["error_code"] = exc.code
-                    continue
-            fetched: Fetched = manager.fetch(
-                share_key, member, logs[key], records_left, max(bytes_left, 1),
-                mode=mode, batch_size=request.batch_size,
-            )  # fmt: skip
+            log_partition = logs[key]
+            if not log_partition.is_leader:  # the leadership moved while the fetch waited
+                entries[key]["error_code"] = ErrorCode.not_leader_or_follower
+                continue
+            try:
+                if manager.cached(share_key) is None:  # dropped (fenced) since: loaded again
+                    await manager.load(share_key, log_partition)
+                fetched: Fetched = manager.fetch(
+                    share_key, member, log_partition, records_left, max(bytes_left, 1),
+                    mode=mode, batch_size=request.batch_size,
+                )  # fmt: skip
+            except (PersistError, KafkaProtocolError) as exc:  # KAFKA_STORAGE_ERROR, ...
+                entries[key]["error_code"] = exc.code
+                entries[key]["error_message"] = exc.message or None
+                continue
             if fetched.acquired:
                 acquired = True
                 count = sum(r.last_offset - r.first_offset + 1 for r in fetched.acquired)

@@ -29,6 +29,7 @@ from lockgate.security.acls import (
 )
 from lockgate.security.session import SecurityProtocol, Session
 from lockgate.server.broker import Broker
+from lockgate.storage.errors import StorageError
 from lockgate.storage.memory import MemoryEngine
 
 FETCH, ACK = ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE
@@ -487,3 +488,13 @@ async def test_a_newer_state_epoch_fences_the_leader(broker: Broker) -> None:
     assert partition_of(answer)["error_code"] == ErrorCode.not_leader_or_follower
     # dropped: the next fetch reads the new state (start offset 1)
     assert acquired(await share_fetch(broker, 2, listed=False)) == [(1, 1, 1)]
+
+
+async def test_storage_offline_is_a_partition_error(engine: MemoryEngine, broker: Broker) -> None:
+    await produce(broker, 1)
+    await initialize(broker)
+    await share_fetch(broker, 0, max_records=0)  # loads the share partition
+    engine.go_offline(StorageError(5, "Input/output error"))
+    answer = await share_fetch(broker, 1)
+    assert answer["error_code"] == ErrorCode.none
+    assert partition_of(answer)["error_code"] == ErrorCode.kafka_storage_error
