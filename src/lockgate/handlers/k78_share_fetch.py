@@ -21,7 +21,8 @@ Behaviour (KIP-932; the share-partition leader in share/, sessions in share/sess
   Records is never null (empty when nothing was acquired). Long polling: waits up to MaxWaitMs
   until something is acquired, woken by new data or records released. Per partition: unknown
   topic id UNKNOWN_TOPIC_ID; no READ on the topic TOPIC_AUTHORIZATION_FAILED; unknown partition
-  UNKNOWN_TOPIC_OR_PARTITION; not the leader NOT_LEADER_OR_FOLLOWER; the share partition's
+  UNKNOWN_TOPIC_OR_PARTITION; not the leader NOT_LEADER_OR_FOLLOWER; the log directory
+  offline KAFKA_STORAGE_ERROR; the share partition's
   load failing: the persister's error as clients see it (share/manager.py). An error is
   answered at once (no long poll).
 - When the session's epoch moved while the fetch waited (another request of the session):
