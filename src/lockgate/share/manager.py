@@ -199,6 +199,17 @@ class ShareManager:
                 return found[0]
         return log_partition.high_watermark
 
+    def forget(self, group: str, topic_id: uuid.UUID | None = None) -> int:
+        """Drops the group's loaded share partitions (of one topic, or all): the next fetch
+        reads their state again. For the group coordinator when it changes that state behind
+        the leader's back (AlterShareGroupOffsets, DeleteShareGroupOffsets, DeleteGroups on
+        an empty group); otherwise the leader would learn it only at its next write (fenced
+        by the new state epoch). Returns how many were dropped."""
+        keys = [k for k in self.partitions if k[0] == group and topic_id in (None, k[1])]
+        for key in keys:
+            self.drop(key)
+        return len(keys)
+
     def drop(self, key: ShareKey) -> None:
         loaded = self.partitions.pop(key, None)
         if loaded is not None and loaded.timer is not None:

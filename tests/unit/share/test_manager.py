@@ -257,3 +257,13 @@ async def test_a_new_leader_epoch_reads_the_state_again() -> None:
     assert await s.manager.load(KEY, s.log) is first
     s.log.leader_epoch += 1  # leadership lost and regained: another leader may have written
     assert await s.manager.load(KEY, s.log) is not first
+
+
+async def test_forget_drops_a_groups_share_partitions() -> None:
+    s = await make()
+    first = await s.manager.load(KEY, s.log)
+    assert s.manager.forget("other") == 0
+    assert s.manager.forget("g", uuid.uuid4()) == 0
+    assert s.manager.forget("g", TOPIC_ID) == 1
+    assert s.manager.cached(KEY) is None
+    assert await s.manager.load(KEY, s.log) is not first
