@@ -1,6 +1,7 @@
 """A share-partition leader killed (kill -9) with records acquired and not acknowledged: after
 the restart those records are AVAILABLE again (acquisitions are never written, KIP-932), and
-what was acknowledged stays done. Records are produced by confluent-kafka; the share partition
+what was acknowledged stays done. Before that, a consumer's connection closing releases its
+records to another member. Records are produced by confluent-kafka; the share partition
 is initialized over the wire as the group coordinator does (InitializeShareGroupState), then
 ShareFetch / ShareAcknowledge are sent by hand (the member need not be in a group)."""
 
@@ -64,15 +65,19 @@ async def topic_id(connection: BrokerConnection) -> uuid.UUID:
 
 
 async def share_fetch(
-    connection: BrokerConnection, tid: uuid.UUID, epoch: int, acks: list[Any] | None = None
+    connection: BrokerConnection,
+    tid: uuid.UUID,
+    epoch: int,
+    member: str = "member-1",
+    max_wait: int = 0,
 ) -> Any:
     return await connection.request(
         ApiKey.SHARE_FETCH,
         {
             "group_id": "g",
-            "member_id": "member-1",
+            "member_id": member,
             "share_session_epoch": epoch,
-            "max_wait": 0,
+            "max_wait": max_wait,
             "min_bytes": 1,
             "max_bytes": 1 << 20,
             "max_records": 100,
@@ -80,7 +85,7 @@ async def share_fetch(
             "topics": [
                 {
                     "topic_id": tid,
-                    "partitions": [{"partition_index": 0, "acknowledgement_batches": acks or []}],
+                    "partitions": [{"partition_index": 0, "acknowledgement_batches": []}],
                 }
             ],
             "forgotten_topics_data": [],
@@ -151,6 +156,16 @@ async def test_acquired_records_come_back_after_kill_9(broker: BrokerProcess) ->
         assert answer.error_code == 0 and answer.responses[0].partitions[0].error_code == 0
     finally:
         await connection.close()
+    # the connection closed: its session ends, 0 and 3 are released (their delivery taken
+    # back); another member gets them (its fetch waits until the broker has seen the close)
+    other = await connect(broker)
+    try:
+        assert acquired(await share_fetch(other, tid, 0, "member-2", 20_000)) == [
+            (0, 0, 1),
+            (3, 3, 1),
+        ]
+    finally:
+        await other.close()
     broker.restart(clean=False)  # kill -9
     connection = await connect(broker)
     try:
