@@ -24,7 +24,8 @@ Behaviour (KIP-932; the share-partition leader in share/, sessions in share/sess
   UNKNOWN_TOPIC_OR_PARTITION; not the leader NOT_LEADER_OR_FOLLOWER; the log directory
   offline KAFKA_STORAGE_ERROR; the share partition's
   load failing: the persister's error as clients see it (share/manager.py). An error is
-  answered at once (no long poll).
+  answered at once (no long poll). NOT_LEADER_OR_FOLLOWER carries CurrentLeader and the
+  leader's address in NodeEndpoints (KIP-951).
 - When the session's epoch moved while the fetch waited (another request of the session):
   INVALID_SHARE_SESSION_EPOCH with no partitions.
 - An incremental answer (epoch > 0) carries only partitions with records, an error,
@@ -46,6 +47,7 @@ from lockgate.handlers.common import millis
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.handlers.share_acks import (
     AckOutcome,
+    LeaderHints,
     Refusal,
     ack_batches,
     acknowledge_all,
@@ -257,7 +259,9 @@ def _response(
     shown: list[PartitionKey],
 ) -> dict[str, Any]:
     grouped: dict[uuid.UUID, list[Any]] = {}
+    hints = LeaderHints(ctx)
     for key in shown:
+        hints.fill(key[0], key[1], entries[key])
         grouped.setdefault(key[0], []).append(entries[key])
     return {
         "throttle_time": 0,
@@ -268,7 +272,7 @@ def _response(
             {"topic_id": topic_id, "partitions": partitions}
             for topic_id, partitions in grouped.items()
         ],
-        "node_endpoints": [],
+        "node_endpoints": hints.node_endpoints(),
     }
 
 

@@ -27,6 +27,7 @@ from typing import Any
 
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.handlers.share_acks import (
+    LeaderHints,
     Refusal,
     ack_batches,
     acknowledge_all,
@@ -75,17 +76,20 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
             manager.sessions.remove(session)
             manager.release_session(session)
     grouped: dict[uuid.UUID, list[Any]] = {}
+    hints = LeaderHints(ctx)
     for outcome in outcomes:
-        grouped.setdefault(outcome.topic_id, []).append(
-            {
-                "partition_index": outcome.index,
-                "error_code": outcome.code,
-                "error_message": outcome.message,
-                "current_leader": no_leader(),
-            }
-        )
+        entry = {
+            "partition_index": outcome.index,
+            "error_code": outcome.code,
+            "error_message": outcome.message,
+            "current_leader": no_leader(),
+        }
+        hints.fill(outcome.topic_id, outcome.index, entry)
+        grouped.setdefault(outcome.topic_id, []).append(entry)
     responses = [{"topic_id": t, "partitions": ps} for t, ps in grouped.items()]
-    return _answer(ErrorCode.none, None, lock_timeout_ms(ctx, group), responses)
+    answer = _answer(ErrorCode.none, None, lock_timeout_ms(ctx, group), responses)
+    answer["node_endpoints"] = hints.node_endpoints()
+    return answer
 
 
 def _check_session(ctx: RequestContext, request: Any) -> Refusal | None:

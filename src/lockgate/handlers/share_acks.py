@@ -113,3 +113,40 @@ def lock_timeout_ms(ctx: RequestContext, group: str) -> int:
 
 def no_leader() -> dict[str, int]:
     return {"leader_id": -1, "leader_epoch": -1}
+
+
+class LeaderHints:
+    """CurrentLeader of the partitions answered NOT_LEADER_OR_FOLLOWER, and NodeEndpoints for
+    their leaders as this client's listener reaches them (KIP-951, as Kafka's share APIs):
+    the client goes to the new leader without a metadata round trip."""
+
+    def __init__(self, ctx: RequestContext) -> None:
+        self.ctx = ctx
+        self.endpoints: dict[int, dict[str, Any]] = {}
+
+    def fill(self, topic_id: uuid.UUID, index: int, entry: dict[str, Any]) -> None:
+        """Sets the entry's current_leader when its error says the leader is elsewhere."""
+        if entry["error_code"] != ErrorCode.not_leader_or_follower:
+            return
+        services = self.ctx.services
+        record = services.topics.by_id.get(topic_id)
+        state = services.membership.partition(record.name, index) if record else None
+        if state is None or state.leader < 0:
+            return
+        entry["current_leader"] = {"leader_id": state.leader, "leader_epoch": state.leader_epoch}
+        if state.leader in self.endpoints:
+            return
+        for broker in services.membership.brokers():
+            if broker.node_id != state.leader:
+                continue
+            reachable = broker.on_listener(self.ctx.session.listener)
+            if reachable is not None:
+                self.endpoints[state.leader] = {
+                    "node_id": reachable.node_id,
+                    "host": reachable.host,
+                    "port": reachable.port,
+                    "rack": reachable.rack,
+                }
+
+    def node_endpoints(self) -> list[dict[str, Any]]:
+        return list(self.endpoints.values())

@@ -498,3 +498,25 @@ async def test_storage_offline_is_a_partition_error(engine: MemoryEngine, broker
     answer = await share_fetch(broker, 1)
     assert answer["error_code"] == ErrorCode.none
     assert partition_of(answer)["error_code"] == ErrorCode.kafka_storage_error
+
+
+async def test_not_leader_names_the_leader(broker: Broker) -> None:
+    await produce(broker, 1)
+    await initialize(broker)
+    partition = broker.topics.get("t", 0)
+    assert partition is not None
+    state = broker.membership.partition("t", 0)
+    assert state is not None
+    partition.is_leader = False  # as a follower: the metadata names the leader
+    try:
+        answer = await share_fetch(broker, 0)
+    finally:
+        partition.is_leader = True
+    entry = partition_of(answer)
+    assert entry["error_code"] == ErrorCode.not_leader_or_follower
+    assert entry["current_leader"] == {
+        "leader_id": state.leader,
+        "leader_epoch": state.leader_epoch,
+    }
+    (endpoint,) = answer["node_endpoints"]
+    assert endpoint["node_id"] == state.leader and endpoint["port"] > 0
