@@ -92,6 +92,8 @@ BROKER_DEFAULTS: dict[str, str] = {
     "share.coordinator.cold.partition.snapshot.interval.ms": "300000",
     "share.coordinator.write.timeout.ms": "5000",
     "share.coordinator.threads": "1",
+    # the share-partition leader: share sessions per broker (SHARE_SESSION_LIMIT_REACHED past it)
+    "group.share.max.share.sessions": "2000",
     "share.coordinator.load.buffer.size": str(5 * 1024 * 1024),
     "share.coordinator.state.topic.compression.codec": "0",
     "transaction.two.phase.commit.enable": "false",

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from lockgate.security.credentials import CredentialStore
     from lockgate.security.quota_store import QuotaStore
     from lockgate.security.quotas import ClientQuotas
+    from lockgate.share.manager import ShareManager
     from lockgate.storage.engine import StorageEngine
     from lockgate.topics.admin import TopicAdmin
     from lockgate.topics.directory import TopicManager
@@ -97,3 +98,4 @@ class Services:
     shares: ShareCoordinator  # the share coordinator (share-state APIs 83-87)
     # the share-partition state of any share partition, wherever it is coordinated (KIP-932)
     share_persister: Persister
+    share_leader: ShareManager  # the share-partition leader: share sessions and partitions

@@ -53,6 +53,7 @@ from lockgate.server.connection_limits import ConnectionLimits, RequestMemory
 from lockgate.server.heap import HeapKeeper
 from lockgate.server.inter_broker import inter_broker_security
 from lockgate.server.metrics import BrokerMetrics, ScrapeSources
+from lockgate.share.manager import ShareManager
 from lockgate.storage.disk import open_disk_engine
 from lockgate.storage.engine import StorageEngine
 from lockgate.topics.admin import ClusterTopicAdmin, LocalTopicAdmin, TopicAdmin
@@ -234,6 +235,10 @@ class Broker:
                                  f"lockgate-share-{self.node_id}", SHARE_STATE_TIMEOUT_MS),
             timeout_ms=config.integer("share.coordinator.write.timeout.ms"),
         )  # fmt: skip
+        # the share-partition leader (KIP-932): in-flight records of the share partitions led here
+        self.share_leader = ShareManager(
+            config, self.group_configs, self.share_persister, timers, now_ms
+        )
         # None unless authorizer.class.name is set: then every handler checks ACLs
         self.authorizer = Authorizer.from_config(config, self.storage)
         # client quotas: the store is the truth, `quotas` enforces its latest table
@@ -290,6 +295,7 @@ class Broker:
             verifier=self.verifier,
             shares=self.shares,
             share_persister=self.share_persister,
+            share_leader=self.share_leader,
         )
 
     @property
@@ -521,6 +527,7 @@ class Broker:
         finally:
             self.connections.discard(connection)
             self.connection_limits.release(address)
+            self.share_leader.connection_closed(connection.serial)
 
     async def stop(self) -> None:
         """Graceful: stop accepting, answer in-flight requests, flush, close the logs."""
@@ -544,6 +551,7 @@ class Broker:
         for task in self._tasks:
             task.cancel()
         self.shares.stop()
+        self.share_leader.stop()
         for connection in list(self.connections):
             connection.stop_reading()
         deadline = time.monotonic() + 30
