@@ -211,6 +211,8 @@ class Broker:
             timers=timers,
             partition_count=self._partition_count,
         )
+        # share groups initialize and delete share-partition state through it
+        self.groups.share.persister = InProcessPersister(self.shares)
         self.coordinators = CoordinatorLocator(
             self.topics,
             self.membership,
