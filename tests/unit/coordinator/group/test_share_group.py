@@ -5,7 +5,7 @@ records (what a load or a snapshot's image restores) equal to the live state."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 
 from hypothesis import given, settings
@@ -58,7 +58,7 @@ def init_all(outcome: ShareOutcome, now: int = 1000) -> tuple[ShareGroup, list[S
     return initialized(outcome.group, done, TOPICS, now)
 
 
-def counts(assignment: dict[str, dict[str, frozenset[int]]]) -> dict[str, int]:
+def counts(assignment: Mapping[str, Mapping[str, frozenset[int]]]) -> dict[str, int]:
     return {m: sum(len(p) for p in a.values()) for m, a in assignment.items()}
 
 
@@ -190,8 +190,8 @@ def test_new_partitions_of_a_known_topic_start_at_zero() -> None:
 
 
 def test_subscription_change_bumps_and_asks_for_the_new_topic() -> None:
-    group, _ = init_all(hb(None, "m1", 0, ("t",)))
-    group = hb(group, "m1", 1).group
+    initial, _ = init_all(hb(None, "m1", 0, ("t",)))
+    group = hb(initial, "m1", 1).group
     assert group is not None
     changed = hb(group, "m1", 2, ("t", "u"))
     assert changed.response.member_epoch == 3
@@ -200,10 +200,8 @@ def test_subscription_change_bumps_and_asks_for_the_new_topic() -> None:
 
 
 def test_two_members_share_out_and_leave_rebalances() -> None:
-    a = hb(None, "a", 0, ("u",))
-    group, _ = init_all(a)
-    group = hb(group, "a", 1).group
-    b = hb(group, "b", 0, ("u",))
+    initial, _ = init_all(hb(None, "a", 0, ("u",)))
+    b = hb(hb(initial, "a", 1).group, "b", 0, ("u",))
     assert b.group is not None
     assert sum(len(p) for p in (b.response.assignment or {}).values()) == 3
     a2 = hb(b.group, "a", 2)
@@ -329,14 +327,15 @@ def test_replay_equals_state_through_a_life() -> None:
     log += outcome.records
     group, more = init_all(outcome)
     log += more
-    for step in (
+    steps: list[Callable[[ShareGroup], ShareOutcome]] = [
         lambda g: hb(g, "a", 1),
         lambda g: hb(g, "b", 0, ("u",), rack_id="r"),
         lambda g: hb(g, "a", 2),
         lambda g: hb(g, "b", 3, ("t",)),
         lambda g: hb(g, "c", 0, ("t",)),
         lambda g: hb(g, "a", -1),
-    ):
+    ]
+    for step in steps:
         out = step(group)
         assert out.response.error == ErrorCode.none, out.response
         assert out.group is not None
