@@ -108,6 +108,14 @@ class ShareProtocol:
             ["simpleassignor"],
         ):
             raise ConfigError("group.share.assignors: only the simple assignor is known")
+        for name, value in (
+            ("session.timeout.ms", self.session_timeout_ms),
+            ("heartbeat.interval.ms", self.config.heartbeat_interval_ms),
+        ):
+            low = _int(config, f"group.share.min.{name}")
+            high = _int(config, f"group.share.max.{name}")
+            if not low <= value <= high:
+                raise ConfigError(f"group.share.{name}={value} is not in [{low}, {high}]")
         if not 1 <= self.config.max_size <= 1000:
             raise ConfigError(f"group.share.max.size={self.config.max_size} is not in [1, 1000]")
         self.sessions: dict[tuple[str, str], Deadline] = {}
@@ -214,6 +222,11 @@ class ShareProtocol:
         task = asyncio.get_running_loop().create_task(self.initialize(request))
         self._initializing.add(task)
         task.add_done_callback(self._initializing.discard)
+
+    async def settled(self) -> None:
+        """Waits for the initializations under way (each heartbeat starts its own)."""
+        while self._initializing:
+            await asyncio.gather(*self._initializing)
 
     async def initialize(self, request: InitializeRequest) -> ErrorCode:
         """Asks the persister to initialize the share partitions (after the heartbeat, as

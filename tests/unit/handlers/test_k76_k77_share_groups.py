@@ -1,0 +1,346 @@
+"""Share group membership at the handler (ShareGroupHeartbeat 76, ShareGroupDescribe 77) and the
+other group APIs against a share group, on a broker in this process (memory storage, the ACL
+authorizer on): each request built and each answer encoded with kio at the version under test.
+The initialize step goes through the in-process persister to the share coordinator; a restart
+restores the group from __consumer_offsets."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from lockgate.config.properties import BrokerConfig
+from lockgate.handlers.registry import HANDLERS, RawBody, RequestContext
+from lockgate.protocol.api import ApiKey, build, encode, request_class, response_class
+from lockgate.protocol.errors import ErrorCode
+from lockgate.security.acl_store import LocalAclStore
+from lockgate.security.acls import (
+    AclBinding,
+    AclEntry,
+    Operation,
+    PatternType,
+    Permission,
+    ResourcePattern,
+    ResourceType,
+)
+from lockgate.security.session import SecurityProtocol, Session
+from lockgate.server.broker import Broker
+from lockgate.storage.memory import MemoryEngine
+
+ADMIN = Session("PLAINTEXT", SecurityProtocol.PLAINTEXT, "127.0.0.1", "User:admin")
+ALICE = Session("PLAINTEXT", SecurityProtocol.PLAINTEXT, "127.0.0.1", "User:alice")
+SETTINGS = {
+    "listeners": "127.0.0.1:0",
+    "lockgate.durability": "page-cache",
+    "authorizer.class.name": "lockgate",
+    "super.users": "User:admin",
+    "offsets.topic.num.partitions": "3",
+    "share.coordinator.state.topic.num.partitions": "3",
+    # (a second heartbeat comes at once here: no waiting for the next assignment)
+    "group.share.assignment.interval.ms": "0",
+}
+HEARTBEAT, DESCRIBE = ApiKey.SHARE_GROUP_HEARTBEAT, ApiKey.SHARE_GROUP_DESCRIBE
+MEMBER = "Xy3kQ1R9T0ak2f9Zb7c8Aw"  # a Java client's member id: a Uuid string, 22 characters
+
+
+async def started(engine: MemoryEngine) -> Broker:
+    broker = Broker(BrokerConfig(SETTINGS), engine)
+    await broker.start()
+    await broker.groups.runtime.load()  # (the start loads them in the background)
+    await broker.shares.runtime.load()
+    return broker
+
+
+@pytest.fixture
+async def engine() -> MemoryEngine:
+    return MemoryEngine()
+
+
+@pytest.fixture
+async def broker(engine: MemoryEngine) -> AsyncIterator[Broker]:
+    broker = await started(engine)
+    await broker.admin.create("t", 2, 1, {})
+    await broker.admin.create("secret", 1, 1, {})
+    assert broker.authorizer is not None and isinstance(broker.authorizer.store, LocalAclStore)
+    broker.authorizer.store.create_now(
+        [
+            AclBinding(
+                ResourcePattern(kind, name, PatternType.LITERAL),
+                AclEntry("User:alice", "*", operation, Permission.ALLOW),
+            )
+            for kind, name, operation in (
+                (ResourceType.TOPIC, "t", Operation.DESCRIBE),
+                (ResourceType.GROUP, "g", Operation.READ),
+            )
+        ]
+    )
+    try:
+        yield broker
+    finally:
+        await broker.stop()
+
+
+async def call(
+    broker: Broker, api: ApiKey, version: int, body: Any, session: Session = ADMIN
+) -> Any:
+    request = build(request_class(api, version), body)  # type: ignore[arg-type]
+    ctx = RequestContext(broker.services, api, version, 1, "test", "127.0.0.1:1", 1, session)
+    result = await HANDLERS[api].handler(ctx, request)
+    assert not isinstance(result, RawBody) and result is not None
+    encode(build(response_class(api, version), result))
+    return result
+
+
+async def heartbeat(
+    broker: Broker,
+    epoch: int,
+    topics: list[str] | None = None,
+    member: str = MEMBER,
+    group: str = "g",
+    session: Session = ADMIN,
+) -> Any:
+    body = {
+        "group_id": group,
+        "member_id": member,
+        "member_epoch": epoch,
+        "rack_id": None,
+        "subscribed_topic_names": topics,
+    }
+    return await call(broker, HEARTBEAT, 1, body, session)
+
+
+def topic_id(broker: Broker, name: str = "t") -> uuid.UUID:
+    return broker.topics.topics[name].topic_id
+
+
+async def describe(broker: Broker, *groups: str) -> list[Any]:
+    answer = await call(
+        broker, DESCRIBE, 1, {"group_ids": list(groups), "include_authorized_operations": False}
+    )
+    return list(answer["groups"])
+
+
+async def joined(broker: Broker) -> Any:
+    """A member joined, its partitions initialized, and its second heartbeat's answer."""
+    first = await heartbeat(broker, 0, ["t"])
+    assert (first["error_code"], first["member_epoch"]) == (0, 1)
+    assert first["assignment"] == {"topic_partitions": []}  # none initialized yet
+    await broker.groups.share.settled()
+    return await heartbeat(broker, 1)
+
+
+async def test_join_initializes_share_state_then_assigns(broker: Broker) -> None:
+    second = await joined(broker)
+    assert second["error_code"] == 0 and second["member_epoch"] == 2
+    assert second["heartbeat_interval"] == 5000
+    assert second["assignment"] == {
+        "topic_partitions": [{"topic_id": topic_id(broker), "partitions": [0, 1]}]
+    }
+    for p in (0, 1):  # InitializeShareGroupState(state epoch = group epoch 1, start -1)
+        state = await broker.shares.read_summary("g", topic_id(broker), p, 0)
+        assert (state.error, state.state_epoch, state.start_offset) == (0, 1, -1)
+    third = await heartbeat(broker, 2)
+    assert third["member_epoch"] == 2 and third["assignment"] is None
+    (group,) = await describe(broker, "g")
+    assert (group["error_code"], group["group_state"], group["assignor_name"]) == (
+        0,
+        "Stable",
+        "simple",
+    )
+    assert (group["group_epoch"], group["assignment_epoch"]) == (2, 2)
+    (member,) = group["members"]
+    assert (member["member_id"], member["member_epoch"], member["client_id"]) == (MEMBER, 2, "test")
+    assert member["subscribed_topic_names"] == ["t"]
+    assert member["assignment"]["topic_partitions"] == [
+        {"topic_id": topic_id(broker), "topic_name": "t", "partitions": [0, 1]}
+    ]
+
+
+async def test_heartbeat_errors_at_the_handler(broker: Broker) -> None:
+    long_id = "x" * 37
+    answer = await heartbeat(broker, 0, ["t"], member=long_id)
+    assert (answer["error_code"], answer["error_message"]) == (
+        ErrorCode.invalid_request,
+        "Invalid member id",
+    )
+    assert (await heartbeat(broker, 0, ["t"], member=""))["error_code"] == ErrorCode.invalid_request
+    assert (await heartbeat(broker, 0, None))["error_code"] == ErrorCode.invalid_request
+    assert (await heartbeat(broker, 0, ["t"], group=""))["error_code"] == ErrorCode.invalid_request
+    assert (await heartbeat(broker, 3, ["t"]))["error_code"] == ErrorCode.group_id_not_found
+    assert (await heartbeat(broker, -1))["error_code"] == ErrorCode.group_id_not_found
+    denied = await heartbeat(broker, 0, ["t"], group="other", session=ALICE)
+    assert denied["error_code"] == ErrorCode.group_authorization_failed
+    topic_denied = await heartbeat(broker, 0, ["t", "secret"], session=ALICE)
+    assert topic_denied["error_code"] == ErrorCode.topic_authorization_failed
+    assert (await heartbeat(broker, 0, ["t"], session=ALICE))["error_code"] == 0
+    assert (await heartbeat(broker, 1, member="stranger"))["error_code"] == (
+        ErrorCode.unknown_member_id
+    )
+    assert (await heartbeat(broker, 9))["error_code"] == ErrorCode.fenced_member_epoch
+
+
+async def test_describe_errors(broker: Broker) -> None:
+    await joined(broker)
+    unknown, empty = await describe(broker, "nope", "")
+    assert unknown["error_code"] == ErrorCode.group_id_not_found
+    assert empty["error_code"] == ErrorCode.invalid_group_id
+    await consumer_group(broker, "c")
+    (other,) = await describe(broker, "c")
+    assert (other["error_code"], other["error_message"]) == (
+        ErrorCode.group_id_not_found,
+        "Group c is not a share group.",
+    )
+
+
+async def consumer_group(broker: Broker, group: str) -> None:
+    body = {
+        "group_id": group,
+        "member_id": str(uuid.uuid4()),
+        "member_epoch": 0,
+        "instance_id": None,
+        "rack_id": None,
+        "rebalance_timeout": 30000,
+        "subscribed_topic_names": ["t"],
+        "subscribed_topic_regex": None,
+        "server_assignor": None,
+        "topic_partitions": [],
+    }
+    answer = await call(broker, ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, body)
+    assert answer["error_code"] == 0
+
+
+async def test_group_types_and_cross_type_errors(broker: Broker) -> None:
+    await joined(broker)
+    await consumer_group(broker, "c")
+    # ShareGroupHeartbeat against a consumer group
+    assert (await heartbeat(broker, 0, ["t"], group="c"))["error_code"] == (
+        ErrorCode.group_id_not_found
+    )
+    listed = await call(broker, ApiKey.LIST_GROUPS, 5, {"states_filter": [], "types_filter": []})
+    by_id = {g["group_id"]: g for g in listed["groups"]}
+    assert (by_id["g"]["protocol_type"], by_id["g"]["group_type"]) == ("share", "share")
+    assert by_id["g"]["group_state"] == "Stable"
+    only_share = await call(
+        broker, ApiKey.LIST_GROUPS, 5, {"states_filter": ["stable"], "types_filter": ["SHARE"]}
+    )
+    assert [g["group_id"] for g in only_share["groups"]] == ["g"]
+    old = await call(broker, ApiKey.LIST_GROUPS, 3, {})
+    assert {g["group_id"] for g in old["groups"]} == {"g", "c"}
+    v6 = await call(
+        broker, ApiKey.DESCRIBE_GROUPS, 6, {"groups": ["g"], "include_authorized_operations": False}
+    )
+    (entry,) = v6["groups"]
+    assert (entry["error_code"], entry["group_state"]) == (ErrorCode.group_id_not_found, "Dead")
+    assert entry["error_message"] == "Group g is not a classic group."
+    v5 = await call(
+        broker, ApiKey.DESCRIBE_GROUPS, 5, {"groups": ["g"], "include_authorized_operations": False}
+    )
+    assert (v5["groups"][0]["error_code"], v5["groups"][0]["group_state"]) == (0, "Dead")
+    described = await call(
+        broker,
+        ApiKey.CONSUMER_GROUP_DESCRIBE,
+        1,
+        {"group_ids": ["g"], "include_authorized_operations": False},
+    )
+    assert described["groups"][0]["error_code"] == ErrorCode.group_id_not_found
+    consumer_hb = {
+        "group_id": "g",
+        "member_id": str(uuid.uuid4()),
+        "member_epoch": 0,
+        "instance_id": None,
+        "rack_id": None,
+        "rebalance_timeout": 30000,
+        "subscribed_topic_names": ["t"],
+        "subscribed_topic_regex": None,
+        "server_assignor": None,
+        "topic_partitions": [],
+    }
+    answer = await call(broker, ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, consumer_hb)
+    assert answer["error_code"] == ErrorCode.group_id_not_found
+    join = await call(
+        broker,
+        ApiKey.JOIN_GROUP,
+        9,
+        {
+            "group_id": "g",
+            "session_timeout": 30000,
+            "rebalance_timeout": 30000,
+            "member_id": "",
+            "group_instance_id": None,
+            "protocol_type": "consumer",
+            "protocols": [{"name": "range", "metadata": b""}],
+            "reason": None,
+        },
+    )
+    assert (join["error_code"], join["member_id"]) == (ErrorCode.inconsistent_group_protocol, "")
+    commit = await call(
+        broker,
+        ApiKey.OFFSET_COMMIT,
+        9,
+        {
+            "group_id": "g",
+            "generation_id_or_member_epoch": -1,
+            "member_id": "",
+            "group_instance_id": None,
+            "topics": [
+                {
+                    "name": "t",
+                    "partitions": [
+                        {
+                            "partition_index": 0,
+                            "committed_offset": 1,
+                            "committed_leader_epoch": -1,
+                            "committed_metadata": "",
+                        }
+                    ],
+                }
+            ],
+        },
+    )
+    assert commit["topics"][0]["partitions"][0]["error_code"] == ErrorCode.group_id_not_found
+    fetched = await call(
+        broker,
+        ApiKey.OFFSET_FETCH,
+        9,
+        {
+            "groups": [{"group_id": "g", "member_id": None, "member_epoch": -1, "topics": None}],
+            "require_stable": False,
+        },
+    )
+    assert fetched["groups"][0]["error_code"] == ErrorCode.group_id_not_found
+
+
+async def test_delete_groups_needs_empty_and_deletes_share_state_first(broker: Broker) -> None:
+    await joined(broker)
+    deleted = await call(broker, ApiKey.DELETE_GROUPS, 2, {"groups_names": ["g"]})
+    assert deleted["results"][0]["error_code"] == ErrorCode.non_empty_group
+    left = await heartbeat(broker, -1)
+    assert (left["error_code"], left["member_epoch"], left["member_id"]) == (0, -1, MEMBER)
+    (group,) = await describe(broker, "g")
+    assert (group["group_state"], group["group_epoch"], group["members"]) == ("Empty", 3, [])
+    deleted = await call(broker, ApiKey.DELETE_GROUPS, 2, {"groups_names": ["g"]})
+    assert deleted["results"][0]["error_code"] == 0
+    for p in (0, 1):  # the share coordinator holds nothing more for it
+        state = await broker.shares.read_summary("g", topic_id(broker), p, 0)
+        assert (state.error, state.state_epoch, state.start_offset) == (0, 0, -1)
+    (gone,) = await describe(broker, "g")
+    assert gone["error_code"] == ErrorCode.group_id_not_found
+    assert (await heartbeat(broker, 1))["error_code"] == ErrorCode.group_id_not_found
+
+
+async def test_restart_restores_the_group(engine: MemoryEngine, broker: Broker) -> None:
+    await joined(broker)
+    await heartbeat(broker, 0, ["t"], member="second")
+    before = await describe(broker, "g")
+    await broker.stop()
+    again = await started(engine)
+    try:
+        assert await describe(again, "g") == before
+        answer = await heartbeat(again, 2)  # the member goes on with its epoch
+        assert answer["error_code"] == 0
+        assert again.groups.share.sessions  # restored members have a session to come back in
+    finally:
+        await again.stop()
