@@ -7,6 +7,8 @@ epoch, the heartbeat interval and, when it changed (or on a join or a request wi
 subscription), the member's assignment by topic id, computed by the `simple` assignor over the
 share partitions already initialized: a topic's partitions are initialized after the heartbeat
 that first subscribes to them, and assigned from a later one.
+- Member ids are the client's; partitions are assigned once their share state is initialized
+  (InitializeShareGroupState through the persister, after the heartbeat that subscribes).
 Errors in Kafka 4.4's order:
 - GROUP_AUTHORIZATION_FAILED: no READ on the group.
 - INVALID_REQUEST: member id empty or longer than 36 characters ("Invalid member id").
