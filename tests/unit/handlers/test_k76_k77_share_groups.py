@@ -126,33 +126,33 @@ async def describe(broker: Broker, *groups: str) -> list[Any]:
 async def joined(broker: Broker) -> Any:
     """A member joined, its partitions initialized, and its second heartbeat's answer."""
     first = await heartbeat(broker, 0, ["t"])
-    assert (first["error_code"], first["member_epoch"]) == (0, 1)
+    assert (first["error_code"], first["member_epoch"]) == (0, 2)  # (a new group is at 1)
     assert first["assignment"] == {"topic_partitions": []}  # none initialized yet
     await broker.groups.share.settled()
-    return await heartbeat(broker, 1)
+    return await heartbeat(broker, 2)
 
 
 async def test_join_initializes_share_state_then_assigns(broker: Broker) -> None:
     second = await joined(broker)
-    assert second["error_code"] == 0 and second["member_epoch"] == 2
+    assert second["error_code"] == 0 and second["member_epoch"] == 3
     assert second["heartbeat_interval"] == 5000
     assert second["assignment"] == {
         "topic_partitions": [{"topic_id": topic_id(broker), "partitions": [0, 1]}]
     }
-    for p in (0, 1):  # InitializeShareGroupState(state epoch = group epoch 1, start -1)
+    for p in (0, 1):  # InitializeShareGroupState(state epoch = group epoch 2, start -1)
         state = await broker.shares.read_summary("g", topic_id(broker), p, 0)
-        assert (state.error, state.state_epoch, state.start_offset) == (0, 1, -1)
-    third = await heartbeat(broker, 2)
-    assert third["member_epoch"] == 2 and third["assignment"] is None
+        assert (state.error, state.state_epoch, state.start_offset) == (0, 2, -1)
+    third = await heartbeat(broker, 3)
+    assert third["member_epoch"] == 3 and third["assignment"] is None
     (group,) = await describe(broker, "g")
     assert (group["error_code"], group["group_state"], group["assignor_name"]) == (
         0,
         "Stable",
         "simple",
     )
-    assert (group["group_epoch"], group["assignment_epoch"]) == (2, 2)
+    assert (group["group_epoch"], group["assignment_epoch"]) == (3, 3)
     (member,) = group["members"]
-    assert (member["member_id"], member["member_epoch"], member["client_id"]) == (MEMBER, 2, "test")
+    assert (member["member_id"], member["member_epoch"], member["client_id"]) == (MEMBER, 3, "test")
     assert member["subscribed_topic_names"] == ["t"]
     assert member["assignment"]["topic_partitions"] == [
         {"topic_id": topic_id(broker), "topic_name": "t", "partitions": [0, 1]}
@@ -184,7 +184,7 @@ async def test_heartbeat_errors_at_the_handler(broker: Broker) -> None:
 
 async def test_describe_errors(broker: Broker) -> None:
     await joined(broker)
-    unknown, empty = await describe(broker, "nope", "")
+    empty, unknown = await describe(broker, "nope", "")  # (Kafka answers empty ids first)
     assert unknown["error_code"] == ErrorCode.group_id_not_found
     assert empty["error_code"] == ErrorCode.invalid_group_id
     await consumer_group(broker, "c")
@@ -320,7 +320,7 @@ async def test_delete_groups_needs_empty_and_deletes_share_state_first(broker: B
     left = await heartbeat(broker, -1)
     assert (left["error_code"], left["member_epoch"], left["member_id"]) == (0, -1, MEMBER)
     (group,) = await describe(broker, "g")
-    assert (group["group_state"], group["group_epoch"], group["members"]) == ("Empty", 3, [])
+    assert (group["group_state"], group["group_epoch"], group["members"]) == ("Empty", 4, [])
     deleted = await call(broker, ApiKey.DELETE_GROUPS, 2, {"groups_names": ["g"]})
     assert deleted["results"][0]["error_code"] == 0
     for p in (0, 1):  # the share coordinator holds nothing more for it
@@ -339,7 +339,7 @@ async def test_restart_restores_the_group(engine: MemoryEngine, broker: Broker) 
     again = await started(engine)
     try:
         assert await describe(again, "g") == before
-        answer = await heartbeat(again, 2)  # the member goes on with its epoch
+        answer = await heartbeat(again, 3)  # the member goes on with its epoch
         assert answer["error_code"] == 0
         assert again.groups.share.sessions  # restored members have a session to come back in
     finally:

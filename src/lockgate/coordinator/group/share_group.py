@@ -108,10 +108,13 @@ class ShareRecord:
 
 @dataclass(frozen=True, slots=True)
 class ShareGroup:
+    """A new group is at group and assignment epoch 1 (an empty assignment), as Kafka 4.4
+    (KAFKA-20268): its first member joins at epoch 2."""
+
     group_id: str
-    group_epoch: int = 0
+    group_epoch: int = 1
     metadata_hash: int = 0
-    assignment_epoch: int = 0
+    assignment_epoch: int = 1
     assignment_timestamp_ms: int = 0  # 0: the next assignment need not wait for the interval
     members: Mapping[str, ShareMember] = field(default_factory=dict)
     target: Mapping[str, Assignment] = field(default_factory=dict)

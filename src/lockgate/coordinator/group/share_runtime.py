@@ -202,7 +202,7 @@ class ShareProtocol:
         member_id = outcome.response.member_id
         if member_id in outcome.group.members:
             self._touch(container, member_id)
-        if outcome.group.group_epoch != (previous.group_epoch if previous else 0):
+        if outcome.group.group_epoch != (previous.group_epoch if previous else 1):
             log.info("share group %s: epoch %d, %d members", group_id,
                      outcome.group.group_epoch, len(outcome.group.members))  # fmt: skip
         return self._append(group_id, outcome.records)

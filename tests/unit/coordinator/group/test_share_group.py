@@ -137,9 +137,9 @@ def test_assignor_properties(members: int, partitions: int, rnd: object) -> None
 def test_first_join_initializes_then_a_later_heartbeat_assigns() -> None:
     first = hb(None, "m1", 0, ("t",))
     assert first.response.error == ErrorCode.none
-    assert first.response.member_epoch == 1
+    assert first.response.member_epoch == 2
     assert first.response.assignment == {}  # nothing initialized yet (trap 2)
-    assert first.initialize == InitializeRequest("g", 1, {T1: ("t", frozenset({0, 1}), -1)})
+    assert first.initialize == InitializeRequest("g", 2, {T1: ("t", frozenset({0, 1}), -1)})
     group = first.group
     assert group is not None and group.partitions is not None
     assert set(group.partitions.initializing) == {T1}
@@ -153,20 +153,20 @@ def test_first_join_initializes_then_a_later_heartbeat_assigns() -> None:
     assert [r.kind for r in records] == [ShareRecordKind.STATE_PARTITIONS]
     assert group.partitions is not None and not group.partitions.initializing
     assert group.partitions.initialized[T1].partitions == frozenset({0, 1})
-    second = hb(group, "m1", 1)
-    assert second.response.member_epoch == 2  # initialized but unassigned: epoch bumped
+    second = hb(group, "m1", 2)
+    assert second.response.member_epoch == 3  # initialized but unassigned: epoch bumped
     assert second.response.assignment == {"t": frozenset({0, 1})}
     assert second.initialize is None
-    third = hb(second.group, "m1", 2)
+    third = hb(second.group, "m1", 3)
     assert third.response.assignment is None and third.records == ()  # nothing changed
 
 
 def test_initializing_is_not_asked_again_until_the_retry_interval() -> None:
     config = replace(CONFIG, initialize_retry_interval_ms=30_000)
     first = hb(None, "m1", 0, ("t",), now=1000, config=config)
-    again = hb(first.group, "m1", 1, now=20_000, config=config)
+    again = hb(first.group, "m1", 2, now=20_000, config=config)
     assert again.initialize is None
-    late = hb(first.group, "m1", 1, now=31_001, config=config)
+    late = hb(first.group, "m1", 2, now=31_001, config=config)
     assert late.initialize is not None and late.initialize.topics[T1][1] == frozenset({0, 1})
 
 
@@ -176,14 +176,14 @@ def test_failed_initialization_removes_the_initializing_entries() -> None:
     group, records = uninitialized(first.group, {T1: frozenset({0, 1})}, 2000)
     assert group.partitions is not None and not group.partitions.initializing
     assert [r.kind for r in records] == [ShareRecordKind.STATE_PARTITIONS]
-    retry = hb(group, "m1", 1)
+    retry = hb(group, "m1", 2)
     assert retry.initialize is not None  # asked again at the next heartbeat
 
 
 def test_new_partitions_of_a_known_topic_start_at_zero() -> None:
     group, _ = init_all(hb(None, "m1", 0, ("t",)))
     grown = {**TOPICS, "t": (T1, 3)}
-    outcome = hb(group, "m1", 1, meta=grown)
+    outcome = hb(group, "m1", 2, meta=grown)
     assert outcome.initialize is not None
     assert outcome.initialize.topics == {T1: ("t", frozenset({2}), 0)}
     assert outcome.initialize.state_epoch == outcome.response.member_epoch
@@ -191,20 +191,20 @@ def test_new_partitions_of_a_known_topic_start_at_zero() -> None:
 
 def test_subscription_change_bumps_and_asks_for_the_new_topic() -> None:
     initial, _ = init_all(hb(None, "m1", 0, ("t",)))
-    group = hb(initial, "m1", 1).group
+    group = hb(initial, "m1", 2).group
     assert group is not None
-    changed = hb(group, "m1", 2, ("t", "u"))
-    assert changed.response.member_epoch == 3
+    changed = hb(group, "m1", 3, ("t", "u"))
+    assert changed.response.member_epoch == 4
     assert changed.initialize is not None and set(changed.initialize.topics) == {T2}
     assert changed.initialize.topics[T2][2] == -1  # a topic new to the group
 
 
 def test_two_members_share_out_and_leave_rebalances() -> None:
     initial, _ = init_all(hb(None, "a", 0, ("u",)))
-    b = hb(hb(initial, "a", 1).group, "b", 0, ("u",))
+    b = hb(hb(initial, "a", 2).group, "b", 0, ("u",))
     assert b.group is not None
     assert sum(len(p) for p in (b.response.assignment or {}).values()) == 3
-    a2 = hb(b.group, "a", 2)
+    a2 = hb(b.group, "a", 3)
     assert a2.response.assignment is not None and len(a2.response.assignment["u"]) == 3
     left = hb(a2.group, "b", -1)
     assert (left.response.error, left.response.member_epoch) == (ErrorCode.none, -1)
@@ -220,17 +220,17 @@ def test_last_member_leaving_sets_the_assignment_epoch() -> None:
     assert group is not None
     outcome = remove_member(group, "a", TOPICS)
     assert outcome.group is not None
-    assert outcome.group.assignment_epoch == outcome.group.group_epoch == 2
+    assert outcome.group.assignment_epoch == outcome.group.group_epoch == 3
     assert outcome.group.state == "Empty"
-    assert outcome.records[-1] == ShareRecord(ShareRecordKind.TARGET_EPOCH, "g", None, (2, 0))
+    assert outcome.records[-1] == ShareRecord(ShareRecordKind.TARGET_EPOCH, "g", None, (3, 0))
 
 
 def test_previous_epoch_accepted_and_rejoin_with_zero_accepted() -> None:
     group, _ = init_all(hb(None, "m", 0, ("t",)))
-    bumped = hb(group, "m", 1)
-    assert bumped.response.member_epoch == 2
-    lost = hb(bumped.group, "m", 1)  # the bumped answer was lost
-    assert lost.response.error == ErrorCode.none and lost.response.member_epoch == 2
+    bumped = hb(group, "m", 2)
+    assert bumped.response.member_epoch == 3
+    lost = hb(bumped.group, "m", 2)  # the bumped answer was lost
+    assert lost.response.error == ErrorCode.none and lost.response.member_epoch == 3
     rejoin = hb(bumped.group, "m", 0, ("t",))
     assert rejoin.response.error == ErrorCode.none
     assert rejoin.response.assignment == {"t": frozenset({0, 1})}
@@ -239,12 +239,12 @@ def test_previous_epoch_accepted_and_rejoin_with_zero_accepted() -> None:
 def test_assignment_interval_defers_the_new_target() -> None:
     config = replace(CONFIG, assignment_interval_ms=1000)
     group, _ = init_all(hb(None, "a", 0, ("u",), now=1000, config=config))
-    early = hb(group, "a", 1, now=1500, config=config)
+    early = hb(group, "a", 2, now=1500, config=config)
     assert early.group is not None
-    assert early.group.group_epoch == 2 and early.group.assignment_epoch == 1
-    assert early.response.member_epoch == 1 and early.response.assignment is None
-    later = hb(early.group, "a", 1, now=2000, config=config)
-    assert later.response.member_epoch == 2 and later.response.assignment is not None
+    assert early.group.group_epoch == 3 and early.group.assignment_epoch == 2
+    assert early.response.member_epoch == 2 and early.response.assignment is None
+    later = hb(early.group, "a", 2, now=2000, config=config)
+    assert later.response.member_epoch == 3 and later.response.assignment is not None
 
 
 # -- heartbeat errors in Kafka's order ----------------------------------------------------------
@@ -284,7 +284,7 @@ def test_group_and_member_errors() -> None:
     assert error(hb(group, "b", 1)) == ErrorCode.unknown_member_id
     assert error(hb(group, "a", 5)) == ErrorCode.fenced_member_epoch
     group = hb(group, "b", 0, ("t",)).group
-    assert group is not None and group.members["a"].member_epoch == 1
+    assert group is not None and group.members["a"].member_epoch == 2
     # "a" is at 1 with previous 0; a stale epoch that is not its previous one is fenced
     staled = replace(group, members={**group.members, "a": replace(group.members["a"],
                      member_epoch=4, previous_member_epoch=3)})  # fmt: skip
@@ -328,10 +328,10 @@ def test_replay_equals_state_through_a_life() -> None:
     group, more = init_all(outcome)
     log += more
     steps: list[Callable[[ShareGroup], ShareOutcome]] = [
-        lambda g: hb(g, "a", 1),
-        lambda g: hb(g, "b", 0, ("u",), rack_id="r"),
         lambda g: hb(g, "a", 2),
-        lambda g: hb(g, "b", 3, ("t",)),
+        lambda g: hb(g, "b", 0, ("u",), rack_id="r"),
+        lambda g: hb(g, "a", 3),
+        lambda g: hb(g, "b", 4, ("t",)),
         lambda g: hb(g, "c", 0, ("t",)),
         lambda g: hb(g, "a", -1),
     ]
