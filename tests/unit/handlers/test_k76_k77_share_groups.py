@@ -16,6 +16,7 @@ from lockgate.config.properties import BrokerConfig
 from lockgate.handlers.registry import HANDLERS, RawBody, RequestContext
 from lockgate.protocol.api import ApiKey, build, encode, request_class, response_class
 from lockgate.protocol.errors import ErrorCode
+from lockgate.protocol.records import build_batch
 from lockgate.security.acl_store import LocalAclStore
 from lockgate.security.acls import (
     AclBinding,
@@ -344,3 +345,156 @@ async def test_restart_restores_the_group(engine: MemoryEngine, broker: Broker) 
         assert again.groups.share.sessions  # restored members have a session to come back in
     finally:
         await again.stop()
+
+
+# -- the share offsets admin APIs (90-92) ------------------------------------------------------
+
+DESCRIBE_OFFSETS, ALTER_OFFSETS, DELETE_OFFSETS = (
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS,
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS,
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS,
+)
+ZERO = uuid.UUID(int=0)
+
+
+async def offsets(
+    broker: Broker, topics: list[tuple[str, list[int]]] | None, group: str = "g", **kw: Any
+) -> Any:
+    body = {"groups": [{"group_id": group, "topics": None if topics is None else [
+        {"topic_name": t, "partitions": p} for t, p in topics]}]}  # fmt: skip
+    (answer,) = (await call(broker, DESCRIBE_OFFSETS, 1, body, **kw))["groups"]
+    return answer
+
+
+def starts(answer: Any) -> dict[tuple[str, int], tuple[int, int, int, int]]:
+    """(topic, partition) → (start offset, leader epoch, lag, error)."""
+    return {
+        (t["topic_name"], p["partition_index"]): (
+            p["start_offset"],
+            p["leader_epoch"],
+            p["lag"],
+            p["error_code"],
+        )
+        for t in answer["topics"]
+        for p in t["partitions"]
+    }
+
+
+async def alter(broker: Broker, topics: dict[str, list[tuple[int, int]]], **kw: Any) -> Any:
+    body = {"group_id": "g", "topics": [
+        {"topic_name": t, "partitions": [{"partition_index": p, "start_offset": o} for p, o in ps]}
+        for t, ps in topics.items()]}  # fmt: skip
+    return await call(broker, ALTER_OFFSETS, 0, body, **kw)
+
+
+async def delete_offsets(broker: Broker, *topics: str, group: str = "g", **kw: Any) -> Any:
+    body = {"group_id": group, "topics": [{"topic_name": t} for t in topics]}
+    return await call(broker, DELETE_OFFSETS, 0, body, **kw)
+
+
+async def test_describe_offsets_of_no_group_and_unknown_topics(broker: Broker) -> None:
+    answer = await offsets(broker, [("t", [0, 1]), ("nope", [3])])
+    assert answer["error_code"] == 0
+    assert starts(answer) == {
+        ("t", 0): (-1, 0, -1, 0), ("t", 1): (-1, 0, -1, 0), ("nope", 3): (-1, 0, -1, 0)
+    }  # fmt: skip
+    assert answer["topics"][1]["topic_id"] == ZERO
+    assert (await offsets(broker, []))["topics"] == []
+    assert (await offsets(broker, None))["topics"] == []
+    other = await offsets(broker, [("t", [0])], group="other", session=ALICE)
+    assert other["error_code"] == ErrorCode.group_authorization_failed
+    mixed = await offsets(broker, [("secret", [0]), ("t", [0])], session=ALICE)
+    assert [t["topic_name"] for t in mixed["topics"]] == ["t", "secret"]  # the denied last
+    assert starts(mixed)[("secret", 0)] == (-1, 0, -1, ErrorCode.topic_authorization_failed)
+    assert mixed["topics"][1]["topic_id"] == ZERO
+
+
+async def test_alter_describe_and_delete_share_offsets(broker: Broker) -> None:
+    await joined(broker)
+    refused = await alter(broker, {"t": [(0, 5)]})
+    assert refused["error_code"] == ErrorCode.non_empty_group and refused["responses"] == []
+    assert (await delete_offsets(broker, "t"))["error_code"] == ErrorCode.non_empty_group
+    assert starts(await offsets(broker, None)) == {
+        ("t", 0): (-1, 0, -1, 0),
+        ("t", 1): (-1, 0, -1, 0),
+    }
+    await heartbeat(broker, -1)
+    altered = await alter(broker, {"t": [(0, 5), (1, 7), (9, 1)], "nope": [(0, 1)]})
+    assert altered["error_code"] == 0
+    by_topic = {t["topic_name"]: t for t in altered["responses"]}
+    assert [(p["partition_index"], p["error_code"]) for p in by_topic["t"]["partitions"]] == [
+        (0, 0), (1, 0), (9, ErrorCode.unknown_topic_or_partition)
+    ]  # fmt: skip
+    assert by_topic["t"]["topic_id"] == topic_id(broker)
+    assert by_topic["nope"]["partitions"][0]["error_code"] == ErrorCode.unknown_topic_or_partition
+    # the share coordinator's state at the new start offsets, state epoch = the group epoch (4)
+    state = await broker.shares.read_summary("g", topic_id(broker), 1, 0)
+    assert (state.state_epoch, state.start_offset) == (4, 7)
+    # a leader wrote a delivery complete count; 12 records produced: lag = 12 - 5 - 2
+    written = await broker.shares.write("g", topic_id(broker), 0, 4, 1, 5, 2, [])
+    assert written.error == 0
+    partition = broker.topics.get("t", 0)
+    assert partition is not None
+    await broker.writer.write(partition, build_batch([(None, b"x")] * 12))
+    held = [await broker.shares.read_summary("g", topic_id(broker), p, 0) for p in (0, 1)]
+    assert [s.delivery_complete_count for s in held] == [2, 0]
+    assert starts(await offsets(broker, [("t", [0, 1])])) == {
+        ("t", 0): (5, held[0].leader_epoch, 5, 0),
+        ("t", 1): (7, held[1].leader_epoch, -7, 0),  # (as Kafka: nothing produced there)
+    }
+    v0 = await call(broker, DESCRIBE_OFFSETS, 0, {"groups": [{"group_id": "g", "topics": None}]})
+    assert {p["start_offset"] for t in v0["groups"][0]["topics"] for p in t["partitions"]} == {5, 7}
+    deleted = await delete_offsets(broker, "t", "nope", "secret")
+    assert deleted["error_code"] == 0
+    unknown = ErrorCode.unknown_topic_or_partition
+    answered = [
+        (t["topic_name"], t["error_code"], t["error_message"]) for t in deleted["responses"]
+    ]
+    assert answered == [
+        ("nope", unknown, "This server does not host this topic-partition."),
+        ("secret", unknown, "There is no offset information to delete."),
+        ("t", 0, None),
+    ]
+    for p in (0, 1):
+        state = await broker.shares.read_summary("g", topic_id(broker), p, 0)
+        assert (state.state_epoch, state.start_offset) == (0, -1)  # no state any more
+    assert (await offsets(broker, None))["topics"] == []
+    group = broker.groups.describe_share("g")
+    assert not isinstance(group, ErrorCode) and hasattr(group, "partitions")
+
+
+async def test_share_offsets_errors(broker: Broker) -> None:
+    missing = await delete_offsets(broker, "t", group="nope")
+    assert (missing["error_code"], missing["error_message"]) == (
+        ErrorCode.group_id_not_found, "Group nope not found."
+    )  # fmt: skip
+    assert (await delete_offsets(broker, "t", group=""))["error_code"] == (
+        ErrorCode.invalid_group_id
+    )
+    await consumer_group(broker, "c")
+    other = await delete_offsets(broker, "t", group="c")
+    assert other["error_code"] == ErrorCode.group_id_not_found
+    zero = [{"partition_index": 0, "start_offset": 0}]
+    body = {"group_id": "c", "topics": [{"topic_name": "t", "partitions": zero}]}
+    assert (await call(broker, ALTER_OFFSETS, 0, body))[
+        "error_code"
+    ] == ErrorCode.group_id_not_found
+    denied = await alter(broker, {"t": [(0, 1)]}, session=ALICE)  # (READ on g and DESCRIBE on t)
+    assert denied["responses"][0]["partitions"][0]["error_code"] == (
+        ErrorCode.topic_authorization_failed
+    )
+    assert (await delete_offsets(broker, "t", session=ALICE))["error_code"] == (
+        ErrorCode.group_authorization_failed
+    )
+    # a missing group is created by AlterShareGroupOffsets (Empty)
+    created = await alter(broker, {"t": [(1, 3)]})
+    assert created["error_code"] == 0
+    (group,) = await describe(broker, "g")
+    assert (group["error_code"], group["group_state"], group["group_epoch"]) == (0, "Empty", 1)
+    state = await broker.shares.read_summary("g", topic_id(broker), 1, 0)
+    assert (state.state_epoch, state.start_offset) == (1, 3)
+    # a group that never had share partitions (its topic does not exist): no answer per topic
+    assert (await heartbeat(broker, 0, ["ghost"], group="fresh"))["error_code"] == 0
+    assert (await heartbeat(broker, -1, group="fresh"))["error_code"] == 0
+    nothing = await delete_offsets(broker, "t", group="fresh")
+    assert (nothing["error_code"], nothing["responses"]) == (0, [])

@@ -34,6 +34,7 @@ from lockgate.coordinator.group.records import (
     offset_commit,
 )
 from lockgate.coordinator.group.share_group import ShareGroup
+from lockgate.coordinator.group.share_offsets import ShareOffsets
 from lockgate.coordinator.group.share_runtime import ShareProtocol, ShareSettings
 from lockgate.coordinator.group.views import (
     ConsumerGroupView,
@@ -133,6 +134,7 @@ class GroupCoordinator:
             config, topics, self.groups, self.unavailable, self._append, clock, timers,
             group_configs,
         )  # fmt: skip
+        self.share_offsets = ShareOffsets(self.share, self._latest_offset)
         self.offsets = Offsets(
             self.groups,
             self.unavailable,
@@ -150,6 +152,12 @@ class GroupCoordinator:
     def loaded(self) -> bool:
         """Every partition coordinated here is loaded (ListGroups needs them all)."""
         return self.runtime.loaded
+
+    def _latest_offset(self, topic: str, partition: int) -> int | ErrorCode:
+        """A partition's high watermark (a share group's lag); one led elsewhere: not known
+        here."""
+        held = self.topics.get(topic, partition)
+        return held.high_watermark if held is not None else ErrorCode.not_leader_or_follower
 
     def unavailable(self, group_id: str) -> ErrorCode:
         """NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS for the group's partition, if so."""

@@ -440,14 +440,8 @@ def _to_initialize(
                 change[topic_id] = TopicInit(name, missing, now_ms)
     if not change:
         return group, [], None
-    initializing = dict(current.initializing)
-    for topic_id, entry in change.items():
-        before = initializing.get(topic_id)
-        parts = entry.partitions | (before.partitions if before else frozenset())
-        initializing[topic_id] = TopicInit(entry.name, parts, now_ms)
-    deleting = {t: n for t, n in current.deleting.items() if t not in initializing}
-    updated = StatePartitions(initializing, current.initialized, deleting).stamped(now_ms)
     known = set(current.initialized) | set(current.initializing)
+    group, records = add_initializing(group, change, now_ms)
     request = InitializeRequest(
         group.group_id,
         group.group_epoch,
@@ -457,8 +451,59 @@ def _to_initialize(
             for topic_id, entry in change.items()
         },
     )  # fmt: skip
+    return group, records, request
+
+
+def add_initializing(
+    group: ShareGroup, change: Mapping[uuid.UUID, TopicInit], now_ms: int
+) -> tuple[ShareGroup, list[ShareRecord]]:
+    """Marks share partitions initializing (record 15): added to the topics' initializing
+    entries, and no longer deleting."""
+    if not change:
+        return group, []
+    current = group.partitions or StatePartitions()
+    initializing = dict(current.initializing)
+    for topic_id, entry in change.items():
+        before = initializing.get(topic_id)
+        parts = entry.partitions | (before.partitions if before else frozenset())
+        initializing[topic_id] = TopicInit(entry.name, parts, now_ms)
+    deleting = {t: n for t, n in current.deleting.items() if t not in initializing}
+    updated = StatePartitions(initializing, current.initialized, deleting).stamped(now_ms)
     record = ShareRecord(ShareRecordKind.STATE_PARTITIONS, group.group_id, None, updated)
-    return replace(group, partitions=updated), [record], request
+    return replace(group, partitions=updated), [record]
+
+
+def start_deleting(
+    group: ShareGroup, topic_ids: Iterable[uuid.UUID], names: Mapping[uuid.UUID, str], now_ms: int
+) -> tuple[ShareGroup, list[ShareRecord]]:
+    """DeleteShareGroupOffsets' first step: the topics' initialized share partitions become
+    deleting (record 15, written even when nothing changed, as Kafka)."""
+    current = group.partitions
+    if current is None:
+        return group, []
+    gone = set(topic_ids)
+    initialized_ = {t: e for t, e in current.initialized.items() if t not in gone}
+    deleting = dict(current.deleting)
+    for topic_id in sorted(gone, key=lambda t: t.bytes):
+        if topic_id in current.initialized:
+            deleting[topic_id] = names.get(topic_id, current.initialized[topic_id].name)
+    updated = StatePartitions(current.initializing, initialized_, deleting).stamped(now_ms)
+    record = ShareRecord(ShareRecordKind.STATE_PARTITIONS, group.group_id, None, updated)
+    return replace(group, partitions=updated), [record]
+
+
+def finish_deleting(
+    group: ShareGroup, topic_ids: Iterable[uuid.UUID], now_ms: int
+) -> tuple[ShareGroup, list[ShareRecord]]:
+    """The persister deleted the topics' share state: they leave the deleting state."""
+    current = group.partitions
+    if current is None:
+        return group, []
+    done = set(topic_ids)
+    deleting = {t: n for t, n in current.deleting.items() if t not in done}
+    updated = StatePartitions(current.initializing, current.initialized, deleting).stamped(now_ms)
+    record = ShareRecord(ShareRecordKind.STATE_PARTITIONS, group.group_id, None, updated)
+    return replace(group, partitions=updated), [record]
 
 
 def heartbeat(

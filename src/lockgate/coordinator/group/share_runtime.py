@@ -30,6 +30,7 @@ from lockgate.coordinator.group.classic_runtime import Append
 from lockgate.coordinator.group.group import Group
 from lockgate.coordinator.group.share_group import (
     InitializeRequest,
+    ShareGroup,
     ShareGroupConfig,
     ShareHeartbeatRequest,
     ShareHeartbeatResponse,
@@ -182,6 +183,27 @@ class ShareProtocol:
         if outcome.initialize is not None:
             self._start_initialize(outcome.initialize)
         return outcome.response
+
+    # -- for the share offsets admin APIs (share_offsets.py) ------------------------------------
+
+    def unavailable(self, group_id: str) -> ErrorCode:
+        return self._unavailable(group_id)
+
+    def clock(self) -> int:
+        return self._clock()
+
+    def current(self, group_id: str) -> ShareGroup | None:
+        container = self.groups.get(group_id)
+        return container.share if container is not None else None
+
+    def install(self, group: ShareGroup) -> Group:
+        """Holds `group` as the coordinator's state of its id (a container made if new)."""
+        container = self._container(group.group_id)
+        container.share = group
+        return container
+
+    def append(self, group_id: str, records: tuple[ShareRecord, ...]) -> asyncio.Future[None]:
+        return self._append(group_id, records)
 
     def _container(self, group_id: str) -> Group:
         container = self.groups.get(group_id)
