@@ -770,8 +770,8 @@ async def share_group_membership(connection: BrokerConnection, bootstrap: str) -
     """A share group (KIP-932) over raw ShareGroupHeartbeat: the request checks, a join whose
     partitions are assigned only once their share state is initialized (a later heartbeat,
     after the assignment interval), the epoch checks, ShareGroupDescribe, the other group APIs
-    against a share group (and a share heartbeat against a consumer group), DeleteGroups of a
-    non-empty then an empty share group."""
+    against a share group (and a share heartbeat against a consumer group), the share offsets
+    admin APIs, DeleteGroups of a non-empty then an empty share group."""
     topic, group, other = "diff-share", "diff-share-group", "diff-share-848-group"
     await create_with_leaders(connection, bootstrap, topic)
     await find_coordinator(connection, group, 0)
@@ -854,10 +854,66 @@ async def share_group_membership(connection: BrokerConnection, bootstrap: str) -
     deleted = await connection.request(ApiKey.DELETE_GROUPS, {"groups_names": [group]}, version=2)
     found["delete while a member is in"] = [int(r.error_code) for r in deleted.results]
     found["leave"] = await beat(-1)
+    found.update(await share_offsets_observations(connection, group, topic, other))
     deleted = await connection.request(ApiKey.DELETE_GROUPS, {"groups_names": [group]}, version=2)
     found["delete once empty"] = [int(r.error_code) for r in deleted.results]
     found["heartbeat after deletion"] = (await beat(epoch))[0]
     await other_member.leave()
+    return found
+
+
+async def share_offsets_observations(
+    connection: BrokerConnection, group: str, topic: str, other: str
+) -> dict[str, Any]:
+    """The share offsets admin APIs (90-92) on an Empty share group whose partitions are
+    initialized: alter (with a partition past the count and a missing topic), describe (named
+    and all), delete (with a missing topic), and on a consumer group."""
+    missing = "diff-share-missing"
+
+    async def describe(topics: list[tuple[str, list[int]]] | None) -> Any:
+        named = None if topics is None else [
+            {"topic_name": t, "partitions": p} for t, p in topics]  # fmt: skip
+        answer = await connection.request(
+            ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS,
+            {"groups": [{"group_id": group, "topics": named}]},
+            version=1,
+        )
+        (found,) = answer.groups
+        return int(found.error_code), sorted(
+            (t.topic_name, p.partition_index, p.start_offset, p.lag, int(p.error_code))
+            for t in found.topics for p in t.partitions
+        )  # fmt: skip
+
+    async def delete(group_id: str, topics: list[str]) -> Any:
+        answer = await connection.request(
+            ApiKey.DELETE_SHARE_GROUP_OFFSETS,
+            {"group_id": group_id, "topics": [{"topic_name": t} for t in topics]},
+            version=0,
+        )
+        return int(answer.error_code), sorted(
+            (t.topic_name, int(t.error_code), t.error_message) for t in answer.responses
+        )
+
+    found: dict[str, Any] = {"offsets before the alter": await describe(None)}
+    altered = await connection.request(
+        ApiKey.ALTER_SHARE_GROUP_OFFSETS,
+        {"group_id": group, "topics": [
+            {"topic_name": topic, "partitions": [
+                {"partition_index": 0, "start_offset": 3},
+                {"partition_index": 1, "start_offset": 4},
+                {"partition_index": 7, "start_offset": 0}]},
+            {"topic_name": missing, "partitions": [{"partition_index": 0, "start_offset": 0}]}]},
+        version=0,
+    )  # fmt: skip
+    found["alter"] = (int(altered.error_code), sorted(
+        (t.topic_name, p.partition_index, int(p.error_code))
+        for t in altered.responses for p in t.partitions))  # fmt: skip
+    found["offsets named"] = await describe([(topic, [0, 1]), (missing, [0])])
+    found["offsets of all"] = await describe(None)
+    found["delete offsets"] = await delete(group, [topic, missing])
+    found["delete offsets again"] = await delete(group, [topic])
+    found["offsets after delete"] = await describe(None)
+    found["delete offsets of a consumer group"] = (await delete(other, [topic]))[0]
     return found
 
 
