@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from lockgate.coordinator.group.records import CommittedOffset
 from lockgate.coordinator.group.share_group import (
     ShareGroup,
     ShareHeartbeatRequest,
@@ -22,6 +23,7 @@ from lockgate.server.broker import Broker
 from lockgate.storage.memory import MemoryEngine
 from tests.unit.coordinator.group.support import TOPIC, start_broker, wait_until
 
+COMMITTED = CommittedOffset(1, -1, "", 0)
 FAST = {
     "group.share.min.session.timeout.ms": "200",
     "group.share.session.timeout.ms": "300",
@@ -126,3 +128,24 @@ async def test_restart_replays_the_share_group(engine: MemoryEngine) -> None:
         assert {k[1] for k in again.groups.share.sessions} == {"a", "b"}
     finally:
         await again.stop()
+
+
+async def test_classic_apis_and_offsets_on_a_share_group(fast: Broker) -> None:
+    """As Kafka 4.4: SyncGroup, Heartbeat and LeaveGroup on a share group answer
+    UNKNOWN_MEMBER_ID; OffsetDelete and TxnOffsetCommit GROUP_ID_NOT_FOUND; the group is
+    listed with type share."""
+    await beat(fast, "m", 0, (TOPIC,))
+    groups = fast.groups
+    synced = await groups.sync("g", 1, "m", None, "consumer", "range", {})
+    assert synced["error_code"] == ErrorCode.unknown_member_id
+    assert groups.heartbeat("g", 1, "m", None) == ErrorCode.unknown_member_id
+    assert groups.leave("g", [("m", None)]) == (ErrorCode.unknown_member_id, [])
+    assert (await groups.delete_offsets("g", [(TOPIC, 0)]))[0] == ErrorCode.group_id_not_found
+    committed = await groups.txn_commit("g", 1, 0, -1, "", None, {(TOPIC, 0): COMMITTED})
+    assert committed == {(TOPIC, 0): ErrorCode.group_id_not_found}
+    listed = groups.list_groups({"stable"}, {"share"})
+    assert not isinstance(listed, ErrorCode)
+    assert [(g.group_id, g.protocol_type, g.state, g.group_type) for g in listed] == [
+        ("g", "share", "Stable", "share")
+    ]
+    assert groups.list_groups(set(), {"consumer", "classic"}) == []
