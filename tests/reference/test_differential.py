@@ -8,8 +8,8 @@ epoch bump, delayed and retried requests), transactional offsets (KIP-447, requi
 aborted reads (Fetch's aborted transactions and LSO), a classic group's requests (its
 membership checks with unknown and foreign instance ids too), OffsetCommit into a group that
 does not exist, a consumer-protocol member's commits with older member epochs (KIP-1251) and
-after its group is gone, and a static member leaving while it revokes; it grows with each
-protocol change."""
+after its group is gone, a static member leaving while it revokes, and a share group's
+membership (KIP-932); it grows with each protocol change."""
 
 from __future__ import annotations
 
@@ -762,6 +762,158 @@ async def consumer_group_commit_after_deletion(connection: BrokerConnection, boo
     found["v8 commit at its last epoch"] = await commit(member.epoch, 8)
     found["v10 commit, generation -1"] = await commit(-1, 10)
     found["fetch"] = await committed(connection, group, topic)
+    return found
+
+
+@scenario
+async def share_group_membership(connection: BrokerConnection, bootstrap: str) -> Any:
+    """A share group (KIP-932) over raw ShareGroupHeartbeat: the request checks, a join whose
+    partitions are assigned only once their share state is initialized (a later heartbeat,
+    after the assignment interval), the epoch checks, ShareGroupDescribe, the other group APIs
+    against a share group (and a share heartbeat against a consumer group), the share offsets
+    admin APIs, DeleteGroups of a non-empty then an empty share group."""
+    topic, group, other = "diff-share", "diff-share-group", "diff-share-848-group"
+    await create_with_leaders(connection, bootstrap, topic)
+    await find_coordinator(connection, group, 0)
+    member = "diffShareMember000000A"  # (the Java client's ids: 22 characters)
+
+    async def beat(
+        epoch: int, topics: list[str] | None = None, member_id: str = member, group_id: str = group
+    ) -> tuple[int, int, list[int] | None]:
+        answer = await connection.request(
+            ApiKey.SHARE_GROUP_HEARTBEAT,
+            {"group_id": group_id, "member_id": member_id, "member_epoch": epoch,
+             "rack_id": None, "subscribed_topic_names": topics},
+            version=1,
+        )  # fmt: skip
+        parts = None
+        if answer.assignment is not None:
+            parts = sorted(p for t in answer.assignment.topic_partitions for p in t.partitions)
+        return int(answer.error_code), int(answer.member_epoch), parts
+
+    for _ in range(100):  # as clients do: until the coordinator has loaded the group's partition
+        unknown = (await beat(1, [topic]))[0]
+        if unknown not in (*RETRIABLE, 16):
+            break
+        await asyncio.sleep(0.1)
+    found: dict[str, Any] = {
+        "unknown group at epoch 1": unknown,
+        "member id of 37 characters": (await beat(0, [topic], member_id="x" * 37))[0],
+        "join without topics": (await beat(0, None))[0],
+        "leave an unknown group": (await beat(-1))[0],
+    }
+    joined = await beat(0, [topic])
+    found["join"] = joined
+    answer, epoch = joined, joined[1]
+    for _ in range(80):  # initialized after the join, assigned once the interval (1 s) passed
+        answer = await beat(epoch)
+        epoch = answer[1]
+        if answer[2]:
+            break
+        await asyncio.sleep(0.2)
+    found["assigned"] = answer
+    found["again"] = await beat(epoch)
+    found["epoch ahead"] = (await beat(epoch + 5))[0]
+    found["unknown member"] = (await beat(epoch, member_id="stranger"))[0]
+    described = await connection.request(
+        ApiKey.SHARE_GROUP_DESCRIBE,
+        {"group_ids": [group, "diff-share-none", ""], "include_authorized_operations": False},
+        version=1,
+    )
+    found["describe"] = [
+        (int(g.error_code), g.group_state, g.group_epoch, g.assignment_epoch, g.assignor_name,
+         [(m.member_id, m.member_epoch, sorted(p for t in m.assignment.topic_partitions
+                                               for p in t.partitions)) for m in g.members])
+        for g in described.groups
+    ]  # fmt: skip
+    listed = await connection.request(
+        ApiKey.LIST_GROUPS, {"states_filter": [], "types_filter": ["Share"]}, version=5
+    )
+    found["listed as share"] = sorted(
+        (g.group_id, g.protocol_type, g.group_state, g.group_type)
+        for g in listed.groups
+        if g.group_id.startswith("diff-share")
+    )
+    classic = await connection.request(
+        ApiKey.DESCRIBE_GROUPS, {"groups": [group], "include_authorized_operations": False},
+        version=6,
+    )  # fmt: skip
+    found["DescribeGroups v6"] = [(int(g.error_code), g.group_state) for g in classic.groups]
+    consumer = await connection.request(
+        ApiKey.CONSUMER_GROUP_HEARTBEAT,
+        {"group_id": group, "member_id": "diffConsumerMember0000A", "member_epoch": 0,
+         "instance_id": None, "rack_id": None, "rebalance_timeout": 30_000,
+         "subscribed_topic_names": [topic], "subscribed_topic_regex": None,
+         "server_assignor": None, "topic_partitions": []},
+        version=1,
+    )  # fmt: skip
+    found["ConsumerGroupHeartbeat on it"] = int(consumer.error_code)
+    other_member = RawMember(connection, other, topic, await topic_id(connection, topic))
+    await other_member.beat()
+    found["share heartbeat on a consumer group"] = (await beat(0, [topic], group_id=other))[0]
+    deleted = await connection.request(ApiKey.DELETE_GROUPS, {"groups_names": [group]}, version=2)
+    found["delete while a member is in"] = [int(r.error_code) for r in deleted.results]
+    found["leave"] = await beat(-1)
+    found.update(await share_offsets_observations(connection, group, topic, other))
+    deleted = await connection.request(ApiKey.DELETE_GROUPS, {"groups_names": [group]}, version=2)
+    found["delete once empty"] = [int(r.error_code) for r in deleted.results]
+    found["heartbeat after deletion"] = (await beat(epoch))[0]
+    await other_member.leave()
+    return found
+
+
+async def share_offsets_observations(
+    connection: BrokerConnection, group: str, topic: str, other: str
+) -> dict[str, Any]:
+    """The share offsets admin APIs (90-92) on an Empty share group whose partitions are
+    initialized: alter (with a partition past the count and a missing topic), describe (named
+    and all), delete (with a missing topic), and on a consumer group."""
+    missing = "diff-share-missing"
+
+    async def describe(topics: list[tuple[str, list[int]]] | None) -> Any:
+        named = None if topics is None else [
+            {"topic_name": t, "partitions": p} for t, p in topics]  # fmt: skip
+        answer = await connection.request(
+            ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS,
+            {"groups": [{"group_id": group, "topics": named}]},
+            version=1,
+        )
+        (found,) = answer.groups
+        return int(found.error_code), sorted(
+            (t.topic_name, p.partition_index, p.start_offset, p.lag, int(p.error_code))
+            for t in found.topics for p in t.partitions
+        )  # fmt: skip
+
+    async def delete(group_id: str, topics: list[str]) -> Any:
+        answer = await connection.request(
+            ApiKey.DELETE_SHARE_GROUP_OFFSETS,
+            {"group_id": group_id, "topics": [{"topic_name": t} for t in topics]},
+            version=0,
+        )
+        return int(answer.error_code), sorted(
+            (t.topic_name, int(t.error_code), t.error_message) for t in answer.responses
+        )
+
+    found: dict[str, Any] = {"offsets before the alter": await describe(None)}
+    altered = await connection.request(
+        ApiKey.ALTER_SHARE_GROUP_OFFSETS,
+        {"group_id": group, "topics": [
+            {"topic_name": topic, "partitions": [
+                {"partition_index": 0, "start_offset": 3},
+                {"partition_index": 1, "start_offset": 4},
+                {"partition_index": 7, "start_offset": 0}]},
+            {"topic_name": missing, "partitions": [{"partition_index": 0, "start_offset": 0}]}]},
+        version=0,
+    )  # fmt: skip
+    found["alter"] = (int(altered.error_code), sorted(
+        (t.topic_name, p.partition_index, int(p.error_code))
+        for t in altered.responses for p in t.partitions))  # fmt: skip
+    found["offsets named"] = await describe([(topic, [0, 1]), (missing, [0])])
+    found["offsets of all"] = await describe(None)
+    found["delete offsets"] = await delete(group, [topic, missing])
+    found["delete offsets again"] = await delete(group, [topic])
+    found["offsets after delete"] = await describe(None)
+    found["delete offsets of a consumer group"] = (await delete(other, [topic]))[0]
     return found
 
 

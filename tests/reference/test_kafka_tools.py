@@ -1,12 +1,15 @@
 """Apache Kafka's own command-line tools (from the Kafka 4 jars) against lockgate and against
 Apache Kafka itself, the same scenario on both, their answers compared: kafka-topics,
 kafka-console-producer/consumer, kafka-get-offsets, kafka-consumer-groups (--list,
---describe, --reset-offsets) and kafka-transactions (list, describe, describe-producers,
-find-hanging, abort). What legitimately differs (node ids, topic ids, client and member ids,
-the transaction coordinator's bookkeeping times) is left out of the comparison."""
+--describe, --reset-offsets), kafka-transactions (list, describe, describe-producers,
+find-hanging, abort) and kafka-share-groups (--reset-offsets, on a share group whose member
+heartbeated with raw ShareGroupHeartbeat requests). What legitimately differs (node ids, topic
+ids, client and member ids, the transaction coordinator's bookkeeping times) is left out of the
+comparison."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import subprocess
 import time
@@ -17,7 +20,10 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
+from lockgate.client.cluster import Cluster
+from lockgate.protocol.api import ApiKey
 from tests.support.broker import BrokerProcess
+from tests.support.clients import create_topic
 from tests.support.reference_kafka import ReferenceKafka
 
 pytestmark = pytest.mark.compat
@@ -31,6 +37,7 @@ TOOL = {
     "get-offsets": "org.apache.kafka.tools.GetOffsetShell",
     "consumer-groups": "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
     "transactions": "org.apache.kafka.tools.TransactionsCommand",
+    "share-groups": "org.apache.kafka.tools.consumer.group.ShareGroupCommand",
 }
 
 
@@ -161,3 +168,73 @@ def test_kafka_transactions_answers_alike(targets: list[Target]) -> None:
     assert same(producers) == ["0"]
     assert same(hanging) == []  # younger than the transaction timeout: not hanging
     assert same(aborted) == ["None"]
+
+
+async def _share_member(bootstrap: str, topic: str, group: str, leave: bool) -> tuple[int, int]:
+    """A share group member (raw ShareGroupHeartbeat): joins and heartbeats until it is
+    assigned its partitions (once their share state is initialized), or leaves."""
+    async with Cluster(bootstrap) as cluster:
+        [node] = cluster.metadata.brokers
+        connection = await cluster.connection(node)
+        body: dict[str, Any] = {"group_id": group, "member_id": "toolsShareMember00000A",
+                                "member_epoch": -1 if leave else 0, "rack_id": None,
+                                "subscribed_topic_names": None if leave else [topic]}  # fmt: skip
+        deadline = time.monotonic() + 30
+        while True:  # (Apache Kafka makes __consumer_offsets at the first FindCoordinator)
+            found = await connection.request(
+                ApiKey.FIND_COORDINATOR, {"key_type": 0, "coordinator_keys": [group]}, version=4
+            )
+            if found.coordinators[0].error_code == 0:
+                break
+            assert time.monotonic() < deadline, found
+            await asyncio.sleep(0.2)
+        while True:
+            answer = await connection.request(ApiKey.SHARE_GROUP_HEARTBEAT, body, version=1)
+            code, epoch = int(answer.error_code), int(answer.member_epoch)
+            if leave and code == 0:
+                return code, epoch
+            assigned = answer.assignment is not None and answer.assignment.topic_partitions
+            if code == 0 and assigned:
+                return code, epoch
+            assert code in (0, 14, 15, 16) and time.monotonic() < deadline, answer
+            if code == 0:
+                body = {**body, "member_epoch": epoch, "subscribed_topic_names": None}
+            await asyncio.sleep(0.2)
+
+
+async def _share_offsets(bootstrap: str, topic: str, group: str) -> list[tuple[int, int]]:
+    """(partition, start offset) of the group's share partitions (DescribeShareGroupOffsets)."""
+    async with Cluster(bootstrap) as cluster:
+        [node] = cluster.metadata.brokers
+        connection = await cluster.connection(node)
+        answer = await connection.request(
+            ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS,
+            {
+                "groups": [
+                    {"group_id": group, "topics": [{"topic_name": topic, "partitions": [0, 1]}]}
+                ]
+            },
+            version=1,
+        )
+        return sorted(
+            (int(p.partition_index), int(p.start_offset))
+            for t in answer.groups[0].topics for p in t.partitions
+        )  # fmt: skip
+
+
+def test_kafka_share_groups_answers_alike(targets: list[Target]) -> None:
+    """kafka-share-groups --reset-offsets (the admin client's describeShareGroups, listOffsets
+    and alterShareGroupOffsets) on an Empty share group whose partitions a member had."""
+    topic, group = "share-tools", "share-tools-group"
+    reset: dict[str, Any] = {}
+    offsets: dict[str, Any] = {}
+    for t in targets:
+        create_topic(t.bootstrap, topic, 2)
+        asyncio.run(_share_member(t.bootstrap, topic, group, leave=False))
+        asyncio.run(_share_member(t.bootstrap, topic, group, leave=True))
+        rows = table(t.run("share-groups", "--reset-offsets", "--group", group, "--topic", topic,
+                           "--to-earliest", "--execute"), "GROUP")  # fmt: skip
+        reset[t.name] = sorted((r["PARTITION"], r["NEW-OFFSET"]) for r in rows)
+        offsets[t.name] = asyncio.run(_share_offsets(t.bootstrap, topic, group))
+    assert same(reset) == [("0", "0"), ("1", "0")]
+    assert same(offsets) == [(0, 0), (1, 0)]

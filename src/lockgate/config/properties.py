@@ -117,6 +117,20 @@ BROKER_DEFAULTS: dict[str, str] = {
     # consumer-protocol member joins), downgrade (back when only classic members are left), both
     # (bidirectional) or disabled
     "group.consumer.migration.policy": "bidirectional",
+    # Share groups (KIP-932): the members' session timeout and heartbeat interval (each within
+    # its min/max; a group's share.* configs win), max members, the one assignor (simple), how
+    # long a new target assignment waits after the last one, and (Kafka's internal setting)
+    # after how long share partitions still initializing are asked for again
+    "group.share.session.timeout.ms": "45000",
+    "group.share.min.session.timeout.ms": "45000",
+    "group.share.max.session.timeout.ms": "60000",
+    "group.share.heartbeat.interval.ms": "5000",
+    "group.share.min.heartbeat.interval.ms": "5000",
+    "group.share.max.heartbeat.interval.ms": "15000",
+    "group.share.max.size": "200",
+    "group.share.assignors": "simple",
+    "group.share.assignment.interval.ms": "1000",
+    "group.share.initialize.retry.interval.ms": "30000",
     "offset.metadata.max.bytes": "4096",
     # Kafka's offsets.retention.minutes (an alias of this finer lockgate property): offsets of
     # a group that has been Empty this long (or, without group metadata, committed this long

@@ -234,11 +234,14 @@ class Broker:
             else PeerConnections(self.membership, self.inter_broker_security,
                                  f"lockgate-share-{self.node_id}", SHARE_STATE_TIMEOUT_MS),
             timeout_ms=config.integer("share.coordinator.write.timeout.ms"),
+            on_reset=lambda group, topic_id: self.share_leader.forget(group, topic_id),
         )  # fmt: skip
         # the share-partition leader (KIP-932): in-flight records of the share partitions led here
         self.share_leader = ShareManager(
             config, self.group_configs, self.share_persister, timers, now_ms
         )
+        # share groups initialize and delete share-partition state through it
+        self.groups.share.persister = self.share_persister
         # None unless authorizer.class.name is set: then every handler checks ACLs
         self.authorizer = Authorizer.from_config(config, self.storage)
         # client quotas: the store is the truth, `quotas` enforces its latest table

@@ -179,6 +179,12 @@ class ConsumerProtocol:
         if request.group_id and (unavailable := self._unavailable(request.group_id)):
             return refused(unavailable)
         container = self.groups.get(request.group_id)
+        if container is not None and container.share is not None:
+            return HeartbeatResponse(
+                ErrorCode.group_id_not_found, request.member_id, request.member_epoch,
+                config.heartbeat_interval_ms, None,
+                f"Group {request.group_id} is not a consumer group.",
+            )  # fmt: skip
         classic = container is not None and container.consumer is None
         if (
             container is not None

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from lockgate.coordinator.group.committed import CommittedOffsets
 from lockgate.coordinator.group.consumer_group import ConsumerGroup
+from lockgate.coordinator.group.share_group import ShareGroup
 from lockgate.coordinator.group.state import LEGAL_PREVIOUS, GroupState
 from lockgate.protocol.errors import ErrorCode
 
@@ -68,13 +69,19 @@ class Group:
     rebalance_initial: bool = False  # the running rebalance began in Empty (initial delay)
     # set: a consumer-protocol group (KIP-848), whose members live there, not in `members`
     consumer: ConsumerGroup | None = None
+    # set: a share group (KIP-932), whose members live there; it has no committed offsets
+    share: ShareGroup | None = None
 
     def __post_init__(self) -> None:
         self.offsets = CommittedOffsets(self.group_id)
 
     @property
     def has_members(self) -> bool:
-        return bool(self.members) or bool(self.consumer and self.consumer.members)
+        return (
+            bool(self.members)
+            or bool(self.consumer and self.consumer.members)
+            or bool(self.share and self.share.members)
+        )
 
     def transition(self, state: GroupState) -> None:
         if self.state not in LEGAL_PREVIOUS[state]:

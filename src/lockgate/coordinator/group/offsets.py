@@ -113,6 +113,8 @@ class Offsets:
             # generation -1 (the admin client, a consumer without group management, whatever
             # member id it names): a group without members is created for the offsets
             group = self.groups[group_id] = Group(group_id)
+        if group.share is not None:  # (a share group has no committed offsets)
+            return all_(ErrorCode.group_id_not_found)
         if group.consumer is not None:
             # KIP-848: the member epoch instead of the generation (KIP-1251: an older one for
             # partitions the member already had then); -1 only for an empty group
@@ -174,6 +176,8 @@ class Offsets:
         if unavailable := self._unavailable(group_id):
             return unavailable, {}
         group = self.groups.get(group_id)
+        if group is not None and group.share is not None:
+            return ErrorCode.group_id_not_found, {}
         if group is not None and group.consumer is not None:
             code = validate_offset_fetch(group.consumer, member_id, member_epoch)
             if code:
@@ -214,6 +218,8 @@ class Offsets:
             return dict.fromkeys(offsets, unavailable)
         group = self.groups.get(group_id)
         results = self._check_offsets(offsets)
+        if group is not None and group.share is not None:
+            return dict.fromkeys(offsets, ErrorCode.group_id_not_found)
         if group is not None and group.consumer is not None:
             # KIP-447 with the consumer protocol: the generation is the member epoch, checked as
             # in OffsetCommit (KIP-1251 included); a stale one is ILLEGAL_GENERATION, as Kafka
@@ -283,8 +289,8 @@ class Offsets:
         expired = 0
         for group_id in list(self.groups):
             group = self.groups[group_id]
-            if self._unavailable(group_id):
-                continue
+            if self._unavailable(group_id) or group.share is not None:
+                continue  # (a share group has no offsets to expire)
             doomed = self._expired_offsets(group, now)
             drop_group = (
                 not group.has_members
@@ -371,7 +377,7 @@ class Offsets:
         group = self.groups.get(group_id)
         if unavailable := self._unavailable(group_id):
             return unavailable, {}
-        if group is None:
+        if group is None or group.share is not None:
             return ErrorCode.group_id_not_found, {}
         subscribed = self._subscribed_topics(group) if group.protocol_type == "consumer" else set()
         results = {

@@ -6,8 +6,9 @@
 # the groups' records, what a partition's load and unload do to the groups) and has one method
 # per group API, which it hands to the piece that runs it:
 # classic_runtime.py (classic membership: JoinGroup, SyncGroup, Heartbeat, LeaveGroup),
-# consumer_runtime.py (the consumer group protocol, KIP-848, and mixed groups) and offsets.py
-# (committed and transactional offsets, deletions, retention).
+# consumer_runtime.py (the consumer group protocol, KIP-848, and mixed groups), share_runtime.py
+# (share groups, KIP-932) and offsets.py (committed and transactional offsets, deletions,
+# retention).
 from __future__ import annotations
 
 import asyncio
@@ -15,10 +16,11 @@ import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from lockgate.config.properties import BrokerConfig
 from lockgate.coordinator import runtime, writes
-from lockgate.coordinator.group import consumer_records
+from lockgate.coordinator.group import consumer_records, share_records
 from lockgate.coordinator.group.classic import Answer, JoinRequest, SyncRequest, restore_group
 from lockgate.coordinator.group.classic_runtime import ClassicRuntime
 from lockgate.coordinator.group.committed import partition_of
@@ -31,6 +33,9 @@ from lockgate.coordinator.group.records import (
     decode_key,
     offset_commit,
 )
+from lockgate.coordinator.group.share_group import ShareGroup
+from lockgate.coordinator.group.share_offsets import ShareOffsets
+from lockgate.coordinator.group.share_runtime import ShareProtocol, ShareSettings
 from lockgate.coordinator.group.views import (
     ConsumerGroupView,
     GroupListing,
@@ -54,6 +59,10 @@ from lockgate.topics.internal import CONSUMER_OFFSETS_TOPIC
 log = logging.getLogger(__name__)
 
 
+class GroupSettings(GroupTimeouts, ShareSettings, Protocol):
+    """The groups' own settings (ConfigResource GROUP) the coordinator reads."""
+
+
 @dataclass(slots=True)
 class _Load:
     """One load of a partition: the records of transactions still open, by producer (as
@@ -75,7 +84,7 @@ class GroupCoordinator:
         on_loaded: Callable[[float], None],
         snapshots: runtime.Snapshots | None,
         timers: runtime.Timers,
-        group_configs: GroupTimeouts | None = None,
+        group_configs: GroupSettings | None = None,
     ) -> None:
         """`topics` holds __consumer_offsets (created here on a single node) and answers which
         topics exist; `write` appends a batch as the partition's leader; `on_loaded` is told
@@ -120,6 +129,12 @@ class GroupCoordinator:
             timers,
             group_configs,
         )
+        # share groups (KIP-932)
+        self.share = ShareProtocol(
+            config, topics, self.groups, self.unavailable, self._append, clock, timers,
+            group_configs,
+        )  # fmt: skip
+        self.share_offsets = ShareOffsets(self.share, self._latest_offset)
         self.offsets = Offsets(
             self.groups,
             self.unavailable,
@@ -138,6 +153,12 @@ class GroupCoordinator:
         """Every partition coordinated here is loaded (ListGroups needs them all)."""
         return self.runtime.loaded
 
+    def _latest_offset(self, topic: str, partition: int) -> int | ErrorCode:
+        """A partition's high watermark (a share group's lag); one led elsewhere: not known
+        here."""
+        held = self.topics.get(topic, partition)
+        return held.high_watermark if held is not None else ErrorCode.not_leader_or_follower
+
     def unavailable(self, group_id: str) -> ErrorCode:
         """NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS for the group's partition, if so."""
         return self.runtime.serving(group_id)
@@ -155,7 +176,7 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if group is None:
             return NotFound(f"Group {group_id} not found.")
-        if group.consumer is not None:
+        if group.consumer is not None or group.share is not None:
             return NotFound(f"Group {group_id} is not a classic group.")
         return group
 
@@ -186,6 +207,18 @@ class GroupCoordinator:
             group.consumer, self.consumer.config.assignors[0], self.consumer.topic_counts()
         )
 
+    def describe_share(self, group_id: str) -> ShareGroup | ErrorCode | NotFound:
+        """The share group (KIP-932); NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS; not
+        found (unknown, or a group of another type)."""
+        if unavailable := self.unavailable(group_id):
+            return unavailable
+        group = self.groups.get(group_id)
+        if group is None:
+            return NotFound(f"Group {group_id} not found.")
+        if group.share is None:
+            return NotFound(f"Group {group_id} is not a share group.")
+        return group.share
+
     # -- the shard: what the runtime's loads and unloads do to the groups ----------------------
 
     def size(self) -> int:
@@ -204,6 +237,7 @@ class GroupCoordinator:
         for group in gone:
             del self.groups[group.group_id]
             self.consumer.unloaded(group)
+            self.share.unloaded(group)
             self.classic.forget(group, ErrorCode.not_coordinator)
         self.offsets.forget(lambda group_id: self.offsets_partition(group_id) == index)
         return len(gone)
@@ -238,6 +272,7 @@ class GroupCoordinator:
             for member in each.members.values():
                 self.classic.touch(each, member)
             self.consumer.loaded(each)
+            self.share.loaded(each)
         return runtime.Loaded(len(restored))
 
     def _append(
@@ -302,6 +337,9 @@ class GroupCoordinator:
                 else:
                     held[canonical] = value
                 return
+            if share_records.record_kind(key) is not None:
+                self._replay_share(load, key, value)
+                return
             if consumer_records.key_version(key) in consumer_records.CONSUMER_KEY_VERSIONS:
                 group_id = consumer_records.decode(key, None, {}).group_id
                 self.consumer.replay(self._replayed_group(load, group_id), key, value)
@@ -325,6 +363,23 @@ class GroupCoordinator:
             )
         except (ValueError, UnicodeDecodeError, IndexError) as exc:
             log.error("skipping a damaged %s record: %s", CONSUMER_OFFSETS_TOPIC, exc)
+
+    def _replay_share(self, load: _Load, key: bytes, value: bytes | None) -> None:
+        """A share group's record; its group goes when its epoch record's tombstone comes
+        (a tombstone of a group already gone is passed over)."""
+        group_id = share_records.decode(key, None, {}).group_id
+        if value is None and group_id not in self.groups:
+            return
+        container = self._replayed_group(load, group_id)
+        self.share.replay(container, key, value)
+        if (
+            container.share is None
+            and container.consumer is None
+            and not container.members
+            and not container.offsets.records
+        ):
+            del self.groups[group_id]
+            load.groups.pop(group_id, None)
 
     def _replayed_group(self, load: _Load, group_id: str) -> Group:
         """The group a replayed record is of (made if new, and counted as the load's)."""
@@ -359,6 +414,9 @@ class GroupCoordinator:
         if not self.min_session_ms <= session_timeout_ms <= self.max_session_ms:
             return error(ErrorCode.invalid_session_timeout)
         group = self.groups.get(group_id)
+        if group is not None and group.share is not None:
+            # as Kafka 4.4: a share group cannot take classic members (no member id given)
+            return {"error_code": ErrorCode.inconsistent_group_protocol, "member_id": ""}
         if group is None:
             if member_id:
                 return error(ErrorCode.unknown_member_id)
@@ -401,7 +459,7 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if unavailable := self.unavailable(group_id):
             return {"error_code": unavailable}
-        if group is None:
+        if group is None or group.share is not None:
             return {"error_code": ErrorCode.unknown_member_id}
         request = SyncRequest(
             group_id, generation, member_id, group_instance_id, protocol_type, protocol_name,
@@ -417,7 +475,7 @@ class GroupCoordinator:
         if unavailable := self.unavailable(group_id):
             return unavailable
         group = self.groups.get(group_id)
-        if group is None:
+        if group is None or group.share is not None:
             return ErrorCode.unknown_member_id
         if group.consumer is not None:
             return self.consumer.classic_heartbeat(group, generation, member_id, group_instance_id)
@@ -429,7 +487,7 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if unavailable := self.unavailable(group_id):
             return unavailable, []
-        if group is None:
+        if group is None or group.share is not None:
             return ErrorCode.unknown_member_id, []
         if group.consumer is not None:
             return ErrorCode.none, self.consumer.classic_leave(group, members)
@@ -479,6 +537,9 @@ class GroupCoordinator:
         return self.offsets.expire(now)
 
     async def delete_group(self, group_id: str) -> ErrorCode:
+        group = self.groups.get(group_id)
+        if group is not None and group.share is not None and not self.unavailable(group_id):
+            return await self.share.delete(group)
         return await self.offsets.delete_group(group_id)
 
     async def delete_offsets(

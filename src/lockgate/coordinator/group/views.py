@@ -24,7 +24,7 @@ class GroupListing:
     group_id: str
     protocol_type: str
     state: str
-    group_type: str  # "classic" or "consumer"
+    group_type: str  # "classic", "consumer" or "share"
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +39,8 @@ class ConsumerGroupView:
 
 
 def listing(group: Group) -> GroupListing:
+    if group.share is not None:
+        return GroupListing(group.group_id, "share", group.share.state, "share")
     consumer = group.consumer
     return GroupListing(
         group.group_id,

@@ -5,6 +5,10 @@
 # coordinator is called in-process, another broker's through its share-state API (83-87) over
 # this broker's inter-broker connection to it. A single node coordinates every share partition.
 #
+# A state initialized (reset) or deleted successfully is told to `on_reset` (the share-partition
+# leader of this broker forgets what it had loaded of it and reads it again; a leader on another
+# broker learns it from the new state epoch, which fences its next write).
+#
 # Passing answers are retried here, as Kafka's persister does, so that callers see them only once
 # the coordinator has stayed unavailable for `timeout_ms`: a coordinator that moved, is loading,
 # is not elected yet, cannot be reached, or whose topic is still being made. Every other answer
@@ -56,6 +60,7 @@ class RoutedPersister:
         locate: Locate,
         peers: PeerConnections | None,
         timeout_ms: int,
+        on_reset: Callable[[str, uuid.UUID], object] | None = None,
     ) -> None:
         """`locate` answers the coordinator of a routing key ("group:topicId:partition", the
         locator's SHARE lookup); `peers` reaches the other brokers (None: a single node,
@@ -65,18 +70,20 @@ class RoutedPersister:
         self._locate = locate
         self._peers = peers
         self._timeout_s = timeout_ms / 1000
+        self._on_reset = on_reset
 
     async def initialize(
         self, group_id: str, topic_id: uuid.UUID, partition: int, state_epoch: int,
         start_offset: int,
     ) -> StateResult:  # fmt: skip
         fields = {"state_epoch": state_epoch, "start_offset": start_offset}
-        return await self._call(
+        result = await self._call(
             ShareKey(group_id, topic_id, partition), StateResult,
             lambda: self._local.initialize(group_id, topic_id, partition, state_epoch,
                                            start_offset),
             ApiKey.INITIALIZE_SHARE_GROUP_STATE, 0, fields, _state,
         )  # fmt: skip
+        return self._reset(group_id, topic_id, result)
 
     async def read(
         self, group_id: str, topic_id: uuid.UUID, partition: int, leader_epoch: int
@@ -115,11 +122,12 @@ class RoutedPersister:
         )  # fmt: skip
 
     async def delete(self, group_id: str, topic_id: uuid.UUID, partition: int) -> StateResult:
-        return await self._call(
+        result = await self._call(
             ShareKey(group_id, topic_id, partition), StateResult,
             lambda: self._local.delete(group_id, topic_id, partition),
             ApiKey.DELETE_SHARE_GROUP_STATE, 0, {}, _state,
         )  # fmt: skip
+        return self._reset(group_id, topic_id, result)
 
     async def read_summary(
         self, group_id: str, topic_id: uuid.UUID, partition: int, leader_epoch: int
@@ -130,6 +138,11 @@ class RoutedPersister:
             ApiKey.READ_SHARE_GROUP_STATE_SUMMARY, SUMMARY_VERSION,
             {"leader_epoch": leader_epoch}, _summary,
         )  # fmt: skip
+
+    def _reset(self, group_id: str, topic_id: uuid.UUID, result: StateResult) -> StateResult:
+        if result.error == ErrorCode.none and self._on_reset is not None:
+            self._on_reset(group_id, topic_id)
+        return result
 
     async def close(self) -> None:
         if self._peers is not None:
