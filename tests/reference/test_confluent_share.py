@@ -15,8 +15,7 @@ from tests.support import confluent_share
 
 pytestmark = pytest.mark.compat
 
-# The brokers these tests run against; add "lockgate" once lockgate serves share groups (issue 35).
-BROKERS = ["kafka"]
+BROKERS = ["kafka", "lockgate"]
 RECORDS, PARTITIONS, CONSUMERS = 120, 2, 2
 
 

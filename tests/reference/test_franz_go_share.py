@@ -14,8 +14,7 @@ from tests.support import franz_go
 
 pytestmark = pytest.mark.compat
 
-# The brokers these tests run against; add "lockgate" once lockgate serves share groups (issue 35).
-BROKERS = ["kafka"]
+BROKERS = ["kafka", "lockgate"]
 
 
 @pytest.mark.parametrize("share_broker", BROKERS, indirect=True)

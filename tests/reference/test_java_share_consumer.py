@@ -21,8 +21,7 @@ import pytest
 pytestmark = pytest.mark.compat
 
 PROGRAM = Path(__file__).parent / "java" / "ShareGroupChecks.java"
-# The brokers this test runs against; add "lockgate" once lockgate serves share groups (issue 35).
-BROKERS = ["kafka"]
+BROKERS = ["kafka", "lockgate"]
 RECORDS = 30
 
 

@@ -25,8 +25,7 @@ from lockgate.client.sync_share_consumer import ShareConsumer as BlockingShareCo
 
 pytestmark = pytest.mark.compat
 
-# The brokers these tests run against; add "lockgate" once lockgate serves share groups (issue 35).
-BROKERS = ["kafka"]
+BROKERS = ["kafka", "lockgate"]
 ACCEPT, RELEASE, REJECT, RENEW = (
     AcknowledgeType.ACCEPT,
     AcknowledgeType.RELEASE,

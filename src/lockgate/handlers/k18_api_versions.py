@@ -9,6 +9,9 @@ Behaviour:
   TxnOffsetCommit v5) works end to end, proven by tests/integration/test_transaction_version_2.py.
 - v3+: feature `group.version` supported 0–1 and finalized at 1, as Kafka 4: the consumer group
   protocol (KIP-848, ConsumerGroupHeartbeat/ConsumerGroupDescribe) is served.
+- v3+: feature `share.version` supported 0–1 and finalized at 1: share groups (KIP-932) are
+  served. Kafka 4.4 finalizes 2, which adds the dead-letter queue (KIP-1191) that lockgate does
+  not have (docs/deviations.md); clients read neither level, only the share APIs' answers.
 Version notes: v3+ carries client software name/version (logged) and tagged feature fields.
 """
 
@@ -31,6 +34,8 @@ TRANSACTION_VERSION = "transaction.version"
 TRANSACTION_VERSION_LEVEL = 2
 GROUP_VERSION = "group.version"
 GROUP_VERSION_LEVEL = 1
+SHARE_VERSION = "share.version"
+SHARE_VERSION_LEVEL = 1
 FEATURES_EPOCH = 1  # the finalized features never change while lockgate runs
 
 
@@ -47,6 +52,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
                 "max_version": TRANSACTION_VERSION_LEVEL,
             },
             {"name": GROUP_VERSION, "min_version": 0, "max_version": GROUP_VERSION_LEVEL},
+            {"name": SHARE_VERSION, "min_version": 0, "max_version": SHARE_VERSION_LEVEL},
         ],
         "finalized_features_epoch": FEATURES_EPOCH,
         "finalized_features": [
@@ -59,6 +65,11 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
                 "name": GROUP_VERSION,
                 "min_version_level": GROUP_VERSION_LEVEL,
                 "max_version_level": GROUP_VERSION_LEVEL,
+            },
+            {
+                "name": SHARE_VERSION,
+                "min_version_level": SHARE_VERSION_LEVEL,
+                "max_version_level": SHARE_VERSION_LEVEL,
             },
         ],
     }

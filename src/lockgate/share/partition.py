@@ -9,8 +9,8 @@
 #   batch possibly starting below SPSO (a batch leaves the cache once wholly below it);
 # - a record moves AVAILABLE -> ACQUIRED -> AVAILABLE | ACKNOWLEDGED | ARCHIVED only; the
 #   delivery count grows on acquisition, and a record going back to AVAILABLE whose count
-#   reached the delivery limit is ARCHIVED instead, except when its member's session ends:
-#   then it is AVAILABLE with one delivery fewer (it was sent, not processed);
+#   reached the delivery limit is ARCHIVED instead (a lock expiry, a RELEASE, or its member's
+#   session ending alike: Kafka 4.4 hands such records out again with the next count);
 # - an acknowledgement is two-phase: its records are `pending` (neither acquirable nor
 #   acknowledgeable) until the durable write commits the change, or rolls it back; a lock
 #   timeout or a release stands at once (the write that follows may fail: Kafka does the same);
@@ -503,23 +503,19 @@ class SharePartition:
         return self._release_where(lambda r: r.deadline_ms <= now_ms, limits)
 
     def release_member(self, member: str, limits: Limits) -> StateWrite | None:
-        """Releases `member`'s acquisitions (its share session ended): AVAILABLE again with
-        one delivery fewer, whatever the limit (as Kafka: a consumer leaving hands back records
-        it was sent but did not process, which is no failed delivery)."""
-        return self._release_where(lambda r: r.member == member, limits, undelivered=True)
+        """Releases `member`'s acquisitions (its share session ended) as a lock expiry does:
+        their deliveries count (Kafka 4.4 hands them out again with the next delivery count,
+        tests/reference/test_share_consumer.py), ARCHIVED at the delivery limit."""
+        return self._release_where(lambda r: r.member == member, limits)
 
     def _release_where(
-        self, chosen: Callable[[OffsetState], bool], limits: Limits, undelivered: bool = False
+        self, chosen: Callable[[OffsetState], bool], limits: Limits
     ) -> StateWrite | None:
         changed: dict[int, RecordState] = {}
         records: dict[int, OffsetState] = {}
         for offset, record in self.offsets():
             if record.state == RecordState.ACQUIRED and not record.pending and chosen(record):
-                if undelivered:
-                    record.delivery_count = max(0, record.delivery_count - 1)
-                    changed[offset] = RecordState.AVAILABLE
-                else:
-                    changed[offset] = self._released(record, limits)
+                changed[offset] = self._released(record, limits)
                 records[offset] = record
         if not changed:
             return None

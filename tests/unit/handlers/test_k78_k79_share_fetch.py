@@ -304,14 +304,14 @@ async def test_release_on_final_epoch_and_connection_close(broker: Broker) -> No
     await initialize(broker)
     assert acquired(await share_fetch(broker, 0, connection=7)) == [(0, 1, 1)]
     assert acquired(await share_fetch(broker, 0, member="m2")) == []
-    # the connection closed: the records come back, their delivery taken back
+    # the connection closed: the records come back, their delivery counted (as Kafka 4.4)
     broker.share_leader.connection_closed(7)
-    assert acquired(await share_fetch(broker, 1, member="m2")) == [(0, 1, 1)]
+    assert acquired(await share_fetch(broker, 1, member="m2")) == [(0, 1, 2)]
     # epoch -1: the piggy-backed acks applied (0 accepted), 1 released, the session gone
     final = await share_fetch(broker, -1, member="m2", ack=[(0, 0, [ACCEPT])])
     assert partition_of(final)["acknowledge_error_code"] == ErrorCode.none
     assert broker.share_leader.sessions.get("g", "m2") is None
-    assert acquired(await share_fetch(broker, 0, member="m3")) == [(1, 1, 1)]
+    assert acquired(await share_fetch(broker, 0, member="m3")) == [(1, 1, 3)]
 
 
 async def test_renew_keeps_the_lock(broker: Broker) -> None:
@@ -401,7 +401,7 @@ async def test_long_poll_wakes_on_release(broker: Broker) -> None:
     await asyncio.sleep(0)
     assert not waiting.done()
     broker.share_leader.connection_closed(3)
-    assert acquired(await asyncio.wait_for(waiting, 30)) == [(0, 0, 1)]
+    assert acquired(await asyncio.wait_for(waiting, 30)) == [(0, 0, 2)]
 
 
 async def test_read_committed_archives_aborted_records(broker: Broker) -> None:
@@ -460,6 +460,17 @@ async def test_topic_read_is_checked_per_partition(broker: Broker) -> None:
     assert partition_of(answer)["error_code"] == ErrorCode.topic_authorization_failed
 
 
+async def test_a_reset_through_this_brokers_persister_is_read_at_once(broker: Broker) -> None:
+    await produce(broker, 3)
+    await initialize(broker)
+    assert acquired(await share_fetch(broker, 0)) == [(0, 2, 1)]
+    # this broker's group coordinator resets it (AlterShareGroupOffsets to 2): the leader
+    # forgets what it had loaded and the next fetch starts from the new state
+    again = await broker.share_persister.initialize("g", topic_id(broker), 0, 2, 2)
+    assert again.error == ErrorCode.none and not broker.share_leader.partitions
+    assert acquired(await share_fetch(broker, 1, listed=False)) == [(2, 2, 1)]
+
+
 async def test_incremental_answers_a_cleared_error_once(broker: Broker) -> None:
     opened = await share_fetch(broker, 0)  # not initialized yet: an error
     assert partition_of(opened)["error_code"] == ErrorCode.unknown_server_error
@@ -481,8 +492,9 @@ async def test_a_newer_state_epoch_fences_the_leader(broker: Broker) -> None:
     await produce(broker, 2)
     await initialize(broker)
     assert acquired(await share_fetch(broker, 0)) == [(0, 1, 1)]
-    # the group coordinator initializes again (AlterShareGroupOffsets): state epoch 2
-    again = await broker.share_leader.persister.initialize("g", topic_id(broker), 0, 2, 1)
+    # a group coordinator elsewhere initializes again (AlterShareGroupOffsets): state epoch 2
+    # at the share coordinator, which this leader learns from its next write
+    again = await broker.shares.initialize("g", topic_id(broker), 0, 2, 1)
     assert again.error == ErrorCode.none
     answer = await share_ack(broker, 1, [(0, 1, [ACCEPT])])
     assert partition_of(answer)["error_code"] == ErrorCode.not_leader_or_follower

@@ -237,7 +237,7 @@ async def test_session_end_and_connection_close_release() -> None:
     s.manager.connection_closed(9)
     assert s.manager.sessions.get("g", "m") is None
     await s.manager.settle()
-    assert s.persister.writes == [(0, 0, (StateBatch(0, 4, 0, 0),))]
+    assert s.persister.writes == [(0, 0, (StateBatch(0, 4, 0, 1),))]
 
 
 async def test_delivery_limit_from_group_config() -> None:

@@ -203,17 +203,17 @@ def test_records_near_the_delivery_limit_go_in_fewer_numbers() -> None:
     assert share.acquire("a", log(8), 8, 0, limits, read_from=0).ranges == (AcquiredRange(0, 0, 6),)
 
 
-def test_release_member_takes_the_delivery_back() -> None:
+def test_release_member_counts_the_delivery() -> None:
     share = SharePartition(0)
     share.acquire("a", log(2), 10, 0, LIMITS)
     share.acquire("b", log(1, start=2), 10, 0, LIMITS)
     write = share.release_member("a", LIMITS)
-    assert write is not None and write.batches == (StateBatch(0, 1, 0, 0),)
+    assert write is not None and write.batches == (StateBatch(0, 1, 0, 1),)
     assert share.state_of(2).member == "b"  # type: ignore[union-attr]
     assert share.acquire("c", log(2, 1), 10, 0, LIMITS, read_from=0).ranges == (
-        AcquiredRange(0, 1, 1),
+        AcquiredRange(0, 1, 2),
     )
-    # at the delivery limit too: AVAILABLE, not archived
+    # at the delivery limit: archived, as after a lock expiry
     limits = Limits(delivery_count_limit=2)
     share = SharePartition(0)
     share.acquire("a", log(1), 10, 0, limits)
@@ -221,9 +221,9 @@ def test_release_member_takes_the_delivery_back() -> None:
     assert share.acquire("a", log(1), 10, 0, limits, read_from=0).ranges == (
         AcquiredRange(0, 0, 2),
     )
-    share.release_member("a", limits)
-    assert share.state_of(0).state == RecordState.AVAILABLE  # type: ignore[union-attr]
-    assert share.state_of(0).delivery_count == 1  # type: ignore[union-attr]
+    write = share.release_member("a", limits)
+    assert write is not None and write.batches == (StateBatch(0, 0, 4, 2),)
+    assert share.start_offset == 1  # (archived: done, gone from the window)
 
 
 def test_load_keeps_states_and_redelivers_gaps() -> None:
@@ -388,7 +388,7 @@ def test_against_a_per_offset_model(ops: list[tuple[object, ...]]) -> None:
             share.release_member(member, LIMITS)
             for offset, (state, count, holder, _d) in list(model.state.items()):
                 if state == RecordState.ACQUIRED and holder == member:
-                    model.state[offset] = (RecordState.AVAILABLE, count - 1, "", 0)
+                    model.release(offset)
         assert share.start_offset == model.start()
         done = sum(
             1
