@@ -5,7 +5,8 @@ lock-timeout storm, against lockgate (fsync and page-cache durability) and Apach
 share settings, side by side in one invocation.
 
     python -m bench.share_groups [--records N] [--consumers 1,4,16] [--partitions 1,6]
-                                 [--latency-records N] [--storm-consumers C]
+                                 [--latency-records N] [--latency-poll-records N]
+                                 [--storm-consumers C] [--storm-partitions P]
                                  [--storm-lock-ms MS] [--storm-locks N]
                                  [--targets lockgate-page-cache,lockgate-fsync,kafka]
                                  [--gate transaction|none] [--json PATH] [--phase-timeout S]
@@ -301,13 +302,15 @@ def latency_main(
     group: str,
     topic: str,
     records: int,
+    poll_records: int,
     timeout: float,
     out: multiprocessing.Queue[tuple[Any, ...]],
 ) -> None:
     """Explicit acknowledgement: each poll's records accepted one by one, then commit_sync;
     reports ("latencies", [seconds from poll returned to commit_sync returned], [records per
     poll], distinct records, deliveries)."""
-    consumer = _consumer(bootstrap, group, 0, {"share.acknowledgement.mode": "explicit"})
+    extra = {"share.acknowledgement.mode": "explicit", "max.poll.records": poll_records}
+    consumer = _consumer(bootstrap, group, 0, extra)
     latencies: list[float] = []
     sizes: list[int] = []
     seen = DistinctRecords()
@@ -560,18 +563,28 @@ class Bench:
 
     # -- acquisition to acknowledgement ---------------------------------------------------
 
-    def latency(self, records: int) -> ScenarioResult:
+    def latency(self, records: int, poll_records: int) -> ScenarioResult:
+        """One consumer, explicit acknowledgement, polls of about `poll_records` (log batches
+        of that many records: whole batches are acquired)."""
         result = ScenarioResult("", "latency", "latency")
         topic, group = self.names("latency")
         self.create_topic(topic, 1)
         self.set_group_configs(group, {"share.auto.offset.reset": "earliest"})
-        producer = self.producer(False)
+        producer = self.producer(False, batch_messages=poll_records)
         self.produce(producer, topic, records, 1)
         out: multiprocessing.Queue[tuple[Any, ...]] = self.context.Queue()
         deadline = time.monotonic() + self.timeout
         with children(self.context) as started:
             self.start(
-                started, latency_main, self.bootstrap, group, topic, records, self.timeout, out
+                started,
+                latency_main,
+                self.bootstrap,
+                group,
+                topic,
+                records,
+                poll_records,
+                self.timeout,
+                out,
             )
             message = receive(out, deadline + 5, "latency")
         _, latencies, sizes, distinct, deliveries = message
@@ -588,12 +601,12 @@ class Bench:
 
     # -- lock-timeout storm ---------------------------------------------------------------
 
-    def storm(self, consumers: int, locks: int, lock_ms: int) -> ScenarioResult:
-        """`consumers` holders acquire the partition's `locks` records and hold them; when the
+    def storm(self, consumers: int, locks: int, lock_ms: int, partitions: int) -> ScenarioResult:
+        """`consumers` holders acquire each partition's `locks` records and hold them; when the
         locks run out a fresh consumer must receive them all again (delivery count 2)."""
         result = ScenarioResult("", "storm", "storm")
         topic, group = self.names("storm")
-        self.create_topic(topic, 1)
+        self.create_topic(topic, partitions)
         transactional = self.gate == "transaction"
         configs = {
             "share.auto.offset.reset": "earliest",
@@ -603,11 +616,12 @@ class Bench:
         if transactional:
             configs["share.isolation.level"] = "read_committed"
         self.set_group_configs(group, configs)
-        share = math.ceil(locks / consumers)
+        total = locks * partitions
+        share = math.ceil(total / consumers)
         # Log batches no larger than a holder's share: whole batches are acquired, so larger ones
         # would let one holder take more than its max.poll.records.
         producer = self.producer(transactional, batch_messages=min(share, 100))
-        self.produce(producer, topic, locks, 1)
+        self.produce(producer, topic, total, partitions)
         deadline = time.monotonic() + self.timeout
         out: multiprocessing.Queue[tuple[Any, ...]] = self.context.Queue()
         hold, stop, fresh_stop = self.context.Event(), self.context.Event(), self.context.Event()
@@ -635,7 +649,7 @@ class Bench:
                     producer.commit_transaction(ADMIN_TIMEOUT)
                 acquired: list[float] = []
                 hold_deadline = min(deadline, time.monotonic() + 30)
-                while held.distinct < locks and time.monotonic() < hold_deadline:
+                while held.distinct < total and time.monotonic() < hold_deadline:
                     try:
                         message = receive(out, hold_deadline, "storm: acquiring")
                     except TimeoutError:
@@ -655,13 +669,13 @@ class Bench:
                 fresh_polling = 0.0
                 cpu_at_expiry: float | None = None
                 last_at = 0.0
-                while seen.distinct < locks:
+                while seen.distinct < total:
                     wait = expiry - time.monotonic()
                     if cpu_at_expiry is None and wait <= 0:
                         cpu_at_expiry = broker_cpu(self.broker)
                     step = min(deadline, time.monotonic() + wait) if wait > 0 else deadline
                     try:
-                        message = receive(out, step, f"storm: {seen.distinct} of {locks}")
+                        message = receive(out, step, f"storm: {seen.distinct} of {total}")
                     except TimeoutError:
                         if time.monotonic() >= deadline:
                             raise
@@ -692,9 +706,9 @@ class Bench:
             "expiry_to_last_seconds": last_at - expiry,
             "broker_cpu_seconds": cpu,
         }
-        if held.distinct < locks:
+        if held.distinct < total:
             result.notes.append(
-                f"the holders acquired {held.distinct} of {locks} records; the rest went to the "
+                f"the holders acquired {held.distinct} of {total} records; the rest went to the "
                 "fresh consumer at delivery count 1"
             )
         if fresh_polling and fresh_polling > expiry:
@@ -749,10 +763,12 @@ def bench_target(
                           consumers=consumers)  # fmt: skip
             scenarios.append((f"throughput {partitions}p x {consumers}c", run))
     if args.latency_records:
-        scenarios.append(("latency", partial(Bench.latency, records=args.latency_records)))
+        latency = partial(Bench.latency, records=args.latency_records,
+                          poll_records=args.latency_poll_records)  # fmt: skip
+        scenarios.append(("latency", latency))
     if args.storm_consumers:
         storm = partial(Bench.storm, consumers=args.storm_consumers, locks=args.storm_locks,
-                        lock_ms=args.storm_lock_ms)  # fmt: skip
+                        lock_ms=args.storm_lock_ms, partitions=args.storm_partitions)  # fmt: skip
         scenarios.append(("storm", storm))
     try:
         with running_broker(target, scratch, SHARE_SETTINGS, BROKER_START_TIMEOUT) as (
@@ -851,6 +867,15 @@ def main() -> None:
         "--latency-records", type=int, default=20_000, help="records of the latency run (0: skip)"
     )
     parser.add_argument(
+        "--latency-poll-records",
+        type=int,
+        default=100,
+        help="records per poll in the latency run (max.poll.records, and the log batches' size)",
+    )
+    parser.add_argument(
+        "--storm-partitions", type=int, default=1, help="partitions of the storm's topic"
+    )
+    parser.add_argument(
         "--storm-consumers", type=int, default=4, help="lock holders in the storm (0: skip)"
     )
     parser.add_argument(
@@ -902,7 +927,8 @@ def main() -> None:
     print(
         f"{args.records:,} records of {VALUE_SIZE} B per throughput scenario, gate "
         f"{args.gate}; latency {args.latency_records:,} records; storm {args.storm_consumers} "
-        f"holders x {args.storm_locks} locks, lock {args.storm_lock_ms} ms"
+        f"holders, {args.storm_partitions} partition(s) x {args.storm_locks} locks, lock "
+        f"{args.storm_lock_ms} ms"
     )
     reports: list[TargetReport] = []
     scratch = Path(tempfile.mkdtemp(prefix="lockgate-bench-share-"))
