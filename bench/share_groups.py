@@ -174,6 +174,11 @@ def ratio_rows(
     return rows
 
 
+def figure_text(value: float) -> str:
+    """Whole numbers from 100 up (with thousands separators), three significant digits below."""
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
 def format_ratio_table(rows: Sequence[dict[str, Any]], reference: str = REFERENCE) -> str:
     lines = [
         f"| target | scenario | figure | target's | {reference}'s | ratio |",
@@ -183,7 +188,7 @@ def format_ratio_table(rows: Sequence[dict[str, Any]], reference: str = REFERENC
         ratio = "—" if row["ratio"] is None else f"{row['ratio']:.2f}×"
         lines.append(
             f"| {row['target']} | {row['scenario']} | {row['figure']} "
-            f"| {row['value']:,.3g} | {row['reference']:,.3g} | {ratio} |"
+            f"| {figure_text(row['value'])} | {figure_text(row['reference'])} | {ratio} |"
         )
     return "\n".join(lines)
 
