@@ -70,6 +70,7 @@ BROKER_START_TIMEOUT = 120.0  # Kafka's JVM takes 10-30 s here
 SETTLE_SECONDS = 3.0  # after every consumer has polled once: time to join and be assigned
 POLL_SECONDS = 0.2
 CHILD_STOP_TIMEOUT = 15.0
+FIRST_RECORD_TIMEOUT = 60.0  # from the commit (or the consumers' start) to the first record
 MILLION = 1e6
 
 
@@ -355,6 +356,11 @@ class ScenarioFailed(Exception):
     pass
 
 
+class NothingReceived(ScenarioFailed):
+    """No consumer received a record within FIRST_RECORD_TIMEOUT: the broker probably does not
+    serve share groups, and its other scenarios would only wait out their timeouts too."""
+
+
 def cpu_seconds_of(pids: Iterable[int]) -> float:
     total = 0.0
     for pid in pids:
@@ -535,8 +541,18 @@ class Bench:
                 first_at = last_new_at = 0.0
                 cpu_start = clients_start = 0.0
                 readers: set[int] = set()
+                first_deadline = min(deadline, time.monotonic() + FIRST_RECORD_TIMEOUT)
                 while seen.distinct < records:
-                    message = receive(out, deadline, f"{name}: {seen.distinct} of {records}")
+                    if not first_at:
+                        try:
+                            message = receive(out, first_deadline, name)
+                        except TimeoutError:
+                            raise NothingReceived(
+                                f"{name}: no record within {FIRST_RECORD_TIMEOUT:.0f}s"
+                            ) from None
+                    else:
+                        progress = f"{name}: {seen.distinct} of {records}"
+                        message = receive(out, deadline, progress)
                     if message[0] != "batch":
                         continue
                     if not first_at:
@@ -653,7 +669,7 @@ class Bench:
                     time.sleep(SETTLE_SECONDS)
                     producer.commit_transaction(ADMIN_TIMEOUT)
                 acquired: list[float] = []
-                hold_deadline = min(deadline, time.monotonic() + 30)
+                hold_deadline = min(deadline, time.monotonic() + FIRST_RECORD_TIMEOUT)
                 while held.distinct < total and time.monotonic() < hold_deadline:
                     try:
                         message = receive(out, hold_deadline, "storm: acquiring")
@@ -665,7 +681,7 @@ class Bench:
                             held.add(*run)
                 hold.set()
                 if not acquired:
-                    raise ScenarioFailed("storm: the holders acquired nothing")
+                    raise NothingReceived("storm: the holders acquired nothing")
                 fresh = consumers
                 self.start(
                     started, reader_main, self.bootstrap, group, topic, fresh, {}, out, fresh_stop
@@ -791,6 +807,9 @@ def bench_target(
                     report.results.append(failed)
                     report.error = report.error or f"{name}: {exc}"
                     log(f"{target}: {name} FAILED: {exc}")
+                    if isinstance(exc, NothingReceived):
+                        log(f"{target}: no share-group records at all; its other scenarios skipped")
+                        break
                     continue
                 result.target = target
                 report.results.append(result)
@@ -834,9 +853,9 @@ def print_tables(reports: Sequence[TargetReport]) -> None:
             continue
         print(
             "\n| scenario | records | seconds | records/s | duplicates | broker CPU s "
-            "| broker CPU s/M records | consumers' CPU s |"
+            "| broker CPU s/M records | consumers' CPU s | consumers that read |"
         )
-        print("|---|---:|---:|---:|---:|---:|---:|---:|")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
         for r in report.results:
             f = r.figures
             if r.kind == "throughput" and f:
@@ -844,7 +863,7 @@ def print_tables(reports: Sequence[TargetReport]) -> None:
                     f"| {r.scenario} | {f['records']:,.0f} | {f['seconds']:.2f} "
                     f"| {f['records_per_second']:,.0f} | {f['duplicates']:,.0f} "
                     f"| {f['broker_cpu_seconds']:.2f} | {f['broker_cpu_per_million']:.2f} "
-                    f"| {f['consumers_cpu_seconds']:.2f} |"
+                    f"| {f['consumers_cpu_seconds']:.2f} | {f['consumers_that_read']:.0f} |"
                 )
             elif r.kind == "throughput":
                 print(f"| {r.scenario} | {'; '.join(r.notes)} |")
