@@ -797,6 +797,11 @@ def bench_target(
             broker,
         ):
             bench = Bench(bootstrap, broker, context, args.phase_timeout, args.gate, log)
+            if args.warm_up and scenarios:
+                # Not reported: the JVM's JIT, the share coordinator's state topic and the first
+                # share partition are paid for here rather than in the first scenario.
+                scenarios.insert(0, ("warm-up", partial(Bench.throughput, records=args.warm_up,
+                                                        partitions=1, consumers=1)))  # fmt: skip
             for name, scenario in scenarios:
                 log(f"{target}: {name}")
                 try:
@@ -812,6 +817,9 @@ def bench_target(
                         break
                     continue
                 result.target = target
+                if name == "warm-up":
+                    log(f"{target}: warm-up: {describe(result)} (not reported)")
+                    continue
                 report.results.append(result)
                 log(f"{target}: {name}: {describe(result)}")
     except (KafkaException, RuntimeError, TimeoutError, OSError) as exc:
@@ -888,6 +896,12 @@ def main() -> None:
     parser.add_argument("--consumers", type=numbers, default=[1, 4, 16])
     parser.add_argument("--partitions", type=numbers, default=[1, 6])
     parser.add_argument(
+        "--warm-up",
+        type=int,
+        default=30_000,
+        help="records of an unreported 1-partition, 1-consumer run first on each broker (0: none)",
+    )
+    parser.add_argument(
         "--latency-records", type=int, default=20_000, help="records of the latency run (0: skip)"
     )
     parser.add_argument(
@@ -949,7 +963,8 @@ def main() -> None:
     )
     print(machine)
     print(
-        f"{args.records:,} records of {VALUE_SIZE} B per throughput scenario, gate "
+        f"{args.records:,} records of {VALUE_SIZE} B per throughput scenario (warm-up "
+        f"{args.warm_up:,}), gate "
         f"{args.gate}; latency {args.latency_records:,} records; storm {args.storm_consumers} "
         f"holders, {args.storm_partitions} partition(s) x {args.storm_locks} locks, lock "
         f"{args.storm_lock_ms} ms"
