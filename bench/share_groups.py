@@ -6,7 +6,7 @@ share settings, side by side in one invocation.
 
     python -m bench.share_groups [--records N] [--consumers 1,4,16] [--partitions 1,6]
                                  [--latency-records N] [--latency-poll-records N]
-                                 [--storm-consumers C] [--storm-partitions P]
+                                 [--storm-consumers C]
                                  [--storm-lock-ms MS] [--storm-locks N]
                                  [--targets lockgate-page-cache,lockgate-fsync,kafka]
                                  [--gate transaction|none] [--json PATH] [--phase-timeout S]
@@ -622,9 +622,13 @@ class Bench:
 
     # -- lock-timeout storm ---------------------------------------------------------------
 
-    def storm(self, consumers: int, locks: int, lock_ms: int, partitions: int) -> ScenarioResult:
-        """`consumers` holders acquire each partition's `locks` records and hold them; when the
-        locks run out a fresh consumer must receive them all again (delivery count 2)."""
+    def storm(self, consumers: int, locks: int, lock_ms: int) -> ScenarioResult:
+        """`consumers` holders acquire a partition's `locks` records and hold them; when the
+        locks run out a fresh consumer must receive them all again (delivery count 2). One
+        partition: the members share it, so the fresh consumer is assigned it too (of several
+        partitions it would get some, and those of holders that no longer poll would stay
+        unread)."""
+        partitions = 1
         result = ScenarioResult("", "storm", "storm")
         topic, group = self.names("storm")
         self.create_topic(topic, partitions)
@@ -789,7 +793,7 @@ def bench_target(
         scenarios.append(("latency", latency))
     if args.storm_consumers:
         storm = partial(Bench.storm, consumers=args.storm_consumers, locks=args.storm_locks,
-                        lock_ms=args.storm_lock_ms, partitions=args.storm_partitions)  # fmt: skip
+                        lock_ms=args.storm_lock_ms)  # fmt: skip
         scenarios.append(("storm", storm))
     try:
         with running_broker(target, scratch, SHARE_SETTINGS, BROKER_START_TIMEOUT) as (
@@ -911,9 +915,6 @@ def main() -> None:
         help="records per poll in the latency run (max.poll.records, and the log batches' size)",
     )
     parser.add_argument(
-        "--storm-partitions", type=int, default=1, help="partitions of the storm's topic"
-    )
-    parser.add_argument(
         "--storm-consumers", type=int, default=4, help="lock holders in the storm (0: skip)"
     )
     parser.add_argument(
@@ -966,8 +967,7 @@ def main() -> None:
         f"{args.records:,} records of {VALUE_SIZE} B per throughput scenario (warm-up "
         f"{args.warm_up:,}), gate "
         f"{args.gate}; latency {args.latency_records:,} records; storm {args.storm_consumers} "
-        f"holders, {args.storm_partitions} partition(s) x {args.storm_locks} locks, lock "
-        f"{args.storm_lock_ms} ms"
+        f"holders x {args.storm_locks} locks on 1 partition, lock {args.storm_lock_ms} ms"
     )
     reports: list[TargetReport] = []
     scratch = Path(tempfile.mkdtemp(prefix="lockgate-bench-share-"))
