@@ -63,11 +63,17 @@ def topic_name(size: int) -> str:
     return f"bench-throughput-{size}"
 
 
-def broker_command(target: str, port: int, data_dir: Path) -> list[str]:
+def broker_command(
+    target: str, port: int, data_dir: Path, settings: dict[str, str] | None = None
+) -> list[str]:
+    """The command line of `target`; `settings` (broker configs such as the share groups'
+    group.share.*) go to lockgate as --set and to Kafka's server.properties; tansu takes none."""
     if target.startswith("lockgate-"):
         durability = target.removeprefix("lockgate-")
         command = [sys.executable, "-m", "lockgate.cli", "serve", "--data-dir", str(data_dir)]
         command += ["--listen", f"127.0.0.1:{port}", "--log-level", "WARNING"]
+        for name, value in (settings or {}).items():
+            command += ["--set", f"{name}={value}"]
         return [*command, "--set", f"lockgate.durability={durability}"]
     if target == "tansu":
         url = f"tcp://127.0.0.1:{port}"
@@ -82,7 +88,7 @@ def broker_command(target: str, port: int, data_dir: Path) -> list[str]:
             "memory://tansu/",
         ]
     if target == "kafka":
-        return kafka_command(port, data_dir)
+        return kafka_command(port, data_dir, settings)
     raise ValueError(f"unknown target {target!r}")
 
 
@@ -163,7 +169,12 @@ def stop_process(process: subprocess.Popen[bytes]) -> None:
 
 
 @contextmanager
-def running_broker(target: str, scratch: Path) -> Iterator[tuple[str, BrokerProcess]]:
+def running_broker(
+    target: str,
+    scratch: Path,
+    settings: dict[str, str] | None = None,
+    start_timeout: float = 30.0,
+) -> Iterator[tuple[str, BrokerProcess]]:
     """A fresh broker on a free loopback port with its data under `scratch`; always stopped by
     its PID on the way out, whatever happened inside."""
     port = free_port()
@@ -171,14 +182,14 @@ def running_broker(target: str, scratch: Path) -> Iterator[tuple[str, BrokerProc
     log_path = scratch / f"{target}.log"
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
-            broker_command(target, port, data_dir),
+            broker_command(target, port, data_dir, settings),
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
         )
     broker: BrokerProcess | None = None
     try:
-        wait_for_port(port, process)
+        wait_for_port(port, process, start_timeout)
         broker = BrokerProcess(process.pid)
         broker.start_sampling()
         yield f"127.0.0.1:{port}", broker

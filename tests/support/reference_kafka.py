@@ -143,11 +143,11 @@ class ReferenceKafka:
         self.process = None
 
 
-def kafka_command(port: int, data_dir: Path) -> list[str]:
+def kafka_command(port: int, data_dir: Path, settings: dict[str, str] | None = None) -> list[str]:
     """The command of an Apache Kafka broker on 127.0.0.1:`port` (for the benchmarks, which
-    run and stop brokers themselves)."""
+    run and stop brokers themselves), with `settings` over the defaults above."""
     classpath = reference_classpath()
     if classpath is None:
         raise RuntimeError("Apache Kafka's jars are not resolved: run `make reference-deps`")
     data_dir.mkdir(parents=True, exist_ok=True)
-    return ReferenceKafka(data_dir, classpath, port=port).prepare()
+    return ReferenceKafka(data_dir, classpath, settings, port=port).prepare()
