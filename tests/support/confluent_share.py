@@ -67,8 +67,12 @@ def consume(bootstrap: str, group: str, topic: str, records: int, consumers: int
                         with tally.lock:
                             tally.errors.append(str(message.error()))
                         continue
-                    count = message.delivery_count()
-                    decision = tally.decide(index, int(message.value()), count)
+                    count, value = message.delivery_count(), message.value()
+                    if count is None or value is None:
+                        with tally.lock:
+                            tally.errors.append(f"not a share record: {message.offset()}")
+                        continue
+                    decision = tally.decide(index, int(value), count)
                     consumer.acknowledge(message, decision)
                 consumer.commit_sync(10)
                 with tally.lock:
