@@ -43,14 +43,15 @@ MISSING = "-"  # Kafka's tool's placeholder for a value it does not have
 # the states a share group can be in, in the order Kafka's message lists them
 SHARE_GROUP_STATES = ("Stable", "Dead", "Empty")
 ACTIONS = ("list", "describe", "delete", "reset_offsets", "delete_offsets")
+# in the order Kafka's tool checks them for conflicts (its messages list them sorted)
 RESET_SPECS = (
-    "by_duration",
-    "from_file",
-    "to_current",
     "to_datetime",
+    "by_duration",
     "to_earliest",
     "to_latest",
     "to_offset",
+    "to_current",
+    "from_file",
 )
 
 
@@ -169,7 +170,7 @@ def _check_reset(args: argparse.Namespace) -> None:
             "Option [reset-offsets] takes one of these options: [all-topics], [from-file], [topic]"
         )
     if not specs:
-        listed = ", ".join(f"[{name.replace('_', '-')}]" for name in RESET_SPECS)
+        listed = ", ".join(f"[{name.replace('_', '-')}]" for name in sorted(RESET_SPECS))
         raise ToolError(f"Option [reset-offsets] takes one of these options: {listed}")
     if len(args.group) > 1:
         raise ToolError("Found multiple arguments for option group, but you asked for only one")
@@ -296,12 +297,18 @@ def render_reset(group: str, plan: Plan) -> str:
     return "".join(lines) + "\n"
 
 
+def message(error: KafkaError) -> str:
+    """The broker's words alone, as Kafka's tool prints an exception's message."""
+    return error.message or str(error)
+
+
 def render_deleted_offsets(results: Mapping[str, KafkaError | None]) -> str:
     """--delete-offsets: each topic's outcome."""
     width = max([15, *(len(topic) for topic in results)])
     lines = [_line([width], ["TOPIC", "STATUS"])]
     for topic, error in sorted(results.items()):
-        lines.append(_line([width], [topic, "Successful" if error is None else f"Error: {error}"]))
+        status = "Successful" if error is None else f"Error: {message(error)}"
+        lines.append(_line([width], [topic, status]))
     return "".join(lines) + "\n"
 
 
@@ -405,7 +412,7 @@ async def _delete_offsets(admin: Admin, args: argparse.Namespace) -> int:
         results = await admin.delete_share_group_offsets(group, topics)
     except KafkaError as exc:
         # as Kafka's Admin: a group-level error is every topic's error too
-        print(f"\nError: {exc}")
+        print(f"\nError: {message(exc)}")
         print(render_deleted_offsets(dict.fromkeys(topics, exc)), end="")
         return EXIT_FAILURE
     print(render_deleted_offsets(results), end="")
