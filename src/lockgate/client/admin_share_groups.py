@@ -167,10 +167,13 @@ async def describe_share_group_offsets(
     """The group's start offset, leader epoch and lag per partition: for every partition it
     has state for (`topics` None), or for the partitions named. A group or topic nobody knows
     answers partitions without offsets, as Kafka does, not an error."""
+    # a topic with no partitions listed is left out: Kafka 4.4 answers it UNKNOWN_SERVER_ERROR
     wanted = (
         None
         if topics is None
-        else [{"topic_name": name, "partitions": sorted(p)} for name, p in sorted(topics.items())]
+        else [
+            {"topic_name": name, "partitions": sorted(p)} for name, p in sorted(topics.items()) if p
+        ]
     )
     return await at_coordinator(
         cluster, group_id, lambda connection: _describe_offsets(connection, group_id, wanted)

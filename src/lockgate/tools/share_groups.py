@@ -27,7 +27,14 @@ from lockgate.client.admin_share_groups import (
 )
 from lockgate.client.cluster import TopicPartition
 from lockgate.client.errors import ErrorCode, KafkaError, error_for
-from lockgate.tools.common import EXIT_FAILURE, EXIT_OK, ToolError, connection_options, tool
+from lockgate.tools.common import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    EXIT_USAGE,
+    ToolError,
+    connection_options,
+    tool,
+)
 from lockgate.tools.offset_specs import (
     Plan,
     clamp,
@@ -330,8 +337,12 @@ def render_deleted_groups(results: Mapping[str, KafkaError | None]) -> str:
 
 
 async def _main(args: argparse.Namespace) -> int:
-    check_options(args)
-    states = parse_states(args.state) if args.list and args.state else []
+    try:
+        check_options(args)
+        states = parse_states(args.state) if args.list and args.state else []
+    except ToolError as exc:  # bad options: exit 2, as for argparse's own refusals
+        print(f"lockgate {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     timeout = args.request_timeout_ms if args.timeout is None else args.timeout
     async with Admin(
         args.bootstrap_server, client_id=args.client_id, request_timeout_ms=timeout

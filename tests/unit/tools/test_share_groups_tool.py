@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from lockgate.cli import build_parser
+from lockgate.cli import build_parser, main
 from lockgate.client.admin_share_groups import (
     ShareGroupDescription,
     ShareGroupListing,
@@ -202,6 +202,18 @@ def test_refused_combinations_get_kafkas_message(argv: tuple[str, ...], message:
 )
 def test_accepted_combinations(argv: tuple[str, ...]) -> None:
     assert refusal(*argv) is None
+
+
+def test_bad_options_exit_2_before_any_broker_is_asked(capsys: pytest.CaptureFixture[str]) -> None:
+    # port 9 (discard): nothing listens there, and nothing is asked
+    assert main(["share-groups", "--bootstrap-server", "127.0.0.1:9", "--describe"]) == 2
+    assert capsys.readouterr().err == (
+        "lockgate share-groups: error: Option [describe] takes one of these options: "
+        "[all-groups], [group]\n"
+    )
+    assert (
+        main(["share-groups", "--bootstrap-server", "127.0.0.1:9", "--list", "--state", "x"]) == 2
+    )
 
 
 def test_states_are_read_without_case_and_unknown_ones_refused() -> None:
