@@ -309,6 +309,12 @@ def message(error: KafkaError) -> str:
     return error.message or str(error)
 
 
+def render_export(group: str, plan: Plan) -> str:
+    """--export: Kafka's CSV, a `topic,partition,offset` line per partition, then a blank line."""
+    text = export_csv({group: plan})
+    return f"{text}\n\n" if text else "\n"
+
+
 def render_deleted_offsets(results: Mapping[str, KafkaError | None]) -> str:
     """--delete-offsets: each topic's outcome."""
     width = max([15, *(len(topic) for topic in results)])
@@ -533,7 +539,7 @@ async def _reset(admin: Admin, args: argparse.Namespace) -> int:
     if args.execute and plan:
         await admin.alter_share_group_offsets(group, plan)
     if args.export:
-        print(export_csv({group: plan}) + "\n")
+        print(render_export(group, plan), end="")
     else:
         print(render_reset(group, plan), end="")
     return EXIT_OK

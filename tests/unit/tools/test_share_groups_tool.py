@@ -23,6 +23,7 @@ from lockgate.tools.share_groups import (
     parse_states,
     render_deleted_groups,
     render_deleted_offsets,
+    render_export,
     render_listing,
     render_members,
     render_offsets,
@@ -308,6 +309,12 @@ def test_reset_table() -> None:
         "\ng1              t1              2          6\n"
     )
     assert render_reset("g1", {}) == "\n"
+
+
+def test_export_is_kafkas_csv() -> None:
+    plan = {TopicPartition("t1", 2): 6, TopicPartition("t1", 0): 0}
+    assert render_export("g1", plan) == "t1,0,0\nt1,2,6\n\n"
+    assert render_export("g1", {}) == "\n"
 
 
 def test_deleted_offsets_report_each_topic_with_the_brokers_words() -> None:
