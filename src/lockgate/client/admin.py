@@ -19,6 +19,7 @@ from lockgate.client import admin_log_dirs as log_dirs
 from lockgate.client import admin_quotas as quotas
 from lockgate.client import admin_records as records
 from lockgate.client import admin_scram as scram
+from lockgate.client import admin_share_groups as share_groups
 from lockgate.client import admin_transactions as transactions
 from lockgate.client.cluster import Cluster, ClusterClient, PartitionInfo, TopicInfo, TopicPartition
 from lockgate.client.connection import DEFAULT_CLIENT_ID
@@ -425,6 +426,44 @@ class Admin(ClusterClient):
         self, group_id: str, partitions: Iterable[TopicPartition]
     ) -> dict[TopicPartition, KafkaError | None]:
         return await groups.delete_group_offsets_by_partition(self.cluster, group_id, partitions)
+
+    # ------------------------------------------------------------------------------------------
+    # Share groups, KIP-932 (bodies in admin_share_groups.py)
+
+    async def list_share_groups(
+        self, *, states: Collection[str] = ()
+    ) -> list[share_groups.ShareGroupListing]:
+        return await share_groups.list_share_groups(self.cluster, states=states)
+
+    async def describe_share_groups(
+        self, group_ids: Iterable[str]
+    ) -> dict[str, share_groups.ShareGroupDescription]:
+        return await share_groups.describe_share_groups(self.cluster, group_ids)
+
+    async def describe_share_group_offsets(
+        self, group_id: str, topics: Mapping[str, Collection[int]] | None = None
+    ) -> dict[TopicPartition, share_groups.SharePartitionOffset]:
+        return await share_groups.describe_share_group_offsets(self.cluster, group_id, topics)
+
+    async def alter_share_group_offsets(
+        self, group_id: str, offsets: Mapping[TopicPartition, int]
+    ) -> None:
+        await share_groups.alter_share_group_offsets(self.cluster, group_id, offsets)
+
+    async def alter_share_group_offsets_by_partition(
+        self, group_id: str, offsets: Mapping[TopicPartition, int]
+    ) -> dict[TopicPartition, KafkaError | None]:
+        return await share_groups.alter_share_group_offsets_by_partition(
+            self.cluster, group_id, offsets
+        )
+
+    async def delete_share_group_offsets(
+        self, group_id: str, topics: Iterable[str]
+    ) -> dict[str, KafkaError | None]:
+        return await share_groups.delete_share_group_offsets(self.cluster, group_id, topics)
+
+    async def delete_share_groups(self, group_ids: Iterable[str]) -> dict[str, KafkaError | None]:
+        return await share_groups.delete_share_groups(self.cluster, group_ids)
 
     # ------------------------------------------------------------------------------------------
     # Partition offsets and record deletion (bodies in admin_records.py)

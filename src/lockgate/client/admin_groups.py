@@ -46,6 +46,8 @@ class GroupListing:
     state: str  # "" when the broker predates ListGroups v4
     protocol_type: str
     coordinator_id: int
+    # "classic", "consumer", "share" (ListGroups v5+; "" from older brokers)
+    group_type: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +142,11 @@ async def list_groups(cluster: Cluster, *, states: Collection[str] = ()) -> list
         raise_for(answer.error_code, None, f"ListGroups on broker {node_id}")
         listings.extend(
             GroupListing(
-                str(g.group_id), str(getattr(g, "group_state", "")), str(g.protocol_type), node_id
+                str(g.group_id),
+                str(getattr(g, "group_state", "")),
+                str(g.protocol_type),
+                node_id,
+                str(getattr(g, "group_type", "")),
             )
             for g in answer.groups
         )

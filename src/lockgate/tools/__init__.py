@@ -1,4 +1,5 @@
-"""Operator tools behind `lockgate topics|produce|consume|producers|groups|transactions|...`.
+"""Operator tools behind `lockgate topics|produce|consume|producers|groups|share-groups|
+transactions|...`.
 
 Each command lives in its own module with a `register(commands)` that adds its subparser. The
 tools only use lockgate.client, i.e. the Kafka protocol, so they work against any
@@ -23,6 +24,7 @@ from lockgate.tools import (
     produce,
     producers,
     quotas,
+    share_groups,
     spark_demo,
     topics,
     transactions,
@@ -38,6 +40,7 @@ def register_tools(commands: argparse._SubParsersAction[argparse.ArgumentParser]
         consume,
         producers,
         groups,
+        share_groups,
         transactions,
         users,
         quotas,

@@ -136,8 +136,12 @@ async def _end_offsets(
 async def _list(args: argparse.Namespace) -> int:
     async with _admin(args) as admin:
         listings = await admin.list_groups()
-    rows = [[g.group_id, g.state, g.protocol_type] for g in listings]
-    print(render(["GROUP", "STATE", "PROTOCOL-TYPE"], rows))
+    # TYPE as kafka-groups.sh names it (Classic, Consumer, Share), where the broker says
+    rows = [
+        [g.group_id, g.state, g.group_type.capitalize() or "-", g.protocol_type or "-"]
+        for g in listings
+    ]
+    print(render(["GROUP", "STATE", "TYPE", "PROTOCOL-TYPE"], rows))
     return EXIT_OK
 
 
