@@ -167,10 +167,18 @@ def run_and_kill_producer(
         child.wait(10)
 
 
+# Long enough for the child to write its three records and for the pinned offset to be read
+# before the coordinator aborts, on a busy machine: with 1 s a loaded CI run saw the timeout
+# fire while the child was still writing (INVALID_PRODUCER_ID_MAPPING on Kafka).
+HANGING_TIMEOUT_MS = 5_000
+
+
 async def hanging_transaction_is_aborted_by_its_timeout(bootstrap: str, topic: str) -> None:
     """Shared with the reference module: the coordinator aborts the dead producer's
     transaction after transaction.timeout.ms and the last stable offset moves on."""
-    await asyncio.to_thread(run_and_kill_producer, bootstrap, topic, unique("dies"), 1_000)
+    await asyncio.to_thread(
+        run_and_kill_producer, bootstrap, topic, unique("dies"), HANGING_TIMEOUT_MS
+    )
     pinned = await asyncio.to_thread(stable_offset, bootstrap, topic)
     assert pinned == 2, "the committed record and its marker; the open transaction pins the rest"
     await wait_until(
