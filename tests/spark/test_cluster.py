@@ -23,7 +23,8 @@ import pytest
 from tests.support.broker import free_port, wait_for_port
 from tests.support.etcd import etcd_available
 
-pytestmark = pytest.mark.timeout(480)
+pytestmark = pytest.mark.timeout(540)
+DEMO_TIMEOUT_S = 400
 
 
 def _loopback() -> dict[str, str]:
@@ -99,14 +100,26 @@ def test_pipeline_on_spark_and_lockgate_clusters_is_exactly_once_across_kills(
             pytest.fail(reason)
         pytest.skip(reason)
     work = tmp_path / "demo"
-    done = subprocess.run(
+    demo = subprocess.Popen(
         [sys.executable, "-m", "lockgate.cli", "demo", "--master", cluster, "--cluster",
          "--kill", "both", "--records", "600", "--per-trigger", "150", "--partitions", "2",
          "--kill-after-batches", "1", "--work-dir", str(work)],
-        capture_output=True, text=True, timeout=400, env=_loopback(),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_loopback(),
+        start_new_session=True,
     )  # fmt: skip
-    report = done.stdout + done.stderr
-    assert done.returncode == 0, report
+    try:
+        report, _ = demo.communicate(timeout=DEMO_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        # SIGTERM: the demo stops its brokers, etcd and Spark driver on the way out (killing
+        # it alone would leave them running); then whatever is left of its session
+        demo.terminate()
+        try:
+            report, _ = demo.communicate(timeout=60)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(demo.pid, signal.SIGKILL)
+        raise AssertionError(f"the demo did not finish in {DEMO_TIMEOUT_S} s:\n{report}") from None
+    assert demo.returncode == 0, report
     assert "cluster of 3 brokers" in report, report
     # the broker coordinating a sink transaction of the batch, or leading its output
     assert "(kill -9) in micro-batch" in report and "it was transaction coordinator" in report
