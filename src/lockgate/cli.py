@@ -4,10 +4,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lockgate.config.properties import BrokerConfig, ConfigError, parse_properties
-
 
 def _serve(args: argparse.Namespace) -> int:
+    from lockgate.config.properties import BrokerConfig, ConfigError, parse_properties
     from lockgate.server.lifecycle import configure_logging, run
     from lockgate.server.log_format import FORMATS
 
@@ -71,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from lockgate.config.properties import ConfigError
+
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -83,4 +84,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    # kio registers hypothesis strategies for its types whenever it can import hypothesis (a
+    # test dependency): a third of a second at every start of a broker or a tool, which never
+    # use them. Nothing is imported yet here, so nothing of this process loses them.
+    sys.modules.setdefault("hypothesis", None)  # type: ignore[arg-type]
     sys.exit(main())
