@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from lockgate.config.group_configs import GROUP_BROKER_DEFAULTS
 from lockgate.config.properties import (
     _ALIASES,
     BROKER_DEFAULTS,
@@ -148,6 +149,8 @@ def check_properties(config: BrokerConfig) -> list[Listener]:
     names = {item.name.lower() for item in listeners}
     for key in config.values:
         if key in BROKER_DEFAULTS or key in _ALIASES or key in TOPIC_CONFIGS:
+            continue
+        if key in GROUP_BROKER_DEFAULTS:  # (the broker's bounds and defaults of group configs)
             continue
         per_listener = _PER_LISTENER.match(key)
         if per_listener:

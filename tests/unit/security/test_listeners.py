@@ -80,6 +80,14 @@ def test_what_is_not_served_is_refused(settings: dict[str, str], message: str) -
         check_properties(BrokerConfig(settings))
 
 
+def test_the_brokers_bounds_of_group_configs_are_served() -> None:
+    # group configs' broker defaults and bounds (config/group_configs.py): settable as Kafka's
+    settings = {"group.share.min.record.lock.duration.ms": "1000",
+                "group.share.record.lock.duration.ms": "1500",
+                "group.share.partition.max.record.locks": "3000"}  # fmt: skip
+    check_properties(BrokerConfig(settings))
+
+
 def test_the_inter_broker_listener_by_name_or_by_protocol() -> None:
     two = "PLAINTEXT://h:1,SSL://h:2"
     by_name = BrokerConfig({"listeners": two, "inter.broker.listener.name": "ssl"})
