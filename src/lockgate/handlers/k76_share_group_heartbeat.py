@@ -27,24 +27,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from lockgate.coordinator.group.assignors import Assignment
 from lockgate.coordinator.group.share_group import MAX_MEMBER_ID_CHARS, ShareHeartbeatRequest
+from lockgate.handlers.group_common import unauthorized_subscription, wire_assignment
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
 from lockgate.security.acls import Operation, ResourceType
 from lockgate.security.authorizer import authorize
-
-
-def _wire(ctx: RequestContext, assignment: Assignment) -> dict[str, Any]:
-    topics = ctx.services.topics.topics
-    return {
-        "topic_partitions": [
-            {"topic_id": topics[name].topic_id, "partitions": sorted(parts)}
-            for name, parts in sorted(assignment.items())
-            if name in topics and parts
-        ]
-    }
 
 
 @handles(ApiKey.SHARE_GROUP_HEARTBEAT, 1, 1)
@@ -65,15 +54,9 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     if not member_id or len(member_id) > MAX_MEMBER_ID_CHARS:
         return refused(ErrorCode.invalid_request, "Invalid member id")
     names = request.subscribed_topic_names
-    if names:
-        denied = sorted(
-            n for n in set(names) if not authorize(ctx, Operation.DESCRIBE, ResourceType.TOPIC, n)
-        )
-        if denied:
-            return refused(
-                ErrorCode.topic_authorization_failed,
-                "The group has subscribed to topics that are not authorized: " + ", ".join(denied),
-            )
+    denied = unauthorized_subscription(ctx, names)
+    if denied:
+        return refused(ErrorCode.topic_authorization_failed, denied)
     answer = await ctx.services.groups.share.heartbeat(
         ShareHeartbeatRequest(
             group_id=request.group_id,
@@ -94,5 +77,5 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
         "member_id": answer.member_id,
         "member_epoch": answer.member_epoch,
         "heartbeat_interval": answer.heartbeat_interval_ms,
-        "assignment": None if answer.assignment is None else _wire(ctx, answer.assignment),
+        "assignment": wire_assignment(ctx, answer.assignment),
     }
