@@ -3,8 +3,9 @@
 # at the version under test.
 from __future__ import annotations
 
+import contextlib
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
 from lockgate.config.properties import BrokerConfig
@@ -47,6 +48,18 @@ async def started(
         await broker.groups.runtime.load()
     await broker.shares.runtime.load()
     return broker
+
+
+@contextlib.asynccontextmanager
+async def running(
+    engine: MemoryEngine, settings: Mapping[str, str], *, groups: bool = False
+) -> AsyncIterator[Broker]:
+    """`started`, then stopped on the way out."""
+    broker = await started(engine, settings, groups=groups)
+    try:
+        yield broker
+    finally:
+        await broker.stop()
 
 
 def grant(broker: Broker, grants: Iterable[tuple[ResourceType, str, Operation]]) -> None:

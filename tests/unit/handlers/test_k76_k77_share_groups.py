@@ -25,6 +25,7 @@ from tests.unit.handlers.support import (
     SHARE_SETTINGS,
     call,
     grant,
+    running,
     started,
     topic_id,
 )
@@ -46,17 +47,17 @@ async def engine() -> MemoryEngine:
 
 @pytest.fixture
 async def broker(engine: MemoryEngine) -> AsyncIterator[Broker]:
-    broker = await started(engine, SETTINGS, groups=True)
-    await broker.admin.create("t", 2, 1, {})
-    await broker.admin.create("secret", 1, 1, {})
-    grant(
-        broker,
-        [(ResourceType.TOPIC, "t", Operation.DESCRIBE), (ResourceType.GROUP, "g", Operation.READ)],
-    )
-    try:
+    async with running(engine, SETTINGS, groups=True) as broker:
+        await broker.admin.create("t", 2, 1, {})
+        await broker.admin.create("secret", 1, 1, {})
+        grant(
+            broker,
+            [
+                (ResourceType.TOPIC, "t", Operation.DESCRIBE),
+                (ResourceType.GROUP, "g", Operation.READ),
+            ],
+        )
         yield broker
-    finally:
-        await broker.stop()
 
 
 async def heartbeat(
@@ -156,8 +157,9 @@ async def test_describe_errors(broker: Broker) -> None:
     )
 
 
-async def consumer_group(broker: Broker, group: str) -> None:
-    body = {
+def consumer_join(group: str) -> dict[str, Any]:
+    """ConsumerGroupHeartbeat v1: a new member joins `group`, subscribing to t."""
+    return {
         "group_id": group,
         "member_id": str(uuid.uuid4()),
         "member_epoch": 0,
@@ -169,7 +171,10 @@ async def consumer_group(broker: Broker, group: str) -> None:
         "server_assignor": None,
         "topic_partitions": [],
     }
-    answer = await call(broker, ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, body)
+
+
+async def consumer_group(broker: Broker, group: str) -> None:
+    answer = await call(broker, ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, consumer_join(group))
     assert answer["error_code"] == 0
 
 
@@ -207,19 +212,7 @@ async def test_group_types_and_cross_type_errors(broker: Broker) -> None:
         {"group_ids": ["g"], "include_authorized_operations": False},
     )
     assert described["groups"][0]["error_code"] == ErrorCode.group_id_not_found
-    consumer_hb = {
-        "group_id": "g",
-        "member_id": str(uuid.uuid4()),
-        "member_epoch": 0,
-        "instance_id": None,
-        "rack_id": None,
-        "rebalance_timeout": 30000,
-        "subscribed_topic_names": ["t"],
-        "subscribed_topic_regex": None,
-        "server_assignor": None,
-        "topic_partitions": [],
-    }
-    answer = await call(broker, ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, consumer_hb)
+    answer = await call(broker, ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, consumer_join("g"))
     assert answer["error_code"] == ErrorCode.group_id_not_found
     join = await call(
         broker,

@@ -26,6 +26,7 @@ from tests.unit.handlers.support import (
     SHARE_SETTINGS,
     call,
     grant,
+    running,
     started,
     topic_id,
 )
@@ -43,12 +44,9 @@ async def engine() -> MemoryEngine:
 
 @pytest.fixture
 async def broker(engine: MemoryEngine) -> AsyncIterator[Broker]:
-    broker = await started(engine, SETTINGS)
-    await broker.admin.create("t", 1, 1, {})
-    try:
+    async with running(engine, SETTINGS) as broker:
+        await broker.admin.create("t", 1, 1, {})
         yield broker
-    finally:
-        await broker.stop()
 
 
 async def produce(broker: Broker, *batches: int) -> None:

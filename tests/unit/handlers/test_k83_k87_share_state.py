@@ -19,7 +19,15 @@ from lockgate.security.session import Session
 from lockgate.server.broker import Broker
 from lockgate.storage.memory import MemoryEngine
 from lockgate.topics.internal import SHARE_GROUP_STATE_TOPIC
-from tests.unit.handlers.support import ADMIN, ALICE, SHARE_SETTINGS, call, started, topic_id
+from tests.unit.handlers.support import (
+    ADMIN,
+    ALICE,
+    SHARE_SETTINGS,
+    call,
+    running,
+    started,
+    topic_id,
+)
 
 SETTINGS = {**SHARE_SETTINGS, "share.coordinator.snapshot.update.records.per.snapshot": "2"}
 INIT, READ, WRITE, DELETE, SUMMARY = (
@@ -38,12 +46,9 @@ async def engine() -> MemoryEngine:
 
 @pytest.fixture
 async def broker(engine: MemoryEngine) -> AsyncIterator[Broker]:
-    broker = await started(engine, SETTINGS)
-    await broker.admin.create("t", 2, 1, {})
-    try:
+    async with running(engine, SETTINGS) as broker:
+        await broker.admin.create("t", 2, 1, {})
         yield broker
-    finally:
-        await broker.stop()
 
 
 def one(answer: Any) -> dict[str, Any]:
