@@ -1,12 +1,15 @@
 # What the consumer-group (KIP-848) and share-group (KIP-932) heartbeat and describe handlers
 # put on the wire alike: an assignment by topic id, the refusal of unauthorized subscribed
-# topics, a described group's entry before it is filled in, and the coordinator's refusals.
+# topics, a heartbeat's accepted answer, a described group's entry before it is filled in, and
+# the coordinator's refusals.
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any, TypeVar
 
 from lockgate.coordinator.group.assignors import Assignment
+from lockgate.coordinator.group.consumer_group import HeartbeatResponse
+from lockgate.coordinator.group.share_group import ShareHeartbeatResponse
 from lockgate.coordinator.group.views import NotFound
 from lockgate.handlers.registry import RequestContext
 from lockgate.protocol.errors import ErrorCode
@@ -43,6 +46,21 @@ def unauthorized_subscription(ctx: RequestContext, names: Iterable[str] | None) 
     if not denied:
         return None
     return "The group has subscribed to topics that are not authorized: " + ", ".join(denied)
+
+
+def accepted(
+    ctx: RequestContext, answer: HeartbeatResponse | ShareHeartbeatResponse
+) -> dict[str, Any]:
+    """The answer to a heartbeat the coordinator accepted."""
+    return {
+        "throttle_time": 0,
+        "error_code": 0,
+        "error_message": None,
+        "member_id": answer.member_id,
+        "member_epoch": answer.member_epoch,
+        "heartbeat_interval": answer.heartbeat_interval_ms,
+        "assignment": wire_assignment(ctx, answer.assignment),
+    }
 
 
 def described(group_id: str, code: ErrorCode = ErrorCode.none) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 from lockgate.coordinator.group.share_group import MAX_MEMBER_ID_CHARS, ShareHeartbeatRequest
-from lockgate.handlers.group_common import unauthorized_subscription, wire_assignment
+from lockgate.handlers.group_common import accepted, unauthorized_subscription
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
@@ -70,12 +70,4 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     )
     if answer.error:
         return refused(answer.error, answer.message)
-    return {
-        "throttle_time": 0,
-        "error_code": 0,
-        "error_message": None,
-        "member_id": answer.member_id,
-        "member_epoch": answer.member_epoch,
-        "heartbeat_interval": answer.heartbeat_interval_ms,
-        "assignment": wire_assignment(ctx, answer.assignment),
-    }
+    return accepted(ctx, answer)
