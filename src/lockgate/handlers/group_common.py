@@ -1,6 +1,6 @@
 # What the consumer-group (KIP-848) and share-group (KIP-932) heartbeat and describe handlers
 # put on the wire alike: an assignment by topic id, the refusal of unauthorized subscribed
-# topics, a heartbeat's accepted answer, a described group's entry before it is filled in, and
+# topics, a heartbeat's answers, a described group's entry before it is filled in, and
 # the coordinator's refusals.
 from __future__ import annotations
 
@@ -46,6 +46,20 @@ def unauthorized_subscription(ctx: RequestContext, names: Iterable[str] | None) 
     if not denied:
         return None
     return "The group has subscribed to topics that are not authorized: " + ", ".join(denied)
+
+
+def heartbeat_refused(
+    code: ErrorCode, message: str | None, member_id: str | None, member_epoch: int
+) -> dict[str, Any]:
+    """The answer to a heartbeat refused with `code` (no assignment, no interval)."""
+    return {
+        "throttle_time": 0,
+        "error_code": code,
+        "error_message": message,
+        "member_id": member_id,
+        "member_epoch": member_epoch,
+        "heartbeat_interval": 0,
+    }
 
 
 def accepted(

@@ -33,7 +33,11 @@ from typing import Any
 from lockgate.coordinator.group.assignors import Assignment
 from lockgate.coordinator.group.consumer_group import JOIN_EPOCH, HeartbeatRequest
 from lockgate.handlers.common import field, millis
-from lockgate.handlers.group_common import accepted, unauthorized_subscription
+from lockgate.handlers.group_common import (
+    accepted,
+    heartbeat_refused,
+    unauthorized_subscription,
+)
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
@@ -56,14 +60,7 @@ def _owned(ctx: RequestContext, topics: Any) -> Assignment | None:
 @handles(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, 1)
 async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     def refused(code: ErrorCode, message: str | None = None) -> HandlerResult:
-        return {
-            "throttle_time": 0,
-            "error_code": code,
-            "error_message": message,
-            "member_id": request.member_id or None,
-            "member_epoch": request.member_epoch,
-            "heartbeat_interval": 0,
-        }
+        return heartbeat_refused(code, message, request.member_id or None, request.member_epoch)
 
     if not authorize(ctx, Operation.READ, ResourceType.GROUP, request.group_id):
         return refused(ErrorCode.group_authorization_failed)

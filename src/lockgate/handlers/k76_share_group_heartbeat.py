@@ -28,7 +28,11 @@ from __future__ import annotations
 from typing import Any
 
 from lockgate.coordinator.group.share_group import MAX_MEMBER_ID_CHARS, ShareHeartbeatRequest
-from lockgate.handlers.group_common import accepted, unauthorized_subscription
+from lockgate.handlers.group_common import (
+    accepted,
+    heartbeat_refused,
+    unauthorized_subscription,
+)
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
@@ -39,14 +43,7 @@ from lockgate.security.authorizer import authorize
 @handles(ApiKey.SHARE_GROUP_HEARTBEAT, 1, 1)
 async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     def refused(code: ErrorCode, message: str | None = None) -> HandlerResult:
-        return {
-            "throttle_time": 0,
-            "error_code": code,
-            "error_message": message,
-            "member_id": None,
-            "member_epoch": 0,
-            "heartbeat_interval": 0,
-        }
+        return heartbeat_refused(code, message, None, 0)
 
     if not authorize(ctx, Operation.READ, ResourceType.GROUP, request.group_id):
         return refused(ErrorCode.group_authorization_failed)
