@@ -39,13 +39,14 @@ from lockgate.client.cluster import Cluster, ClusterClient, PartitionInfo, Topic
 from lockgate.client.connection import DEFAULT_CLIENT_ID
 from lockgate.client.consumer_member import ConsumerMember
 from lockgate.client.errors import (
-    CorruptRecordError,
     ErrorCode,
     KafkaConnectionError,
     KafkaError,
     OffsetOutOfRangeError,
     error_for,
 )
+from lockgate.client.fetched import TimestampType as TimestampType
+from lockgate.client.fetched import batch_records, whole_batches
 from lockgate.client.group_member import GroupMember
 from lockgate.client.membership import Membership
 from lockgate.client.security import ClientSecurity
@@ -54,11 +55,7 @@ from lockgate.protocol.api import ApiKey
 from lockgate.protocol.records import (
     CONTROL_ABORT,
     RecordHeaders,
-    batch_is_intact,
     control_type,
-    parse_header,
-    peek_batch_size,
-    read_records,
 )
 
 log = logging.getLogger(__name__)
@@ -80,11 +77,6 @@ class OffsetReset(enum.Enum):
     EARLIEST = "earliest"
     LATEST = "latest"
     NONE = "none"  # raise OffsetOutOfRangeError
-
-
-class TimestampType(enum.IntEnum):
-    CREATE_TIME = 0
-    LOG_APPEND_TIME = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -848,21 +840,7 @@ def decode_fetched(
     aborted_queue = list(aborted_transactions or ())
     heapq.heapify(aborted_queue)
     aborting: set[int] = set()  # producers whose records are being dropped
-    pos = 0
-    while pos < len(records):
-        prefix = peek_batch_size(records, pos)
-        if prefix is None:
-            break
-        _base, size, magic = prefix
-        if pos + size > len(records):
-            break  # cut by the fetch size: fetched again from its start
-        if magic != 2:
-            raise CorruptRecordError(f"{tp}: batch with magic {magic} at byte {pos}")
-        chunk = records[pos : pos + size]
-        pos += size
-        header = batch_is_intact(chunk, 0) if check_crcs else parse_header(chunk)
-        if header is None:
-            raise CorruptRecordError(f"{tp}: batch failed its CRC-32C check")
+    for chunk, header in whole_batches(records, str(tp), check_crcs=check_crcs):
         if header.last_offset < position:
             continue
         # Batches come in offset order: whatever this one holds, it is behind us afterwards.
@@ -880,15 +858,7 @@ def decode_fetched(
             and header.producer_id in aborting
         ):
             continue
-        try:
-            decoded = read_records(chunk)
-        except Exception as exc:  # decompressors raise their own types
-            raise CorruptRecordError(
-                f"{tp}: undecodable batch at offset {header.base_offset}: {exc}"
-            ) from exc
-        timestamp_type = (
-            TimestampType.LOG_APPEND_TIME if header.log_append_time else TimestampType.CREATE_TIME
-        )
+        decoded, timestamp_type = batch_records(chunk, header, str(tp))
         for record in decoded:
             if record.offset < position:
                 continue

@@ -11,35 +11,21 @@
 #   acknowledges it as GAP, as Kafka's client does, so the share-partition start offset moves
 #   past it. Acquired offsets beyond the last complete batch are neither records nor gaps (the
 #   data was cut): they stay acquired until their lock expires.
-# - Batches are checked (CRC-32C) before their records are trusted.
+# - Batches are checked (CRC-32C) before their records are trusted (fetched.py).
 from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from lockgate.client.consumer import TimestampType
-from lockgate.client.errors import CorruptRecordError
-from lockgate.protocol.records import (
-    RecordHeaders,
-    batch_is_intact,
-    parse_header,
-    peek_batch_size,
-    read_records,
-)
+from lockgate.client.consumer import Message
+from lockgate.client.fetched import batch_records, whole_batches
 
 
 @dataclass(frozen=True, slots=True)
-class ShareRecord:
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
-    timestamp_type: TimestampType
-    key: bytes | None
-    value: bytes | None
-    headers: RecordHeaders
-    leader_epoch: int
+class ShareRecord(Message):
+    """A consumed record (as the plain consumer's), with its delivery count."""
+
     delivery_count: int  # how many times the record has been acquired, this time included
 
 
@@ -75,34 +61,13 @@ def decode_acquired(
     firsts = [r.first_offset for r in ranges]
     out: list[ShareRecord] = []
     gaps: list[int] = []
-    pos = 0
-    while pos < len(records) and ranges:
-        prefix = peek_batch_size(records, pos)
-        if prefix is None:
-            break
-        _base, size, magic = prefix
-        if pos + size > len(records):
-            break
-        if magic != 2:
-            raise CorruptRecordError(f"{topic}-{partition}: batch with magic {magic}")
-        chunk = records[pos : pos + size]
-        pos += size
-        header = batch_is_intact(chunk, 0) if check_crcs else parse_header(chunk)
-        if header is None:
-            raise CorruptRecordError(f"{topic}-{partition}: batch failed its CRC-32C check")
+    if not ranges:  # nothing acquired: no batch of the answer is looked at
+        return AcquiredPartition(out, gaps)
+    where = f"{topic}-{partition}"
+    for chunk, header in whole_batches(records, where, check_crcs=check_crcs):
         seen: set[int] = set()
         if not header.is_control:
-            try:
-                decoded = read_records(chunk)
-            except Exception as exc:  # decompressors raise their own types
-                raise CorruptRecordError(
-                    f"{topic}-{partition}: undecodable batch at offset {header.base_offset}: {exc}"
-                ) from exc
-            timestamp_type = (
-                TimestampType.LOG_APPEND_TIME
-                if header.log_append_time
-                else TimestampType.CREATE_TIME
-            )
+            decoded, timestamp_type = batch_records(chunk, header, where)
             for record in decoded:
                 count = _count_at(ranges, firsts, record.offset)
                 if count is None:

@@ -1,7 +1,10 @@
-# Small helpers shared by handlers: request field access across versions and partition lookup.
+# Small helpers shared by handlers: request field access across versions, partition lookup,
+# and the long-poll wait of the fetch APIs.
 from __future__ import annotations
 
+import asyncio
 import datetime
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from lockgate.log.partition import Partition
@@ -46,3 +49,24 @@ def check_epoch(partition: Partition, current_leader_epoch: int) -> None:
                 ErrorCode.unknown_leader_epoch,
                 f"epoch {current_leader_epoch} is newer than the leader's {partition.leader_epoch}",
             )
+
+
+async def wait_for_any(watched: Iterable[set[Callable[[], None]]], timeout_s: float) -> None:
+    """Long polling: returns when a callback is called from any of the `watched` listener sets
+    (a high watermark moved, records were released, ...), or on timeout."""
+    woken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def wake() -> None:
+        if not woken.done():
+            woken.set_result(None)
+
+    watched = list(watched)
+    for listeners in watched:
+        listeners.add(wake)
+    try:
+        await asyncio.wait_for(woken, timeout_s)
+    except TimeoutError:
+        pass
+    finally:
+        for listeners in watched:
+            listeners.discard(wake)

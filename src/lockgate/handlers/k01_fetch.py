@@ -40,14 +40,12 @@ v15 replica id in ReplicaState.
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from lockgate.handlers.common import check_epoch, check_leader, field, millis
+from lockgate.handlers.common import check_epoch, check_leader, field, millis, wait_for_any
 from lockgate.handlers.fetch_sessions import (
     FINAL_EPOCH,
     INITIAL_EPOCH,
@@ -377,7 +375,9 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
             partitions = [
                 p for w in wanted if w.topic and (p := ctx.services.topics.get(w.topic, w.index))
             ]
-            await _wait_for_data(partitions, remaining, log_end=replica != CONSUMER)
+            log_end = replica != CONSUMER  # a follower waits for the log end, not the HW
+            watched = [p.end_listeners if log_end else p.hw_listeners for p in partitions]
+            await wait_for_any(watched, remaining)
         if incremental:  # an entry with records is changed: no range is dropped here
             results = [(w, e) for w, e in results if _changed(e, w.state)]
         started = time.perf_counter()
@@ -431,27 +431,3 @@ def _charge_quotas(
     elif session is not None:
         ctx.services.fetch_sessions.remove(session.session_id)
     return {**_response(ctx, 0, session_id, []), "throttle_time": throttle}
-
-
-async def _wait_for_data(
-    partitions: Iterable[Partition], timeout_s: float, log_end: bool = False
-) -> None:
-    """Long polling: returns when any partition's high watermark moves (`log_end`: its
-    log end, for a follower), or on timeout."""
-    loop = asyncio.get_running_loop()
-    woken: asyncio.Future[None] = loop.create_future()
-
-    def wake() -> None:
-        if not woken.done():
-            woken.set_result(None)
-
-    watched = [p.end_listeners if log_end else p.hw_listeners for p in partitions]
-    for listeners in watched:
-        listeners.add(wake)
-    try:
-        await asyncio.wait_for(woken, timeout_s)
-    except TimeoutError:
-        pass
-    finally:
-        for listeners in watched:
-            listeners.discard(wake)

@@ -33,6 +33,11 @@ from typing import Any
 from lockgate.coordinator.group.assignors import Assignment
 from lockgate.coordinator.group.consumer_group import JOIN_EPOCH, HeartbeatRequest
 from lockgate.handlers.common import field, millis
+from lockgate.handlers.group_common import (
+    accepted,
+    heartbeat_refused,
+    unauthorized_subscription,
+)
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
@@ -52,41 +57,17 @@ def _owned(ctx: RequestContext, topics: Any) -> Assignment | None:
     return owned
 
 
-def _wire(ctx: RequestContext, assignment: Assignment) -> dict[str, Any]:
-    topics = ctx.services.topics.topics
-    return {
-        "topic_partitions": [
-            {"topic_id": topics[name].topic_id, "partitions": sorted(parts)}
-            for name, parts in sorted(assignment.items())
-            if name in topics and parts
-        ]
-    }
-
-
 @handles(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, 1)
 async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     def refused(code: ErrorCode, message: str | None = None) -> HandlerResult:
-        return {
-            "throttle_time": 0,
-            "error_code": code,
-            "error_message": message,
-            "member_id": request.member_id or None,
-            "member_epoch": request.member_epoch,
-            "heartbeat_interval": 0,
-        }
+        return heartbeat_refused(code, message, request.member_id or None, request.member_epoch)
 
     if not authorize(ctx, Operation.READ, ResourceType.GROUP, request.group_id):
         return refused(ErrorCode.group_authorization_failed)
     names = request.subscribed_topic_names
-    if names:
-        denied = sorted(
-            n for n in set(names) if not authorize(ctx, Operation.DESCRIBE, ResourceType.TOPIC, n)
-        )
-        if denied:
-            return refused(
-                ErrorCode.topic_authorization_failed,
-                "The group has subscribed to topics that are not authorized: " + ", ".join(denied),
-            )
+    denied = unauthorized_subscription(ctx, names)
+    if denied:
+        return refused(ErrorCode.topic_authorization_failed, denied)
     member_id = request.member_id
     if ctx.api_version == 0 and not member_id and request.member_epoch == JOIN_EPOCH:
         member_id = str(uuid.uuid4())  # v0: the coordinator names new members
@@ -109,12 +90,4 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     )
     if answer.error:
         return refused(answer.error, answer.message)
-    return {
-        "throttle_time": 0,
-        "error_code": 0,
-        "error_message": None,
-        "member_id": answer.member_id,
-        "member_epoch": answer.member_epoch,
-        "heartbeat_interval": answer.heartbeat_interval_ms,
-        "assignment": None if answer.assignment is None else _wire(ctx, answer.assignment),
-    }
+    return accepted(ctx, answer)

@@ -17,29 +17,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from lockgate.coordinator.group.assignors import Assignment
 from lockgate.coordinator.group.consumer_group import ConsumerGroup, ConsumerMember
-from lockgate.coordinator.group.views import NotFound
+from lockgate.handlers.group_common import described, found, wire_assignment
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
 from lockgate.security.acls import Operation, ResourceType
 from lockgate.security.authorizer import authorize, authorized_operations
 
-NO_AUTHORIZED_OPERATIONS = -(2**31)
 CONSUMER_MEMBER_TYPE = 1
 CLASSIC_MEMBER_TYPE = 0
-
-
-def _assignment(ctx: RequestContext, assignment: Assignment) -> dict[str, Any]:
-    topics = ctx.services.topics.topics
-    return {
-        "topic_partitions": [
-            {"topic_id": topics[name].topic_id, "topic_name": name, "partitions": sorted(parts)}
-            for name, parts in sorted(assignment.items())
-            if name in topics and parts
-        ]
-    }
 
 
 def _member(ctx: RequestContext, group: ConsumerGroup, m: ConsumerMember) -> dict[str, Any]:
@@ -52,8 +39,8 @@ def _member(ctx: RequestContext, group: ConsumerGroup, m: ConsumerMember) -> dic
         "client_host": m.client_host,
         "subscribed_topic_names": list(m.subscribed_topic_names),
         "subscribed_topic_regex": m.subscribed_topic_regex,
-        "assignment": _assignment(ctx, m.assigned),
-        "target_assignment": _assignment(ctx, group.target.get(m.member_id, {})),
+        "assignment": wire_assignment(ctx, m.assigned, names=True),
+        "target_assignment": wire_assignment(ctx, group.target.get(m.member_id, {}), names=True),
         "member_type": CLASSIC_MEMBER_TYPE if m.classic is not None else CONSUMER_MEMBER_TYPE,
     }
 
@@ -61,30 +48,15 @@ def _member(ctx: RequestContext, group: ConsumerGroup, m: ConsumerMember) -> dic
 @handles(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, 1)
 async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     coordinator = ctx.services.groups
-    described = []
+    entries = []
     for group_id in request.group_ids:
-        entry: dict[str, Any] = {
-            "error_code": 0,
-            "error_message": None,
-            "group_id": group_id,
-            "group_state": "",
-            "group_epoch": 0,
-            "assignment_epoch": 0,
-            "assignor_name": "",
-            "members": [],
-            "authorized_operations": NO_AUTHORIZED_OPERATIONS,
-        }
-        described.append(entry)
+        entry = described(group_id)
+        entries.append(entry)
         if not authorize(ctx, Operation.DESCRIBE, ResourceType.GROUP, group_id):
             entry["error_code"] = ErrorCode.group_authorization_failed
             continue
-        view = coordinator.describe_consumer(group_id)
-        if isinstance(view, ErrorCode):
-            entry["error_code"] = view
-            continue
-        if isinstance(view, NotFound):
-            entry["error_code"] = ErrorCode.group_id_not_found
-            entry["error_message"] = view.message
+        view = found(entry, coordinator.describe_consumer(group_id))
+        if view is None:
             continue
         group = view.group
         denied = sorted(
@@ -108,4 +80,4 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
             assignor_name=view.assignor,
             members=[_member(ctx, group, m) for m in group.members.values()],
         )
-    return {"throttle_time": 0, "groups": described}
+    return {"throttle_time": 0, "groups": entries}

@@ -27,8 +27,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from lockgate.coordinator.group.assignors import Assignment
 from lockgate.coordinator.group.share_group import MAX_MEMBER_ID_CHARS, ShareHeartbeatRequest
+from lockgate.handlers.group_common import (
+    accepted,
+    heartbeat_refused,
+    unauthorized_subscription,
+)
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
@@ -36,28 +40,10 @@ from lockgate.security.acls import Operation, ResourceType
 from lockgate.security.authorizer import authorize
 
 
-def _wire(ctx: RequestContext, assignment: Assignment) -> dict[str, Any]:
-    topics = ctx.services.topics.topics
-    return {
-        "topic_partitions": [
-            {"topic_id": topics[name].topic_id, "partitions": sorted(parts)}
-            for name, parts in sorted(assignment.items())
-            if name in topics and parts
-        ]
-    }
-
-
 @handles(ApiKey.SHARE_GROUP_HEARTBEAT, 1, 1)
 async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     def refused(code: ErrorCode, message: str | None = None) -> HandlerResult:
-        return {
-            "throttle_time": 0,
-            "error_code": code,
-            "error_message": message,
-            "member_id": None,
-            "member_epoch": 0,
-            "heartbeat_interval": 0,
-        }
+        return heartbeat_refused(code, message, None, 0)
 
     if not authorize(ctx, Operation.READ, ResourceType.GROUP, request.group_id):
         return refused(ErrorCode.group_authorization_failed)
@@ -65,15 +51,9 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     if not member_id or len(member_id) > MAX_MEMBER_ID_CHARS:
         return refused(ErrorCode.invalid_request, "Invalid member id")
     names = request.subscribed_topic_names
-    if names:
-        denied = sorted(
-            n for n in set(names) if not authorize(ctx, Operation.DESCRIBE, ResourceType.TOPIC, n)
-        )
-        if denied:
-            return refused(
-                ErrorCode.topic_authorization_failed,
-                "The group has subscribed to topics that are not authorized: " + ", ".join(denied),
-            )
+    denied = unauthorized_subscription(ctx, names)
+    if denied:
+        return refused(ErrorCode.topic_authorization_failed, denied)
     answer = await ctx.services.groups.share.heartbeat(
         ShareHeartbeatRequest(
             group_id=request.group_id,
@@ -87,12 +67,4 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     )
     if answer.error:
         return refused(answer.error, answer.message)
-    return {
-        "throttle_time": 0,
-        "error_code": 0,
-        "error_message": None,
-        "member_id": answer.member_id,
-        "member_epoch": answer.member_epoch,
-        "heartbeat_interval": answer.heartbeat_interval_ms,
-        "assignment": None if answer.assignment is None else _wire(ctx, answer.assignment),
-    }
+    return accepted(ctx, answer)

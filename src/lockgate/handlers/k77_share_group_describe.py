@@ -17,28 +17,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from lockgate.coordinator.group.assignors import Assignment
 from lockgate.coordinator.group.share_group import ShareMember
-from lockgate.coordinator.group.views import NotFound
+from lockgate.handlers.group_common import described, found, wire_assignment
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
 from lockgate.security.acls import Operation, ResourceType
 from lockgate.security.authorizer import authorize, authorized_operations
 
-NO_AUTHORIZED_OPERATIONS = -(2**31)
 ASSIGNOR = "simple"
-
-
-def _assignment(ctx: RequestContext, assignment: Assignment) -> dict[str, Any]:
-    topics = ctx.services.topics.topics
-    return {
-        "topic_partitions": [
-            {"topic_id": topics[name].topic_id, "topic_name": name, "partitions": sorted(parts)}
-            for name, parts in sorted(assignment.items())
-            if name in topics and parts
-        ]
-    }
 
 
 def _member(ctx: RequestContext, m: ShareMember) -> dict[str, Any]:
@@ -49,21 +36,7 @@ def _member(ctx: RequestContext, m: ShareMember) -> dict[str, Any]:
         "client_id": m.client_id,
         "client_host": m.client_host,
         "subscribed_topic_names": list(m.subscribed_topic_names),
-        "assignment": _assignment(ctx, m.assigned),
-    }
-
-
-def _entry(group_id: str, code: ErrorCode = ErrorCode.none) -> dict[str, Any]:
-    return {
-        "error_code": code,
-        "error_message": None,
-        "group_id": group_id,
-        "group_state": "",
-        "group_epoch": 0,
-        "assignment_epoch": 0,
-        "assignor_name": "",
-        "members": [],
-        "authorized_operations": NO_AUTHORIZED_OPERATIONS,
+        "assignment": wire_assignment(ctx, m.assigned, names=True),
     }
 
 
@@ -74,25 +47,20 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     # order; Kafka's, by coordinator partition in its hash map's order, only differs across
     # partitions)
     denied = [
-        _entry(g, ErrorCode.group_authorization_failed)
+        described(g, ErrorCode.group_authorization_failed)
         for g in request.group_ids
         if not authorize(ctx, Operation.DESCRIBE, ResourceType.GROUP, g)
     ]
     allowed = [g for g in request.group_ids if authorize(ctx, Operation.DESCRIBE,
                ResourceType.GROUP, g, log_denied=False)]  # fmt: skip
-    invalid = [_entry("", ErrorCode.invalid_group_id) for g in allowed if not g]
+    invalid = [described("", ErrorCode.invalid_group_id) for g in allowed if not g]
     named = [g for g in allowed if g]
-    described = []
+    entries = []
     for group_id in named:
-        entry = _entry(group_id)
-        described.append(entry)
-        view = coordinator.describe_share(group_id)
-        if isinstance(view, ErrorCode):
-            entry["error_code"] = view
-            continue
-        if isinstance(view, NotFound):
-            entry["error_code"] = ErrorCode.group_id_not_found
-            entry["error_message"] = view.message
+        entry = described(group_id)
+        entries.append(entry)
+        view = found(entry, coordinator.describe_share(group_id))
+        if view is None:
             continue
         assigned = {t for m in view.members.values() for t in m.assigned}
         if any(
@@ -115,4 +83,4 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
             assignor_name=ASSIGNOR,
             members=[_member(ctx, m) for _, m in sorted(view.members.items())],
         )
-    return {"throttle_time": 0, "groups": denied + invalid + described}
+    return {"throttle_time": 0, "groups": denied + invalid + entries}

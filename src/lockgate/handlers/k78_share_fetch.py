@@ -43,7 +43,7 @@ import time
 import uuid
 from typing import Any
 
-from lockgate.handlers.common import millis
+from lockgate.handlers.common import millis, wait_for_any
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.handlers.share_acks import (
     AckOutcome,
@@ -227,29 +227,9 @@ async def _serve(
         errors = any(entries[key]["error_code"] for key in order)
         if acquired or errors or not wait or remaining <= 0 or request.min_bytes <= 0:
             return
-        await _wait(manager, logs.values(), remaining)
-
-
-async def _wait(manager: Any, partitions: Any, timeout_s: float) -> None:
-    """Until new data is visible in one of `partitions` or records are released."""
-    woken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-    def wake() -> None:
-        if not woken.done():
-            woken.set_result(None)
-
-    watched = [p.hw_listeners for p in partitions]
-    for listeners in watched:
-        listeners.add(wake)
-    manager.available_listeners.add(wake)
-    try:
-        await asyncio.wait_for(woken, timeout_s)
-    except TimeoutError:
-        pass
-    finally:
-        for listeners in watched:
-            listeners.discard(wake)
-        manager.available_listeners.discard(wake)
+        # until new data is visible in one of the partitions, or records are released
+        watched = [p.hw_listeners for p in logs.values()] + [manager.available_listeners]
+        await wait_for_any(watched, remaining)
 
 
 def _response(

@@ -18,7 +18,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from lockgate.coordinator.group.share_offsets import TopicOffsets
+from lockgate.coordinator.group.share_offsets import TOPIC_DENIED, TopicOffsets
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
@@ -26,7 +26,6 @@ from lockgate.security.acls import Operation, ResourceType
 from lockgate.security.authorizer import authorize
 
 ZERO_UUID = uuid.UUID(int=0)
-TOPIC_DENIED = "Topic authorization failed."
 
 
 def _topic(answer: TopicOffsets) -> dict[str, Any]:

@@ -24,7 +24,6 @@ from lockgate.security.acls import Operation, ResourceType
 from lockgate.security.authorizer import authorize
 
 ZERO_UUID = uuid.UUID(int=0)
-TOPIC_DENIED = "Topic authorization failed."
 
 
 def _topic(answer: AlterTopic) -> dict[str, Any]:
@@ -48,22 +47,18 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     topics = ctx.services.topics.topics
     rejected: list[AlterTopic] = []
     wanted = []
-    text: str | None
     for topic in request.topics:
         if not authorize(ctx, Operation.READ, ResourceType.TOPIC, topic.topic_name):
-            code, text = ErrorCode.topic_authorization_failed, TOPIC_DENIED
+            code = ErrorCode.topic_authorization_failed
         elif topic.topic_name not in topics:
             code = ErrorCode.unknown_topic_or_partition
-            text = message(code)
         else:
             wanted.append((topic.topic_name, [(p.partition_index, p.start_offset)
                                               for p in topic.partitions]))  # fmt: skip
             continue
         known = topics.get(topic.topic_name)
-        rejected.append(
-            AlterTopic(topic.topic_name, known.topic_id if known else None,
-                       [PartitionError(p.partition_index, code, text) for p in topic.partitions])
-        )  # fmt: skip
+        errors = [PartitionError(p.partition_index, code, message(code)) for p in topic.partitions]
+        rejected.append(AlterTopic(topic.topic_name, known.topic_id if known else None, errors))
     result = await ctx.services.groups.share_offsets.alter(request.group_id, wanted)
     if result.error:
         return refused(result.error, result.message)

@@ -16,13 +16,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from lockgate.coordinator.group.share_offsets import TOPIC_DENIED
 from lockgate.handlers.registry import HandlerResult, RequestContext, handles
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
 from lockgate.security.acls import Operation, ResourceType
 from lockgate.security.authorizer import authorize
-
-TOPIC_DENIED = "Topic authorization failed."
 
 
 @handles(ApiKey.DELETE_SHARE_GROUP_OFFSETS, 0, 0)

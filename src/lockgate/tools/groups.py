@@ -22,6 +22,7 @@ from lockgate.tools.common import (
     non_negative_int,
     tool,
 )
+from lockgate.tools.offset_lookup import EARLIEST, LATEST, offsets_at, scoped_partitions
 from lockgate.tools.offset_specs import (
     Plan,
     clamp,
@@ -34,7 +35,6 @@ from lockgate.tools.offset_specs import (
 from lockgate.tools.table import render
 
 LIST_OFFSETS = 2
-EARLIEST, LATEST = -2, -1
 INACTIVE_STATES = frozenset({"Empty", "Dead"})
 
 
@@ -198,15 +198,6 @@ async def _delete(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-async def _offsets_at(admin: Admin, partitions: list[TopicPartition], when: int) -> Plan:
-    plan: Plan = {}
-    for tp, answer in (await admin.list_offsets({tp: when for tp in partitions})).items():
-        if isinstance(answer, KafkaError):
-            raise answer
-        plan[tp] = answer.offset
-    return plan
-
-
 async def _group_state(admin: Admin, group: str) -> str:
     try:
         return (await admin.describe_groups([group]))[group].state
@@ -216,26 +207,10 @@ async def _group_state(admin: Admin, group: str) -> str:
         raise
 
 
-async def _scope(admin: Admin, topics: list[str], committed: Plan) -> list[TopicPartition]:
-    """The partitions --topic names (every partition without a list) or, without --topic
-    (--all-topics), those the group has committed offsets for."""
-    if not topics:
-        return sorted(committed)
-    found: list[TopicPartition] = []
-    for text in topics:
-        scope = parse_topic_scope(text)
-        if scope.partitions:
-            found.extend(TopicPartition(scope.topic, p) for p in scope.partitions)
-        else:
-            info = await admin.cluster.topic(scope.topic)
-            found.extend(p.topic_partition for p in info.partitions)
-    return sorted(dict.fromkeys(found))
-
-
 async def _clamped(admin: Admin, requested: Plan) -> Plan:
     partitions = sorted(requested)
-    earliest = await _offsets_at(admin, partitions, EARLIEST)
-    latest = await _offsets_at(admin, partitions, LATEST)
+    earliest = await offsets_at(admin, partitions, EARLIEST)
+    latest = await offsets_at(admin, partitions, LATEST)
     plan: Plan = {}
     for tp in partitions:
         plan[tp] = clamp(requested[tp], earliest[tp], latest[tp])
@@ -255,7 +230,7 @@ async def _clamped(admin: Admin, requested: Plan) -> Plan:
 async def _by_timestamp(admin: Admin, partitions: list[TopicPartition], when: int) -> Plan:
     """The first offset at or after the timestamp; the latest offset where no record is that
     recent (Kafka's tool does the same, with a warning)."""
-    plan = await _offsets_at(admin, partitions, when)
+    plan = await offsets_at(admin, partitions, when)
     beyond = [tp for tp, offset in plan.items() if offset < 0]
     if beyond:
         for tp in beyond:
@@ -263,7 +238,7 @@ async def _by_timestamp(admin: Admin, partitions: list[TopicPartition], when: in
                 f"warning: {tp} has no record at or after {when}: using its latest offset",
                 file=sys.stderr,
             )
-        plan.update(await _offsets_at(admin, beyond, LATEST))
+        plan.update(await offsets_at(admin, beyond, LATEST))
     return plan
 
 
@@ -273,17 +248,17 @@ async def _plan(admin: Admin, group: str, args: argparse.Namespace, request: _Re
         if group not in request.from_file:
             raise ToolError(f"no reset plan for group {group} in {args.from_file}")
         return await _clamped(admin, request.from_file[group])
-    partitions = await _scope(admin, args.topic or [], committed)
+    partitions = await scoped_partitions(admin, args.topic or (), committed)
     if not partitions:
         return {}
     if args.to_earliest:
-        return await _offsets_at(admin, partitions, EARLIEST)
+        return await offsets_at(admin, partitions, EARLIEST)
     if args.to_latest:
-        return await _offsets_at(admin, partitions, LATEST)
+        return await offsets_at(admin, partitions, LATEST)
     if args.to_current:
         plan = {tp: committed[tp] for tp in partitions if tp in committed}
         missing = [tp for tp in partitions if tp not in committed]
-        plan.update(await _offsets_at(admin, missing, LATEST) if missing else {})
+        plan.update(await offsets_at(admin, missing, LATEST) if missing else {})
         return plan
     if args.to_offset is not None:
         return await _clamped(admin, {tp: args.to_offset for tp in partitions})

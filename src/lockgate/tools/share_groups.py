@@ -35,6 +35,7 @@ from lockgate.tools.common import (
     connection_options,
     tool,
 )
+from lockgate.tools.offset_lookup import EARLIEST, LATEST, offsets_at, scoped_partitions
 from lockgate.tools.offset_specs import (
     Plan,
     clamp,
@@ -42,10 +43,8 @@ from lockgate.tools.offset_specs import (
     parse_datetime_ms,
     parse_duration_ms,
     parse_reset_csv,
-    parse_topic_scope,
 )
 
-EARLIEST, LATEST = -2, -1
 MISSING = "-"  # Kafka's tool's placeholder for a value it does not have
 # the states a share group can be in, in the order Kafka's message lists them
 SHARE_GROUP_STATES = ("Stable", "Dead", "Empty")
@@ -440,54 +439,25 @@ async def _delete_offsets(admin: Admin, args: argparse.Namespace) -> int:
 # Reset
 
 
-async def _offsets_at(admin: Admin, partitions: Sequence[TopicPartition], when: int) -> Plan:
-    plan: Plan = {}
-    if not partitions:
-        return plan
-    for tp, answer in (await admin.list_offsets({tp: when for tp in partitions})).items():
-        if isinstance(answer, KafkaError):
-            raise answer
-        plan[tp] = answer.offset
-    return plan
-
-
 async def _clamped(admin: Admin, requested: Plan) -> Plan:
     partitions = sorted(requested)
-    earliest = await _offsets_at(admin, partitions, EARLIEST)
-    latest = await _offsets_at(admin, partitions, LATEST)
+    earliest = await offsets_at(admin, partitions, EARLIEST)
+    latest = await offsets_at(admin, partitions, LATEST)
     return {tp: clamp(requested[tp], earliest[tp], latest[tp]) for tp in partitions}
 
 
 async def _by_timestamp(admin: Admin, partitions: Sequence[TopicPartition], when: int) -> Plan:
     """The first offset at or after the timestamp; the latest offset (with Kafka's warning)
     where no record is that recent."""
-    plan = await _offsets_at(admin, partitions, when)
+    plan = await offsets_at(admin, partitions, when)
     beyond = sorted(tp for tp, offset in plan.items() if offset < 0)
     for tp in beyond:
         print(
             f"\nWarn: Partition {tp.partition} from topic {tp.topic} is empty. Falling back to "
             "latest known offset."
         )
-    plan.update(await _offsets_at(admin, beyond, LATEST))
+    plan.update(await offsets_at(admin, beyond, LATEST))
     return plan
-
-
-async def _partitions(
-    admin: Admin, args: argparse.Namespace, current: Plan
-) -> list[TopicPartition]:
-    """--topic's partitions (every partition of a topic named without a list), or those the
-    group has offsets for (--all-topics)."""
-    if not args.topic:
-        return sorted(current)
-    found: list[TopicPartition] = []
-    for text in args.topic:
-        scope = parse_topic_scope(text)
-        if scope.partitions:
-            found.extend(TopicPartition(scope.topic, p) for p in scope.partitions)
-        else:
-            info = await admin.cluster.topic(scope.topic)
-            found.extend(p.topic_partition for p in info.partitions)
-    return sorted(dict.fromkeys(found))
 
 
 async def _plan(admin: Admin, group: str, args: argparse.Namespace) -> Plan:
@@ -503,17 +473,17 @@ async def _plan(admin: Admin, group: str, args: argparse.Namespace) -> Plan:
         except OSError as exc:
             raise ToolError(f"cannot read {args.from_file}: {exc.strerror}") from None
         return await _clamped(admin, parse_reset_csv(text, [group]).get(group, {}))
-    partitions = await _partitions(admin, args, current)
+    partitions = await scoped_partitions(admin, args.topic or (), current)
     if args.to_earliest:
-        return await _offsets_at(admin, partitions, EARLIEST)
+        return await offsets_at(admin, partitions, EARLIEST)
     if args.to_latest:
-        return await _offsets_at(admin, partitions, LATEST)
+        return await offsets_at(admin, partitions, LATEST)
     if args.to_offset is not None:
         return await _clamped(admin, dict.fromkeys(partitions, args.to_offset))
     if args.to_current:
         plan = {tp: current[tp] for tp in partitions if current.get(tp, -1) >= 0}
         missing = [tp for tp in partitions if tp not in plan]
-        plan.update(await _offsets_at(admin, missing, LATEST))
+        plan.update(await offsets_at(admin, missing, LATEST))
         return dict(sorted(plan.items()))
     if args.to_datetime is not None:
         return await _by_timestamp(admin, partitions, parse_datetime_ms(args.to_datetime))

@@ -12,47 +12,32 @@ from typing import Any
 
 import pytest
 
-from lockgate.config.properties import BrokerConfig
-from lockgate.handlers.registry import HANDLERS, RawBody, RequestContext
-from lockgate.protocol.api import ApiKey, build, encode, request_class, response_class
+from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
 from lockgate.protocol.records import build_batch
-from lockgate.security.acl_store import LocalAclStore
-from lockgate.security.acls import (
-    AclBinding,
-    AclEntry,
-    Operation,
-    PatternType,
-    Permission,
-    ResourcePattern,
-    ResourceType,
-)
-from lockgate.security.session import SecurityProtocol, Session
+from lockgate.security.acls import Operation, ResourceType
+from lockgate.security.session import Session
 from lockgate.server.broker import Broker
 from lockgate.storage.memory import MemoryEngine
+from tests.unit.handlers.support import (
+    ADMIN,
+    ALICE,
+    SHARE_SETTINGS,
+    call,
+    grant,
+    running,
+    started,
+    topic_id,
+)
 
-ADMIN = Session("PLAINTEXT", SecurityProtocol.PLAINTEXT, "127.0.0.1", "User:admin")
-ALICE = Session("PLAINTEXT", SecurityProtocol.PLAINTEXT, "127.0.0.1", "User:alice")
 SETTINGS = {
-    "listeners": "127.0.0.1:0",
-    "lockgate.durability": "page-cache",
-    "authorizer.class.name": "lockgate",
-    "super.users": "User:admin",
+    **SHARE_SETTINGS,
     "offsets.topic.num.partitions": "3",
-    "share.coordinator.state.topic.num.partitions": "3",
     # (a second heartbeat comes at once here: no waiting for the next assignment)
     "group.share.assignment.interval.ms": "0",
 }
 HEARTBEAT, DESCRIBE = ApiKey.SHARE_GROUP_HEARTBEAT, ApiKey.SHARE_GROUP_DESCRIBE
 MEMBER = "Xy3kQ1R9T0ak2f9Zb7c8Aw"  # a Java client's member id: a Uuid string, 22 characters
-
-
-async def started(engine: MemoryEngine) -> Broker:
-    broker = Broker(BrokerConfig(SETTINGS), engine)
-    await broker.start()
-    await broker.groups.runtime.load()  # (the start loads them in the background)
-    await broker.shares.runtime.load()
-    return broker
 
 
 @pytest.fixture
@@ -62,37 +47,17 @@ async def engine() -> MemoryEngine:
 
 @pytest.fixture
 async def broker(engine: MemoryEngine) -> AsyncIterator[Broker]:
-    broker = await started(engine)
-    await broker.admin.create("t", 2, 1, {})
-    await broker.admin.create("secret", 1, 1, {})
-    assert broker.authorizer is not None and isinstance(broker.authorizer.store, LocalAclStore)
-    broker.authorizer.store.create_now(
-        [
-            AclBinding(
-                ResourcePattern(kind, name, PatternType.LITERAL),
-                AclEntry("User:alice", "*", operation, Permission.ALLOW),
-            )
-            for kind, name, operation in (
+    async with running(engine, SETTINGS, groups=True) as broker:
+        await broker.admin.create("t", 2, 1, {})
+        await broker.admin.create("secret", 1, 1, {})
+        grant(
+            broker,
+            [
                 (ResourceType.TOPIC, "t", Operation.DESCRIBE),
                 (ResourceType.GROUP, "g", Operation.READ),
-            )
-        ]
-    )
-    try:
+            ],
+        )
         yield broker
-    finally:
-        await broker.stop()
-
-
-async def call(
-    broker: Broker, api: ApiKey, version: int, body: Any, session: Session = ADMIN
-) -> Any:
-    request = build(request_class(api, version), body)  # type: ignore[arg-type]
-    ctx = RequestContext(broker.services, api, version, 1, "test", "127.0.0.1:1", 1, session)
-    result = await HANDLERS[api].handler(ctx, request)
-    assert not isinstance(result, RawBody) and result is not None
-    encode(build(response_class(api, version), result))
-    return result
 
 
 async def heartbeat(
@@ -111,10 +76,6 @@ async def heartbeat(
         "subscribed_topic_names": topics,
     }
     return await call(broker, HEARTBEAT, 1, body, session)
-
-
-def topic_id(broker: Broker, name: str = "t") -> uuid.UUID:
-    return broker.topics.topics[name].topic_id
 
 
 async def describe(broker: Broker, *groups: str) -> list[Any]:
@@ -196,8 +157,9 @@ async def test_describe_errors(broker: Broker) -> None:
     )
 
 
-async def consumer_group(broker: Broker, group: str) -> None:
-    body = {
+def consumer_join(group: str) -> dict[str, Any]:
+    """ConsumerGroupHeartbeat v1: a new member joins `group`, subscribing to t."""
+    return {
         "group_id": group,
         "member_id": str(uuid.uuid4()),
         "member_epoch": 0,
@@ -209,7 +171,10 @@ async def consumer_group(broker: Broker, group: str) -> None:
         "server_assignor": None,
         "topic_partitions": [],
     }
-    answer = await call(broker, ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, body)
+
+
+async def consumer_group(broker: Broker, group: str) -> None:
+    answer = await call(broker, ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, consumer_join(group))
     assert answer["error_code"] == 0
 
 
@@ -247,19 +212,7 @@ async def test_group_types_and_cross_type_errors(broker: Broker) -> None:
         {"group_ids": ["g"], "include_authorized_operations": False},
     )
     assert described["groups"][0]["error_code"] == ErrorCode.group_id_not_found
-    consumer_hb = {
-        "group_id": "g",
-        "member_id": str(uuid.uuid4()),
-        "member_epoch": 0,
-        "instance_id": None,
-        "rack_id": None,
-        "rebalance_timeout": 30000,
-        "subscribed_topic_names": ["t"],
-        "subscribed_topic_regex": None,
-        "server_assignor": None,
-        "topic_partitions": [],
-    }
-    answer = await call(broker, ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, consumer_hb)
+    answer = await call(broker, ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, consumer_join("g"))
     assert answer["error_code"] == ErrorCode.group_id_not_found
     join = await call(
         broker,
@@ -337,7 +290,7 @@ async def test_restart_restores_the_group(engine: MemoryEngine, broker: Broker) 
     await heartbeat(broker, 0, ["t"], member="second")
     before = await describe(broker, "g")
     await broker.stop()
-    again = await started(engine)
+    again = await started(engine, SETTINGS, groups=True)
     try:
         assert await describe(again, "g") == before
         answer = await heartbeat(again, 3)  # the member goes on with its epoch

@@ -12,46 +12,29 @@ from typing import Any
 
 import pytest
 
-from lockgate.config.properties import BrokerConfig
-from lockgate.handlers.registry import HANDLERS, RawBody, RequestContext
-from lockgate.protocol.api import ApiKey, build, encode, request_class, response_class
+from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode
 from lockgate.protocol.records import build_batch, iter_records, parse_header
-from lockgate.security.acl_store import LocalAclStore
-from lockgate.security.acls import (
-    AclBinding,
-    AclEntry,
-    Operation,
-    PatternType,
-    Permission,
-    ResourcePattern,
-    ResourceType,
-)
-from lockgate.security.session import SecurityProtocol, Session
+from lockgate.security.acls import Operation, ResourceType
+from lockgate.security.session import Session
 from lockgate.server.broker import Broker
 from lockgate.storage.errors import StorageError
 from lockgate.storage.memory import MemoryEngine
+from tests.unit.handlers.support import (
+    ADMIN,
+    ALICE,
+    SHARE_SETTINGS,
+    call,
+    grant,
+    running,
+    started,
+    topic_id,
+)
 
 FETCH, ACK = ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE
-ADMIN = Session("PLAINTEXT", SecurityProtocol.PLAINTEXT, "127.0.0.1", "User:admin")
-ALICE = Session("PLAINTEXT", SecurityProtocol.PLAINTEXT, "127.0.0.1", "User:alice")
-SETTINGS = {
-    "listeners": "127.0.0.1:0",
-    "lockgate.durability": "page-cache",
-    "authorizer.class.name": "lockgate",
-    "super.users": "User:admin",
-    "share.coordinator.state.topic.num.partitions": "3",
-    "group.share.max.share.sessions": "2",
-}
+SETTINGS = {**SHARE_SETTINGS, "group.share.max.share.sessions": "2"}
 ACCEPT, RELEASE, REJECT, RENEW = 1, 2, 3, 4
 TRANSACTIONAL = 0x10
-
-
-async def started(engine: MemoryEngine) -> Broker:
-    broker = Broker(BrokerConfig(SETTINGS), engine)
-    await broker.start()
-    await broker.shares.runtime.load()
-    return broker
 
 
 @pytest.fixture
@@ -61,16 +44,9 @@ async def engine() -> MemoryEngine:
 
 @pytest.fixture
 async def broker(engine: MemoryEngine) -> AsyncIterator[Broker]:
-    broker = await started(engine)
-    await broker.admin.create("t", 1, 1, {})
-    try:
+    async with running(engine, SETTINGS) as broker:
+        await broker.admin.create("t", 1, 1, {})
         yield broker
-    finally:
-        await broker.stop()
-
-
-def topic_id(broker: Broker) -> uuid.UUID:
-    return broker.topics.topics["t"].topic_id
 
 
 async def produce(broker: Broker, *batches: int) -> None:
@@ -85,24 +61,6 @@ async def produce(broker: Broker, *batches: int) -> None:
 async def initialize(broker: Broker, start: int = 0, group: str = "g") -> None:
     result = await broker.share_leader.persister.initialize(group, topic_id(broker), 0, 1, start)
     assert result.error == ErrorCode.none
-
-
-async def call(
-    broker: Broker,
-    api: ApiKey,
-    version: int,
-    body: dict[str, Any],
-    session: Session = ADMIN,
-    connection: int = 1,
-) -> Any:
-    request = build(request_class(api, version), body)  # type: ignore[arg-type]
-    ctx = RequestContext(
-        broker.services, api, version, 1, "test", "127.0.0.1:1", connection, session
-    )
-    result = await HANDLERS[api].handler(ctx, request)
-    assert not isinstance(result, RawBody) and result is not None
-    encode(build(response_class(api, version), result))  # the answer encodes at this version
-    return result
 
 
 def acks(batches: list[tuple[int, int, list[int]]]) -> list[dict[str, Any]]:
@@ -364,7 +322,7 @@ async def test_auto_offset_reset_latest_then_kept(broker: Broker) -> None:
 
 
 async def test_restart_redelivers_unacknowledged_and_keeps_acks(engine: MemoryEngine) -> None:
-    broker = await started(engine)
+    broker = await started(engine, SETTINGS)
     await broker.admin.create("t", 1, 1, {})
     await produce(broker, 1, 1, 1)
     await initialize(broker)
@@ -372,7 +330,7 @@ async def test_restart_redelivers_unacknowledged_and_keeps_acks(engine: MemoryEn
     await share_ack(broker, 1, [(1, 1, [ACCEPT])])
     await broker.share_leader.settle()
     await broker.stop()
-    broker = await started(engine)
+    broker = await started(engine, SETTINGS)
     try:
         # 1 stays acknowledged; 0 and 2 were only acquired: AVAILABLE again, count not kept
         assert acquired(await share_fetch(broker, 0)) == [(0, 0, 1), (2, 2, 1)]
@@ -443,15 +401,7 @@ async def test_session_epoch_moved_while_waiting(broker: Broker) -> None:
 async def test_topic_read_is_checked_per_partition(broker: Broker) -> None:
     await produce(broker, 1)
     await initialize(broker)
-    assert broker.authorizer is not None and isinstance(broker.authorizer.store, LocalAclStore)
-    broker.authorizer.store.create_now(
-        [
-            AclBinding(
-                ResourcePattern(ResourceType.GROUP, "g", PatternType.LITERAL),
-                AclEntry("User:alice", "*", Operation.READ, Permission.ALLOW),
-            )
-        ]
-    )
+    grant(broker, [(ResourceType.GROUP, "g", Operation.READ)])
     answer = await share_fetch(broker, 0, session=ALICE)
     assert answer["error_code"] == ErrorCode.none
     assert partition_of(answer)["error_code"] == ErrorCode.topic_authorization_failed

@@ -12,26 +12,24 @@ from typing import Any
 
 import pytest
 
-from lockgate.config.properties import BrokerConfig
 from lockgate.coordinator.share.routing import topic_id_string
-from lockgate.handlers.registry import HANDLERS, RawBody, RequestContext
-from lockgate.protocol.api import ApiKey, build, encode, request_class, response_class
+from lockgate.protocol.api import ApiKey, build, response_class
 from lockgate.protocol.errors import ErrorCode
-from lockgate.security.session import SecurityProtocol, Session
+from lockgate.security.session import Session
 from lockgate.server.broker import Broker
 from lockgate.storage.memory import MemoryEngine
 from lockgate.topics.internal import SHARE_GROUP_STATE_TOPIC
+from tests.unit.handlers.support import (
+    ADMIN,
+    ALICE,
+    SHARE_SETTINGS,
+    call,
+    running,
+    started,
+    topic_id,
+)
 
-ADMIN = Session("PLAINTEXT", SecurityProtocol.PLAINTEXT, "127.0.0.1", "User:admin")
-ALICE = Session("PLAINTEXT", SecurityProtocol.PLAINTEXT, "127.0.0.1", "User:alice")
-SETTINGS = {
-    "listeners": "127.0.0.1:0",
-    "lockgate.durability": "page-cache",
-    "authorizer.class.name": "lockgate",
-    "super.users": "User:admin",
-    "share.coordinator.state.topic.num.partitions": "3",
-    "share.coordinator.snapshot.update.records.per.snapshot": "2",
-}
+SETTINGS = {**SHARE_SETTINGS, "share.coordinator.snapshot.update.records.per.snapshot": "2"}
 INIT, READ, WRITE, DELETE, SUMMARY = (
     ApiKey.INITIALIZE_SHARE_GROUP_STATE,
     ApiKey.READ_SHARE_GROUP_STATE,
@@ -41,13 +39,6 @@ INIT, READ, WRITE, DELETE, SUMMARY = (
 )
 
 
-async def started(engine: MemoryEngine) -> Broker:
-    broker = Broker(BrokerConfig(SETTINGS), engine)
-    await broker.start()
-    await broker.shares.runtime.load()  # (the start loads it in the background)
-    return broker
-
-
 @pytest.fixture
 async def engine() -> MemoryEngine:
     return MemoryEngine()
@@ -55,27 +46,9 @@ async def engine() -> MemoryEngine:
 
 @pytest.fixture
 async def broker(engine: MemoryEngine) -> AsyncIterator[Broker]:
-    broker = await started(engine)
-    await broker.admin.create("t", 2, 1, {})
-    try:
+    async with running(engine, SETTINGS) as broker:
+        await broker.admin.create("t", 2, 1, {})
         yield broker
-    finally:
-        await broker.stop()
-
-
-def topic_id(broker: Broker) -> uuid.UUID:
-    return broker.topics.topics["t"].topic_id
-
-
-async def call(
-    broker: Broker, api: ApiKey, version: int, body: Any, session: Session = ADMIN
-) -> Any:
-    request = build(request_class(api, version), body)  # type: ignore[arg-type]
-    ctx = RequestContext(broker.services, api, version, 1, "test", "127.0.0.1:1", 1, session)
-    result = await HANDLERS[api].handler(ctx, request)
-    assert not isinstance(result, RawBody) and result is not None
-    encode(build(response_class(api, version), result))
-    return result
 
 
 def one(answer: Any) -> dict[str, Any]:
@@ -337,7 +310,7 @@ async def test_a_restart_loads_the_same_state_and_pruning_changes_nothing(
     log = broker.topics.get(SHARE_GROUP_STATE_TOPIC, index)
     assert log is not None and log.log_start_offset == start > 0
     await broker.stop()
-    again = await started(engine)
+    again = await started(engine, SETTINGS)
     try:
         assert (await read(again, leader_epoch=4), await summary(again)) == before
         assert batches(before[0]) == [(0, 6, 2, 1)]

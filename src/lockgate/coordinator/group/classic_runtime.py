@@ -39,6 +39,15 @@ Records = list[tuple[bytes, bytes | None]]
 Append = Callable[[str, Records], "asyncio.Future[None]"]
 
 
+def append_any(append: Append, group_id: str, encoded: Records) -> asyncio.Future[None]:
+    """`append`, or, with nothing to append, a durability already reached (no empty batch)."""
+    if not encoded:
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
+    return append(group_id, encoded)
+
+
 @dataclass(slots=True, eq=False)
 class _Barrier:
     """A group's running rebalance barrier: a check waiting on the clock (`timer`), or the

@@ -25,7 +25,7 @@ from lockgate.coordinator import writes
 from lockgate.coordinator.group import consumer_records
 from lockgate.coordinator.group.assignors import ASSIGNORS
 from lockgate.coordinator.group.classic import Answer, JoinRequest, SyncRequest
-from lockgate.coordinator.group.classic_runtime import Append, ClassicRuntime
+from lockgate.coordinator.group.classic_runtime import Append, ClassicRuntime, append_any
 from lockgate.coordinator.group.consumer_group import (
     STATIC_LEAVE_EPOCH,
     ClassicMember,
@@ -298,11 +298,7 @@ class ConsumerProtocol:
     def _append(self, group_id: str, records: tuple[ConsumerRecord, ...]) -> asyncio.Future[None]:
         ids = self.topic_ids()
         encoded = [consumer_records.encode(r, ids) for r in records]
-        if not encoded:
-            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            done.set_result(None)
-            return done
-        return self._append_records(group_id, encoded)
+        return append_any(self._append_records, group_id, encoded)
 
     # -- timers ----------------------------------------------------------------------------------
 

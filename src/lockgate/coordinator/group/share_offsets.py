@@ -34,7 +34,9 @@ log = logging.getLogger(__name__)
 
 UNINITIALIZED_LAG = -1
 NO_OFFSETS_TO_DELETE = "There is no offset information to delete."
+TOPIC_DENIED = "Topic authorization failed."  # (the handlers authorize: the coordinator never)
 _MESSAGES = {
+    ErrorCode.topic_authorization_failed: TOPIC_DENIED,
     ErrorCode.unknown_topic_or_partition: "This server does not host this topic-partition.",
     ErrorCode.non_empty_group: "The group is not empty.",
 }

@@ -26,7 +26,7 @@ from lockgate.config.group_configs import broker_value
 from lockgate.config.properties import BrokerConfig, ConfigError
 from lockgate.coordinator import writes
 from lockgate.coordinator.group import share_records
-from lockgate.coordinator.group.classic_runtime import Append
+from lockgate.coordinator.group.classic_runtime import Append, append_any
 from lockgate.coordinator.group.group import Group
 from lockgate.coordinator.group.share_group import (
     InitializeRequest,
@@ -232,11 +232,7 @@ class ShareProtocol:
     def _append(self, group_id: str, records: tuple[ShareRecord, ...]) -> asyncio.Future[None]:
         ids = self.topic_ids()
         encoded = [share_records.encode(r, ids) for r in records]
-        if not encoded:
-            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            done.set_result(None)
-            return done
-        return self._append_records(group_id, encoded)
+        return append_any(self._append_records, group_id, encoded)
 
     # -- the initialize step ---------------------------------------------------------------------
 
@@ -297,9 +293,7 @@ class ShareProtocol:
 
     def _touch(self, container: Group, member_id: str) -> None:
         key = (container.group_id, member_id)
-        timer = self.sessions.pop(key, None)
-        if timer is not None:
-            timer.cancel()
+        self._cancel(*key)
         timeout_ms = self.session_timeout_for(container.group_id)
         self.sessions[key] = Deadline(self._timers, self._clock, timeout_ms / 1000,
                                       self._session_expired, container, member_id)  # fmt: skip

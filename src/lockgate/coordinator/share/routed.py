@@ -20,7 +20,8 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 from lockgate.client.errors import KafkaError
 from lockgate.cluster.metadata import BrokerRegistration
@@ -76,12 +77,11 @@ class RoutedPersister:
         self, group_id: str, topic_id: uuid.UUID, partition: int, state_epoch: int,
         start_offset: int,
     ) -> StateResult:  # fmt: skip
-        fields = {"state_epoch": state_epoch, "start_offset": start_offset}
         result = await self._call(
-            ShareKey(group_id, topic_id, partition), StateResult,
+            _INITIALIZE, ShareKey(group_id, topic_id, partition),
+            {"state_epoch": state_epoch, "start_offset": start_offset},
             lambda: self._local.initialize(group_id, topic_id, partition, state_epoch,
                                            start_offset),
-            ApiKey.INITIALIZE_SHARE_GROUP_STATE, 0, fields, _state,
         )  # fmt: skip
         return self._reset(group_id, topic_id, result)
 
@@ -89,9 +89,8 @@ class RoutedPersister:
         self, group_id: str, topic_id: uuid.UUID, partition: int, leader_epoch: int
     ) -> ReadResult:
         return await self._call(
-            ShareKey(group_id, topic_id, partition), ReadResult,
+            _READ, ShareKey(group_id, topic_id, partition), {"leader_epoch": leader_epoch},
             lambda: self._local.read(group_id, topic_id, partition, leader_epoch),
-            ApiKey.READ_SHARE_GROUP_STATE, 0, {"leader_epoch": leader_epoch}, _read,
         )  # fmt: skip
 
     async def write(
@@ -115,17 +114,15 @@ class RoutedPersister:
             ],
         }
         return await self._call(
-            ShareKey(group_id, topic_id, partition), StateResult,
+            _WRITE, ShareKey(group_id, topic_id, partition), fields,
             lambda: self._local.write(group_id, topic_id, partition, state_epoch, leader_epoch,
                                       start_offset, delivery_complete_count, state_batches),
-            ApiKey.WRITE_SHARE_GROUP_STATE, WRITE_VERSION, fields, _state,
         )  # fmt: skip
 
     async def delete(self, group_id: str, topic_id: uuid.UUID, partition: int) -> StateResult:
         result = await self._call(
-            ShareKey(group_id, topic_id, partition), StateResult,
+            _DELETE, ShareKey(group_id, topic_id, partition), {},
             lambda: self._local.delete(group_id, topic_id, partition),
-            ApiKey.DELETE_SHARE_GROUP_STATE, 0, {}, _state,
         )  # fmt: skip
         return self._reset(group_id, topic_id, result)
 
@@ -133,10 +130,8 @@ class RoutedPersister:
         self, group_id: str, topic_id: uuid.UUID, partition: int, leader_epoch: int
     ) -> SummaryResult:
         return await self._call(
-            ShareKey(group_id, topic_id, partition), SummaryResult,
+            _SUMMARY, ShareKey(group_id, topic_id, partition), {"leader_epoch": leader_epoch},
             lambda: self._local.read_summary(group_id, topic_id, partition, leader_epoch),
-            ApiKey.READ_SHARE_GROUP_STATE_SUMMARY, SUMMARY_VERSION,
-            {"leader_epoch": leader_epoch}, _summary,
         )  # fmt: skip
 
     def _reset(self, group_id: str, topic_id: uuid.UUID, result: StateResult) -> StateResult:
@@ -152,20 +147,18 @@ class RoutedPersister:
 
     async def _call(
         self,
+        api: _Api[R],
         key: ShareKey,
-        kind: type[R],
-        local: Callable[[], Awaitable[R]],
-        api: ApiKey,
-        version: int,
         fields: dict[str, Any],
-        parse: Callable[[Any], R],
+        local: Callable[[], Awaitable[R]],
     ) -> R:
-        """One share partition's call at its coordinator, passing answers retried with backoff
-        until `timeout_ms` has gone by (then the last one is the answer)."""
+        """One share partition's call at its coordinator (`local`, or `api` with `fields` for
+        the partition over the wire), passing answers retried with backoff until `timeout_ms`
+        has gone by (then the last one is the answer)."""
         deadline = time.monotonic() + self._timeout_s
         backoff = BACKOFF_INITIAL_S
         while True:
-            result = await self._once(key, kind, local, api, version, fields, parse)
+            result = await self._once(api, key, fields, local)
             if result.error not in PASSING or time.monotonic() + backoff > deadline:
                 return result
             await asyncio.sleep(backoff)
@@ -173,19 +166,16 @@ class RoutedPersister:
 
     async def _once(
         self,
+        api: _Api[R],
         key: ShareKey,
-        kind: type[R],
-        local: Callable[[], Awaitable[R]],
-        api: ApiKey,
-        version: int,
         fields: dict[str, Any],
-        parse: Callable[[Any], R],
+        local: Callable[[], Awaitable[R]],
     ) -> R:
         if self._peers is None:
             return await local()
         found = self._locate(coordinator_key(key))
         if isinstance(found, ErrorCode):
-            return kind(error=found, message=found.name)
+            return api.kind(error=found, message=found.name)
         if found.node_id == self._node_id:
             return await local()
         body = {
@@ -196,32 +186,21 @@ class RoutedPersister:
         }
         try:
             connection = await self._peers.get(found.node_id)
-            response = await connection.request(api, body, version=version)
+            response = await connection.request(api.key, body, version=api.version)
         except (TimeoutError, KafkaError, OSError) as exc:
             log.info("cannot reach share coordinator %d for %s: %s", found.node_id,
                      coordinator_key(key), exc)  # fmt: skip
-            return kind(error=ErrorCode.coordinator_not_available, message=str(exc))
-        return parse(response)
+            return api.kind(error=ErrorCode.coordinator_not_available, message=str(exc))
+        if not response.results or not response.results[0].partitions:
+            return api.kind(error=ErrorCode.unknown_server_error, message=_EMPTY)
+        return api.parse(response.results[0].partitions[0])
 
 
-def _partition(response: Any) -> Any:
-    """The one partition's answer in a share-state response (None: an empty answer)."""
-    if not response.results or not response.results[0].partitions:
-        return None
-    return response.results[0].partitions[0]
-
-
-def _state(response: Any) -> StateResult:
-    answer = _partition(response)
-    if answer is None:
-        return StateResult(ErrorCode.unknown_server_error, _EMPTY)
+def _state(answer: Any) -> StateResult:
     return StateResult(ErrorCode(answer.error_code), answer.error_message)
 
 
-def _read(response: Any) -> ReadResult:
-    answer = _partition(response)
-    if answer is None:
-        return ReadResult(ErrorCode.unknown_server_error, _EMPTY)
+def _read(answer: Any) -> ReadResult:
     batches = tuple(
         StateBatch(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
         for b in answer.state_batches
@@ -230,10 +209,25 @@ def _read(response: Any) -> ReadResult:
                       answer.start_offset, batches)  # fmt: skip
 
 
-def _summary(response: Any) -> SummaryResult:
-    answer = _partition(response)
-    if answer is None:
-        return SummaryResult(ErrorCode.unknown_server_error, _EMPTY)
+def _summary(answer: Any) -> SummaryResult:
     return SummaryResult(ErrorCode(answer.error_code), answer.error_message, answer.state_epoch,
                          answer.leader_epoch, answer.start_offset,
                          answer.delivery_complete_count)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class _Api(Generic[R]):
+    """A share-state API as this persister calls it on another broker: its result type, key,
+    version, and the parse of the one partition's answer."""
+
+    kind: type[R]
+    key: ApiKey
+    version: int
+    parse: Callable[[Any], R]
+
+
+_INITIALIZE = _Api(StateResult, ApiKey.INITIALIZE_SHARE_GROUP_STATE, 0, _state)
+_READ = _Api(ReadResult, ApiKey.READ_SHARE_GROUP_STATE, 0, _read)
+_WRITE = _Api(StateResult, ApiKey.WRITE_SHARE_GROUP_STATE, WRITE_VERSION, _state)
+_DELETE = _Api(StateResult, ApiKey.DELETE_SHARE_GROUP_STATE, 0, _state)
+_SUMMARY = _Api(SummaryResult, ApiKey.READ_SHARE_GROUP_STATE_SUMMARY, SUMMARY_VERSION, _summary)
