@@ -240,7 +240,7 @@ def test_a_leader_that_fails_has_its_partitions_metadata_asked_again() -> None:
 
     made._leaders = leaders  # type: ignore[method-assign]
     made._exchange = exchange  # type: ignore[method-assign]
-    made.cluster.invalidate = invalidated.append  # type: ignore[method-assign]
+    made.cluster.invalidate = invalidated.append  # type: ignore[method-assign,assignment]
     made.retry_backoff = 0.0
     assert asyncio.run(made._round(time.monotonic() + 1, fetch=True)) == []
     assert invalidated == ["t"]
