@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from lockgate.config.group_configs import GROUP_BROKER_DEFAULTS
 from lockgate.config.properties import (
     _ALIASES,
     BROKER_DEFAULTS,
@@ -147,7 +148,11 @@ def check_properties(config: BrokerConfig) -> list[Listener]:
     listeners = parse_listeners(config)
     names = {item.name.lower() for item in listeners}
     for key in config.values:
+        # the broker properties behind group configs (group.share.record.lock.duration.ms...)
+        # are Kafka's broker properties too: their broker-wide values are set here
         if key in BROKER_DEFAULTS or key in _ALIASES or key in TOPIC_CONFIGS:
+            continue
+        if key in GROUP_BROKER_DEFAULTS:
             continue
         per_listener = _PER_LISTENER.match(key)
         if per_listener:

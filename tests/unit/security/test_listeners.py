@@ -80,6 +80,18 @@ def test_what_is_not_served_is_refused(settings: dict[str, str], message: str) -
         check_properties(BrokerConfig(settings))
 
 
+def test_the_broker_properties_behind_group_configs_are_served() -> None:
+    """Kafka's broker-wide defaults of share and streams group configs (what a group without
+    its own value gets, and the bounds of a group's value) may be set on the broker."""
+    settings = {
+        "group.share.record.lock.duration.ms": "5000",
+        "group.share.min.record.lock.duration.ms": "1000",
+        "group.share.delivery.count.limit": "3",
+        "group.streams.num.standby.replicas": "1",
+    }
+    check_properties(BrokerConfig(settings))
+
+
 def test_the_inter_broker_listener_by_name_or_by_protocol() -> None:
     two = "PLAINTEXT://h:1,SSL://h:2"
     by_name = BrokerConfig({"listeners": two, "inter.broker.listener.name": "ssl"})
