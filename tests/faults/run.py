@@ -242,12 +242,7 @@ async def run_seed(
                 output_topic=workload.PIPE_OUTPUT,
                 group=workload.PIPE_GROUP,
             )
-            await share_workload.configure_group(
-                broker.bootstrap, SHARE_GROUP, SHARE_GROUP_CONFIGS
-            )
-            history.record(
-                "share", group=SHARE_GROUP, topics=list(SHARE_TOPICS), limit=SHARE_DELIVERY_LIMIT
-            )
+            await declare_share_group(broker.bootstrap, history)
             client.start()
             nemesis = Nemesis(broker, proxy, rng, client, LIFECYCLE_FAULTS if lifecycle else FAULTS)
             writers = [
@@ -265,17 +260,10 @@ async def run_seed(
                     )
                 )
             pipeline = workload.Pipeline(proxy.address, history)
-            sharers = [
-                share_workload.ShareReader(
-                    f"s{i}-{seed}", proxy.address, history, SHARE_GROUP, SHARE_TOPICS
-                )
-                for i in range(2)
-            ]
             stop_faults, stop_writers, stop_pipeline = (asyncio.Event() for _ in range(3))
-            stop_sharers = asyncio.Event()
             tasks = [asyncio.create_task(w.run(stop_writers)) for w in writers]
             pipe_task = asyncio.create_task(pipeline.run(stop_pipeline))
-            share_tasks = [asyncio.create_task(s.run(stop_sharers)) for s in sharers]
+            sharers = ShareReaders(proxy.address, history, seed)
             nemesis_task = asyncio.create_task(nemesis.run(stop_faults))
             disk_task = asyncio.create_task(disk.run())
             await asyncio.sleep(duration)
@@ -299,9 +287,7 @@ async def run_seed(
                 await asyncio.to_thread(broker.kill)
                 await asyncio.to_thread(broker.start)
             await _final_reads(broker.bootstrap, history, lifecycle)
-            await _share_end(broker.bootstrap, history)
-            stop_sharers.set()
-            await asyncio.wait_for(asyncio.gather(*share_tasks), HEAL_TIMEOUT_S)
+            await sharers.finish(broker.bootstrap)
             disk_task.cancel()
         finally:
             history.close()
@@ -413,6 +399,37 @@ async def _final_reads(bootstrap: str, history: History, lifecycle: bool = False
 
 
 SHARE_FINISH_TIMEOUT_S = 30.0
+
+
+async def declare_share_group(bootstrap: str, history: History) -> None:
+    """Configures the share group and tells the checker about it."""
+    await share_workload.configure_group(bootstrap, SHARE_GROUP, SHARE_GROUP_CONFIGS)
+    history.record(
+        "share", group=SHARE_GROUP, topics=list(SHARE_TOPICS), limit=SHARE_DELIVERY_LIMIT
+    )
+
+
+class ShareReaders:
+    """The run's two share consumers (share_workload.py), running from their creation."""
+
+    def __init__(self, bootstrap: str, history: History, seed: int) -> None:
+        self.history = history
+        self.stop = asyncio.Event()
+        self.readers = [
+            share_workload.ShareReader(
+                f"s{i}-{seed}", bootstrap, history, SHARE_GROUP, SHARE_TOPICS
+            )
+            for i in range(2)
+        ]
+        self.tasks = [asyncio.create_task(reader.run(self.stop)) for reader in self.readers]
+
+    async def finish(self, bootstrap: str) -> None:
+        """After the final reads: lets them finish (_share_end), then stops them."""
+        try:
+            await _share_end(bootstrap, self.history)
+        finally:
+            self.stop.set()
+            await asyncio.wait_for(asyncio.gather(*self.tasks), HEAL_TIMEOUT_S)
 
 
 async def _share_end(bootstrap: str, history: History) -> None:
