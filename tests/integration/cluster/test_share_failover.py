@@ -77,12 +77,15 @@ async def _wait(condition: object, what: str, cluster: BrokerCluster) -> None:
         await asyncio.sleep(0.2)
 
 
-def _answered(history: Path) -> set[str]:
-    """Values with a final acknowledgement the broker applied."""
+def _answered(history: Path, partition: int | None = None) -> set[str]:
+    """Values (of `partition`, or all) with a final acknowledgement the broker applied."""
     return {
         e["value"]
         for e in load([history])
-        if e["type"] == "share_ack" and e["ack"] != "release" and e["ok"]
+        if e["type"] == "share_ack"
+        and e["ack"] != "release"
+        and e["ok"]
+        and (partition is None or int(e["value"][1:]) % PARTITIONS == partition)
     }
 
 
@@ -118,16 +121,19 @@ async def test_share_group_outlives_its_share_coordinator_and_a_partition_leader
     stop = asyncio.Event()
     tasks = [asyncio.create_task(reader.run(stop)) for reader in readers]
     try:
-        # phase 1: kill -9 the share coordinator of partition 0 once records are acknowledged
-        await _wait(lambda: len(_answered(path)) >= PER_PHASE // 2, "records answered", cluster)
+        # phase 1: kill -9 the share coordinator of partition 0 once some of its records are
+        # acknowledged (and their state written)
+        await _wait(lambda: len(_answered(path, 0)) >= PER_PHASE // 4, "records answered", cluster)
         coordinator = await share_coordinator(cluster.bootstrap, GROUP, TOPIC, 0)
+        before = await share_start_offsets(cluster.bootstrap, GROUP, (TOPIC,))
+        assert before[(TOPIC, 0)] > 0, before
         await asyncio.to_thread(cluster.brokers[coordinator].kill)
         await asyncio.to_thread(_produce, cluster.bootstrap, PER_PHASE, PER_PHASE)
         moved = await share_coordinator(cluster.bootstrap, GROUP, TOPIC, 0)
         assert moved != coordinator
         # the state is the new coordinator's: it loaded it from __share_group_state
-        starts = await share_start_offsets(cluster.bootstrap, GROUP, (TOPIC,))
-        assert starts[(TOPIC, 0)] > 0, starts
+        after = await share_start_offsets(cluster.bootstrap, GROUP, (TOPIC,))
+        assert after[(TOPIC, 0)] >= before[(TOPIC, 0)], (before, after)
         await _wait(lambda: len(_answered(path)) >= PER_PHASE, "answered after phase 1", cluster)
         await asyncio.to_thread(cluster.brokers[coordinator].start)
         await asyncio.to_thread(cluster.wait_full_isr, TOPIC)
