@@ -21,6 +21,22 @@
 #   G1c               a cycle of write-write and write-read dependencies with a write-read
 #                     one (counted per strongly connected component)
 #
+# Share groups (KIP-932; a "share" event names the group, its topics and its delivery limit;
+# share_workload.py's readers answer each record by the policy of its value):
+#   share_lost        a value of the final scan of a share topic that no reader finally
+#                     answered (accept or reject, applied or of unknown outcome) and that was
+#                     not archived (its deliveries never reached the limit)
+#   share_after_final a value handed out again after an acknowledgement the broker applied
+#                     (accept or reject) made it final
+#   share_accepted_twice  a value whose ACCEPT the broker applied twice
+#   share_count_down  a value handed out with a smaller delivery count than an earlier
+#                     delivery's (a crash may repeat a count, never lower it)
+#   share_over_limit  a value handed out with a delivery count past the group's limit
+#   share_uncommitted a value handed out that the final read_committed scan does not show
+#                     (an aborted transaction's, say)
+#   share_unfinished  a share partition whose start offset stayed below the partition's end
+#                     after the readers finished (records left in flight)
+#
 # The dependency graph is Jepsen's but for its write-write edges, drawn within one
 # transactional id only: T1 -> T2 when, on a partition of the final scan, T2's value is the
 # next of that id's values after T1's. Kafka does not isolate concurrent transactions of
@@ -61,6 +77,13 @@ COLUMNS = {
     "precommitted_read": "precommit",
     "G0": "G0",
     "G1c": "G1c",
+    "share_lost": "s-lost",
+    "share_after_final": "s-again",
+    "share_accepted_twice": "s-acc2",
+    "share_count_down": "s-count",
+    "share_over_limit": "s-limit",
+    "share_uncommitted": "s-uncommit",
+    "share_unfinished": "s-open",
 }
 ANOMALIES = tuple(COLUMNS)
 Edge = tuple[int, int]
@@ -114,6 +137,57 @@ def check(events: Iterable[Event]) -> Counter[str]:
     anomalies["inconsistent_offsets"] = _inconsistent_offsets(latest.values(), reads, finals)
     anomalies["precommitted_read"] = _precommitted_reads(events, reads)
     anomalies["G0"], anomalies["G1c"] = _cycles(list(latest.values()), finals)
+    anomalies.update(check_share(events, finals))
+    return anomalies
+
+
+SHARE_ANOMALIES = tuple(name for name in ANOMALIES if name.startswith("share_"))
+
+
+def check_share(events: Sequence[Event], finals: Sequence[Event] | None = None) -> Counter[str]:
+    """The share-group rules over the history's share events, in the order they were
+    recorded (one process records them all); `finals`: the final scan's events."""
+    anomalies: Counter[str] = Counter({name: 0 for name in SHARE_ANOMALIES})
+    if finals is None:
+        finals = [e for e in events if e["type"] == "final"]
+    declared = [e for e in events if e["type"] == "share"]
+    if not declared:
+        return anomalies
+    topics = {topic for e in declared for topic in e["topics"]}
+    limit = min(e["limit"] for e in declared)
+    visible = {e["value"] for e in finals}
+    final: dict[str, str] = {}  # value → its applied final acknowledgement
+    answered: set[str] = set()  # values with a final acknowledgement of any outcome
+    highest: dict[str, int] = {}  # value → its highest delivery count so far
+    accepted: Counter[str] = Counter()
+    for event in events:
+        if event["type"] == "share_delivery":
+            value, count = event["value"], event["count"]
+            if value in final:
+                anomalies["share_after_final"] += 1
+            if count < highest.get(value, 0):
+                anomalies["share_count_down"] += 1
+            if count > limit:
+                anomalies["share_over_limit"] += 1
+            if value not in visible:
+                anomalies["share_uncommitted"] += 1
+            highest[value] = max(highest.get(value, 0), count)
+        elif event["type"] == "share_ack" and event["ack"] != "release":
+            answered.add(event["value"])
+            if event["ok"]:
+                final.setdefault(event["value"], event["ack"])
+                if event["ack"] == "accept":
+                    accepted[event["value"]] += 1
+        elif event["type"] == "share_end" and event["start_offset"] < event["end_offset"]:
+            anomalies["share_unfinished"] += 1
+    anomalies["share_accepted_twice"] = sum(n - 1 for n in accepted.values() if n > 1)
+    anomalies["share_lost"] = sum(
+        1
+        for e in finals
+        if e["topic"] in topics
+        and e["value"] not in answered
+        and highest.get(e["value"], 0) < limit
+    )
     return anomalies
 
 

@@ -5,12 +5,13 @@ Each seed starts 3 etcd members and 3 brokers (each broker behind a fault proxy 
 advertises, so that clients and the other brokers reach it only through the proxy, and behind
 cuttable TCP proxies on its way to etcd), creates the workload's topics with 3 replicas and
 min.insync.replicas 2, and runs run.py's workload (transactional writers, a confluent-kafka
-writer in a child process, a consume-transform-produce stage) while a nemesis driven by the
-seed injects one fault at a time, each healed before the next:
+writer in a child process, a consume-transform-produce stage, two share consumers) while a
+nemesis driven by the seed injects one fault at a time, each healed before the next:
 
   kill-leader       kill -9 of the leader of a workload partition, restarted 0.5-3 s later
-  kill-coordinator  kill -9 of the transaction coordinator of a writer's transactional id or
-                    of the stage's group coordinator, restarted 0.5-3 s later
+  kill-coordinator  kill -9 of the transaction coordinator of a writer's transactional id,
+                    of the stage's group coordinator or of the share coordinator of a share
+                    partition of run.py's share group, restarted 0.5-3 s later
   pause             SIGSTOP of a leader or coordinator for 2-7.5 s (past its 3 s lease)
   kill-etcd         kill -9 of an etcd member, restarted 1-3 s later
   cut-etcd          a broker cut off from etcd (not from anyone else) for 2-6 s
@@ -40,7 +41,7 @@ from typing import Any
 
 from lockgate.client.errors import KafkaError
 from lockgate.coordinator.txn.log import partition_for
-from tests.faults import workload
+from tests.faults import share_workload, workload
 from tests.faults.checker import check, table
 from tests.faults.history import History, load
 from tests.faults.run import (
@@ -48,13 +49,17 @@ from tests.faults.run import (
     END_TXN,
     HEAL_TIMEOUT_S,
     PRODUCE,
+    SHARE_GROUP,
+    SHARE_TOPICS,
     TXN_OFFSET_COMMIT,
     ConfluentWriterProcess,
     FaultLoop,
     SeedResult,
+    ShareReaders,
     _final_reads,
     _settle,
     _wait_for_pipeline,
+    declare_share_group,
     discard_clean,
     parse_seeds,
 )
@@ -72,6 +77,7 @@ CLUSTER_SETTINGS = {
     "min.insync.replicas": "2",
     "offsets.topic.num.partitions": str(INTERNAL_PARTITIONS),
     "transaction.state.log.num.partitions": str(INTERNAL_PARTITIONS),
+    "share.coordinator.state.topic.num.partitions": str(INTERNAL_PARTITIONS),
 }
 FAULTS = (
     "kill-leader",
@@ -179,11 +185,28 @@ class ClusterNemesis(FaultLoop):
         return await self._leader_of(topic, index)
 
     async def _coordinator(self) -> int:
-        if self.rng.random() < 0.3:
+        draw = self.rng.random()
+        if draw < 0.2:
             key, topic = workload.PIPE_GROUP, "__consumer_offsets"
+        elif draw < 0.4:
+            return await self._share_coordinator()
         else:
             key, topic = self.rng.choice(self.transactional_ids), "__transaction_state"
         return await self._leader_of(topic, partition_for(key, INTERNAL_PARTITIONS))
+
+    async def _share_coordinator(self) -> int:
+        """The share coordinator of one share partition of the share group (FindCoordinator
+        key type 2), or any broker if none answers."""
+        topic = self.rng.choice(SHARE_TOPICS)
+        index = self.rng.randrange(workload.PARTITIONS)
+        try:
+            async with asyncio.timeout(10):
+                node = await share_workload.share_coordinator(
+                    self.cluster.bootstrap, SHARE_GROUP, topic, index
+                )
+        except Exception:  # a broker away mid-question
+            node = -1
+        return node if node in self.cluster.brokers else self.rng.randrange(SIZE)
 
     async def _leader_of(self, topic: str, index: int) -> int:
         """The partition's leader by the cluster's metadata, or any broker if none answers."""
@@ -277,6 +300,7 @@ async def run_cluster_seed(seed: int, duration: float, scratch: Path) -> SeedRes
                 output_topic=workload.PIPE_OUTPUT,
                 group=workload.PIPE_GROUP,
             )
+            await _retrying(declare_share_group, bootstrap, history)
             client.start()
             writers = [workload.Writer(f"w{i}-{seed}", bootstrap, history, seed) for i in range(3)]
             ids = [writer.name for writer in writers] + [client.name, workload.PIPE_WRITER]
@@ -285,6 +309,7 @@ async def run_cluster_seed(seed: int, duration: float, scratch: Path) -> SeedRes
             stop_faults, stop_writers, stop_pipeline = (asyncio.Event() for _ in range(3))
             tasks = [asyncio.create_task(w.run(stop_writers)) for w in writers]
             pipe_task = asyncio.create_task(pipeline.run(stop_pipeline))
+            sharers = ShareReaders(bootstrap, history, seed)
             nemesis_task = asyncio.create_task(nemesis.run(stop_faults))
             await asyncio.sleep(duration)
             stop_faults.set()
@@ -299,6 +324,7 @@ async def run_cluster_seed(seed: int, duration: float, scratch: Path) -> SeedRes
             await asyncio.wait_for(pipe_task, HEAL_TIMEOUT_S)
             await _retrying(_settle, bootstrap)
             await _retrying(_final_reads, bootstrap, history)
+            await sharers.finish(bootstrap)
         finally:
             history.close()
             client.crash()

@@ -1,12 +1,14 @@
 """One or many fault runs: `python -m tests.faults.run --seeds 1-200 [--duration 20]`.
 
 Each seed starts a broker behind the fault proxy, runs the workload (workload.py: transactional
-writers and a consume-transform-produce stage) while a nemesis driven by the seed injects faults
+writers and a consume-transform-produce stage; share_workload.py: two share consumers of a
+read_committed share group on the stage's input) while a nemesis driven by the seed injects faults
 (kill -9 and restart of the broker, SIGSTOP pauses longer than the session and transaction
 timeouts, dropped/delayed/duplicated frames, cut connections, and the delayed EndTxn: an EndTxn
 held back while the writer goes on), then heals everything, lets the clients finish, waits until
-no transaction is open, reads every partition read_committed and checks the history
-(checker.py). Prints a table of anomaly counts per seed; exits 1 if there is any.
+no transaction is open, reads every partition read_committed, lets the share consumers finish
+(until the share group's start offsets reach the ends) and checks the history (checker.py).
+Prints a table of anomaly counts per seed; exits 1 if there is any.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from pathlib import Path
 
 from lockgate.client.admin import Admin
 from lockgate.client.consumer import Consumer
-from tests.faults import workload
+from tests.faults import share_workload, workload
 from tests.faults.checker import check, table
 from tests.faults.history import History, load
 from tests.support.broker import BrokerProcess
@@ -42,6 +44,22 @@ PRODUCE, ADD_PARTITIONS, END_TXN, TXN_OFFSET_COMMIT = 0, 24, 26, 28
 BROKER_SETTINGS = {
     "group.initial.rebalance.delay.ms": "0",
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
+    # share consumers assigned within a second; a record whose holder vanished without its
+    # connection closing (a paused broker) comes back after a 5 s lock
+    "group.share.min.heartbeat.interval.ms": "500",
+    "group.share.heartbeat.interval.ms": "500",
+    "group.share.assignment.interval.ms": "0",
+    "group.share.min.record.lock.duration.ms": "1000",
+    "group.share.record.lock.duration.ms": "5000",
+    "share.coordinator.state.topic.num.partitions": "1",
+}
+SHARE_GROUP = "share"
+SHARE_TOPICS = (workload.PIPE_INPUT,)
+SHARE_DELIVERY_LIMIT = 5  # the group's share.delivery.count.limit (the default)
+SHARE_GROUP_CONFIGS = {
+    "share.auto.offset.reset": "earliest",
+    "share.isolation.level": "read_committed",
+    "share.delivery.count.limit": str(SHARE_DELIVERY_LIMIT),
 }
 FAULTS = ("kill", "pause", "drop", "delay-end-txn", "duplicate", "cut", "crash-client")
 HEAL_TIMEOUT_S = 60.0
@@ -224,6 +242,7 @@ async def run_seed(
                 output_topic=workload.PIPE_OUTPUT,
                 group=workload.PIPE_GROUP,
             )
+            await declare_share_group(broker.bootstrap, history)
             client.start()
             nemesis = Nemesis(broker, proxy, rng, client, LIFECYCLE_FAULTS if lifecycle else FAULTS)
             writers = [
@@ -244,6 +263,7 @@ async def run_seed(
             stop_faults, stop_writers, stop_pipeline = (asyncio.Event() for _ in range(3))
             tasks = [asyncio.create_task(w.run(stop_writers)) for w in writers]
             pipe_task = asyncio.create_task(pipeline.run(stop_pipeline))
+            sharers = ShareReaders(proxy.address, history, seed)
             nemesis_task = asyncio.create_task(nemesis.run(stop_faults))
             disk_task = asyncio.create_task(disk.run())
             await asyncio.sleep(duration)
@@ -267,6 +287,7 @@ async def run_seed(
                 await asyncio.to_thread(broker.kill)
                 await asyncio.to_thread(broker.start)
             await _final_reads(broker.bootstrap, history, lifecycle)
+            await sharers.finish(broker.bootstrap)
             disk_task.cancel()
         finally:
             history.close()
@@ -375,6 +396,63 @@ async def _final_reads(bootstrap: str, history: History, lifecycle: bool = False
                 "group", group=workload.PIPE_GROUP, topic=tp.topic, partition=tp.partition,
                 offset=offset,
             )  # fmt: skip
+
+
+SHARE_FINISH_TIMEOUT_S = 30.0
+
+
+async def declare_share_group(bootstrap: str, history: History) -> None:
+    """Configures the share group and tells the checker about it."""
+    await share_workload.configure_group(bootstrap, SHARE_GROUP, SHARE_GROUP_CONFIGS)
+    history.record(
+        "share", group=SHARE_GROUP, topics=list(SHARE_TOPICS), limit=SHARE_DELIVERY_LIMIT
+    )
+
+
+class ShareReaders:
+    """The run's two share consumers (share_workload.py), running from their creation."""
+
+    def __init__(self, bootstrap: str, history: History, seed: int) -> None:
+        self.history = history
+        self.stop = asyncio.Event()
+        self.readers = [
+            share_workload.ShareReader(
+                f"s{i}-{seed}", bootstrap, history, SHARE_GROUP, SHARE_TOPICS
+            )
+            for i in range(2)
+        ]
+        self.tasks = [asyncio.create_task(reader.run(self.stop)) for reader in self.readers]
+
+    async def finish(self, bootstrap: str) -> None:
+        """After the final reads: lets them finish (_share_end), then stops them."""
+        try:
+            await _share_end(bootstrap, self.history)
+        finally:
+            self.stop.set()
+            await asyncio.wait_for(asyncio.gather(*self.tasks), HEAL_TIMEOUT_S)
+
+
+async def _share_end(bootstrap: str, history: History) -> None:
+    """Lets the share consumers finish: waits (bounded) until the share group's start offset of
+    every partition of its topics reaches the partition's end (everything answered, archived
+    or skipped), then records each as a share_end event for the checker."""
+    partitions = [tp for tp in workload.all_partitions() if tp.topic in SHARE_TOPICS]
+    async with Consumer(bootstrap) as consumer:
+        found = await consumer.end_offsets(partitions)
+    ends = {(tp.topic, tp.partition): offset for tp, offset in found.items()}
+    deadline = time.monotonic() + SHARE_FINISH_TIMEOUT_S
+    starts: dict[tuple[str, int], int] = {}
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):  # a broker still settling: asked again
+            starts = await share_workload.share_start_offsets(bootstrap, SHARE_GROUP, SHARE_TOPICS)
+        if all(starts.get(key, -1) >= end for key, end in ends.items()):
+            break
+        await asyncio.sleep(0.5)
+    else:
+        log.warning("the share consumers did not finish: start offsets %s, ends %s", starts, ends)
+    for (topic, partition), end in sorted(ends.items()):
+        history.record("share_end", topic=topic, partition=partition,
+                       start_offset=starts.get((topic, partition), -1), end_offset=end)  # fmt: skip
 
 
 def discard_clean(data: Path, result: SeedResult) -> None:

@@ -411,3 +411,85 @@ def test_a_clean_run_of_thousands_of_interleaved_transactions() -> None:
     events = simulated_run(1)
     assert sum(1 for e in events if e["type"] == "txn") > 10_000
     assert sum(check(events).values()) == 0, check(events)
+
+
+# Share groups: a "share" event declares the group's topics and delivery limit; readers record
+# each delivery and each final acknowledgement's outcome.
+
+
+def shared(limit: int = 3) -> Event:
+    return {"type": "share", "group": "s", "topics": ["t"], "limit": limit}
+
+
+def delivery(value: str, count: int, reader: str = "r") -> Event:
+    return {"type": "share_delivery", "reader": reader, "topic": "t", "partition": 0,
+            "offset": 0, "value": value, "count": count}  # fmt: skip
+
+
+def ack(value: str, kind: str, ok: bool = True) -> Event:
+    return {"type": "share_ack", "reader": "r", "value": value, "ack": kind, "ok": ok}
+
+
+def end(start_offset: int, end_offset: int) -> Event:
+    return {"type": "share_end", "topic": "t", "partition": 0, "start_offset": start_offset,
+            "end_offset": end_offset}  # fmt: skip
+
+
+def share_clean() -> list[Event]:
+    """a accepted, b rejected, c released once then accepted by another reader, d's accept of
+    unknown outcome (never handed out again), e archived after the limit, f's first delivery
+    lost to a crash (its count repeats)."""
+    return [
+        *final(["a", "b", "c", "d", "e", "f"]),
+        shared(),
+        delivery("a", 1), ack("a", "accept"),
+        delivery("b", 1), ack("b", "reject"),
+        delivery("c", 1), ack("c", "release"), delivery("c", 2, "r2"), ack("c", "accept"),
+        delivery("d", 1), ack("d", "accept", ok=False),
+        delivery("e", 1), ack("e", "release"), delivery("e", 2), ack("e", "release"),
+        delivery("e", 3), ack("e", "release"),
+        delivery("f", 1), delivery("f", 1), ack("f", "accept"),
+        end(6, 6),
+    ]  # fmt: skip
+
+
+def test_a_clean_share_history_has_no_anomaly() -> None:
+    assert sum(check(share_clean()).values()) == 0
+
+
+def test_without_a_share_event_no_share_rule_applies() -> None:
+    assert sum(check([*final(["zz"]), delivery("zz", 9)]).values()) == 0
+
+
+@pytest.mark.parametrize(
+    ("extra", "anomaly", "count"),
+    [
+        ([delivery("a", 2)], "share_after_final", 1),  # an applied accept, handed out again
+        ([delivery("b", 2)], "share_after_final", 1),  # an applied reject, handed out again
+        ([delivery("e", 2)], "share_count_down", 1),  # e was at 3
+        ([delivery("zz", 1)], "share_uncommitted", 1),  # not in the final scan
+        ([end(4, 6)], "share_unfinished", 1),  # records left in flight
+    ],
+)
+def test_each_share_anomaly(extra: list[Event], anomaly: str, count: int) -> None:
+    only(anomaly, count, [*share_clean(), *extra])
+
+
+def test_a_value_handed_out_again_and_accepted_again_is_counted_twice() -> None:
+    only(
+        "share_after_final",
+        1,
+        [*share_clean(), delivery("a", 2), ack("a", "accept")],
+        share_accepted_twice=1,
+    )
+
+
+def test_share_lost_and_over_limit() -> None:
+    events = share_clean()
+    # a value released and never handed out again below the limit: lost
+    events = [e for e in events if not (e.get("value") == "c" and e.get("count") == 2)]
+    events = [e for e in events if not (e.get("value") == "c" and e.get("ack") == "accept")]
+    only("share_lost", 1, events)
+    only("share_over_limit", 1, [*share_clean(), delivery("e", 4)], share_after_final=0)
+    # never delivered at all: lost
+    only("share_lost", 1, [*share_clean(), *final(["g"], partition=1)])

@@ -98,7 +98,15 @@ class MemberOffsets:
             self._coordinator_id = await self.cluster.find_coordinator(
                 GROUP_KEY_TYPE, self.group_id
             )
-        return await self.cluster.connection(self._coordinator_id)
+        try:
+            return await self.cluster.connection(self._coordinator_id)
+        except KafkaError as exc:
+            # a coordinator that cannot be reached (killed, or gone from the metadata) is
+            # looked up again next time: its group may be led elsewhere by now, and a client
+            # that kept dialing it would never learn (Kafka's clients mark it unknown too)
+            if exc.retriable:
+                self._coordinator_lost()
+            raise
 
     def _coordinator_lost(self) -> None:
         self._coordinator_id = None

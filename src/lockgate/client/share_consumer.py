@@ -383,7 +383,7 @@ class ShareConsumer(ClusterClient):
             wanted = await self._leaders()
         remaining_ms = max(0, int((deadline - time.monotonic()) * 1000))
         max_wait = min(self.fetch_max_wait_ms, remaining_ms)
-        nodes = set(wanted) | set(self._pending)
+        nodes = sorted(set(wanted) | set(self._pending))
         if not nodes:
             await asyncio.sleep(min(self.retry_backoff, max(0.0, deadline - time.monotonic())))
             return []
@@ -393,16 +393,26 @@ class ShareConsumer(ClusterClient):
         )
         records: list[ShareRecord] = []
         failed = False
-        for result in results:
+        for node, result in zip(nodes, results, strict=True):
             if isinstance(result, BaseException):
                 if isinstance(result, KafkaError) and result.retriable:
                     failed = True
+                    self._leaders_lost(wanted.get(node, set()))
                     continue
                 raise result
             records.extend(result)
         if failed and not records:
             await asyncio.sleep(self.retry_backoff)
         return records
+
+    def _leaders_lost(self, partitions: Iterable[TopicIdPartition]) -> None:
+        """A broker that failed (unreachable, timed out) may no longer lead these partitions:
+        their topics' metadata is asked again before the next fetch, else a killed leader
+        would be fetched from for as long as it stays down."""
+        for tip in partitions:
+            name = self._member.names.get(tip.topic_id)
+            if name is not None:
+                self.cluster.invalidate(name)
 
     async def _flush_acknowledgements(self) -> None:
         await asyncio.gather(*(self._acknowledge(node, {}) for node in list(self._pending)))

@@ -148,9 +148,11 @@ def check_properties(config: BrokerConfig) -> list[Listener]:
     listeners = parse_listeners(config)
     names = {item.name.lower() for item in listeners}
     for key in config.values:
+        # the broker properties behind group configs (group.share.record.lock.duration.ms...)
+        # are Kafka's broker properties too: their broker-wide values are set here
         if key in BROKER_DEFAULTS or key in _ALIASES or key in TOPIC_CONFIGS:
             continue
-        if key in GROUP_BROKER_DEFAULTS:  # (the broker's bounds and defaults of group configs)
+        if key in GROUP_BROKER_DEFAULTS:
             continue
         per_listener = _PER_LISTENER.match(key)
         if per_listener:

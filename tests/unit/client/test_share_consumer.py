@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import time
 import uuid
 from types import SimpleNamespace
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 
 from lockgate.client.cluster import TopicPartition
-from lockgate.client.errors import ErrorCode, KafkaError
+from lockgate.client.errors import ErrorCode, KafkaConnectionError, KafkaError
 from lockgate.client.share_consumer import ShareConsumer
 from lockgate.client.share_member import (
     JOIN_EPOCH,
@@ -208,3 +209,38 @@ def test_a_moved_coordinator_is_looked_up_again_and_retried() -> None:
     with pytest.raises(KafkaError) as caught:
         asyncio.run(made._apply(heartbeat_answer(ErrorCode.not_coordinator), None))
     assert caught.value.retriable and made.fatal is None and made._coordinator_id is None
+
+
+def test_an_unreachable_coordinator_is_looked_up_again() -> None:
+    """A killed coordinator: the connection fails, and the next heartbeat asks FindCoordinator
+    again instead of dialing the dead broker for ever."""
+
+    async def unreachable(node: int) -> Any:
+        raise KafkaConnectionError(f"cannot connect to broker {node}")
+
+    made = ShareMember(SimpleNamespace(connection=unreachable), "g")  # type: ignore[arg-type]
+    made._coordinator_id = 4
+    with pytest.raises(KafkaConnectionError):
+        asyncio.run(made._heartbeat(made.member_epoch))
+    assert made._coordinator_id is None and made.fatal is None
+
+
+def test_a_leader_that_fails_has_its_partitions_metadata_asked_again() -> None:
+    """A fetch from a killed leader fails: the topic's metadata is dropped, so that the next
+    round fetches from the partition's new leader."""
+    made = consumer("explicit")
+    made._member.assignment = frozenset({TIP})
+    invalidated: list[str] = []
+
+    async def leaders() -> dict[int, set[TopicIdPartition]]:
+        return {NODE: {TIP}}
+
+    async def exchange(node: int, wanted: set[TopicIdPartition], max_wait_ms: int) -> Any:
+        raise KafkaConnectionError(f"broker {node} is gone")
+
+    made._leaders = leaders  # type: ignore[method-assign]
+    made._exchange = exchange  # type: ignore[method-assign]
+    made.cluster.invalidate = invalidated.append  # type: ignore[method-assign,assignment]
+    made.retry_backoff = 0.0
+    assert asyncio.run(made._round(time.monotonic() + 1, fetch=True)) == []
+    assert invalidated == ["t"]

@@ -80,11 +80,15 @@ def test_what_is_not_served_is_refused(settings: dict[str, str], message: str) -
         check_properties(BrokerConfig(settings))
 
 
-def test_the_brokers_bounds_of_group_configs_are_served() -> None:
-    # group configs' broker defaults and bounds (config/group_configs.py): settable as Kafka's
-    settings = {"group.share.min.record.lock.duration.ms": "1000",
-                "group.share.record.lock.duration.ms": "1500",
-                "group.share.partition.max.record.locks": "3000"}  # fmt: skip
+def test_the_broker_properties_behind_group_configs_are_served() -> None:
+    """Kafka's broker-wide defaults of share and streams group configs (what a group without
+    its own value gets, and the bounds of a group's value) may be set on the broker."""
+    settings = {
+        "group.share.record.lock.duration.ms": "5000",
+        "group.share.min.record.lock.duration.ms": "1000",
+        "group.share.delivery.count.limit": "3",
+        "group.streams.num.standby.replicas": "1",
+    }
     check_properties(BrokerConfig(settings))
 
 

@@ -386,7 +386,7 @@ def test_against_a_per_offset_model(ops: list[tuple[object, ...]]) -> None:
         else:
             member = str(op[1])
             share.release_member(member, LIMITS)
-            for offset, (state, _count, holder, _d) in list(model.state.items()):
+            for offset, (state, _c, holder, _d) in list(model.state.items()):
                 if state == RecordState.ACQUIRED and holder == member:
                     model.release(offset)
         assert share.start_offset == model.start()
