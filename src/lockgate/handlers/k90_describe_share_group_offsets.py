@@ -2,7 +2,7 @@
 
 Behaviour: for each share group, each share partition's start offset (the share-partition
 start offset, SPSO) and leader epoch as the share coordinator holds them, and (v1) its lag:
-high watermark - start offset - delivery complete count (-1 when either is unknown).
+high watermark minus start offset minus delivery complete count (-1 when either is unknown).
 - Topics null: every initialized share partition of the group; an empty list: no topics.
 - A topic that does not exist: its partitions with start offset -1 and no error (zero topic
   id); a partition with no state: -1, leader epoch 0, lag -1. The group need not exist.
