@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import bisect
 import enum
+import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -264,11 +265,14 @@ class SharePartition:
 
     def offsets(self) -> Iterable[tuple[int, OffsetState]]:
         """Every cached offset at or above the start offset, in order."""
+        start = self.start_offset
         for batch in self.batches:
-            for i, record in enumerate(batch.records):
-                offset = batch.first_offset + i
-                if offset >= self.start_offset:
-                    yield offset, record
+            base, records = batch.first_offset, batch.records
+            end = base + len(records)
+            if start <= base:  # (only the first batch may start below the start offset)
+                yield from zip(range(base, end), records)
+            elif start < end:
+                yield from zip(range(start, end), itertools.islice(records, start - base, None))
 
     def next_fetch_offset(self) -> int:
         """Where the next read starts: the first AVAILABLE cached offset, else past the cache."""
