@@ -270,9 +270,10 @@ class SharePartition:
             base, records = batch.first_offset, batch.records
             end = base + len(records)
             if start <= base:  # (only the first batch may start below the start offset)
-                yield from zip(range(base, end), records)
+                yield from zip(range(base, end), records, strict=True)
             elif start < end:
-                yield from zip(range(start, end), itertools.islice(records, start - base, None))
+                rest = itertools.islice(records, start - base, None)
+                yield from zip(range(start, end), rest, strict=True)
 
     def next_fetch_offset(self) -> int:
         """Where the next read starts: the first AVAILABLE cached offset, else past the cache."""
