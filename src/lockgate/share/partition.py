@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import bisect
 import enum
+import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -264,11 +265,15 @@ class SharePartition:
 
     def offsets(self) -> Iterable[tuple[int, OffsetState]]:
         """Every cached offset at or above the start offset, in order."""
+        start = self.start_offset
         for batch in self.batches:
-            for i, record in enumerate(batch.records):
-                offset = batch.first_offset + i
-                if offset >= self.start_offset:
-                    yield offset, record
+            base, records = batch.first_offset, batch.records
+            end = base + len(records)
+            if start <= base:  # (only the first batch may start below the start offset)
+                yield from zip(range(base, end), records, strict=True)
+            elif start < end:
+                rest = itertools.islice(records, start - base, None)
+                yield from zip(range(start, end), rest, strict=True)
 
     def next_fetch_offset(self) -> int:
         """Where the next read starts: the first AVAILABLE cached offset, else past the cache."""
@@ -286,8 +291,13 @@ class SharePartition:
 
     def next_deadline(self) -> int | None:
         """When the earliest acquisition lock expires (None: nothing acquired)."""
-        deadlines = [r.deadline_ms for _, r in self.offsets() if r.state == RecordState.ACQUIRED]
-        return min(deadlines) if deadlines else None
+        # the batches' records directly (no offset arithmetic): below the start offset every
+        # record is done, so the walk finds the same acquired records as offsets() would
+        acquired = RecordState.ACQUIRED
+        return min(
+            (r.deadline_ms for b in self.batches for r in b.records if r.state == acquired),
+            default=None,
+        )
 
     def delivery_complete_count(self) -> int:
         """Done offsets at or above the start offset (what DescribeShareGroupOffsets' lag
@@ -638,19 +648,21 @@ def _state_batches(
     """The changed offsets (`records` in their new states `targets`) as persisted ranges:
     runs of consecutive offsets with one state and delivery count."""
     runs: list[StateBatch] = []
+    # the open run as plain ints: a batch is built once per run, not once per offset (an
+    # acknowledgement of a whole log batch is thousands of offsets)
+    first = last = state = count = -1
     for offset in sorted(targets):
-        count = records[offset].delivery_count
-        state = int(targets[offset])
-        last = runs[-1] if runs else None
-        if (
-            last is not None
-            and last.last_offset == offset - 1
-            and last.delivery_state == state
-            and last.delivery_count == count
-        ):
-            runs[-1] = StateBatch(last.first_offset, offset, state, count)
-        else:
-            runs.append(StateBatch(offset, offset, state, count))
+        offset_count = records[offset].delivery_count
+        offset_state = int(targets[offset])
+        if offset == last + 1 and offset_state == state and offset_count == count:
+            last = offset
+            continue
+        if first >= 0:
+            runs.append(StateBatch(first, last, state, count))
+        first = last = offset
+        state, count = offset_state, offset_count
+    if first >= 0:
+        runs.append(StateBatch(first, last, state, count))
     return tuple(runs)
 
 
@@ -658,22 +670,16 @@ def _ranges(taken: list[tuple[int, int, bool]], batch_size: int) -> tuple[Acquir
     """Acquired offsets as AcquiredRecords: contiguous offsets with one delivery count merged,
     cut at a log-batch boundary once a range holds `batch_size` records (batch_optimized)."""
     ranges: list[AcquiredRange] = []
+    # the open range as plain ints: a range is built once, not once per offset
+    first = last = count = -1
     cut = True
-    for offset, count, boundary in taken:
-        last = ranges[-1] if ranges else None
-        if (
-            not cut
-            and last is not None
-            and last.last_offset == offset - 1
-            and last.delivery_count == count
-        ):
-            ranges[-1] = AcquiredRange(last.first_offset, offset, count)
-        else:
-            ranges.append(AcquiredRange(offset, offset, count))
-        current = ranges[-1]
-        cut = (
-            boundary
-            and batch_size > 0
-            and current.last_offset - current.first_offset + 1 >= batch_size
-        )
+    for offset, delivery_count, boundary in taken:
+        if cut or offset != last + 1 or delivery_count != count:
+            if first >= 0:
+                ranges.append(AcquiredRange(first, last, count))
+            first, count = offset, delivery_count
+        last = offset
+        cut = boundary and batch_size > 0 and last - first + 1 >= batch_size
+    if first >= 0:
+        ranges.append(AcquiredRange(first, last, count))
     return tuple(ranges)

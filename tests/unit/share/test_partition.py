@@ -68,6 +68,39 @@ def test_batch_size_cuts_ranges_at_batch_boundaries() -> None:
     assert got.ranges == (AcquiredRange(0, 3, 1), AcquiredRange(4, 5, 1))
 
 
+def test_ranges_and_writes_are_runs_of_one_delivery_count_and_state() -> None:
+    # the acquired ranges and the persisted ranges are maximal runs: broken only by a gap,
+    # another delivery count, another state, or (ranges) a batch-size cut at a log batch's end
+    share = SharePartition(0)
+    assert share.acquire("a", log(4000), 500, 0, LIMITS).ranges == (AcquiredRange(0, 3999, 1),)
+    ack(share, "a", 10, 19, RELEASE)
+    got = share.acquire("b", log(4000), 500, 0, LIMITS, read_from=10, batch_size=4)
+    assert got.ranges == (AcquiredRange(10, 19, 2),)  # one log batch: never cut inside it
+    types = (ACCEPT,) * 5 + (REJECT,) * 3 + (RELEASE,) * 2
+    transition = share.acknowledge("b", [AckBatch(10, 19, types)], 0, LIMITS)
+    assert transition.write is not None
+    assert transition.write.batches == (
+        StateBatch(10, 14, RecordState.ACKNOWLEDGED, 2),
+        StateBatch(15, 17, RecordState.ARCHIVED, 2),
+        StateBatch(18, 19, RecordState.AVAILABLE, 2),
+    )
+    share.commit(transition)
+    transition = share.acknowledge(
+        "a", [AckBatch(0, 9, (ACCEPT,)), AckBatch(20, 29, (ACCEPT,))], 0, LIMITS
+    )
+    assert transition.write is not None  # offsets 10-19 between: two runs, not one
+    assert transition.write.batches == (
+        StateBatch(0, 9, RecordState.ACKNOWLEDGED, 1),
+        StateBatch(20, 29, RecordState.ACKNOWLEDGED, 1),
+    )
+    share.commit(transition)
+    # the start offset moved inside the log batch: the walk starts there, not at the batch
+    assert share.start_offset == 18
+    assert [offset for offset, _ in share.offsets()][:3] == [18, 19, 20]
+    assert share.next_fetch_offset() == 18
+    assert share.next_deadline() == LIMITS.record_lock_duration_ms
+
+
 def test_in_flight_limit_stops_new_records_only() -> None:
     limits = Limits(max_record_locks=4)
     share = SharePartition(0)
