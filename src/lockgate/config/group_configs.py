@@ -287,7 +287,7 @@ def broker_value(config: BrokerConfig, name: str) -> str:
     return value if value is not None else GROUP_BROKER_DEFAULTS[name]
 
 
-def _broker_int(config: BrokerConfig, name: str) -> int:
+def broker_int(config: BrokerConfig, name: str) -> int:
     try:
         return int(broker_value(config, name))
     except ValueError:
@@ -355,8 +355,8 @@ def validate(overrides: Mapping[str, str], config: BrokerConfig) -> dict[str, st
             continue
         spec = GROUP_CONFIGS[name]
         value = int(parsed[name])
-        low = _broker_int(config, spec.lowest) if spec.lowest else None
-        high = _broker_int(config, spec.highest) if spec.highest else None
+        low = broker_int(config, spec.lowest) if spec.lowest else None
+        high = broker_int(config, spec.highest) if spec.highest else None
         if low is not None and high is not None:
             if not low <= value <= high:
                 raise _invalid_config(f"{name} must be in the range {low} to {high} inclusive.")
@@ -395,9 +395,9 @@ def clamped(name: str, value: str, config: BrokerConfig) -> str:
         return value
     number = int(value)
     if spec.lowest is not None:
-        number = max(number, _broker_int(config, spec.lowest))
+        number = max(number, broker_int(config, spec.lowest))
     if spec.highest is not None:
-        number = min(number, _broker_int(config, spec.highest))
+        number = min(number, broker_int(config, spec.highest))
     return str(number)
 
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Protocol
 
-from lockgate.config.group_configs import broker_value
+from lockgate.config.group_configs import broker_int, broker_value
 from lockgate.config.properties import BrokerConfig, ConfigError
 from lockgate.coordinator import writes
 from lockgate.coordinator.group import share_records
@@ -65,13 +65,6 @@ class _NoShareSettings:
         return None
 
 
-def _int(config: BrokerConfig, name: str) -> int:
-    try:
-        return int(broker_value(config, name))
-    except ValueError:
-        raise ConfigError(f"{name}={broker_value(config, name)!r} is not a number") from None
-
-
 class ShareProtocol:
     def __init__(
         self,
@@ -97,12 +90,14 @@ class ShareProtocol:
         self._settings = settings or _NoShareSettings()
         self.persister: Persister | None = None
         self.config = ShareGroupConfig(
-            heartbeat_interval_ms=_int(config, "group.share.heartbeat.interval.ms"),
-            max_size=_int(config, "group.share.max.size"),
-            assignment_interval_ms=_int(config, "group.share.assignment.interval.ms"),
-            initialize_retry_interval_ms=_int(config, "group.share.initialize.retry.interval.ms"),
+            heartbeat_interval_ms=broker_int(config, "group.share.heartbeat.interval.ms"),
+            max_size=broker_int(config, "group.share.max.size"),
+            assignment_interval_ms=broker_int(config, "group.share.assignment.interval.ms"),
+            initialize_retry_interval_ms=broker_int(
+                config, "group.share.initialize.retry.interval.ms"
+            ),
         )
-        self.session_timeout_ms = _int(config, "group.share.session.timeout.ms")
+        self.session_timeout_ms = broker_int(config, "group.share.session.timeout.ms")
         assignors = [a.strip() for a in broker_value(config, "group.share.assignors").split(",")]
         if [a.rsplit(".", 1)[-1].lower() for a in assignors if a] not in (
             ["simple"],
@@ -113,8 +108,8 @@ class ShareProtocol:
             ("session.timeout.ms", self.session_timeout_ms),
             ("heartbeat.interval.ms", self.config.heartbeat_interval_ms),
         ):
-            low = _int(config, f"group.share.min.{name}")
-            high = _int(config, f"group.share.max.{name}")
+            low = broker_int(config, f"group.share.min.{name}")
+            high = broker_int(config, f"group.share.max.{name}")
             if not low <= value <= high:
                 raise ConfigError(f"group.share.{name}={value} is not in [{low}, {high}]")
         if not 1 <= self.config.max_size <= 1000:
