@@ -11,7 +11,6 @@ import bisect
 import logging
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 
 from lockgate.config.log import LogConfig
 from lockgate.log import swap
@@ -797,7 +796,7 @@ class Partition:
 
 def _rebased(header: BatchHeader, base_offset: int) -> BatchHeader:
     """The header after offset assignment, without re-parsing the bytes."""
-    return replace(header, base_offset=base_offset)
+    return header._replace(base_offset=base_offset)
 
 
 def _base_offset(segment: Segment) -> int:

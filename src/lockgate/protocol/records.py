@@ -10,6 +10,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import crc32c
 
@@ -45,8 +46,9 @@ _UINT32 = struct.Struct(">I")
 _INT16 = struct.Struct(">h")
 
 
-@dataclass(frozen=True, slots=True)
-class BatchHeader:
+class BatchHeader(NamedTuple):
+    # a named tuple, not a frozen dataclass: built straight from struct's tuple, ~5x cheaper
+    # (every produced batch and every batch a share fetch looks at is parsed)
     base_offset: int
     batch_length: int
     partition_leader_epoch: int
@@ -92,8 +94,11 @@ class BatchHeader:
         return (self.base_sequence + self.last_offset_delta) % (1 << 31)
 
 
+_make_header = BatchHeader._make
+
+
 def parse_header(data: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
-    return BatchHeader(*_HEADER.unpack_from(data, pos))
+    return _make_header(_HEADER.unpack_from(data, pos))
 
 
 def peek_batch_size(data: bytes | memoryview, pos: int) -> tuple[int, int, int] | None:

@@ -17,13 +17,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from lockgate.config.group_configs import GROUP_CONFIGS, clamped, default_value, iso_duration_ms
 from lockgate.protocol.errors import ErrorCode
-from lockgate.protocol.records import parse_header
+from lockgate.protocol.records import BatchHeader, parse_header
 from lockgate.share.partition import (
     BATCH_OPTIMIZED,
     AbortedRange,
@@ -45,6 +45,8 @@ if TYPE_CHECKING:
     from lockgate.log.partition import Partition
 
 log = logging.getLogger(__name__)
+
+_FIRST_READ = 64 * 1024
 
 ShareKey = tuple[str, uuid.UUID, int]  # (group id, topic id, partition)
 
@@ -89,6 +91,51 @@ class _Loaded:
     leader_epoch: int
     timer: Timer | None = None
     timer_at: int | None = None
+
+
+class _LogReader:
+    """The log batches of a share fetch, read as acquisition asks for them: in chunks that
+    double from _FIRST_READ up to `max_bytes` in all. Acquisition stops at its record cap, so
+    a fetch of 500 records over a long backlog reads tens of KiB, not the 50 MiB the request
+    allows (and parses a few headers, not thousands)."""
+
+    def __init__(self, log_partition: Partition, start: int, upper: int, max_bytes: int) -> None:
+        self.log_partition = log_partition
+        self.next_offset = start
+        self.upper = upper
+        self.bytes_left = max_bytes
+        self.read: list[tuple[memoryview, int, BatchHeader]] = []  # (chunk, position, header)
+
+    def batches(self) -> Iterator[LogBatch]:
+        size = _FIRST_READ
+        while self.next_offset < self.upper and self.bytes_left > 0:
+            data = self.log_partition.read_view(
+                self.next_offset, min(size, self.bytes_left), self.upper
+            )
+            # a first batch larger than the bytes left is read whole only by the first read
+            # (KIP-74's progress rule), as a single read of max_bytes would have it
+            if not data or (self.read and len(data) > self.bytes_left):
+                return
+            chunk = memoryview(data)
+            self.bytes_left -= len(chunk)
+            size *= 2
+            position = 0
+            while position < len(chunk):
+                h = parse_header(chunk, position)
+                self.read.append((chunk, position, h))
+                position += h.size
+                self.next_offset = h.last_offset + 1
+                yield LogBatch(
+                    h.base_offset, h.last_offset, h.producer_id, h.is_transactional, h.is_control
+                )
+
+    def spanning(self, first: int, last: int) -> bytes:
+        """The whole batches read that hold offsets in [first, last], as one run of bytes."""
+        return b"".join(
+            chunk[position : position + h.size]
+            for chunk, position, h in self.read
+            if h.last_offset >= first and h.base_offset <= last
+        )
 
 
 class ShareManager:
@@ -244,25 +291,15 @@ class ShareManager:
         start = partition.next_fetch_offset()
         if start >= upper:
             return Fetched(b"", ())
-        data = log_partition.read(start, max_bytes, upper)
-        headers = []
-        position = 0
-        while position < len(data):
-            header = parse_header(data, position)
-            headers.append((position, header))
-            position += header.size
         aborted: Sequence[AbortedRange] = ()
         if committed:
             aborted = [
                 AbortedRange(a.producer_id, a.first_offset, a.last_offset)
                 for a in log_partition.aborted.overlapping(start, upper)
             ]
-        batches = [
-            LogBatch(h.base_offset, h.last_offset, h.producer_id, h.is_transactional, h.is_control)
-            for _, h in headers
-        ]
+        read = _LogReader(log_partition, start, upper, max_bytes)
         acquisition = partition.acquire(
-            member, batches, max_records, now, limits,
+            member, read.batches(), max_records, now, limits,
             mode=mode, batch_size=batch_size, read_from=start, aborted=aborted,
         )  # fmt: skip
         self._persist(key, acquisition.write)
@@ -271,16 +308,7 @@ class ShareManager:
             return Fetched(b"", ())
         first = acquisition.ranges[0].first_offset
         last = acquisition.ranges[-1].last_offset
-        begin = end = 0
-        for position, header in headers:
-            if header.last_offset < first:
-                continue
-            if header.base_offset > last:
-                break
-            if end == 0:
-                begin = position
-            end = position + header.size
-        return Fetched(bytes(data[begin:end]), acquisition.ranges)
+        return Fetched(read.spanning(first, last), acquisition.ranges)
 
     # -- acknowledgement -------------------------------------------------------------------
 

@@ -309,7 +309,7 @@ class SharePartition:
     def acquire(
         self,
         member: str,
-        log_batches: Sequence[LogBatch],
+        log_batches: Iterable[LogBatch],
         max_records: int,
         now_ms: int,
         limits: Limits,
@@ -335,9 +335,9 @@ class SharePartition:
         cap = max_records  # lowered by records delivered often already
         exact = mode == RECORD_LIMIT  # the cap holds exactly, not at batch boundaries
         cursor = self.next_fetch_offset() if read_from is None else read_from
-        for log_batch in log_batches:
-            if count >= cap:
-                break
+        # the next log batch only while the cap allows: the manager reads them lazily
+        remaining = iter(log_batches)
+        while count < cap and (log_batch := next(remaining, None)) is not None:
             cursor = self._archive_gap(cursor, log_batch.first_offset, archived, archived_records)
             cursor = max(cursor, log_batch.last_offset + 1)
             first = max(log_batch.first_offset, self.start_offset)
