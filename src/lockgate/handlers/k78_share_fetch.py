@@ -228,7 +228,9 @@ async def _serve(
         if acquired or errors or not wait or remaining <= 0 or request.min_bytes <= 0:
             return
         # until new data is visible in one of the partitions, or records are released
-        watched = [p.hw_listeners for p in logs.values()] + [manager.available_listeners]
+        watched = [p.hw_listeners for p in logs.values()] + [
+            manager.available_listeners((group, *key)) for key in logs
+        ]
         await wait_for_any(watched, remaining)
 
 

@@ -156,8 +156,10 @@ class ShareManager:
         self.partitions: dict[ShareKey, _Loaded] = {}
         self._loading: dict[ShareKey, asyncio.Future[_Loaded]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        # long-polling fetches, woken when records become available again
-        self.available_listeners: set[Callable[[], None]] = set()
+        # long-polling fetches by the share partition they watch, woken when records of it
+        # become available again (waking every waiting fetch at each acknowledgement cost a
+        # turn of the loop per fetch on busy groups, for nothing)
+        self._available_listeners: dict[ShareKey, set[Callable[[], None]]] = {}
 
     # -- configs ---------------------------------------------------------------------------
 
@@ -332,11 +334,11 @@ class ShareManager:
         except BaseException:
             partition.rollback(transition, self.clock(), limits)
             self._arm(key)
-            self._wake()
+            self._wake(key)
             raise
         partition.commit(transition)
         self._arm(key)
-        self._wake()
+        self._wake(key)
 
     # -- release ---------------------------------------------------------------------------
 
@@ -352,7 +354,7 @@ class ShareManager:
             limits = limits_of.setdefault(key[0], self.limits(key[0]))
             self._persist(key, loaded.partition.release_member(session.member_id, limits))
             self._arm(key)
-        self._wake()
+            self._wake(key)
 
     def connection_closed(self, connection: int) -> None:
         """A client's connection closed: its share sessions end and their records are released."""
@@ -370,7 +372,7 @@ class ShareManager:
         self._persist(key, write)
         self._arm(key)
         if write is not None:
-            self._wake()
+            self._wake(key)
 
     def _arm(self, key: ShareKey) -> None:
         """One timer per share partition, at its earliest lock deadline."""
@@ -388,11 +390,15 @@ class ShareManager:
             delay = max(0.0, (deadline - self.clock()) / 1000)
             loaded.timer = self.timers.call_later(delay, self._expire, key)
 
-    def _wake(self) -> None:
-        if self.available_listeners:
-            listeners, self.available_listeners = self.available_listeners, set()
-            for listener in listeners:
-                listener()
+    def available_listeners(self, key: ShareKey) -> set[Callable[[], None]]:
+        """Callbacks called once when records of the share partition become available again
+        (released, expired, or acknowledged: the in-flight window moved)."""
+        return self._available_listeners.setdefault(key, set())
+
+    def _wake(self, key: ShareKey) -> None:
+        listeners = self._available_listeners.pop(key, None)
+        for listener in listeners or ():
+            listener()
 
     # -- writes ----------------------------------------------------------------------------
 

@@ -216,7 +216,8 @@ async def test_lock_expiry_through_the_timers_port() -> None:
     (timer,) = s.timers.live()
     assert timer.at_s == 15.0
     woken: list[bool] = []
-    s.manager.available_listeners.add(lambda: woken.append(True))
+    s.manager.available_listeners(KEY).add(lambda: woken.append(True))
+    s.manager.available_listeners(("other", TOPIC_ID, 0)).add(lambda: woken.append(False))
     s.clock.now += 15_000
     s.timers.fire()
     await s.manager.settle()
