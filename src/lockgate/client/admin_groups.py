@@ -159,33 +159,64 @@ async def describe_groups(
     """Each group's state, protocol and members. KIP-848 groups are asked with
     ConsumerGroupDescribe (where the coordinator serves it), the others, and every group on
     an older broker, with DescribeGroups. A group nobody knows raises GROUP_ID_NOT_FOUND
-    (DescribeGroups v6+; older versions describe it as Dead)."""
-    by_coordinator: dict[int, list[str]] = defaultdict(list)
+    (DescribeGroups v6+; older versions describe it as Dead). Groups whose coordinator is
+    loading or moved are asked again, as at_coordinator does, for up to request_timeout_ms."""
     wanted = list(dict.fromkeys(group_ids))
-    for group_id in wanted:
-        by_coordinator[await cluster.find_coordinator(GROUP_KEY_TYPE, group_id)].append(group_id)
     found: dict[str, GroupDescription] = {}
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + cluster.request_timeout_ms / 1000
+    left = wanted
+    for attempt in itertools.count():
+        moving = await _describe_round(cluster, left, found)
+        if not moving:
+            return {group_id: found[group_id] for group_id in wanted}
+        pause = cluster.backoff_s(attempt)
+        if loop.time() + pause > deadline:
+            raise next(iter(moving.values()))
+        log.debug("groups %s: coordinator loading or moved; asking again", sorted(moving))
+        await asyncio.sleep(pause)
+        left = list(moving)
+    raise AssertionError("itertools.count() does not end")
+
+
+async def _describe_round(
+    cluster: Cluster, group_ids: list[str], found: dict[str, GroupDescription]
+) -> dict[str, KafkaError]:
+    """One round of describe_groups: fills `found`; returns the groups to ask again (their
+    coordinator is loading or moved) with the error each got. Other errors are raised."""
+    by_coordinator: dict[int, list[str]] = defaultdict(list)
+    for group_id in group_ids:
+        by_coordinator[await cluster.find_coordinator(GROUP_KEY_TYPE, group_id)].append(group_id)
+    moving: dict[str, KafkaError] = {}
     for node_id, ids in by_coordinator.items():
         connection = await cluster.connection(node_id)
-        classic = await _describe_consumer_groups(connection, ids, node_id, found)
+        classic = await _describe_consumer_groups(connection, ids, node_id, found, moving)
         if not classic:
             continue
         answer = await connection.request(
             ApiKey.DESCRIBE_GROUPS, {"groups": classic, "include_authorized_operations": False}
         )
         for group in answer.groups:
-            raise_for(
-                group.error_code, getattr(group, "error_message", None), f"group {group.group_id}"
-            )
-            found[group.group_id] = _group(group, node_id)
-    return {group_id: found[group_id] for group_id in wanted}
+            group_id = str(group.group_id)
+            if group.error_code in _COORDINATOR_MOVING:
+                message = getattr(group, "error_message", None)
+                moving[group_id] = error_for(group.error_code, message, f"group {group_id}")
+                continue
+            raise_for(group.error_code, getattr(group, "error_message", None), f"group {group_id}")
+            found[group_id] = _group(group, node_id)
+    return moving
 
 
 async def _describe_consumer_groups(
-    connection: BrokerConnection, ids: list[str], node_id: int, found: dict[str, GroupDescription]
+    connection: BrokerConnection,
+    ids: list[str],
+    node_id: int,
+    found: dict[str, GroupDescription],
+    moving: dict[str, KafkaError],
 ) -> list[str]:
-    """ConsumerGroupDescribe: fills `found` with the KIP-848 groups; returns the ids left for
-    DescribeGroups (classic groups and unknown ones answer GROUP_ID_NOT_FOUND here)."""
+    """ConsumerGroupDescribe: fills `found` with the KIP-848 groups, and `moving` with those
+    whose coordinator is loading or moved; returns the ids left for DescribeGroups (classic
+    groups and unknown ones answer GROUP_ID_NOT_FOUND here)."""
     try:
         version = connection.version_for(CONSUMER_GROUP_DESCRIBE)
     except UnsupportedVersionError:
@@ -197,11 +228,15 @@ async def _describe_consumer_groups(
     )
     left = []
     for group in answer.groups:
+        group_id = str(group.group_id)
         if group.error_code == ErrorCode.group_id_not_found:
-            left.append(str(group.group_id))
+            left.append(group_id)
             continue
-        raise_for(group.error_code, group.error_message, f"group {group.group_id}")
-        found[str(group.group_id)] = _consumer_group(group, node_id)
+        if group.error_code in _COORDINATOR_MOVING:
+            moving[group_id] = error_for(group.error_code, group.error_message, f"group {group_id}")
+            continue
+        raise_for(group.error_code, group.error_message, f"group {group_id}")
+        found[group_id] = _consumer_group(group, node_id)
     return left
 
 
