@@ -302,13 +302,19 @@ def test_kafkas_configs_tool_on_groups(
             bootstrap, "--describe", "--entity-type", "groups", "--entity-name", "tool-group"
         )
         everything = run(bootstrap, "--describe", "--group", "tool-group", "--all")
+        # no name: every group with configs, listed by ListConfigResources (74); in the
+        # order the broker lists them (Kafka's is a hash map's), so compared sorted
+        listed = run(bootstrap, "--describe", "--entity-type", "groups")
+        assert listed.returncode == 0, (target, listed.stderr[-2000:])
         answers[target] = [
             altered.stdout,
             refused.returncode,
             [line for line in refused.stderr.splitlines() if "Exception:" in line][:1],
             shown.stdout,
             everything.stdout,
+            sorted(listed.stdout.split("Dynamic configs for group ")),
         ]
     assert answers["lockgate"] == answers["kafka"]
     assert "share.auto.offset.reset=earliest sensitive=false" in answers["lockgate"][3]
     assert answers["lockgate"][1] != 0
+    assert any(block.startswith("tool-group are:") for block in answers["lockgate"][5])

@@ -14,6 +14,8 @@ from lockgate.security.authorizer import authorize
 
 TOPIC = 2
 BROKER = 4
+BROKER_LOGGER = 8
+CLIENT_METRICS = 16
 GROUP = 32  # ConfigResource.Type.GROUP (KIP-848), not the ACL resource type
 
 SOURCE_TOPIC = 1
