@@ -13,6 +13,7 @@ import uuid
 from lockgate.client.security import ClientSecurity
 from lockgate.cluster.controller_service import ControllerService
 from lockgate.cluster.etcd import EtcdMetadataStore
+from lockgate.cluster.latest_offsets import LatestOffsets
 from lockgate.cluster.local import LocalMetadataStore
 from lockgate.cluster.membership import ClusterMembership, Membership
 from lockgate.cluster.metadata import BrokerRegistration, Endpoint
@@ -224,18 +225,25 @@ class Broker:
             config,
             opens={SHARE: self.shares.open} if self.cluster is None else None,
         )
+        share_peers = (
+            None
+            if self.cluster is None
+            else PeerConnections(self.membership, self.inter_broker_security,
+                                 f"lockgate-share-{self.node_id}", SHARE_STATE_TIMEOUT_MS)
+        )  # fmt: skip
         # share partitions' state at their share coordinator, here or on another broker
         self.share_persister = RoutedPersister(
             self.shares,
             self.node_id,
             locate=lambda key: self.coordinators.locate(SHARE, key),
-            peers=None
-            if self.cluster is None
-            else PeerConnections(self.membership, self.inter_broker_security,
-                                 f"lockgate-share-{self.node_id}", SHARE_STATE_TIMEOUT_MS),
+            peers=share_peers,
             timeout_ms=config.integer("share.coordinator.write.timeout.ms"),
             on_reset=lambda group, topic_id: self.share_leader.forget(group, topic_id),
-        )  # fmt: skip
+        )
+        # share groups' lag: the partitions' high watermarks, from their leaders
+        self.groups.share_offsets.latest = LatestOffsets(
+            self.topics, self.membership, self.node_id, share_peers
+        )
         # the share-partition leader (KIP-932): in-flight records of the share partitions led here
         self.share_leader = ShareManager(
             config, self.group_configs, self.share_persister, timers, now_ms

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
+from lockgate.client.admin import Admin
 from lockgate.client.cluster import TopicPartition
 from lockgate.client.consumer import Consumer
 from tests.faults.checker import check_share
@@ -162,6 +163,13 @@ async def test_share_group_outlives_its_share_coordinator_and_a_partition_leader
     anomalies = check_share(events)
     assert sum(anomalies.values()) == 0, (dict(anomalies), [r.failures for r in readers])
     assert sum(ends.values()) == total
+    # every partition's lag, whichever broker leads it (the group coordinator asks the leader
+    # for its high watermark): nothing is left to deliver
+    async with Admin(cluster.bootstrap) as admin:
+        described = await admin.describe_share_group_offsets(GROUP, {TOPIC: range(PARTITIONS)})
+    assert {tp.partition: o.lag for tp, o in described.items()} == dict.fromkeys(
+        range(PARTITIONS), 0
+    )
     deliveries = [e for e in events if e["type"] == "share_delivery"]
     assert {e["reader"] for e in deliveries} == {"r0", "r1"}
     assert max(e["count"] for e in deliveries) >= 2  # released records came back

@@ -153,9 +153,9 @@ class GroupCoordinator:
         """Every partition coordinated here is loaded (ListGroups needs them all)."""
         return self.runtime.loaded
 
-    def _latest_offset(self, topic: str, partition: int) -> int | ErrorCode:
-        """A partition's high watermark (a share group's lag); one led elsewhere: not known
-        here."""
+    async def _latest_offset(self, topic: str, partition: int) -> int | ErrorCode:
+        """A partition's high watermark (a share group's lag) when it is held here; the broker
+        replaces this with cluster/latest_offsets.py, which asks the leader elsewhere."""
         held = self.topics.get(topic, partition)
         return held.high_watermark if held is not None else ErrorCode.not_leader_or_follower
 

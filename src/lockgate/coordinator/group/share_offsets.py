@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from lockgate.coordinator import writes
@@ -27,7 +27,7 @@ from lockgate.coordinator.group.share_group import (
     start_deleting,
 )
 from lockgate.coordinator.group.share_runtime import ShareProtocol
-from lockgate.coordinator.share.results import UNINITIALIZED_START_OFFSET
+from lockgate.coordinator.share.results import UNINITIALIZED_START_OFFSET, SummaryResult
 from lockgate.protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -100,8 +100,9 @@ class DeleteResult:
     topics: tuple[DeleteTopic, ...] = ()
 
 
-# (topic, partition) → the high watermark, or the error reading it
-LatestOffset = Callable[[str, int], int | ErrorCode]
+# (topic, partition) → the high watermark, or the error reading it (from its leader, which may
+# be another broker: cluster/latest_offsets.py)
+LatestOffset = Callable[[str, int], Awaitable[int | ErrorCode]]
 
 
 class ShareOffsets:
@@ -109,7 +110,7 @@ class ShareOffsets:
         """`share`: the share groups and their persister; `latest`: a partition's latest
         offset (the high watermark), for the lag."""
         self._share = share
-        self._latest = latest
+        self.latest = latest
 
     def _group(self, group_id: str) -> ShareGroup | ErrorCode | str:
         """The share group; a coordinator error; or GROUP_ID_NOT_FOUND's message."""
@@ -165,14 +166,13 @@ class ShareOffsets:
         results = await asyncio.gather(
             *(persister.read_summary(group_id, topic_id, p, 0) for p in partitions)
         )
+        lagging = [p for p, result in zip(partitions, results, strict=True) if _has_lag(result)]
+        ends = await asyncio.gather(*(self.latest(topic, p) for p in lagging))
+        latest = dict(zip(lagging, ends, strict=True))
         answers = []
         for partition, result in zip(partitions, results, strict=True):
             ok = result.error == ErrorCode.none
-            if (
-                not ok
-                or result.start_offset == UNINITIALIZED_START_OFFSET
-                or (result.delivery_complete_count < 0)
-            ):
+            if not _has_lag(result):
                 answers.append(
                     PartitionOffset(
                         partition,
@@ -181,11 +181,11 @@ class ShareOffsets:
                     )
                 )
                 continue
-            latest = self._latest(topic, partition)
-            if isinstance(latest, ErrorCode):
-                answers.append(PartitionOffset(partition, 0, 0, 0, latest))
+            end = latest[partition]
+            if isinstance(end, ErrorCode):
+                answers.append(PartitionOffset(partition, 0, 0, 0, end))
                 continue
-            lag = latest - result.start_offset - result.delivery_complete_count
+            lag = end - result.start_offset - result.delivery_complete_count
             answers.append(
                 PartitionOffset(partition, result.start_offset, result.leader_epoch, lag)
             )
@@ -350,3 +350,12 @@ class ShareOffsets:
             except writes.WriteFailure as exc:
                 return DeleteResult(writes.write_error(exc, ErrorCode.coordinator_not_available))
         return DeleteResult(topics=tuple(errors + succeeded))
+
+
+def _has_lag(result: SummaryResult) -> bool:
+    """Whether a partition's summary gets a lag (else -1, as Kafka: no state, or an error)."""
+    return (
+        result.error == ErrorCode.none
+        and result.start_offset != UNINITIALIZED_START_OFFSET
+        and result.delivery_complete_count >= 0
+    )
