@@ -43,6 +43,7 @@ from lockgate.coordinator.group.share_group import (
     remove_member,
     replay,
     uninitialized,
+    without_topics,
 )
 from lockgate.coordinator.runtime import Deadline, Timers
 from lockgate.coordinator.share.persister import Persister
@@ -345,6 +346,27 @@ class ShareProtocol:
         except writes.WriteFailure as exc:
             return writes.write_error(exc, ErrorCode.kafka_storage_error)
         return ErrorCode.none
+
+    def topic_deleted(self, topic_id: uuid.UUID) -> int:
+        """A topic is gone: the share groups coordinated here (served: loaded, not moving)
+        whose record 15 names it get it again without (without_topics); memory and the log
+        change together, nobody awaits the durability (a failure is logged, as Kafka logs
+        it). How many groups changed."""
+        changed = 0
+        now = self._clock()
+        for group_id, container in list(self.groups.items()):
+            if container.share is None or self._unavailable(group_id):
+                continue
+            group, records = without_topics(container.share, (topic_id,), now)
+            if not records:
+                continue
+            container.share = group
+            self._append(group_id, tuple(records)).add_done_callback(_log_failure)
+            changed += 1
+        if changed:
+            log.info("deleted topic %s: left the share state of %d share groups", topic_id,
+                     changed)  # fmt: skip
+        return changed
 
     # -- load / unload ---------------------------------------------------------------------------
 
