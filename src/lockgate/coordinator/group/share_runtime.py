@@ -271,12 +271,16 @@ class ShareProtocol:
         if self._unavailable(request.group_id):
             return error  # moved or unloaded meanwhile: its next coordinator asks again
         now = self._clock()
+        meta = self.topic_meta()
         if error:
             log.warning("share group %s: share partitions not initialized (%s): %s",
                         request.group_id, error.name, asked)  # fmt: skip
             group, records = uninitialized(container.share, asked, now)
         else:
-            group, records = initialized(container.share, asked, self.topic_meta(), now)
+            # (a topic deleted meanwhile left record 15 already: it does not come back)
+            live = {topic_id for topic_id, _count in meta.values()}
+            done = {topic_id: parts for topic_id, parts in asked.items() if topic_id in live}
+            group, records = initialized(container.share, done, meta, now)
         container.share = group
         try:
             await self._append(request.group_id, tuple(records))

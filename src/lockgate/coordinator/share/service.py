@@ -343,6 +343,8 @@ class ShareCoordinator:
         for job in self._jobs:
             job.cancel()
         self._jobs.clear()
+        for task in self._cleanups:  # (what they did not write, the next start still has)
+            task.cancel()
 
     def _arm(self, interval_ms: int, job: Callable[[], object]) -> None:
         def fire() -> None:

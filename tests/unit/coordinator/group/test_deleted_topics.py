@@ -7,8 +7,10 @@ DeleteGroups) follow the same rule for pending offsets while expiry passes over 
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
+from typing import Any
 
 import pytest
 
@@ -20,6 +22,7 @@ from lockgate.coordinator.group.share_group import (
     StatePartitions,
 )
 from lockgate.coordinator.share.records import ShareKey
+from lockgate.coordinator.share.results import StateResult
 from lockgate.coordinator.snapshots import PartitionImage
 from lockgate.protocol.errors import ErrorCode
 from lockgate.protocol.records import (
@@ -311,3 +314,40 @@ async def test_share_state_of_an_unloaded_state_partition_is_left(broker: Broker
     await broker.admin.delete(TOPIC)
     await broker.shares.settled()
     assert {i: broker.shares.runtime.partition_at(i).log_end_offset for i in indexes} == ends
+
+
+class HeldPersister:
+    """Answers initializations (success) only once released."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.asked = 0
+
+    async def initialize(self, *args: Any) -> StateResult:
+        self.asked += 1
+        await self.release.wait()
+        return StateResult()
+
+    async def read(self, *args: Any) -> Any:
+        raise AssertionError("not used by the group coordinator")
+
+    write = delete = read_summary = read
+
+
+async def test_an_initialization_answered_after_the_deletion_leaves_the_topic_out(
+    broker: Broker,
+) -> None:
+    share = broker.groups.share
+    held = HeldPersister()
+    share.persister = held
+    request = ShareHeartbeatRequest("s", "m", 0, subscribed_topic_names=(TOPIC, OTHER_TOPIC))
+    assert (await share.heartbeat(request)).error == ErrorCode.none
+    await wait_until(lambda: held.asked == 6)  # (the initialization runs after the answer)
+    deleted = broker.topics.topics[TOPIC].topic_id
+    await broker.admin.delete(TOPIC)
+    held.release.set()
+    await share.settled()
+    partitions = record_15(broker, "s")
+    assert partitions is not None
+    assert set(partitions.initialized) == {broker.topics.topics[OTHER_TOPIC].topic_id}
+    assert deleted not in partitions.initializing
