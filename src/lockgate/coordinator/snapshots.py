@@ -81,7 +81,24 @@ class PartitionImage:
                 entry = self.pending.setdefault(header.producer_id, (header.producer_epoch, []))
                 entry[1].extend(keyed)
             return
+        if self.pending:
+            self._drop_tombstoned(records)
         put_records(records, self.committed)  # (compiled: no Python work per record)
+
+    def _drop_tombstoned(self, records: Decoded) -> None:
+        """A tombstone outside a transaction deletes the key's records pending in open ones
+        (the group coordinator's replay rule, Kafka's: an offset deleted while a transaction
+        had it pending stays deleted when that transaction commits)."""
+        doomed = {key for _o, _t, key, value in records if value is None and key is not None}
+        if not doomed:
+            return
+        for producer_id, (epoch, held) in list(self.pending.items()):
+            if any(key in doomed for key, _value in held):
+                kept = [(key, value) for key, value in held if key not in doomed]
+                if kept:
+                    self.pending[producer_id] = (epoch, kept)
+                else:  # (as a transaction that wrote nothing: the snapshot has no entry)
+                    del self.pending[producer_id]
 
     def _put(self, key: bytes, value: bytes | None) -> None:
         if value is None:

@@ -5,6 +5,8 @@ Behaviour:
   (v6): UNKNOWN_TOPIC_ID; internal topics: INVALID_TOPIC_EXCEPTION; delete.topic.enable=false:
   TOPIC_DELETION_DISABLED.
 - Authorization: DELETE on the topic, else TOPIC_AUTHORIZATION_FAILED (nothing deleted).
+- The groups' committed offsets of a deleted topic and the share groups' state of it are
+  deleted too (the topic directory tells the coordinators, as Kafka 4.4's metadata update).
 Version notes: v5 error messages; v6 topics by name or id.
 """
 

@@ -250,6 +250,11 @@ class Broker:
         )
         # share groups initialize and delete share-partition state through it
         self.groups.share.persister = self.share_persister
+        # a deleted topic (here, or learnt from the cluster metadata): the coordinators drop
+        # what they hold of it on the partitions they serve here, as Kafka's do
+        self.topics.deletion_listeners += [
+            self.share_leader.topic_deleted, self.groups.topic_deleted, self.shares.topic_deleted,
+        ]  # fmt: skip
         # None unless authorizer.class.name is set: then every handler checks ACLs
         self.authorizer = Authorizer.from_config(config, self.storage)
         # client quotas: the store is the truth, `quotas` enforces its latest table

@@ -259,6 +259,17 @@ class ShareManager:
             self.drop(key)
         return len(keys)
 
+    def topic_deleted(self, topic_id: uuid.UUID, name: str) -> int:
+        """(A topic deletion listener) Drops every group's loaded share partitions of the
+        deleted topic: nothing writes their state afterwards (the share coordinator deletes
+        it); their acquisitions end with them. Returns how many were dropped."""
+        keys = [k for k in self.partitions if k[1] == topic_id]
+        for key in keys:
+            self.drop(key)
+        if keys:
+            log.info("deleted topic %s: %d share partitions dropped", name, len(keys))
+        return len(keys)
+
     def drop(self, key: ShareKey) -> None:
         loaded = self.partitions.pop(key, None)
         if loaded is not None and loaded.timer is not None:

@@ -6,6 +6,11 @@
 # already made are removed and the request gets KAFKA_STORAGE_ERROR: nothing is half-recorded,
 # and a restart finds either the whole topic or none of it (orphan directories of a crash in
 # between are removed at load).
+#
+# A topic that leaves (deleted here, or learnt from the cluster metadata) is announced to the
+# deletion listeners with its id and name as soon as it is unknown here, before its logs are
+# set aside: the coordinators drop what they hold of it (committed offsets, share state), as
+# Kafka's do on a metadata update that deletes a topic.
 from __future__ import annotations
 
 import asyncio
@@ -15,6 +20,7 @@ import re
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from typing import Protocol
 
 from lockgate.cluster.metadata import TopicCatalog, TopicRecord
 from lockgate.config.log import LogConfig
@@ -50,6 +56,13 @@ def validate_topic_name(name: str) -> None:
 TERM_FILE = "leader-term"  # how many times this single node has started (see _next_term)
 
 
+class TopicDeletionListener(Protocol):
+    """Told of a topic that is gone (its id and name), synchronously, once it is unknown
+    here; it must not raise (what it writes, it writes in the background)."""
+
+    def __call__(self, topic_id: uuid.UUID, name: str) -> object: ...
+
+
 class TopicManager:
     def __init__(
         self,
@@ -71,6 +84,7 @@ class TopicManager:
         self._busy: set[str] = set()  # topics whose partitions are being created or deleted
         self.clean_start = False  # the broker's last stop was a clean shutdown
         self.step_s = STEP_S  # what opening, creating or deleting partitions holds the loop for
+        self.deletion_listeners: list[TopicDeletionListener] = []
 
     def load(self, clean: bool = False) -> None:
         """Registers every partition and leads it at once, in the epoch after the last one its
@@ -442,6 +456,7 @@ class TopicManager:
         del self.topics[name]
         del self.by_id[record.topic_id]
         del self._log_configs[name]
+        self._announce_deletion(record)
         held = []
         for index in range(record.partitions):
             partition = self.partitions.pop((name, index), None)
@@ -458,6 +473,13 @@ class TopicManager:
             for index, partition in left:
                 self._set_aside(record, index, partition, trash)
         return trash
+
+    def _announce_deletion(self, record: TopicRecord) -> None:
+        for listener in self.deletion_listeners:
+            try:
+                listener(record.topic_id, record.name)
+            except Exception:  # (a listener's bug must not leave the topic half forgotten)
+                log.exception("topic %s: a deletion listener failed", record.name)
 
     def _set_aside(
         self, record: TopicRecord, index: int, partition: Partition | None, trash: list[str]

@@ -104,3 +104,30 @@ async def test_offsets_of_a_partition_hosted_elsewhere_are_committed(cluster: Cl
     await wait_until(lambda: brokers[1].broker.topics.get("elsewhere", 0) is not None)
     assert "elsewhere" in brokers[0].broker.topics.topics  # a topic broker 0 knows of
     assert await commit(brokers[0].broker.groups, 5, topic="elsewhere") == ErrorCode.none
+
+
+async def test_a_topic_deleted_from_the_metadata_loses_its_offsets_on_the_coordinator(
+    cluster: Cluster,
+) -> None:
+    """Every broker learns the deletion from the metadata store; the one coordinating the
+    group tombstones its offsets of the topic (replicated like any write), so the next
+    coordinator has none either."""
+    store, brokers = cluster
+    groups = brokers[0].broker.groups
+    assert await commit(groups, 42) == ErrorCode.none
+    store.put_topic("kept", 1)
+    store.put("kept", 0, led_by(0, 1))
+    await wait_until(lambda: "kept" in brokers[0].broker.topics.topics)
+    assert await commit(groups, 7, topic="kept") == ErrorCode.none
+    store.delete_topic(TOPIC)
+    await wait_until(lambda: committed(groups) is None)
+    leader = brokers[0].broker.topics.get(CONSUMER_OFFSETS_TOPIC, INDEX)
+    follower = brokers[1].broker.topics.get(CONSUMER_OFFSETS_TOPIC, INDEX)
+    assert leader is not None and follower is not None
+    await wait_until(lambda: follower.log_end_offset == leader.log_end_offset == 3)
+    store.put(CONSUMER_OFFSETS_TOPIC, INDEX, led_by(1, 2))
+    successor = brokers[1].broker.groups
+    await wait_until(lambda: successor.unavailable(GROUP) == ErrorCode.none)
+    error, answers = successor.fetch(GROUP, None, False)
+    assert error == ErrorCode.none
+    assert {tp: c.offset for tp, (c, _e) in answers.items() if c is not None} == {("kept", 0): 7}

@@ -268,3 +268,18 @@ async def test_forget_drops_a_groups_share_partitions() -> None:
     assert s.manager.forget("g", TOPIC_ID) == 1
     assert s.manager.cached(KEY) is None
     assert await s.manager.load(KEY, s.log) is not first
+
+
+async def test_a_deleted_topic_drops_every_groups_share_partitions_of_it() -> None:
+    s = await make()
+    other_group = ("h", TOPIC_ID, 0)
+    other_topic = ("g", uuid.uuid4(), 0)
+    for key in (KEY, other_group, other_topic):
+        await s.manager.load(key, s.log)
+    s.manager.fetch(KEY, "m", s.log, 100, 1 << 20)
+    assert len(s.timers.live()) == 1  # (a lock-expiry timer armed)
+    assert s.manager.topic_deleted(TOPIC_ID, "t") == 2
+    assert s.manager.cached(KEY) is None and s.manager.cached(other_group) is None
+    assert s.manager.cached(other_topic) is not None
+    assert s.timers.live() == []  # nothing fires, nothing writes the state again
+    assert s.manager.topic_deleted(TOPIC_ID, "t") == 0

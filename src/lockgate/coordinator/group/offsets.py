@@ -1,17 +1,21 @@
 # Committed offsets of the groups coordinated here: OffsetCommit and OffsetFetch (with the
 # membership checks of classic and consumer-protocol groups), transactional offsets (KIP-447)
 # that become visible only when their transaction's commit marker reaches the offsets
-# partition, DeleteGroups and OffsetDelete, and offsets retention (KIP-211). Every change is
-# appended to __consumer_offsets in Kafka's record layout (records.py); the coordinator
-# (service.py) owns the partitions, their loading and the availability answer.
+# partition, DeleteGroups and OffsetDelete, offsets retention (KIP-211) and the offsets of
+# deleted topics. Every change is appended to __consumer_offsets in Kafka's record layout
+# (records.py); the coordinator (service.py) owns the partitions, their loading and the
+# availability answer.
 #
-# Invariant: memory and the log change together: the records are appended (synchronously)
-# before the change is visible, and a commit is answered only once they are durable.
+# Invariants: memory and the log change together: the records are appended (synchronously)
+# before the change is visible, and a commit is answered only once they are durable. An offset
+# tombstone (OffsetDelete, DeleteGroups, a deleted topic) deletes the partition's pending
+# transactional offsets too, as the replay of the log does (Kafka's rule: a transaction that
+# commits later brings no offset back); expiry passes over a partition with pending offsets.
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from lockgate.coordinator import writes
@@ -49,6 +53,25 @@ class _Append(Protocol):
     ) -> asyncio.Future[None]:
         """Appends to the group's offsets partition (transactional: `producer` (id, epoch));
         the future of the records' durability."""
+
+
+def topic_offset_keys(held: Iterable[bytes], group_id: str, topic: str) -> list[bytes]:
+    """The keys of a group's offset records (committed.py's, lockgate's form) that are of
+    `topic`: those beginning as its partition 0's key does, less the partition (the names are
+    length-prefixed: no other topic's key begins so)."""
+    prefix = offset_key(group_id, topic, 0)[:-4]
+    return [key for key in held if key.startswith(prefix)]
+
+
+def _log_failure(what: str) -> Callable[[asyncio.Future[None]], None]:
+    """Tombstones nobody waits for whose failure is worth a line (Kafka logs it too, and
+    does not try again)."""
+
+    def check(durable: asyncio.Future[None]) -> None:
+        if not durable.cancelled() and (exc := durable.exception()) is not None:
+            log.error("%s: the tombstones were not written: %s", what, exc)
+
+    return check
 
 
 def _retrieve(durable: asyncio.Future[None]) -> None:
@@ -277,6 +300,74 @@ class Offsets:
             for group_id in [g for g in by_group if groups_here(g)]:
                 del by_group[group_id]
 
+    def pending_partitions(self, group_id: str) -> set[TopicPartition]:
+        """The partitions the group has pending transactional offsets of (any producer)."""
+        found: set[TopicPartition] = set()
+        for by_group in self.pending.values():
+            found.update(by_group.get(group_id, ()))
+        return found
+
+    def _drop_pending(self, group_id: str, partitions: Iterable[TopicPartition]) -> None:
+        """Offset tombstones of these partitions were appended: the group's pending
+        transactional offsets of them go (the replay of the log drops them so)."""
+        doomed = set(partitions)
+        for producer_id in list(self.pending):
+            by_group = self.pending[producer_id]
+            held = by_group.get(group_id)
+            if held is None:
+                continue
+            for tp in doomed.intersection(held):
+                del held[tp]
+            if not held:
+                del by_group[group_id]
+            if not by_group:
+                del self.pending[producer_id]
+
+    # -- deleted topics --------------------------------------------------------------------------
+
+    def topic_deleted(self, topic: str) -> int:
+        """Kafka's onTopicsDeleted for one topic: a tombstone of every offset of it that a
+        group coordinated here holds, committed or pending in a transaction (lockgate's offset
+        records carry no topic id: every one of the name is the deleted topic's, as Kafka
+        takes a record of no topic id). Groups whose partition is not served here are passed
+        over: their coordinator does it. Memory and the log change together; nobody awaits
+        the durability (a failure is logged). How many partitions' offsets were deleted."""
+        pending: dict[str, set[TopicPartition]] = {}
+        for by_group in self.pending.values():
+            for group_id, held in by_group.items():
+                of_topic = [tp for tp in held if tp[0] == topic]
+                if of_topic:
+                    pending.setdefault(group_id, set()).update(of_topic)
+        deleted = 0
+        for group_id in [*self.groups, *(g for g in pending if g not in self.groups)]:
+            group = self.groups.get(group_id)
+            keys = topic_offset_keys(group.offsets.records, group_id, topic) if group else []
+            in_transactions = pending.get(group_id, set())
+            keys += [
+                key
+                for key in sorted(offset_key(group_id, *tp) for tp in in_transactions)
+                if group is None or key not in group.offsets.records
+            ]
+            if not keys or self._unavailable(group_id):
+                continue
+            try:
+                durable = self._append(group_id, [(key, None) for key in keys])
+            except writes.WriteFailure as exc:
+                log.error("group %s: offsets of deleted topic %s not deleted: %s",
+                          group_id, topic, exc)  # fmt: skip
+                continue
+            durable.add_done_callback(
+                _log_failure(f"group {group_id}: deleting the offsets of deleted topic {topic}")
+            )
+            if group is not None:
+                for key in keys:
+                    group.offsets.records.pop(key, None)
+            self._drop_pending(group_id, in_transactions)
+            deleted += len(keys)
+        if deleted:
+            log.info("deleted topic %s: %d committed offsets deleted", topic, deleted)
+        return deleted
+
     # -- offsets retention (KIP-211) ------------------------------------------------------------
 
     def expire(self, now: int) -> int:
@@ -292,11 +383,20 @@ class Offsets:
             if self._unavailable(group_id) or group.share is not None:
                 continue  # (a share group has no offsets to expire)
             doomed = self._expired_offsets(group, now)
+            in_transactions = self.pending_partitions(group_id)
+            if in_transactions:  # (as Kafka: not while a transaction may still commit one)
+                doomed = [key for key in doomed if partition_of(key) not in in_transactions]
             drop_group = (
                 not group.has_members
                 and group.state == GroupState.EMPTY
                 and (len(doomed) == len(group.offsets))
+                and not in_transactions
             )
+            if not doomed and drop_group and not group.generation and group.consumer is None:
+                # nothing of it is in the log (no offsets left, e.g. its topics deleted, and
+                # never a generation): it goes from memory alone, as Kafka deletes it then
+                del self.groups[group_id]
+                continue
             if not doomed and not (drop_group and group.generation):
                 continue
             records: Records = [(key, None) for key in doomed]
@@ -362,9 +462,17 @@ class Offsets:
         if group.has_members:
             return ErrorCode.non_empty_group
         records: Records = [(key, None) for key in group.offsets.records]
+        in_transactions = self.pending_partitions(group_id)
+        # (as Kafka: the pending transactional offsets go too, one tombstone a partition)
+        records += [
+            (key, None)
+            for key in sorted(offset_key(group_id, *tp) for tp in in_transactions)
+            if key not in group.offsets.records
+        ]
         records.append((group_key(group_id), None))
         records += consumer_tombstones(group)
         del self.groups[group_id]
+        self._drop_pending(group_id, in_transactions)
         try:
             await self._append(group_id, records)
         except writes.WriteFailure as exc:
@@ -384,7 +492,13 @@ class Offsets:
             tp: ErrorCode.group_subscribed_to_topic if tp[0] in subscribed else ErrorCode.none
             for tp in partitions
         }
-        doomed = [tp for tp, error in results.items() if not error and tp in group.offsets]
+        in_transactions = self.pending_partitions(group_id)
+        # (as Kafka: a tombstone where an offset is committed or pending in a transaction)
+        doomed = [
+            tp
+            for tp, error in results.items()
+            if not error and (tp in group.offsets or tp in in_transactions)
+        ]
         if doomed:
             try:
                 await self._append(group_id, [(offset_key(group_id, *tp), None) for tp in doomed])
@@ -392,6 +506,7 @@ class Offsets:
                 return writes.write_error(exc, ErrorCode.kafka_storage_error), {}
             for tp in doomed:
                 group.offsets.pop(tp, None)
+            self._drop_pending(group_id, doomed)
         return ErrorCode.none, results
 
 

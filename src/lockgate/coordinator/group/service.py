@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -311,6 +312,8 @@ class GroupCoordinator:
         if header.is_transactional:
             load.pending.setdefault(header.producer_id, []).extend(records)
             return
+        if load.pending:
+            _drop_pending_tombstoned(load.pending, records)
         self._apply(load, records)
 
     def _apply(self, load: _Load, records: Decoded) -> None:
@@ -547,6 +550,16 @@ class GroupCoordinator:
     ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
         return await self.offsets.delete_offsets(group_id, partitions)
 
+    # -- deleted topics -------------------------------------------------------------------------
+
+    def topic_deleted(self, topic_id: uuid.UUID, name: str) -> None:
+        """(A topic deletion listener) Kafka's handleTopicsDeletion, for the groups of the
+        offsets partitions served here (those not loaded here are their coordinator's): the
+        topic's committed and pending offsets are deleted, share groups' record 15 no longer
+        names it. Written in the background, failures logged, never tried again (as Kafka)."""
+        self.offsets.topic_deleted(name)
+        self.share.topic_deleted(topic_id)
+
     def _on_marker(self, partition_index: int) -> Callable[[int, bool], None]:
         def apply(producer_id: int, commit: bool) -> None:
             if partition_index not in self.runtime.loaded_partitions:
@@ -558,3 +571,32 @@ class GroupCoordinator:
             )
 
         return apply
+
+
+def _drop_pending_tombstoned(pending: dict[int, Decoded], records: Decoded) -> None:
+    """Kafka's replay rule: an offset tombstone outside a transaction (OffsetDelete,
+    DeleteGroups, a deleted topic) deletes the partition's offsets pending in open
+    transactions too, so their commit brings none back (and a log compacted meanwhile,
+    which keeps only the tombstone, replays to the same)."""
+    doomed = set()
+    for _offset, _ts, key, value in records:
+        if value is None and key is not None:
+            try:
+                commit = offset_commit(key, None)
+            except ValueError:
+                continue  # (the replay logs it)
+            if commit is not None:
+                doomed.add(commit[1])
+    if not doomed:
+        return
+    for producer_id, held in pending.items():
+        kept = []
+        for record in held:
+            key = record[2]
+            try:
+                commit = None if key is None else offset_commit(key, record[3])
+            except ValueError:
+                commit = None
+            if commit is None or commit[1] not in doomed:
+                kept.append(record)
+        pending[producer_id] = kept

@@ -506,6 +506,29 @@ def finish_deleting(
     return replace(group, partitions=updated), [record]
 
 
+def without_topics(
+    group: ShareGroup, topic_ids: Iterable[uuid.UUID], now_ms: int
+) -> tuple[ShareGroup, list[ShareRecord]]:
+    """Deleted topics (Kafka's maybeCleanupShareGroupState for one group): record 15 again
+    without them, whether initializing, initialized or deleting (their share state goes with
+    the topic: nothing is left for DeleteShareGroupOffsets to delete); no record when it
+    names none of them."""
+    current = group.partitions
+    gone = set(topic_ids)
+    if current is None or not any(
+        not gone.isdisjoint(entries)
+        for entries in (current.initializing, current.initialized, current.deleting)
+    ):
+        return group, []
+    updated = StatePartitions(
+        {t: e for t, e in current.initializing.items() if t not in gone},
+        {t: e for t, e in current.initialized.items() if t not in gone},
+        {t: n for t, n in current.deleting.items() if t not in gone},
+    ).stamped(now_ms)
+    record = ShareRecord(ShareRecordKind.STATE_PARTITIONS, group.group_id, None, updated)
+    return replace(group, partitions=updated), [record]
+
+
 def heartbeat(
     group: ShareGroup | None,
     request: ShareHeartbeatRequest,

@@ -43,6 +43,7 @@ from lockgate.coordinator.group.share_group import (
     remove_member,
     replay,
     uninitialized,
+    without_topics,
 )
 from lockgate.coordinator.runtime import Deadline, Timers
 from lockgate.coordinator.share.persister import Persister
@@ -270,12 +271,16 @@ class ShareProtocol:
         if self._unavailable(request.group_id):
             return error  # moved or unloaded meanwhile: its next coordinator asks again
         now = self._clock()
+        meta = self.topic_meta()
         if error:
             log.warning("share group %s: share partitions not initialized (%s): %s",
                         request.group_id, error.name, asked)  # fmt: skip
             group, records = uninitialized(container.share, asked, now)
         else:
-            group, records = initialized(container.share, asked, self.topic_meta(), now)
+            # (a topic deleted meanwhile left record 15 already: it does not come back)
+            live = {topic_id for topic_id, _count in meta.values()}
+            done = {topic_id: parts for topic_id, parts in asked.items() if topic_id in live}
+            group, records = initialized(container.share, done, meta, now)
         container.share = group
         try:
             await self._append(request.group_id, tuple(records))
@@ -345,6 +350,27 @@ class ShareProtocol:
         except writes.WriteFailure as exc:
             return writes.write_error(exc, ErrorCode.kafka_storage_error)
         return ErrorCode.none
+
+    def topic_deleted(self, topic_id: uuid.UUID) -> int:
+        """A topic is gone: the share groups coordinated here (served: loaded, not moving)
+        whose record 15 names it get it again without (without_topics); memory and the log
+        change together, nobody awaits the durability (a failure is logged, as Kafka logs
+        it). How many groups changed."""
+        changed = 0
+        now = self._clock()
+        for group_id, container in list(self.groups.items()):
+            if container.share is None or self._unavailable(group_id):
+                continue
+            group, records = without_topics(container.share, (topic_id,), now)
+            if not records:
+                continue
+            container.share = group
+            self._append(group_id, tuple(records)).add_done_callback(_log_failure)
+            changed += 1
+        if changed:
+            log.info("deleted topic %s: left the share state of %d share groups", topic_id,
+                     changed)  # fmt: skip
+        return changed
 
     # -- load / unload ---------------------------------------------------------------------------
 

@@ -16,11 +16,12 @@
 # - per state partition, the offset of each key's latest ShareSnapshot: every record below the
 #   smallest of them is redundant and may be deleted (DeleteRecords), which is how
 #   __share_group_state stays short without compaction.
-# A ShareSnapshot key with a null value (DeleteShareGroupState) forgets everything of the key.
+# A ShareSnapshot key with a null value (DeleteShareGroupState, a deleted topic) forgets
+# everything of the key.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Generic, TypeVar
 
@@ -356,6 +357,18 @@ class ShareStates:
         if key not in self.offsets:
             return Outcome(StateResult())
         return Outcome(StateResult(), ((encode_key(SNAPSHOT, key), None),))
+
+    def topics_deleted(
+        self, topic_ids: Collection[uuid.UUID], keys: Iterable[ShareKey] | None = None
+    ) -> tuple[Record, ...]:
+        """Deleted topics (Kafka's maybeCleanupShareState): a tombstone of every share
+        partition of theirs that has state (of `keys` only, when given); none otherwise."""
+        candidates = self.offsets if keys is None else keys
+        return tuple(
+            (encode_key(SNAPSHOT, key), None)
+            for key in candidates
+            if key.topic_id in topic_ids and key in self.offsets
+        )
 
     def read_summary(
         self, key: ShareKey | None, partition: int, partition_count: int | None

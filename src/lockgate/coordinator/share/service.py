@@ -99,6 +99,7 @@ class ShareCoordinator:
         # share partition → how many operations on it are running or waiting, and its lock
         self._locks: dict[ShareKey, tuple[int, asyncio.Lock]] = {}
         self._jobs: list[runtime.Timer] = []
+        self._cleanups: set[asyncio.Task[int]] = set()  # deleted topics' tombstones
         self._opening: asyncio.Task[None] | None = None  # a single node's first use
 
     # -- a single node: the topic on first use -----------------------------------------------
@@ -282,6 +283,53 @@ class ShareCoordinator:
                 self.states.replay(index, base + position, key, value)
         return None
 
+    # -- deleted topics --------------------------------------------------------------------------
+
+    def topic_deleted(self, topic_id: uuid.UUID, name: str) -> None:
+        """(A topic deletion listener) Kafka's maybeCleanupShareState on the state partitions
+        loaded here (the others are their coordinator's): a tombstone of every share partition
+        of the topic that has state, each after the operations on it in flight (those are
+        refused meanwhile: the topic is unknown). Written in the background; failures are
+        logged, never tried again (as Kafka)."""
+        loaded = self.runtime.loaded_partitions
+        keys = {
+            k for k in self.states.offsets if k.topic_id == topic_id and self._index(k) in loaded
+        }
+        keys.update(k for k in self._locks if k.topic_id == topic_id)
+        if not keys:
+            return
+        task = asyncio.get_running_loop().create_task(self._delete_state(topic_id, name, keys))
+        self._cleanups.add(task)
+        task.add_done_callback(self._cleanups.discard)
+
+    async def _delete_state(self, topic_id: uuid.UUID, name: str, keys: set[ShareKey]) -> int:
+        """The tombstones, one operation per share partition; how many were written."""
+        written = 0
+
+        def rule(key: ShareKey) -> Callable[[int], Outcome[StateResult]]:
+            def tombstone(_now: int) -> Outcome[StateResult]:
+                nonlocal written
+                records = self.states.topics_deleted((topic_id,), (key,))
+                written += len(records)
+                return Outcome(StateResult(), records)
+
+            return tombstone
+
+        ordered = sorted(keys, key=lambda k: (k.group_id, k.partition))
+        results = await asyncio.gather(*(self._run(k, StateResult, rule(k)) for k in ordered))
+        for key, result in zip(ordered, results, strict=True):
+            if result.error and result.error != ErrorCode.not_coordinator:  # (moved: not ours)
+                log.error("deleted topic %s: the share state of group %s's partition %d not "
+                          "deleted: %s", name, key.group_id, key.partition,
+                          result.error.name)  # fmt: skip
+        log.info("deleted topic %s: %d share state tombstones written", name, written)
+        return written
+
+    async def settled(self) -> None:
+        """Waits for the deleted topics' tombstones under way."""
+        while self._cleanups:
+            await asyncio.gather(*self._cleanups)
+
     # -- housekeeping: cold snapshots and pruning --------------------------------------------
 
     def start(self) -> None:
@@ -295,6 +343,8 @@ class ShareCoordinator:
         for job in self._jobs:
             job.cancel()
         self._jobs.clear()
+        for task in self._cleanups:  # (what they did not write, the next start still has)
+            task.cancel()
 
     def _arm(self, interval_ms: int, job: Callable[[], object]) -> None:
         def fire() -> None:

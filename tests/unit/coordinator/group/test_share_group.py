@@ -20,6 +20,8 @@ from lockgate.coordinator.group.share_group import (
     ShareOutcome,
     ShareRecord,
     ShareRecordKind,
+    StatePartitions,
+    TopicInit,
     Topics,
     group_tombstones,
     heartbeat,
@@ -28,6 +30,7 @@ from lockgate.coordinator.group.share_group import (
     replay,
     simple_assign,
     uninitialized,
+    without_topics,
 )
 from lockgate.protocol.errors import ErrorCode
 
@@ -359,6 +362,40 @@ def test_group_tombstones_delete_the_group() -> None:
 def test_tombstone_of_an_unknown_group_is_passed_over() -> None:
     record = ShareRecord(ShareRecordKind.STATE_PARTITIONS, "g", None, None)
     assert replay(None, record, 0) is None
+
+
+def test_a_deleted_topic_leaves_record_15_in_every_state() -> None:
+    """Kafka's maybeCleanupShareGroupState: the topic id goes from the initializing,
+    initialized and deleting topics, in one record 15; another topic stays as it was."""
+    t3 = uuid.UUID(int=3)
+    group = ShareGroup(
+        "g",
+        partitions=StatePartitions(
+            initializing={T1: TopicInit("t", frozenset({1}), 5),
+                          T2: TopicInit("u", frozenset({0}), 5)},
+            initialized={T1: TopicInit("t", frozenset({0})), t3: TopicInit("v", frozenset({0}))},
+            deleting={T1: "t", t3: "v"},
+        ),
+    )  # fmt: skip
+    left, records = without_topics(group, (T1,), 2000)
+    assert left.partitions == StatePartitions(
+        initializing={T2: TopicInit("u", frozenset({0}), 2000)},
+        initialized={t3: TopicInit("v", frozenset({0}))},
+        deleting={t3: "v"},
+    )
+    assert records == [ShareRecord(ShareRecordKind.STATE_PARTITIONS, "g", None, left.partitions)]
+    assert replayed([*hb(None, "a", 0, ("t",)).records, *records], now=2000) == replace(
+        hb(None, "a", 0, ("t",)).group or group, partitions=left.partitions
+    )
+    only_deleting = replace(group, partitions=StatePartitions(deleting={T1: "t"}))
+    assert without_topics(only_deleting, (T1,), 0)[0].partitions == StatePartitions()
+
+
+def test_a_deleted_topic_record_15_does_not_name_writes_nothing() -> None:
+    held = StatePartitions(initialized={T2: TopicInit("u", frozenset({0}))})
+    group = ShareGroup("g", partitions=held)
+    assert without_topics(group, (T1,), 0) == (group, [])
+    assert without_topics(ShareGroup("g"), (T1,), 0) == (ShareGroup("g"), [])
 
 
 # exact bytes, field by field from Kafka 4.4's ShareGroup*.json schemas: keys are the int16

@@ -17,6 +17,7 @@ from lockgate.coordinator.share.records import (
     StateBatch,
     decode_key,
     decode_value,
+    encode_key,
 )
 from lockgate.coordinator.share.results import ReadResult, StateResult, SummaryResult
 from lockgate.coordinator.share.rules import Outcome, ShareStates
@@ -189,6 +190,32 @@ def test_delete_and_summary() -> None:
     assert log.states.read_summary(KEY, 0, None).answer.error == (
         ErrorCode.unknown_topic_or_partition
     )
+
+
+def test_a_deleted_topic_tombstones_its_share_partitions_with_state() -> None:
+    """Kafka's maybeCleanupShareState: a ShareSnapshot tombstone for every share partition
+    of the deleted topics that has state, whatever the group; others are left."""
+    log = Log()
+    other_topic = ShareKey("g", uuid.UUID(int=43), 0)
+    other_group = ShareKey("h", TOPIC, 2)
+    log.init()
+    for key in (other_topic, other_group):
+        log.apply(log.states.initialize(key, key.partition, 1, 0, PARTITIONS, 1))
+    log.write([StateBatch(0, 4, 2, 1)])  # (an update too: the tombstone forgets it all)
+    records = log.states.topics_deleted({TOPIC})
+    assert sorted((decode_key(key) for key, _value in records), key=str) == [
+        (SNAPSHOT, KEY), (SNAPSHOT, other_group)
+    ]  # fmt: skip
+    assert all(value is None for _key, value in records)
+    # only the keys asked about, when given
+    assert log.states.topics_deleted({TOPIC}, [other_group, other_topic]) == (
+        (encode_key(SNAPSHOT, other_group), None),
+    )
+    log.apply(Outcome(StateResult(), records))
+    assert set(log.states.offsets) == {other_topic}
+    assert log.read().error == ErrorCode.invalid_request  # (uninitialized now)
+    assert log.states.topics_deleted({TOPIC}) == ()  # nothing left: nothing written
+    assert log.states.topics_deleted({uuid.UUID(int=99)}, [other_topic]) == ()
 
 
 def test_redundant_offset_is_the_oldest_latest_snapshot() -> None:
