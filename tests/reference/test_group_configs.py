@@ -32,6 +32,7 @@ from lockgate.config.properties import BrokerConfig
 from lockgate.protocol.api import ApiKey
 from tests.reference.test_java_client import run_checks
 from tests.support.broker import BrokerProcess
+from tests.support.java_programs import java_program
 from tests.support.reference_kafka import ReferenceKafka
 
 pytestmark = pytest.mark.compat
@@ -46,7 +47,7 @@ SET, DELETE, APPEND = AlterConfigOpType.SET, AlterConfigOpType.DELETE, AlterConf
 def kafka_list(classpath: str) -> dict[str, tuple[str, bool, str, str]]:
     """name → (type, internal, broker synonym or "-", default) as Kafka's GroupConfig has them."""
     done = subprocess.run(
-        ["java", "-Xmx256m", "-cp", classpath, str(JAVA / "GroupConfigList.java")],
+        java_program(JAVA / "GroupConfigList.java", classpath, "-Xmx256m"),
         capture_output=True,
         text=True,
         timeout=300,

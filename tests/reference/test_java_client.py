@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.broker import running_broker
+from tests.support.java_programs import java_program
 from tests.support.reference_kafka import ReferenceKafka
 
 pytestmark = pytest.mark.compat
@@ -25,7 +26,7 @@ PROGRAM = Path(__file__).parent / "java" / "ClientChecks.java"
 
 def run_checks(kafka: ReferenceKafka, bootstrap: str, program: Path = PROGRAM) -> dict[str, str]:
     done = subprocess.run(
-        ["java", "-Xmx512m", "-cp", kafka.classpath, str(program), bootstrap],
+        [*java_program(program, kafka.classpath, "-Xmx512m"), bootstrap],
         capture_output=True,
         text=True,
         timeout=400,

@@ -13,6 +13,7 @@ import pytest
 
 from tests.support.clients import consume_all
 from tests.support.cluster import BrokerCluster
+from tests.support.java_programs import java_program
 from tests.support.reference_kafka import ReferenceKafka
 
 pytestmark = pytest.mark.compat
@@ -27,7 +28,7 @@ def test_the_java_producer_follows_a_leader_change(
     topic = "java-failover"
     cluster.create_topic(topic, partitions=3, replication=3)
     victim = cluster.partitions(topic)[0].leader
-    command = ["java", "-Xmx256m", "-cp", reference_kafka.classpath, str(PROGRAM),
+    command = [*java_program(PROGRAM, reference_kafka.classpath, "-Xmx256m"),
                cluster.bootstrap, topic, str(COUNT)]  # fmt: skip
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert process.stdout is not None

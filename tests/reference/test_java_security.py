@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.broker import BrokerProcess
+from tests.support.java_programs import java_program
 from tests.support.reference_kafka import ReferenceKafka
 from tests.support.tls import make_pki
 
@@ -47,7 +48,7 @@ def test_the_java_client_over_sasl_ssl_with_acls(
     broker = BrokerProcess(data, settings, listeners=("PLAINTEXT", "SASL_SSL")).start()
     try:
         done = subprocess.run(
-            ["java", "-Xmx512m", "-cp", reference_kafka.classpath, str(PROGRAM),
+            [*java_program(PROGRAM, reference_kafka.classpath, "-Xmx512m"),
              broker.bootstrap_for("SASL_SSL"), pki.ca, MECHANISM,
              "admin", "admin-secret", "carol", "carol-secret"],
             capture_output=True, text=True, timeout=400, check=False,

@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 
+from tests.support.java_programs import java_program
+
 pytestmark = pytest.mark.compat
 
 PROGRAM = Path(__file__).parent / "java" / "ShareGroupChecks.java"
@@ -27,7 +29,7 @@ RECORDS = 30
 
 def run_share_checks(classpath: str, bootstrap: str) -> list[dict[str, Any]]:
     done = subprocess.run(
-        ["java", "-Xmx384m", "-cp", classpath, str(PROGRAM), bootstrap, uuid.uuid4().hex[:10]],
+        [*java_program(PROGRAM, classpath, "-Xmx384m"), bootstrap, uuid.uuid4().hex[:10]],
         capture_output=True,
         text=True,
         timeout=120,

@@ -18,6 +18,7 @@ from confluent_kafka import Producer, TopicPartition
 
 from tests.support.broker import running_broker
 from tests.support.clients import confluent_consumer, create_topic
+from tests.support.java_programs import java_program
 from tests.support.reference_kafka import ReferenceKafka
 
 pytestmark = pytest.mark.compat
@@ -32,7 +33,7 @@ def start_app(
 ) -> subprocess.Popen[bytes]:
     with open(log, "ab") as out:
         return subprocess.Popen(
-            ["java", "-Xmx512m", "-cp", kafka.classpath, str(PROGRAM), bootstrap, str(state)],
+            [*java_program(PROGRAM, kafka.classpath, "-Xmx512m"), bootstrap, str(state)],
             stdout=out,
             stderr=subprocess.STDOUT,
         )

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from lockgate.cluster.controller import AssignmentError, UsableBroker, place_replicas
+from tests.support.java_programs import java_program
 from tests.support.java_random import JavaRandom
 
 pytestmark = pytest.mark.compat
@@ -58,7 +59,7 @@ def _lockgate(case: Case) -> str:
 def test_placements_are_kafkas(classpath: str) -> None:
     cases = _cases()
     done = subprocess.run(
-        ["java", "-Xmx256m", "-cp", classpath, str(PROGRAM)],
+        java_program(PROGRAM, classpath, "-Xmx256m"),
         input="".join(_line(case) + "\n" for case in cases),
         capture_output=True,
         text=True,

@@ -29,6 +29,7 @@ from confluent_kafka.cimpl import NewTopic
 
 from lockgate.config.properties import INTERNAL_TOPIC_CONFIGS, TOPIC_CONFIGS
 from tests.support.broker import BrokerProcess
+from tests.support.java_programs import java_program
 from tests.support.reference_kafka import ReferenceKafka
 
 pytestmark = pytest.mark.compat
@@ -42,7 +43,7 @@ TOPIC_COMMAND = "org.apache.kafka.tools.TopicCommand"
 def kafka_list(classpath: str) -> dict[str, tuple[str, bool, str]]:
     """name → (type, internal, default) as Kafka's LogConfig defines them."""
     done = subprocess.run(
-        ["java", "-Xmx256m", "-cp", classpath, str(PROGRAM)],
+        java_program(PROGRAM, classpath, "-Xmx256m"),
         capture_output=True,
         text=True,
         timeout=300,

@@ -32,6 +32,7 @@ from tests.support.broker import free_port
 from tests.support.clients import confluent_consumer, position
 from tests.support.cluster import BrokerCluster
 from tests.support.etcd import EtcdCluster
+from tests.support.java_programs import java_program
 from tests.support.reference_kafka import reference_classpath
 
 RACKS = {0: "a", 1: "b", 2: "c", 3: "a"}
@@ -180,7 +181,7 @@ def test_the_java_consumer_reads_from_the_follower_in_its_rack(racked: BrokerClu
     produce(racked, topic)
     racked.wait_full_isr(topic)
     done = subprocess.run(
-        ["java", "-Xmx256m", "-cp", classpath, str(JAVA_CONSUMER), racked.bootstrap, topic, "b",
+        [*java_program(JAVA_CONSUMER, classpath, "-Xmx256m"), racked.bootstrap, topic, "b",
          "read_committed", str(PLAIN + COMMITTED)],
         capture_output=True, text=True, timeout=180, check=False,
     )  # fmt: skip
