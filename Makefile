@@ -77,7 +77,11 @@ typecheck: setup-dev
 	$(BIN)/mypy
 
 # Two workers: most tests wait on sockets and child processes, so the 2-core machine halves
-# the wall time; --dist loadfile keeps each module (and its module-scoped broker) on one worker.
+# the wall time; --dist loadfile keeps each module (and its module-scoped broker) on one worker,
+# and the modules sharing the Spark session and the reference Kafka brokers on one worker too
+# (tests/support/scheduling.py: those start once per run). --no-loadscope-reorder hands the
+# modules out in collection order, the slowest directories first (tests/conftest.py), instead
+# of by test count, which left the longest modules (single tests of minutes) for the end.
 PYTEST_WORKERS ?= 2
 
 # The reference peers (Apache Kafka's broker and tools, Spark's Kafka connector) from Maven
@@ -123,7 +127,7 @@ $(FRANZCHECK): $(FRANZCHECK_SOURCES)
 # once crashed a worker there (SystemError: AST constructor recursion depth mismatch), hiding
 # which test had failed. --durations: the slowest tests, to keep the suite well under 20 minutes
 test: setup-dev system-deps reference-deps go-deps lint typecheck
-	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile --tb=native --durations=20 $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --tb=native --durations=20 $(PYTEST_ARGS)
 
 # The long fault-injection run (tests/faults): `make soak SEEDS=200 [DURATION=20] [LIFECYCLE=1]`;
 # LIFECYCLE=1 adds small segments, retention and more broker kills; CLUSTER=1 runs the seeds on

@@ -27,9 +27,11 @@ from tests.support.reference_kafka import spark_kafka_jars
 settings.register_profile("lockgate", deadline=None)
 settings.load_profile("lockgate")
 
-# The slowest directories are collected first. pytest-xdist's loadfile mode still orders modules by
-# their test count (largest first), so this only decides ties among modules of equal size; the
-# stable order keeps runs comparable. Order within each directory is kept.
+# The slowest directories are collected first. `make test` runs xdist with --no-loadscope-reorder,
+# so its workers take the modules in this order (by default xdist orders them by test count,
+# which put the longest modules, single tests of minutes, last): the long ones start first and
+# the many short unit-test modules even out the workers at the end. The stable order keeps runs
+# comparable. Order within each directory is kept.
 SLOW_FIRST = ("tests/spark/", "tests/faults/", "tests/reference/")
 
 
@@ -41,6 +43,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return len(SLOW_FIRST)
 
     items.sort(key=rank)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """--dist loadfile, with the modules that share the Spark session and the reference brokers
+    as one unit of work (tests/support/scheduling.py); every other mode is xdist's own."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from tests.support.scheduling import SharedSessionFileScheduling
+
+    return SharedSessionFileScheduling(config, log)
 
 
 @pytest.fixture
