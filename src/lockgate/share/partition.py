@@ -118,7 +118,8 @@ class InFlightBatch:
         records = self.records
         if records is not None:
             head = records[0]
-            if all(record == head for record in records):
+            # (the ends first: a batch split for good mostly differs there, found in O(1))
+            if records[-1] == head and all(record == head for record in records):
                 self.head = head
                 self.records = None
 
@@ -716,7 +717,7 @@ class SharePartition:
 
     def _runs(self) -> Iterator[tuple[int, int, RecordState]]:
         """The cached offsets at or above the start offset as (first, last, state) runs: one
-        per whole batch, one per offset of a split one."""
+        per whole batch, one per run of one state in a split one."""
         start = self.start_offset
         for batch in self._from(start):
             low = max(start, batch.first_offset)
@@ -724,9 +725,13 @@ class SharePartition:
             if records is None:
                 yield low, batch.last_offset, batch.head.state
             else:
-                base = batch.first_offset
-                for offset in range(low, batch.last_offset + 1):
-                    yield offset, offset, records[offset - base].state
+                # a split batch by runs of one state too: its offsets mostly agree in long runs
+                offset = low
+                rest = itertools.islice(records, low - batch.first_offset, None)
+                for state, group in itertools.groupby(rest, key=_state_of):
+                    size = len(list(group))
+                    yield offset, offset + size - 1, state
+                    offset += size
 
     def _start_and_done(self, changes: Sequence[tuple[int, int, RecordState]]) -> tuple[int, int]:
         """The start offset once `changes` ((first, last, new state), in offset order) are
@@ -813,6 +818,10 @@ class _Runs:
         if self._first < 0:
             return ()
         return (*self._done, StateBatch(self._first, self._last, self._state, self._count))
+
+
+def _state_of(record: OffsetState) -> RecordState:
+    return record.state
 
 
 def _merge(touched: list[InFlightBatch]) -> None:
