@@ -15,8 +15,10 @@
 #   acquired and then acknowledged, released or expired whole, costs one update per batch, not
 #   one per record (as Kafka's InFlightBatch); an operation on part of a batch, or one that
 #   treats its offsets differently, splits it into `records`, one state per offset, and a split
-#   batch whose offsets agree again becomes whole at the end of an operation that touched it;
-#   whole or split is invisible outside this module;
+#   batch whose offsets agree again becomes whole at the end of the acquisition, commit,
+#   rollback, release or log-start move that changed it (an acknowledgement's changes name
+#   cached ranges, not state objects, so either form serves them); whole or split is invisible
+#   outside this module;
 # - a record moves AVAILABLE -> ACQUIRED -> AVAILABLE | ACKNOWLEDGED | ARCHIVED only; the
 #   delivery count grows on acquisition, and a record going back to AVAILABLE whose count
 #   reached the delivery limit is ARCHIVED instead (a lock expiry, a RELEASE, or its member's
