@@ -4,9 +4,21 @@
 # loads it from the persister, reads the log for it, writes what changed and arms its timer.
 #
 # Invariants:
-# - every offset below `start_offset` (SPSO) is done (acknowledged or archived); the cache
-#   holds the in-flight window as batches that cover a contiguous range of offsets, the first
-#   batch possibly starting below SPSO (a batch leaves the cache once wholly below it);
+# - every offset below `start_offset` (SPSO) is done (acknowledged or archived), except records
+#   under an acknowledgement's write when the log start moved past them (move_to_log_start
+#   leaves them to their write); the cache holds the in-flight window as batches (log batches,
+#   or persisted ranges) in offset order, each a contiguous range of offsets, the first batch
+#   possibly starting below SPSO (a batch leaves the cache once wholly below it); offsets the
+#   log no longer has may leave holes between batches;
+# - a batch holds one state for all its offsets (`InFlightBatch.head`: state, delivery count,
+#   member, lock deadline, pending) while they agree, so that the common case, a log batch
+#   acquired and then acknowledged, released or expired whole, costs one update per batch, not
+#   one per record (as Kafka's InFlightBatch); an operation on part of a batch, or one that
+#   treats its offsets differently, splits it into `records`, one state per offset, and a split
+#   batch whose offsets agree again becomes whole at the end of the acquisition, commit,
+#   rollback, release or log-start move that changed it (an acknowledgement's changes name
+#   cached ranges, not state objects, so either form serves them); whole or split is invisible
+#   outside this module;
 # - a record moves AVAILABLE -> ACQUIRED -> AVAILABLE | ACKNOWLEDGED | ARCHIVED only; the
 #   delivery count grows on acquisition, and a record going back to AVAILABLE whose count
 #   reached the delivery limit is ARCHIVED instead (a lock expiry, a RELEASE, or its member's
@@ -14,6 +26,7 @@
 # - an acknowledgement is two-phase: its records are `pending` (neither acquirable nor
 #   acknowledgeable) until the durable write commits the change, or rolls it back; a lock
 #   timeout or a release stands at once (the write that follows may fail: Kafka does the same);
+#   only ACQUIRED records are ever pending;
 # - acquisitions are never written: after a crash the records come back AVAILABLE with their
 #   last written delivery count.
 from __future__ import annotations
@@ -67,23 +80,68 @@ class Limits:
 
 @dataclass(slots=True)
 class OffsetState:
+    """The state of one offset, or of every offset of a whole batch."""
+
     state: RecordState = RecordState.AVAILABLE
     delivery_count: int = 0
     member: str = ""  # who holds it while ACQUIRED
     deadline_ms: int = 0  # when its acquisition lock expires, while ACQUIRED
     pending: bool = False  # an acknowledgement waits for its write
 
+    def copy(self) -> OffsetState:
+        return OffsetState(
+            self.state, self.delivery_count, self.member, self.deadline_ms, self.pending
+        )
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, eq=False)
 class InFlightBatch:
-    """Consecutive cached offsets from `first_offset` (one log batch, or a persisted range)."""
+    """Consecutive cached offsets [first_offset, last_offset] (one log batch, or a persisted
+    range). Whole (`records` None): every offset is in `head`'s state, so that a whole-batch
+    operation is one update. Split: `records` holds one state per offset; `head` is stale."""
 
     first_offset: int
-    records: list[OffsetState]
+    last_offset: int
+    head: OffsetState = field(default_factory=OffsetState)
+    records: list[OffsetState] | None = None
 
-    @property
-    def last_offset(self) -> int:
-        return self.first_offset + len(self.records) - 1
+    def split(self) -> list[OffsetState]:
+        """One state per offset from now on (an operation treats the offsets apart)."""
+        records = self.records
+        if records is None:
+            head = self.head
+            size = self.last_offset - self.first_offset + 1
+            records = self.records = [head.copy() for _ in range(size)]
+        return records
+
+    def merge(self) -> None:
+        """Whole again once every offset agrees: the next whole-batch operation is one update
+        again (a partial acquisition taken up by the next one, say)."""
+        records = self.records
+        if records is not None:
+            head = records[0]
+            # (the ends first: a batch split for good mostly differs there, found in O(1))
+            if records[-1] == head and all(record == head for record in records):
+                self.head = head
+                self.records = None
+
+    def parts(self, first: int, last: int) -> Iterator[tuple[int, int, OffsetState]]:
+        """The states of [first, last] (inside this batch) as (first, last, state): one part
+        if the batch is whole, else one per offset."""
+        records = self.records
+        if records is None:
+            yield first, last, self.head
+            return
+        base = self.first_offset
+        for offset in range(first, last + 1):
+            yield offset, offset, records[offset - base]
+
+    def edit(self, first: int, last: int) -> Iterator[tuple[int, int, OffsetState]]:
+        """parts() of [first, last] to change: the head only if [first, last] is the whole
+        batch (else the batch splits first, so that the other offsets keep their state)."""
+        if self.records is None and (first != self.first_offset or last != self.last_offset):
+            self.split()
+        return self.parts(first, last)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,11 +190,11 @@ class Acquisition:
 
 @dataclass(slots=True)
 class Transition:
-    """An acknowledgement waiting for its write: offset -> the state it moves to."""
+    """An acknowledgement waiting for its write: the cached ranges it changes, in offset
+    order, each (batch, first, last, the state its offsets move to)."""
 
     member: str
-    targets: dict[int, RecordState]
-    records: dict[int, OffsetState]  # the records of `targets`
+    changes: list[tuple[InFlightBatch, int, int, RecordState]]
     write: StateWrite | None
     done: bool = False
 
@@ -211,17 +269,12 @@ class SharePartition:
             if first > item.last_offset:
                 continue
             if first > cursor:  # a gap: fetched and acquired again
-                partition._append(cursor, [OffsetState() for _ in range(first - cursor)])
+                partition._append(InFlightBatch(cursor, first - 1))
             state = RecordState(item.delivery_state)
             if state not in (RecordState.AVAILABLE, *TERMINAL):
                 state = RecordState.AVAILABLE  # ARCHIVING without a DLQ: deliver again
-            partition._append(
-                first,
-                [
-                    OffsetState(state, item.delivery_count)
-                    for _ in range(item.last_offset - first + 1)
-                ],
-            )
+            head = OffsetState(state, item.delivery_count)
+            partition._append(InFlightBatch(first, item.last_offset, head))
             cursor = item.last_offset + 1
         partition._advance()
         return partition
@@ -241,45 +294,49 @@ class SharePartition:
         return max(0, self.last_cached - self.start_offset + 1)
 
     def state_of(self, offset: int) -> OffsetState | None:
+        """A copy of the cached offset's state (None: not cached)."""
         i = bisect.bisect_right(self._firsts, offset) - 1
         if i < 0:
             return None
         batch = self.batches[i]
         if offset > batch.last_offset:
             return None
-        return batch.records[offset - batch.first_offset]
+        if batch.records is None:
+            return batch.head.copy()
+        return batch.records[offset - batch.first_offset].copy()
 
-    def _span(self, first: int, last: int) -> Iterator[tuple[int, OffsetState]]:
-        """The cached offsets in [first, last], in order (one lookup, then a walk)."""
+    def _from(self, first: int) -> Iterator[InFlightBatch]:
+        """The cached batches holding offsets at or above `first`, in order (one lookup)."""
         batches = self.batches
         i = max(0, bisect.bisect_right(self._firsts, first) - 1)
-        while i < len(batches):
+        while i < len(batches):  # (acquisition appends behind the walk: len each time)
             batch = batches[i]
-            base = batch.first_offset
-            if base > last:
-                return
-            records = batch.records
-            for offset in range(max(first, base), min(last, base + len(records) - 1) + 1):
-                yield offset, records[offset - base]
+            if batch.last_offset >= first:
+                yield batch
             i += 1
 
     def offsets(self) -> Iterable[tuple[int, OffsetState]]:
-        """Every cached offset at or above the start offset, in order."""
+        """Every cached offset at or above the start offset, in order, with its state (a whole
+        batch's offsets all show its head: read them, do not change them)."""
         start = self.start_offset
-        for batch in self.batches:
-            base, records = batch.first_offset, batch.records
-            end = base + len(records)
-            if start <= base:  # (only the first batch may start below the start offset)
-                yield from zip(range(base, end), records, strict=True)
-            elif start < end:
-                rest = itertools.islice(records, start - base, None)
-                yield from zip(range(start, end), rest, strict=True)
+        for batch in self._from(start):
+            low, end = max(start, batch.first_offset), batch.last_offset + 1
+            records = batch.records
+            if records is None:
+                yield from zip(range(low, end), itertools.repeat(batch.head))
+            else:
+                rest = itertools.islice(records, low - batch.first_offset, None)
+                yield from zip(range(low, end), rest, strict=True)
 
     def next_fetch_offset(self) -> int:
         """Where the next read starts: the first AVAILABLE cached offset, else past the cache."""
-        for offset, record in self.offsets():
-            if record.state == RecordState.AVAILABLE and not record.pending:
-                return offset
+        start = self.start_offset
+        for batch in self._from(start):
+            for first, _last, record in batch.parts(
+                max(start, batch.first_offset), batch.last_offset
+            ):
+                if record.state == RecordState.AVAILABLE and not record.pending:
+                    return first
         return self.last_cached + 1
 
     def can_acquire(self, limits: Limits) -> bool:
@@ -291,18 +348,22 @@ class SharePartition:
 
     def next_deadline(self) -> int | None:
         """When the earliest acquisition lock expires (None: nothing acquired)."""
-        # the batches' records directly (no offset arithmetic): below the start offset every
-        # record is done, so the walk finds the same acquired records as offsets() would
+        # every batch, the first one's offsets below the start offset too: they are done,
+        # except records whose acknowledgement's write is under way when the log start moved
+        # past them (their lock still counts). One look per whole batch.
         acquired = RecordState.ACQUIRED
-        return min(
-            (r.deadline_ms for b in self.batches for r in b.records if r.state == acquired),
-            default=None,
-        )
+        earliest: int | None = None
+        for batch in self.batches:
+            records = batch.records
+            for record in (batch.head,) if records is None else records:
+                if record.state == acquired and (earliest is None or record.deadline_ms < earliest):
+                    earliest = record.deadline_ms
+        return earliest
 
     def delivery_complete_count(self) -> int:
         """Done offsets at or above the start offset (what DescribeShareGroupOffsets' lag
         subtracts)."""
-        return self._start_and_done({})[1]
+        return self._start_and_done(())[1]
 
     # -- acquisition -----------------------------------------------------------------------
 
@@ -328,9 +389,10 @@ class SharePartition:
         ends up alone: _delivery_cap)."""
         deadline = now_ms + limits.record_lock_duration_ms
         room = limits.max_record_locks - self.in_flight_count()
-        taken: list[tuple[int, int, bool]] = []  # (offset, delivery count, cut after it)
-        archived: dict[int, RecordState] = {}
-        archived_records: dict[int, OffsetState] = {}
+        # acquired runs: (first, last, delivery count, a log batch's last acquired offset)
+        taken: list[tuple[int, int, int, bool]] = []
+        archived = _Runs()
+        touched: list[InFlightBatch] = []  # split batches changed: whole again?
         count = 0
         cap = max_records  # lowered by records delivered often already
         exact = mode == RECORD_LIMIT  # the cap holds exactly, not at batch boundaries
@@ -338,7 +400,7 @@ class SharePartition:
         # the next log batch only while the cap allows: the manager reads them lazily
         remaining = iter(log_batches)
         while count < cap and (log_batch := next(remaining, None)) is not None:
-            cursor = self._archive_gap(cursor, log_batch.first_offset, archived, archived_records)
+            cursor = self._archive_gap(cursor, log_batch.first_offset, archived, touched)
             cursor = max(cursor, log_batch.last_offset + 1)
             first = max(log_batch.first_offset, self.start_offset)
             if first > log_batch.last_offset:
@@ -347,63 +409,97 @@ class SharePartition:
             before = len(taken)
             # records already cached: re-acquire the AVAILABLE ones
             cached_last = min(log_batch.last_offset, self.last_cached)
-            for offset, record in self._span(first, cached_last):
-                if record.state != RecordState.AVAILABLE or record.pending:
-                    continue
-                if is_aborted:
-                    record.state = RecordState.ARCHIVED
-                    archived[offset] = RecordState.ARCHIVED
-                    archived_records[offset] = record
-                    continue
-                throttled = _delivery_cap(record.delivery_count, limits, max_records)
-                if throttled is not None:
-                    cap, exact = min(cap, throttled), True
-                if exact and count >= cap:
+            full = False
+            for cached in self._from(first):
+                if cached.first_offset > cached_last:
                     break
-                self._take(record, member, deadline)
-                taken.append((offset, record.delivery_count, False))
-                count += 1
-            # records new to the cache: the whole log batch is cached
+                low, high = max(first, cached.first_offset), min(cached_last, cached.last_offset)
+                if cached.records is None:
+                    head = cached.head
+                    if head.state != RecordState.AVAILABLE or head.pending:
+                        continue
+                    if not is_aborted:
+                        # (the cap is the same for all: looked at here so that a whole
+                        # batch the cap allows is taken whole, one that it cuts is split)
+                        throttled = _delivery_cap(head.delivery_count, limits, max_records)
+                        if throttled is not None:
+                            cap, exact = min(cap, throttled), True
+                        if exact and count >= cap:
+                            break
+                        if exact and count + (high - low + 1) > cap:
+                            cached.split()
+                for part_first, part_last, record in cached.edit(low, high):
+                    if record.state != RecordState.AVAILABLE or record.pending:
+                        continue
+                    if is_aborted:
+                        record.state = RecordState.ARCHIVED
+                        archived.add(
+                            part_first, part_last, RecordState.ARCHIVED, record.delivery_count
+                        )
+                        continue
+                    throttled = _delivery_cap(record.delivery_count, limits, max_records)
+                    if throttled is not None:
+                        cap, exact = min(cap, throttled), True
+                    if exact and count >= cap:
+                        full = True
+                        break
+                    self._take(record, member, deadline)
+                    _add_taken(taken, before, part_first, part_last, record.delivery_count)
+                    count += part_last - part_first + 1
+                if cached.records is not None:
+                    touched.append(cached)
+                if full:
+                    break
+            # records new to the cache: the whole log batch is cached, as one batch
             new_first = max(first, self.last_cached + 1)
             if new_first <= log_batch.last_offset:
                 if room <= 0 or (exact and count >= cap):
                     break  # at the in-flight limit (or the cap): nothing new
-                records = [OffsetState() for _ in range(log_batch.last_offset - new_first + 1)]
-                room -= len(records)
-                self._append(new_first, records)
-                for i, record in enumerate(records):
-                    if is_aborted:
-                        record.state = RecordState.ARCHIVED
-                        archived[new_first + i] = RecordState.ARCHIVED
-                        archived_records[new_first + i] = record
-                        continue
-                    if exact and count >= cap:
-                        break
-                    self._take(record, member, deadline)
-                    taken.append((new_first + i, record.delivery_count, False))
-                    count += 1
+                size = log_batch.last_offset - new_first + 1
+                room -= size
+                batch = InFlightBatch(new_first, log_batch.last_offset)
+                self._append(batch)
+                if is_aborted:
+                    batch.head.state = RecordState.ARCHIVED
+                    archived.add(new_first, batch.last_offset, RecordState.ARCHIVED, 0)
+                else:
+                    take = min(size, cap - count) if exact else size
+                    take_last = new_first + take - 1
+                    for _first, _last, record in batch.edit(new_first, take_last):
+                        self._take(record, member, deadline)
+                    _add_taken(taken, before, new_first, take_last, 1)
+                    count += take
             if len(taken) > before and batch_size > 0:
-                offset, delivery_count, _ = taken[-1]
-                taken[-1] = (offset, delivery_count, True)  # a log-batch boundary
+                last_first, last_last, delivery_count, _ = taken[-1]
+                taken[-1] = (last_first, last_last, delivery_count, True)  # a log batch's end
+        _merge(touched)
         write = None
         if archived:
-            write = self._write_for(archived, archived_records)
+            write = StateWrite(*self._start_and_done(()), archived.batches())
             self._advance()
         return Acquisition(_ranges(taken, batch_size), write)
 
     def _archive_gap(
-        self,
-        cursor: int,
-        upto: int,
-        archived: dict[int, RecordState],
-        records: dict[int, OffsetState],
+        self, cursor: int, upto: int, archived: _Runs, touched: list[InFlightBatch]
     ) -> int:
         """Cached AVAILABLE offsets in [cursor, upto) that the log no longer has: ARCHIVED."""
-        for offset, record in self._span(max(cursor, self.start_offset), upto - 1):
-            if record.state == RecordState.AVAILABLE and not record.pending:
-                record.state = RecordState.ARCHIVED
-                archived[offset] = RecordState.ARCHIVED
-                records[offset] = record
+        first, last = max(cursor, self.start_offset), upto - 1
+        if first <= last:
+            for cached in self._from(first):
+                if cached.first_offset > last:
+                    break
+                head = cached.head
+                if cached.records is None and (head.state != RecordState.AVAILABLE or head.pending):
+                    continue
+                low, high = max(first, cached.first_offset), min(last, cached.last_offset)
+                for part_first, part_last, record in cached.edit(low, high):
+                    if record.state == RecordState.AVAILABLE and not record.pending:
+                        record.state = RecordState.ARCHIVED
+                        archived.add(
+                            part_first, part_last, RecordState.ARCHIVED, record.delivery_count
+                        )
+                if cached.records is not None:
+                    touched.append(cached)
         return max(cursor, upto)
 
     @staticmethod
@@ -423,9 +519,7 @@ class SharePartition:
         this member with no transition under way, else AcknowledgeError and nothing changes.
         RENEW restarts the locks at once; the other types wait for `commit` (after the write)
         or `rollback`."""
-        targets: dict[int, RecordState] = {}
-        records: dict[int, OffsetState] = {}
-        renewed: list[OffsetState] = []
+        wanted: list[tuple[int, AckBatch]] = []  # (first offset at or above SPSO, batch)
         for batch in batches:
             if batch.last_offset < self.start_offset:
                 continue  # already done: ignored, as Kafka
@@ -442,9 +536,48 @@ class SharePartition:
                     ErrorCode.invalid_request, "Acknowledgement beyond the last fetched offset."
                 )
             first = max(batch.first_offset, self.start_offset)
-            seen = 0
-            for offset, record in self._span(first, batch.last_offset):
-                seen += 1
+            self._check_acquired(member, first, batch, limits)
+            wanted.append((first, batch))
+        # every check passed: now the changes
+        deadline = now_ms + limits.record_lock_duration_ms
+        changes: list[tuple[InFlightBatch, int, int, RecordState]] = []
+        runs = _Runs()
+        for first, last, kind, renew in _actions(wanted):
+            target = _ACK_TARGET.get(kind)  # None: RENEW alone
+            for cached in self._from(first):
+                if cached.first_offset > last:
+                    break
+                low, high = max(first, cached.first_offset), min(last, cached.last_offset)
+                for part_first, part_last, record in cached.edit(low, high):
+                    if renew:
+                        record.deadline_ms = deadline
+                    if target is None:
+                        continue
+                    state = target
+                    if state == RecordState.AVAILABLE and (
+                        record.delivery_count >= limits.delivery_count_limit
+                    ):
+                        state = RecordState.ARCHIVED
+                    record.pending = True
+                    runs.add(part_first, part_last, state, record.delivery_count)
+                    _add_change(changes, cached, part_first, part_last, state)
+        if not changes:
+            return Transition(member, changes, None, done=True)
+        overlay = [(first, last, state) for _batch, first, last, state in changes]
+        write = StateWrite(*self._start_and_done(overlay), runs.batches())
+        return Transition(member, changes, write)
+
+    def _check_acquired(self, member: str, first: int, batch: AckBatch, limits: Limits) -> None:
+        """AcknowledgeError unless every cached offset of `batch` from `first` is ACQUIRED by
+        `member` with no transition under way (the first offset that fails, in Kafka's order:
+        its state, then a RENEW while renewal is disabled)."""
+        check_renew = not limits.renew_enabled and RENEW in batch.types
+        seen = 0
+        for cached in self._from(first):
+            if cached.first_offset > batch.last_offset:
+                break
+            low, high = max(first, cached.first_offset), min(batch.last_offset, cached.last_offset)
+            for part_first, part_last, record in cached.parts(low, high):
                 if (
                     record.state != RecordState.ACQUIRED
                     or record.member != member
@@ -452,45 +585,30 @@ class SharePartition:
                 ):
                     raise AcknowledgeError(
                         ErrorCode.invalid_record_state,
-                        f"The record at offset {offset} is not acquired by this member.",
+                        f"The record at offset {part_first} is not acquired by this member.",
                     )
-                kind = batch.type_of(offset)
-                if kind == RENEW:
-                    if not limits.renew_enabled:
-                        raise AcknowledgeError(
-                            ErrorCode.invalid_record_state, "Renew acknowledgement is disabled."
-                        )
-                    renewed.append(record)
-                    continue
-                target = _ACK_TARGET[kind]
-                if target == RecordState.AVAILABLE and (
-                    record.delivery_count >= limits.delivery_count_limit
-                ):
-                    target = RecordState.ARCHIVED
-                targets[offset] = target
-                records[offset] = record
-            if seen != batch.last_offset - first + 1:  # (the cache is contiguous: never)
-                raise AcknowledgeError(ErrorCode.invalid_record_state, "Records not cached.")
-        deadline = now_ms + limits.record_lock_duration_ms
-        for record in renewed:
-            record.deadline_ms = deadline
-        for record in records.values():
-            record.pending = True
-        write = self._write_for(targets, records) if targets else None
-        transition = Transition(member, targets, records, write)
-        if not targets:
-            transition.done = True
-        return transition
+                if check_renew and _renews(batch, part_first, part_last):
+                    raise AcknowledgeError(
+                        ErrorCode.invalid_record_state, "Renew acknowledgement is disabled."
+                    )
+                seen += part_last - part_first + 1
+        if seen != batch.last_offset - first + 1:  # offsets the log no longer had
+            raise AcknowledgeError(ErrorCode.invalid_record_state, "Records not cached.")
 
     def commit(self, transition: Transition) -> None:
         """The write succeeded: the records take their new states."""
         if transition.done:
             return
         transition.done = True
-        for offset, target in transition.targets.items():
-            record = transition.records[offset]  # (gone from the cache meanwhile: no matter)
-            record.pending = False
-            self._settle(record, target)
+        touched: list[InFlightBatch] = []
+        for batch, first, last, target in transition.changes:
+            # (a batch gone from the cache meanwhile: no matter)
+            for _first, _last, record in batch.edit(first, last):
+                record.pending = False
+                self._settle(record, target)
+            if batch.records is not None:
+                touched.append(batch)
+        _merge(touched)
         self._advance()
 
     def rollback(self, transition: Transition, now_ms: int, limits: Limits) -> None:
@@ -499,10 +617,15 @@ class SharePartition:
         if transition.done:
             return
         transition.done = True
-        for record in transition.records.values():
-            record.pending = False
-            if record.deadline_ms <= now_ms:
-                self._settle(record, self._released(record, limits))
+        touched: list[InFlightBatch] = []
+        for batch, first, last, _target in transition.changes:
+            for _first, _last, record in batch.edit(first, last):
+                record.pending = False
+                if record.deadline_ms <= now_ms:
+                    self._settle(record, self._released(record, limits))
+            if batch.records is not None:
+                touched.append(batch)
+        _merge(touched)
         self._advance()
 
     # -- release ---------------------------------------------------------------------------
@@ -521,17 +644,30 @@ class SharePartition:
     def _release_where(
         self, chosen: Callable[[OffsetState], bool], limits: Limits
     ) -> StateWrite | None:
-        changed: dict[int, RecordState] = {}
-        records: dict[int, OffsetState] = {}
-        for offset, record in self.offsets():
-            if record.state == RecordState.ACQUIRED and not record.pending and chosen(record):
-                changed[offset] = self._released(record, limits)
-                records[offset] = record
-        if not changed:
+        runs = _Runs()
+        touched: list[InFlightBatch] = []
+        start = self.start_offset
+        for batch in self._from(start):
+            head = batch.head
+            if batch.records is None and (
+                head.state != RecordState.ACQUIRED or head.pending or not chosen(head)
+            ):
+                continue
+            changed = False
+            for first, last, record in batch.edit(
+                max(start, batch.first_offset), batch.last_offset
+            ):
+                if record.state == RecordState.ACQUIRED and not record.pending and chosen(record):
+                    target = self._released(record, limits)
+                    runs.add(first, last, target, record.delivery_count)
+                    self._settle(record, target)
+                    changed = True
+            if changed and batch.records is not None:
+                touched.append(batch)
+        if not runs:
             return None
-        write = self._write_for(changed, records)
-        for offset, target in changed.items():
-            self._settle(records[offset], target)
+        _merge(touched)
+        write = StateWrite(*self._start_and_done(()), runs.batches())
         self._advance()
         return write
 
@@ -540,20 +676,28 @@ class SharePartition:
         below it are gone, the start offset moves to it."""
         if log_start <= self.start_offset:
             return None
-        changed: dict[int, RecordState] = {}
-        records: dict[int, OffsetState] = {}
-        for offset, record in self.offsets():
-            if offset >= log_start:
+        runs = _Runs()
+        touched: list[InFlightBatch] = []
+        start = self.start_offset
+        for batch in self._from(start):
+            low = max(start, batch.first_offset)
+            if low >= log_start:
                 break
-            if record.state not in TERMINAL and not record.pending:
-                changed[offset] = RecordState.ARCHIVED
-                records[offset] = record
-        write_batches = _state_batches(changed, records)
-        for record in records.values():
-            self._settle(record, RecordState.ARCHIVED)
+            head = batch.head
+            if batch.records is None and (head.state in TERMINAL or head.pending):
+                continue
+            changed = False
+            for first, last, record in batch.edit(low, min(batch.last_offset, log_start - 1)):
+                if record.state not in TERMINAL and not record.pending:
+                    runs.add(first, last, RecordState.ARCHIVED, record.delivery_count)
+                    self._settle(record, RecordState.ARCHIVED)
+                    changed = True
+            if changed and batch.records is not None:
+                touched.append(batch)
+        _merge(touched)
         self.start_offset = log_start
         self._advance()
-        return StateWrite(self.start_offset, self.delivery_complete_count(), write_batches)
+        return StateWrite(self.start_offset, self.delivery_complete_count(), runs.batches())
 
     @staticmethod
     def _released(record: OffsetState, limits: Limits) -> RecordState:
@@ -569,52 +713,61 @@ class SharePartition:
 
     # -- the cache and the start offset ----------------------------------------------------
 
-    def _append(self, first: int, records: list[OffsetState]) -> None:
-        self.batches.append(InFlightBatch(first, records))
-        self._firsts.append(first)
+    def _append(self, batch: InFlightBatch) -> None:
+        self.batches.append(batch)
+        self._firsts.append(batch.first_offset)
 
-    def _start_after(self, targets: dict[int, RecordState]) -> int:
-        """The start offset once `targets` are applied: past the longest done prefix."""
+    def _runs(self) -> Iterator[tuple[int, int, RecordState]]:
+        """The cached offsets at or above the start offset as (first, last, state) runs: one
+        per whole batch, one per run of one state in a split one."""
         start = self.start_offset
-        for offset, record in self.offsets():
-            state = targets.get(offset, record.state)
-            if state not in TERMINAL or (record.pending and offset not in targets):
-                return start
-            start = offset + 1
-        return start
+        for batch in self._from(start):
+            low = max(start, batch.first_offset)
+            records = batch.records
+            if records is None:
+                yield low, batch.last_offset, batch.head.state
+            else:
+                # a split batch by runs of one state too: its offsets mostly agree in long runs
+                offset = low
+                rest = itertools.islice(records, low - batch.first_offset, None)
+                for state, group in itertools.groupby(rest, key=_state_of):
+                    size = len(list(group))
+                    yield offset, offset + size - 1, state
+                    offset += size
 
-    def _start_and_done(self, targets: dict[int, RecordState]) -> tuple[int, int]:
-        """The start offset once `targets` are applied, and the done offsets at or above it
-        (one walk of the cache)."""
+    def _start_and_done(self, changes: Sequence[tuple[int, int, RecordState]]) -> tuple[int, int]:
+        """The start offset once `changes` ((first, last, new state), in offset order) are
+        applied, and the done offsets at or above it (one walk of the cache, by runs). A
+        pending record is ACQUIRED: never done unless `changes` say so."""
         start = self.start_offset
         prefix = True
         done = 0
-        for offset, record in self.offsets():
-            state = targets.get(offset, record.state)
+        runs = _overlaid(self._runs(), changes) if changes else self._runs()
+        for first, last, state in runs:
+            terminal = state in TERMINAL
             if prefix:
-                if state in TERMINAL and not (record.pending and offset not in targets):
-                    start = offset + 1
+                if terminal:
+                    start = last + 1
                     continue
                 prefix = False
-            if state in TERMINAL:
-                done += 1
+            if terminal:
+                done += last - first + 1
         return start, done
 
     def _advance(self) -> None:
         """Moves the start offset past the done prefix and drops the batches wholly below."""
-        self.start_offset = self._start_after({})
+        start = self.start_offset
+        for _first, last, state in self._runs():
+            if state not in TERMINAL:
+                break
+            start = last + 1
+        self.start_offset = start
         keep = 0
-        while keep < len(self.batches) and self.batches[keep].last_offset < self.start_offset:
+        while keep < len(self.batches) and self.batches[keep].last_offset < start:
             keep += 1
         if keep:
             del self.batches[:keep]
             del self._firsts[:keep]
-
-    def _write_for(
-        self, targets: dict[int, RecordState], records: dict[int, OffsetState]
-    ) -> StateWrite:
-        start, done = self._start_and_done(targets)
-        return StateWrite(start, done, _state_batches(targets, records))
 
 
 def _delivery_cap(delivery_count: int, limits: Limits, max_records: int) -> int | None:
@@ -642,43 +795,154 @@ def _is_aborted(log_batch: LogBatch, aborted: Sequence[AbortedRange]) -> bool:
     )
 
 
-def _state_batches(
-    targets: dict[int, RecordState], records: dict[int, OffsetState]
-) -> tuple[StateBatch, ...]:
-    """The changed offsets (`records` in their new states `targets`) as persisted ranges:
-    runs of consecutive offsets with one state and delivery count."""
-    runs: list[StateBatch] = []
-    # the open run as plain ints: a batch is built once per run, not once per offset (an
-    # acknowledgement of a whole log batch is thousands of offsets)
-    first = last = state = count = -1
-    for offset in sorted(targets):
-        offset_count = records[offset].delivery_count
-        offset_state = int(targets[offset])
-        if offset == last + 1 and offset_state == state and offset_count == count:
-            last = offset
-            continue
-        if first >= 0:
-            runs.append(StateBatch(first, last, state, count))
-        first = last = offset
-        state, count = offset_state, offset_count
-    if first >= 0:
-        runs.append(StateBatch(first, last, state, count))
-    return tuple(runs)
+class _Runs:
+    """Persisted ranges built in offset order: runs of consecutive offsets with one state and
+    delivery count, the open run kept as plain ints (a StateBatch per run, not per offset)."""
+
+    __slots__ = ("_count", "_done", "_first", "_last", "_state")
+
+    def __init__(self) -> None:
+        self._done: list[StateBatch] = []
+        self._first = self._last = self._state = self._count = -1
+
+    def add(self, first: int, last: int, state: int, count: int) -> None:
+        if first == self._last + 1 and state == self._state and count == self._count:
+            self._last = last
+            return
+        if self._first >= 0:
+            self._done.append(StateBatch(self._first, self._last, self._state, self._count))
+        self._first, self._last, self._state, self._count = first, last, int(state), count
+
+    def __bool__(self) -> bool:
+        return self._first >= 0
+
+    def batches(self) -> tuple[StateBatch, ...]:
+        if self._first < 0:
+            return ()
+        return (*self._done, StateBatch(self._first, self._last, self._state, self._count))
 
 
-def _ranges(taken: list[tuple[int, int, bool]], batch_size: int) -> tuple[AcquiredRange, ...]:
-    """Acquired offsets as AcquiredRecords: contiguous offsets with one delivery count merged,
-    cut at a log-batch boundary once a range holds `batch_size` records (batch_optimized)."""
+def _state_of(record: OffsetState) -> RecordState:
+    return record.state
+
+
+def _merge(touched: list[InFlightBatch]) -> None:
+    """The split batches an operation changed: whole again where their offsets agree (each
+    once, though listed several times)."""
+    seen: set[int] = set()
+    for batch in touched:
+        if id(batch) not in seen:
+            seen.add(id(batch))
+            batch.merge()
+
+
+def _add_taken(
+    taken: list[tuple[int, int, int, bool]], before: int, first: int, last: int, count: int
+) -> None:
+    """Appends an acquired run, extending the previous one of the same log batch (runs of
+    one log batch only: its end may cut a range, _ranges)."""
+    if len(taken) > before:
+        run_first, run_last, run_count, _ = taken[-1]
+        if run_last + 1 == first and run_count == count:
+            taken[-1] = (run_first, last, count, False)
+            return
+    taken.append((first, last, count, False))
+
+
+def _add_change(
+    changes: list[tuple[InFlightBatch, int, int, RecordState]],
+    batch: InFlightBatch,
+    first: int,
+    last: int,
+    state: RecordState,
+) -> None:
+    if changes:
+        prev_batch, prev_first, prev_last, prev_state = changes[-1]
+        if prev_batch is batch and prev_last + 1 == first and prev_state == state:
+            changes[-1] = (batch, prev_first, last, state)
+            return
+    changes.append((batch, first, last, state))
+
+
+def _renews(batch: AckBatch, first: int, last: int) -> bool:
+    """Whether `batch` says RENEW for an offset in [first, last]."""
+    types = batch.types
+    if len(types) == 1:
+        return types[0] == RENEW
+    return RENEW in types[first - batch.first_offset : last - batch.first_offset + 1]
+
+
+def _actions(wanted: list[tuple[int, AckBatch]]) -> list[tuple[int, int, int, bool]]:
+    """The acknowledgement as (first, last, type, renew the lock) in offset order, one per run
+    of one type. Two batches may share one offset (validation lets a batch start at the
+    previous one's last offset): there the later type applies unless it is RENEW, and a RENEW
+    of either restarts the lock (as applying them one after the other would)."""
+    actions: list[tuple[int, int, int, bool]] = []
+    for first, batch in wanted:
+        for run_first, run_last, kind in _type_runs(batch, first):
+            if actions and actions[-1][1] == run_first:
+                prev_first, prev_last, prev_kind, prev_renew = actions[-1]
+                if prev_first == prev_last:
+                    actions.pop()
+                else:
+                    actions[-1] = (prev_first, prev_last - 1, prev_kind, prev_renew)
+                if kind == RENEW:
+                    actions.append((run_first, run_first, prev_kind, True))
+                else:
+                    actions.append((run_first, run_first, kind, prev_renew))
+                run_first += 1
+                if run_first > run_last:
+                    continue
+            actions.append((run_first, run_last, kind, kind == RENEW))
+    return actions
+
+
+def _type_runs(batch: AckBatch, first: int) -> Iterator[tuple[int, int, int]]:
+    """`batch`'s offsets from `first` as (first, last, type) runs of one type."""
+    types = batch.types
+    if len(types) == 1:
+        yield first, batch.last_offset, types[0]
+        return
+    offset = first
+    for kind, group in itertools.groupby(types[first - batch.first_offset :]):
+        size = sum(1 for _ in group)
+        yield offset, offset + size - 1, kind
+        offset += size
+
+
+def _overlaid(
+    runs: Iterable[tuple[int, int, RecordState]], changes: Sequence[tuple[int, int, RecordState]]
+) -> Iterator[tuple[int, int, RecordState]]:
+    """`runs` with `changes` (inside them; both in offset order) laid over them."""
+    i = 0
+    for first, last, state in runs:
+        while first <= last:
+            while i < len(changes) and changes[i][1] < first:
+                i += 1
+            if i == len(changes) or changes[i][0] > last:
+                yield first, last, state
+                break
+            change_first, change_last, change_state = changes[i]
+            if change_first > first:
+                yield first, change_first - 1, state
+                first = change_first
+            end = min(change_last, last)
+            yield first, end, change_state
+            first = end + 1
+
+
+def _ranges(taken: list[tuple[int, int, int, bool]], batch_size: int) -> tuple[AcquiredRange, ...]:
+    """Acquired runs as AcquiredRecords: contiguous offsets with one delivery count merged,
+    cut at a log batch's end once a range holds `batch_size` records (batch_optimized)."""
     ranges: list[AcquiredRange] = []
-    # the open range as plain ints: a range is built once, not once per offset
     first = last = count = -1
     cut = True
-    for offset, delivery_count, boundary in taken:
-        if cut or offset != last + 1 or delivery_count != count:
+    for run_first, run_last, delivery_count, boundary in taken:
+        if cut or run_first != last + 1 or delivery_count != count:
             if first >= 0:
                 ranges.append(AcquiredRange(first, last, count))
-            first, count = offset, delivery_count
-        last = offset
+            first, count = run_first, delivery_count
+        last = run_last
         cut = boundary and batch_size > 0 and last - first + 1 >= batch_size
     if first >= 0:
         ranges.append(AcquiredRange(first, last, count))
