@@ -507,9 +507,11 @@ class SharePartition:
         if transition.done:
             return
         transition.done = True
-        for record in transition.records.values():
+        for offset, record in transition.records.items():
             record.pending = False
-            if record.deadline_ms <= now_ms:
+            if offset < self.start_offset:  # the log start moved past it meanwhile
+                self._settle(record, RecordState.ARCHIVED)
+            elif record.deadline_ms <= now_ms:
                 self._settle(record, self._released(record, limits))
         self._advance()
 

@@ -613,16 +613,27 @@ class SharePartition:
 
     def rollback(self, transition: Transition, now_ms: int, limits: Limits) -> None:
         """The write failed: the records are ACQUIRED again, or released if their lock
-        expired meanwhile."""
+        expired meanwhile; those the log start moved past meanwhile are ARCHIVED, as
+        move_to_log_start archives the others (left ACQUIRED below the start offset, no
+        expiry would ever release them, and their deadline would re-arm the timer at once)."""
         if transition.done:
             return
         transition.done = True
         touched: list[InFlightBatch] = []
+        start = self.start_offset
         for batch, first, last, _target in transition.changes:
-            for _first, _last, record in batch.edit(first, last):
-                record.pending = False
-                if record.deadline_ms <= now_ms:
-                    self._settle(record, self._released(record, limits))
+            for lo, hi, gone in (
+                (first, min(last, start - 1), True),
+                (max(first, start), last, False),
+            ):
+                if lo > hi:
+                    continue
+                for _first, _last, record in batch.edit(lo, hi):
+                    record.pending = False
+                    if gone:
+                        self._settle(record, RecordState.ARCHIVED)
+                    elif record.deadline_ms <= now_ms:
+                        self._settle(record, self._released(record, limits))
             if batch.records is not None:
                 touched.append(batch)
         _merge(touched)

@@ -301,6 +301,23 @@ def test_log_start_moving_past_the_start_offset() -> None:
     assert share.start_offset == 2
 
 
+def test_a_rolled_back_acknowledgement_below_a_moved_log_start_is_archived() -> None:
+    share = SharePartition(0)
+    share.acquire("a", log(5), 10, 0, LIMITS)
+    transition = share.acknowledge("a", [AckBatch(0, 4, (ACCEPT,))], 0, LIMITS)
+    share.move_to_log_start(3)  # (retention or DeleteRecords while the write is under way)
+    share.rollback(transition, 10, LIMITS)  # the write failed, locks still valid
+    # 3-4 are ACQUIRED again; 0-2 are gone from the log: archived, not left holding a lock
+    # that no expiry below the start offset would ever release (the timer would spin on it)
+    states = {o: share.state_of(o) for o in range(5)}
+    assert [states[o].state for o in (3, 4)] == [RecordState.ACQUIRED] * 2  # type: ignore[union-attr]
+    below = [states[o] for o in (0, 1, 2)]
+    assert all(r is None or r.state == RecordState.ARCHIVED for r in below)
+    assert share.next_deadline() == LIMITS.record_lock_duration_ms
+    share.commit(share.acknowledge("a", [AckBatch(3, 4, (ACCEPT,))], 20, LIMITS))
+    assert share.next_deadline() is None
+
+
 # -- a per-offset model ------------------------------------------------------------------
 
 
