@@ -407,19 +407,16 @@ def heartbeat(
         client_host=request.client_host,
         classic=request.classic if request.classic is not None else member.classic,
     )
-    bump = (
-        new_member
-        or (
-            (
-                updated.subscribed_topic_names,
-                updated.subscribed_topic_regex,
-                updated.server_assignor,
-            )
-            != (
-                member.subscribed_topic_names,
-                member.subscribed_topic_regex,
-                member.server_assignor,
-            )
+    bump = new_member or (
+        (
+            updated.subscribed_topic_names,
+            updated.subscribed_topic_regex,
+            updated.server_assignor,
+        )
+        != (
+            member.subscribed_topic_names,
+            member.subscribed_topic_regex,
+            member.server_assignor,
         )
     )
     if updated != member or new_member or replaced_static:
