@@ -111,10 +111,11 @@ async def kip1251_observations(
     topic: str,
     producer: tuple[str, int, int],
 ) -> dict[str, Any]:
-    """KIP-1251 on a topic of two partitions: m1 takes both (epoch 1), hands one over to m2
-    (epoch 2) and gets it back when m2 leaves (epoch 3); OffsetCommit (v10 and v8),
-    TxnOffsetCommit (v3, `producer`: transactional id, producer id and epoch, no transaction
-    open) and OffsetFetch (v9) name m1 with each of its epochs. Error codes per partition."""
+    """KIP-1251 on a topic of two partitions: m1 takes both (epoch 2: a new group is at epoch
+    1, as Kafka 4.4), hands one over to m2 (epoch 3) and gets it back when m2 leaves (epoch
+    4); OffsetCommit (v10 and v8), TxnOffsetCommit (v3, `producer`: transactional id,
+    producer id and epoch, no transaction open) and OffsetFetch (v9) name m1 with each of its
+    epochs. Error codes per partition, and m1's epochs."""
     tid = await topic_id(connection, topic)
     m1, m2 = RawMember(connection, group, topic, tid), RawMember(connection, group, topic, tid)
 
@@ -172,6 +173,7 @@ async def kip1251_observations(
     await m2.leave()
     await beat_until([m1], lambda: m1.owned == PARTITIONS and m1.epoch > second)
     third = m1.epoch
+    found["m1's epochs"] = (first, second, third)
     found["previous epoch, partition kept"] = await commit(second, kept)
     found["previous epoch, partition given back in the new epoch"] = await commit(second, moved)
     found["previous epoch, both"] = await commit(second, PARTITIONS)
@@ -209,6 +211,7 @@ async def static_leave_observations(
     m2 = RawMember(connection, group, topic, tid)
     found: dict[str, Any] = {}
     await beat_until([s1], lambda: s1.owned == PARTITIONS)
+    joined = s1.epoch
     # s1's answer gives it one partition (the other is to be revoked); it has not yet
     # heartbeated that it let it go
     await beat_until([m2, s1], lambda: len(s1.owned) == 1)
@@ -219,8 +222,6 @@ async def static_leave_observations(
     waiting_epoch = m2.epoch
     found["s1 leaves with epoch -2"] = await s1.leave(-2)
     await m2.beat()
-    # (epochs compared, not shown: Kafka's run one ahead of lockgate's from the first join on,
-    # where its first answer is already epoch 2; the leave has nothing to do with it)
     found["m2 gets the partition s1 was revoking, no rebalance"] = (
         m2.owned == moved,
         m2.epoch == waiting_epoch,
@@ -230,6 +231,8 @@ async def static_leave_observations(
     found["s1 restarted gets what it kept, no rebalance"] = restarted.epoch == m2.epoch
     await m2.beat()
     found["m2 keeps its partition"] = (m2.owned == moved, m2.epoch == restarted.epoch)
+    # s1's first epoch (a new group is at epoch 1), m2's when it joined, the restarted s1's
+    found["epochs"] = (joined, waiting_epoch, restarted.epoch)
     found["restarted s1 leaves"] = await restarted.leave()
     await m2.leave()
     return found
@@ -241,6 +244,7 @@ EXPECTED: dict[str, Any] = {
     "m1 alone": [0, 1],
     "commit at the member's epoch": [0, 0],
     "split": (True, True),
+    "m1's epochs": (2, 3, 4),
     "older epoch, partition kept": [0],
     "older epoch, partition handed over": [113],
     "previous epoch, partition kept": [0],

@@ -150,10 +150,21 @@ public class ConsumerProtocolChecks {
             }
         }
         result("kip848_eos", "moved", moved);
+        // commitTransaction returns once the commit is decided; the markers that make the
+        // offsets visible follow (Kafka writes them in the background), so read until they
+        // are all there, within a bound
         long committed = 0;
-        for (OffsetAndMetadata o : admin.listConsumerGroupOffsets("java-848-eos")
-                .partitionsToOffsetAndMetadata().get(30, TimeUnit.SECONDS).values()) {
-            committed += o.offset();
+        long deadline = System.currentTimeMillis() + 30_000;
+        while (true) {
+            committed = 0;
+            for (OffsetAndMetadata o : admin.listConsumerGroupOffsets("java-848-eos")
+                    .partitionsToOffsetAndMetadata().get(30, TimeUnit.SECONDS).values()) {
+                committed += o == null ? 0 : o.offset();
+            }
+            if (committed >= moved || System.currentTimeMillis() >= deadline) {
+                break;
+            }
+            Thread.sleep(200);
         }
         result("kip848_eos", "committed", committed);
     }

@@ -50,12 +50,12 @@ def join(member: str, topics: list[str], group: str = "g") -> dict[str, Any]:
 async def test_heartbeat_assigns_by_topic_id(broker: Broker) -> None:
     member = str(uuid.uuid4())
     answer = await call(broker, ALICE, ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, join(member, ["t"]))
-    assert answer["error_code"] == 0 and answer["member_epoch"] == 1
+    assert answer["error_code"] == 0 and answer["member_epoch"] == 2
     assert answer["member_id"] == member and answer["heartbeat_interval"] == 5000
     [assigned] = answer["assignment"]["topic_partitions"]
     assert assigned == {"topic_id": broker.topics.topics["t"].topic_id, "partitions": [0, 1, 2]}
     again = {
-        "group_id": "g", "member_id": member, "member_epoch": 1,
+        "group_id": "g", "member_id": member, "member_epoch": 2,
         "topic_partitions": [{"topic_id": assigned["topic_id"], "partitions": [0, 1, 2]}],
     }  # fmt: skip
     answer = await call(broker, ALICE, ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, again)
@@ -82,11 +82,11 @@ async def test_describe(broker: Broker) -> None:
     described = await call(broker, ALICE, ApiKey.CONSUMER_GROUP_DESCRIBE, 1, body)
     group, unknown, refused = described["groups"]
     assert group["error_code"] == 0 and group["group_state"] == "Stable"
-    assert (group["group_epoch"], group["assignment_epoch"]) == (1, 1)
+    assert (group["group_epoch"], group["assignment_epoch"]) == (2, 2)
     assert group["assignor_name"] == "uniform"
     assert group["authorized_operations"] == (1 << Operation.READ) | (1 << Operation.DESCRIBE)
     [member] = group["members"]
-    assert member["member_id"] == "m1" and member["member_epoch"] == 1
+    assert member["member_id"] == "m1" and member["member_epoch"] == 2
     assert member["subscribed_topic_names"] == ["t"] and member["member_type"] == 1
     topics = member["assignment"]["topic_partitions"]
     assert topics == member["target_assignment"]["topic_partitions"]

@@ -135,9 +135,14 @@ class ConsumerRecord:
 
 @dataclass(frozen=True, slots=True)
 class ConsumerGroup:
+    """A new group is at group and assignment epoch 1 (an empty assignment), as Kafka 4.4
+    (KAFKA-20268): its first member's heartbeat bumps it to 2, the first computed assignment,
+    so members start at epoch 2 (0 is the join epoch). A group replayed from the log or
+    converted from a classic group takes its epochs from the record or the generation."""
+
     group_id: str
-    group_epoch: int = 0
-    assignment_epoch: int = 0
+    group_epoch: int = 1
+    assignment_epoch: int = 1
     members: Mapping[str, ConsumerMember] = field(default_factory=dict)
     static_members: Mapping[str, str] = field(default_factory=dict)  # instance id → member id
     target: Mapping[str, Assignment] = field(default_factory=dict)
@@ -402,20 +407,16 @@ def heartbeat(
         client_host=request.client_host,
         classic=request.classic if request.classic is not None else member.classic,
     )
-    bump = (
-        group.group_epoch == 0
-        or new_member
-        or (
-            (
-                updated.subscribed_topic_names,
-                updated.subscribed_topic_regex,
-                updated.server_assignor,
-            )
-            != (
-                member.subscribed_topic_names,
-                member.subscribed_topic_regex,
-                member.server_assignor,
-            )
+    bump = new_member or (
+        (
+            updated.subscribed_topic_names,
+            updated.subscribed_topic_regex,
+            updated.server_assignor,
+        )
+        != (
+            member.subscribed_topic_names,
+            member.subscribed_topic_regex,
+            member.server_assignor,
         )
     )
     if updated != member or new_member or replaced_static:

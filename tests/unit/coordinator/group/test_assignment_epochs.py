@@ -33,17 +33,17 @@ ALL = frozenset(range(4))
 
 
 def three_epochs() -> tuple[ConsumerGroup, frozenset[int], frozenset[int]]:
-    """m1 takes all four partitions at epoch 1, hands half to m2 (epoch 2), and gets them back
-    when m2 leaves (epoch 3): (group, the partitions m1 kept since epoch 1, those it got back
-    at epoch 3)."""
+    """m1 takes all four partitions at epoch 2, hands half to m2 (epoch 3), and gets them back
+    when m2 leaves (epoch 4): (group, the partitions m1 kept since epoch 2, those it got back
+    at epoch 4)."""
     group = ok(join(ok(join(None, "m1")), "m2"))
-    group = ok(beat(group, "m1", 1, {"t": ALL}))  # asked to revoke m2's half
+    group = ok(beat(group, "m1", 2, {"t": ALL}))  # asked to revoke m2's half
     kept = group.members["m1"].assigned["t"]
-    group = ok(beat(group, "m1", 1, {"t": kept}))  # revoked: epoch 2
-    group = ok(beat(group, "m2", 2, {}))  # m2 gets its half
-    group = ok(beat(group, "m2", -1, None))  # m2 leaves: epoch 3
-    group = ok(beat(group, "m1", 2, {"t": kept}))
-    assert group.members["m1"].member_epoch == 3 and group.members["m1"].assigned == {"t": ALL}
+    group = ok(beat(group, "m1", 2, {"t": kept}))  # revoked: epoch 3
+    group = ok(beat(group, "m2", 3, {}))  # m2 gets its half
+    group = ok(beat(group, "m2", -1, None))  # m2 leaves: epoch 4
+    group = ok(beat(group, "m1", 3, {"t": kept}))
+    assert group.members["m1"].member_epoch == 4 and group.members["m1"].assigned == {"t": ALL}
     return group, kept, ALL - kept
 
 
@@ -68,36 +68,36 @@ def commit(
 
 def test_partitions_keep_the_epoch_they_were_assigned_at() -> None:
     group = ok(join(None, "m1"))
-    assert group.members["m1"].assignment_epochs == {"t": dict.fromkeys(ALL, 1)}
+    assert group.members["m1"].assignment_epochs == {"t": dict.fromkeys(ALL, 2)}
     group = ok(join(group, "m2"))
-    group = ok(beat(group, "m1", 1, {"t": ALL}))
+    group = ok(beat(group, "m1", 2, {"t": ALL}))
     m1 = group.members["m1"]
-    # while revoking, both the kept and the pending partitions keep epoch 1
-    assert m1.state == MemberState.UNREVOKED_PARTITIONS and m1.member_epoch == 1
-    assert m1.held_epochs() == {"t": dict.fromkeys(ALL, 1)}
+    # while revoking, both the kept and the pending partitions keep epoch 2
+    assert m1.state == MemberState.UNREVOKED_PARTITIONS and m1.member_epoch == 2
+    assert m1.held_epochs() == {"t": dict.fromkeys(ALL, 2)}
     kept = m1.assigned["t"]
-    group = ok(beat(group, "m1", 1, {"t": kept}))
+    group = ok(beat(group, "m1", 2, {"t": kept}))
     m1 = group.members["m1"]
-    assert m1.member_epoch == 2 and m1.assignment_epochs == {"t": dict.fromkeys(kept, 1)}
-    group = ok(beat(group, "m2", 2, {}))
-    assert group.members["m2"].assignment_epochs == {"t": dict.fromkeys(ALL - kept, 2)}
+    assert m1.member_epoch == 3 and m1.assignment_epochs == {"t": dict.fromkeys(kept, 2)}
+    group = ok(beat(group, "m2", 3, {}))
+    assert group.members["m2"].assignment_epochs == {"t": dict.fromkeys(ALL - kept, 3)}
     group, kept, returned = three_epochs()
     assert group.members["m1"].assignment_epochs == {
-        "t": {**dict.fromkeys(kept, 1), **dict.fromkeys(returned, 3)}
+        "t": {**dict.fromkeys(kept, 2), **dict.fromkeys(returned, 4)}
     }
 
 
 def test_a_partition_revoked_and_given_back_gets_the_new_epoch() -> None:
     group = ok(join(ok(join(None, "m1")), "m2"))
-    group = ok(beat(group, "m1", 1, {"t": ALL}))
+    group = ok(beat(group, "m1", 2, {"t": ALL}))
     pending = group.members["m1"].pending_revocation["t"]
     kept = group.members["m1"].assigned["t"]
-    # m2 leaves before m1 revokes: the new target gives m1 everything back at epoch 3
+    # m2 leaves before m1 revokes: the new target gives m1 everything back at epoch 4
     group = ok(beat(group, "m2", -1, None))
-    group = ok(beat(group, "m1", 1, {"t": kept}))  # it had revoked them meanwhile
+    group = ok(beat(group, "m1", 2, {"t": kept}))  # it had revoked them meanwhile
     m1 = group.members["m1"]
-    assert m1.member_epoch == 3 and m1.assigned == {"t": ALL}
-    assert m1.assignment_epochs == {"t": {**dict.fromkeys(kept, 1), **dict.fromkeys(pending, 3)}}
+    assert m1.member_epoch == 4 and m1.assigned == {"t": ALL}
+    assert m1.assignment_epochs == {"t": {**dict.fromkeys(kept, 2), **dict.fromkeys(pending, 4)}}
 
 
 def test_a_static_member_that_leaves_holds_its_partitions_at_epoch_zero() -> None:
@@ -108,18 +108,18 @@ def test_a_static_member_that_leaves_holds_its_partitions_at_epoch_zero() -> Non
     assert group.members["m1"].assignment_epochs == {"t": dict.fromkeys(ALL, 0)}
     outcome = join(group, "m1b", instance="i1")
     restarted = ok(outcome).members["m1b"]
-    assert restarted.member_epoch == 1 and restarted.assignment_epochs == {
+    assert restarted.member_epoch == 2 and restarted.assignment_epochs == {
         "t": dict.fromkeys(ALL, 0)
     }
-    assert commit(ok(outcome), 0, ALL, member="m1b") == ErrorCode.none  # 0 <= 0 <= 1
-    assert commit(ok(outcome), 1, ALL, member="m1b") == ErrorCode.none
-    assert commit(ok(outcome), 1, ALL, member="m1") == ErrorCode.unknown_member_id  # replaced
+    assert commit(ok(outcome), 0, ALL, member="m1b") == ErrorCode.none  # 0 <= 0 <= 2
+    assert commit(ok(outcome), 2, ALL, member="m1b") == ErrorCode.none
+    assert commit(ok(outcome), 2, ALL, member="m1") == ErrorCode.unknown_member_id  # replaced
     # one that leaves while revoking: the partitions still to revoke are released, so only
     # its assigned ones keep an epoch (0)
     group = ok(join(ok(join(None, "m1", instance="i1")), "m2"))
-    group = ok(beat(group, "m1", 1, {"t": ALL}, instance="i1"))
+    group = ok(beat(group, "m1", 2, {"t": ALL}, instance="i1"))
     m1 = group.members["m1"]
-    assert m1.pending_revocation and m1.assignment_epochs == {"t": dict.fromkeys(ALL, 1)}
+    assert m1.pending_revocation and m1.assignment_epochs == {"t": dict.fromkeys(ALL, 2)}
     group = ok(beat(group, "m1", STATIC_LEAVE_EPOCH, None, instance="i1"))
     away = group.members["m1"]
     assert away.pending_revocation == {} and away.assigned == m1.assigned
@@ -155,32 +155,32 @@ def test_a_member_without_recorded_epochs_holds_its_partitions_at_its_epoch() ->
 
 def test_the_members_epoch_commits_anything() -> None:
     group, _kept, _returned = three_epochs()
-    assert commit(group, 3, ALL) == ErrorCode.none
-    assert commit(group, 3, {9}) == ErrorCode.none  # no partition check at the member's epoch
+    assert commit(group, 4, ALL) == ErrorCode.none
+    assert commit(group, 4, {9}) == ErrorCode.none  # no partition check at the member's epoch
 
 
 def test_an_older_epoch_commits_partitions_held_since_then() -> None:
     group, kept, _returned = three_epochs()
-    assert commit(group, 2, kept) == ErrorCode.none
-    assert commit(group, 1, kept) == ErrorCode.none  # assigned at exactly that epoch
-    assert commit(group, 2, set()) == ErrorCode.none
+    assert commit(group, 3, kept) == ErrorCode.none
+    assert commit(group, 2, kept) == ErrorCode.none  # assigned at exactly that epoch
+    assert commit(group, 3, set()) == ErrorCode.none
 
 
 def test_an_older_epoch_is_stale_for_partitions_assigned_later() -> None:
     group, kept, returned = three_epochs()
-    assert commit(group, 2, returned) == ErrorCode.stale_member_epoch
-    assert commit(group, 0, kept) == ErrorCode.stale_member_epoch  # before epoch 1
+    assert commit(group, 3, returned) == ErrorCode.stale_member_epoch
+    assert commit(group, 1, kept) == ErrorCode.stale_member_epoch  # before epoch 2
     assert commit(group, -1, kept) == ErrorCode.stale_member_epoch  # a member with epoch -1
     # one partition of the request is enough to refuse all of it
-    assert commit(group, 2, kept | {min(returned)}) == ErrorCode.stale_member_epoch
+    assert commit(group, 3, kept | {min(returned)}) == ErrorCode.stale_member_epoch
 
 
 def test_an_older_epoch_is_stale_for_partitions_not_held() -> None:
     group, _kept, _returned = three_epochs()
-    assert commit(group, 2, {7}) == ErrorCode.stale_member_epoch  # no such partition
+    assert commit(group, 3, {7}) == ErrorCode.stale_member_epoch  # no such partition
     assert (
         validate_offset_commit(
-            group, "m1", None, 2, [("other", 0)], transactional=False, api_version=10
+            group, "m1", None, 3, [("other", 0)], transactional=False, api_version=10
         )
         == ErrorCode.stale_member_epoch
     )
@@ -200,14 +200,14 @@ def test_partitions_pending_revocation_may_be_committed_with_an_older_epoch() ->
 
 def test_a_newer_epoch_is_stale() -> None:
     group, _kept, _returned = three_epochs()
-    assert commit(group, 4, ALL) == ErrorCode.stale_member_epoch
-    assert commit(group, 4, set()) == ErrorCode.stale_member_epoch
+    assert commit(group, 5, ALL) == ErrorCode.stale_member_epoch
+    assert commit(group, 5, set()) == ErrorCode.stale_member_epoch
 
 
 def test_unknown_members_and_the_admin_client() -> None:
     group, kept, _returned = three_epochs()
+    assert commit(group, 4, kept, member="ghost") == ErrorCode.unknown_member_id
     assert commit(group, 3, kept, member="ghost") == ErrorCode.unknown_member_id
-    assert commit(group, 2, kept, member="ghost") == ErrorCode.unknown_member_id
     # epoch -1 without a member: the admin client, only while the group has no members
     assert commit(group, -1, kept, member="") == ErrorCode.unknown_member_id
     empty = ConsumerGroup("g", 3, 3)
@@ -218,8 +218,8 @@ def test_unknown_members_and_the_admin_client() -> None:
 
 def test_consumer_members_must_commit_with_v9_or_later() -> None:
     group, kept, _returned = three_epochs()
-    assert commit(group, 3, kept, api_version=8) == ErrorCode.unsupported_version
-    assert commit(group, 2, kept, api_version=9) == ErrorCode.none
+    assert commit(group, 4, kept, api_version=8) == ErrorCode.unsupported_version
+    assert commit(group, 3, kept, api_version=9) == ErrorCode.none
     # before the epoch is looked at
     assert commit(group, 9, kept, api_version=8) == ErrorCode.unsupported_version
 
@@ -255,11 +255,11 @@ def test_transactional_commits_are_checked_alike(mixed: ConsumerGroup) -> None:
         # (no version requirement for a consumer-protocol member's transactional commit)
         return commit(group, epoch, partitions, member=member, transactional=True, api_version=0)
 
+    assert txn(group, 4, kept, "m1") == ErrorCode.none
     assert txn(group, 3, kept, "m1") == ErrorCode.none
-    assert txn(group, 2, kept, "m1") == ErrorCode.none
-    assert txn(group, 2, returned, "m1") == ErrorCode.stale_member_epoch
-    assert txn(group, 4, kept, "m1") == ErrorCode.stale_member_epoch
-    assert txn(group, 3, kept, "ghost") == ErrorCode.unknown_member_id
+    assert txn(group, 3, returned, "m1") == ErrorCode.stale_member_epoch
+    assert txn(group, 5, kept, "m1") == ErrorCode.stale_member_epoch
+    assert txn(group, 4, kept, "ghost") == ErrorCode.unknown_member_id
     assert txn(mixed, 4, frozenset({1}), "c1") == ErrorCode.illegal_generation
 
 
@@ -280,11 +280,11 @@ def test_transactional_commits_without_group_metadata_are_not_fenced() -> None:
 def test_offset_fetch_needs_the_members_exact_epoch(mixed: ConsumerGroup) -> None:
     group, _kept, _returned = three_epochs()
     assert validate_offset_fetch(group, None, -1) == ErrorCode.none  # the admin client
-    assert validate_offset_fetch(group, "m1", 3) == ErrorCode.none
-    assert validate_offset_fetch(group, "m1", 2) == ErrorCode.stale_member_epoch  # no KIP-1251
-    assert validate_offset_fetch(group, "m1", 4) == ErrorCode.stale_member_epoch
-    assert validate_offset_fetch(group, "ghost", 3) == ErrorCode.unknown_member_id
-    assert validate_offset_fetch(group, None, 3) == ErrorCode.unknown_member_id
+    assert validate_offset_fetch(group, "m1", 4) == ErrorCode.none
+    assert validate_offset_fetch(group, "m1", 3) == ErrorCode.stale_member_epoch  # no KIP-1251
+    assert validate_offset_fetch(group, "m1", 5) == ErrorCode.stale_member_epoch
+    assert validate_offset_fetch(group, "ghost", 4) == ErrorCode.unknown_member_id
+    assert validate_offset_fetch(group, None, 4) == ErrorCode.unknown_member_id
     assert validate_offset_fetch(ConsumerGroup("g"), "m1", -1) == ErrorCode.unknown_member_id
     assert validate_offset_fetch(mixed, "c1", 4) == ErrorCode.illegal_generation
     assert validate_offset_fetch(mixed, "c1", 5) == ErrorCode.none

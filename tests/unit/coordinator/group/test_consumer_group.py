@@ -67,10 +67,10 @@ def ok(outcome: Outcome) -> ConsumerGroup:
     return outcome.group
 
 
-def test_first_member_gets_every_partition_at_epoch_one() -> None:
+def test_first_member_gets_every_partition_at_epoch_two() -> None:
     outcome = join(None, "m1")
     group = ok(outcome)
-    assert outcome.response.member_epoch == 1 and group.group_epoch == 1
+    assert outcome.response.member_epoch == 2 and group.group_epoch == 2
     assert outcome.response.assignment == {"t": frozenset(range(4))}
     assert outcome.response.heartbeat_interval_ms == 5000
     assert group.state == ConsumerGroupState.STABLE
@@ -141,20 +141,20 @@ def test_group_max_size() -> None:
 
 
 def test_epochs_fence_members_ahead_or_behind() -> None:
-    group = ok(join(None, "m1"))  # epoch 1
-    assert beat(group, "m1", 2, None).response.error == ErrorCode.fenced_member_epoch
-    group = ok(join(group, "m2"))  # epoch 2: m1 must revoke first
-    group = ok(beat(group, "m1", 1, {"t": frozenset(range(4))}))
+    group = ok(join(None, "m1"))  # epoch 2
+    assert beat(group, "m1", 3, None).response.error == ErrorCode.fenced_member_epoch
+    group = ok(join(group, "m2"))  # epoch 3: m1 must revoke first
+    group = ok(beat(group, "m1", 2, {"t": frozenset(range(4))}))
     m1 = group.members["m1"]
-    assert m1.state == MemberState.UNREVOKED_PARTITIONS and m1.member_epoch == 1
-    group = ok(beat(group, "m1", 1, m1.assigned))  # revoked: moves to epoch 2
-    assert group.members["m1"].member_epoch == 2
+    assert m1.state == MemberState.UNREVOKED_PARTITIONS and m1.member_epoch == 2
+    group = ok(beat(group, "m1", 2, m1.assigned))  # revoked: moves to epoch 3
+    assert group.members["m1"].member_epoch == 3
     # the previous epoch is accepted with a subset of the assignment (a lost response)...
-    assert beat(group, "m1", 1, group.members["m1"].assigned).response.error == ErrorCode.none
+    assert beat(group, "m1", 2, group.members["m1"].assigned).response.error == ErrorCode.none
     # ...but not without owned partitions, nor any older epoch
-    assert beat(group, "m1", 1, None).response.error == ErrorCode.fenced_member_epoch
-    outcome = beat(replace(group, members={**group.members, "m1": replace(m1, member_epoch=5)}),
-                   "m1", 3, {})  # fmt: skip
+    assert beat(group, "m1", 2, None).response.error == ErrorCode.fenced_member_epoch
+    outcome = beat(replace(group, members={**group.members, "m1": replace(m1, member_epoch=6)}),
+                   "m1", 4, {})  # fmt: skip
     assert outcome.response.error == ErrorCode.fenced_member_epoch
 
 
@@ -164,27 +164,27 @@ def test_incremental_reconciliation_withholds_unreleased_partitions() -> None:
     outcome = join(group, "m2")
     group = ok(outcome)
     # m2's target partitions are still m1's: it joins at the new epoch with nothing
-    assert outcome.response.member_epoch == 2 and outcome.response.assignment == {}
+    assert outcome.response.member_epoch == 3 and outcome.response.assignment == {}
     assert group.members["m2"].state == MemberState.UNRELEASED_PARTITIONS
     assert group.state == ConsumerGroupState.RECONCILING
     target_m2 = group.target["m2"]
     # m1 is asked to revoke m2's partitions and keeps its epoch
-    outcome = beat(group, "m1", 1, everything)
+    outcome = beat(group, "m1", 2, everything)
     group = ok(outcome)
-    assert outcome.response.member_epoch == 1
+    assert outcome.response.member_epoch == 2
     assert outcome.response.assignment == group.target["m1"]
     assert group.members["m1"].pending_revocation == target_m2
     # m2 still gets nothing while m1 holds them
-    outcome = beat(group, "m2", 2, {})
+    outcome = beat(group, "m2", 3, {})
     group = ok(outcome)
     assert outcome.response.assignment is None and group.members["m2"].assigned == {}
     # m1 acknowledges the revocation (its owned partitions no longer list them)
-    outcome = beat(group, "m1", 1, group.target["m1"])
+    outcome = beat(group, "m1", 2, group.target["m1"])
     group = ok(outcome)
-    assert outcome.response.member_epoch == 2
+    assert outcome.response.member_epoch == 3
     assert group.members["m1"].state == MemberState.STABLE
     # now m2 gets them
-    outcome = beat(group, "m2", 2, {})
+    outcome = beat(group, "m2", 3, {})
     group = ok(outcome)
     assert outcome.response.assignment == target_m2
     assert group.state == ConsumerGroupState.STABLE
@@ -192,23 +192,23 @@ def test_incremental_reconciliation_withholds_unreleased_partitions() -> None:
 
 def test_revocation_unknown_owned_partitions_waits() -> None:
     group = ok(join(join(None, "m1").group, "m2"))
-    group = ok(beat(group, "m1", 1, {"t": frozenset(range(4))}))
-    outcome = beat(group, "m1", 1, None)  # owned not reported: still holding them
+    group = ok(beat(group, "m1", 2, {"t": frozenset(range(4))}))
+    outcome = beat(group, "m1", 2, None)  # owned not reported: still holding them
     assert outcome.group is not None
     assert outcome.group.members["m1"].state == MemberState.UNREVOKED_PARTITIONS
 
 
 def test_member_leaves_and_others_get_its_partitions() -> None:
     group = ok(join(join(None, "m1").group, "m2"))
-    group = ok(beat(group, "m1", 1, {"t": frozenset(range(4))}))
-    group = ok(beat(group, "m1", 1, group.target["m1"]))
-    group = ok(beat(group, "m2", 2, {}))
+    group = ok(beat(group, "m1", 2, {"t": frozenset(range(4))}))
+    group = ok(beat(group, "m1", 2, group.target["m1"]))
+    group = ok(beat(group, "m2", 3, {}))
     outcome = beat(group, "m2", -1, None)
     group = ok(outcome)
     assert outcome.response.member_epoch == -1 and "m2" not in group.members
-    assert group.group_epoch == 3 and group.target["m1"] == {"t": frozenset(range(4))}
-    outcome = beat(group, "m1", 2, group.members["m1"].assigned)
-    assert outcome.response.member_epoch == 3
+    assert group.group_epoch == 4 and group.target["m1"] == {"t": frozenset(range(4))}
+    outcome = beat(group, "m1", 3, group.members["m1"].assigned)
+    assert outcome.response.member_epoch == 4
     assert outcome.response.assignment == {"t": frozenset(range(4))}
     assert beat(group, "m2", -1, None).response.error == ErrorCode.unknown_member_id
 
@@ -217,13 +217,13 @@ def test_static_member_leaves_temporarily_and_keeps_its_assignment() -> None:
     group = ok(join(None, "m1", instance="i1"))
     outcome = beat(group, "m1", -2, None, instance="i1")
     group = ok(outcome)
-    assert outcome.response.member_epoch == -2 and group.group_epoch == 1
+    assert outcome.response.member_epoch == -2 and group.group_epoch == 2
     assert group.members["m1"].assigned == {"t": frozenset(range(4))}
     # the restarted process joins with a new member id and the same instance id
     outcome = join(group, "m1b", instance="i1")
     group = ok(outcome)
     assert outcome.response.assignment == {"t": frozenset(range(4))}
-    assert outcome.response.member_epoch == 1 and group.group_epoch == 1  # no rebalance
+    assert outcome.response.member_epoch == 2 and group.group_epoch == 2  # no rebalance
     assert set(group.members) == {"m1b"} and group.static_members == {"i1": "m1b"}
 
 
@@ -233,18 +233,18 @@ def test_static_member_leaving_while_revoking_releases_its_pending_partitions() 
     for them gets them on its next heartbeat; it is not fenced for not having revoked them."""
     group = ok(join(None, "m1", instance="i1"))
     group = ok(join(group, "m2"))
-    group = ok(beat(group, "m1", 1, {"t": frozenset(range(4))}, now=100, instance="i1"))
+    group = ok(beat(group, "m1", 2, {"t": frozenset(range(4))}, now=100, instance="i1"))
     m1 = group.members["m1"]
     pending, kept = m1.pending_revocation, m1.assigned
     assert m1.state == MemberState.UNREVOKED_PARTITIONS and pending == group.target["m2"]
     # m2 waits for m1's partitions
-    group = ok(beat(group, "m2", 2, {}))
+    group = ok(beat(group, "m2", 3, {}))
     assert group.members["m2"].state == MemberState.UNRELEASED_PARTITIONS
     assert group.members["m2"].assigned == {}
     outcome = beat(group, "m1", -2, None, instance="i1")
     group = ok(outcome)
     away = group.members["m1"]
-    assert outcome.response.member_epoch == -2 and group.group_epoch == 2  # no rebalance
+    assert outcome.response.member_epoch == -2 and group.group_epoch == 3  # no rebalance
     assert away.assigned == kept and away.pending_revocation == {}
     assert away.revocation_deadline_ms == -1
     [record] = outcome.records
@@ -252,14 +252,14 @@ def test_static_member_leaving_while_revoking_releases_its_pending_partitions() 
     # its rebalance timeout no longer applies
     assert expire_revocation(group, "m1", TOPICS, CONFIG, 10**9).group is None
     # m2 gets the released partitions
-    outcome = beat(group, "m2", 2, {})
+    outcome = beat(group, "m2", 3, {})
     group = ok(outcome)
     assert outcome.response.assignment == pending
     assert group.members["m2"].state == MemberState.STABLE
     # the restarted instance gets the partitions it kept, nothing moves
     outcome = join(group, "m1b", instance="i1")
     group = ok(outcome)
-    assert outcome.response.assignment == kept and group.group_epoch == 2
+    assert outcome.response.assignment == kept and group.group_epoch == 3
     assert group.members["m1b"].state == MemberState.STABLE
     assert group.state == ConsumerGroupState.STABLE
 
@@ -280,10 +280,10 @@ def test_static_instance_still_in_use() -> None:
 def test_subscription_change_bumps_the_epoch() -> None:
     topics = {"t": 2, "u": 2}
     group = ok(join(None, "m1", known=topics))
-    request = HeartbeatRequest("g", "m1", 1, subscribed_topic_names=("t", "u"), owned=None)
+    request = HeartbeatRequest("g", "m1", 2, subscribed_topic_names=("t", "u"), owned=None)
     outcome = heartbeat(group, request, topics, CONFIG, 0)
     group = ok(outcome)
-    assert group.group_epoch == 2 and outcome.response.member_epoch == 2
+    assert group.group_epoch == 3 and outcome.response.member_epoch == 3
     assert outcome.response.assignment == {"t": frozenset({0, 1}), "u": frozenset({0, 1})}
 
 
@@ -305,9 +305,9 @@ def test_topic_metadata_changes_bump_the_epoch() -> None:
     assert refresh_metadata(group, TOPICS, CONFIG).group is None  # nothing changed
     outcome = refresh_metadata(group, {"t": 6}, CONFIG)
     group = ok(outcome)
-    assert group.group_epoch == 2 and group.target["m1"] == {"t": frozenset(range(6))}
+    assert group.group_epoch == 3 and group.target["m1"] == {"t": frozenset(range(6))}
     # a heartbeat also sees new partitions
-    outcome = beat(group, "m1", 1, {"t": frozenset(range(4))}, known={"t": 8})
+    outcome = beat(group, "m1", 2, {"t": frozenset(range(4))}, known={"t": 8})
     assert outcome.response.assignment == {"t": frozenset(range(8))}
     # the topic deleted: nothing left to assign
     outcome = refresh_metadata(ok(outcome), {}, CONFIG)
@@ -316,7 +316,7 @@ def test_topic_metadata_changes_bump_the_epoch() -> None:
 
 def test_revocation_timeout_fences_the_member() -> None:
     group = ok(join(join(None, "m1").group, "m2"))
-    group = ok(beat(group, "m1", 1, {"t": frozenset(range(4))}, now=100))
+    group = ok(beat(group, "m1", 2, {"t": frozenset(range(4))}, now=100))
     deadline = group.members["m1"].revocation_deadline_ms
     assert deadline == 1100  # now + the member's rebalance timeout
     assert expire_revocation(group, "m1", TOPICS, CONFIG, 1099).group is None
@@ -330,16 +330,16 @@ def test_a_member_revoking_again_at_its_next_epoch_gets_a_new_deadline() -> None
     rebalance timeout again from then."""
     topics = {"t": 4, "u": 2}
     group = ok(join(join(None, "m1", known=topics).group, "m2", known=topics))
-    group = ok(beat(group, "m1", 1, {"t": frozenset(range(4))}, now=100, known=topics))
+    group = ok(beat(group, "m1", 2, {"t": frozenset(range(4))}, now=100, known=topics))
     m1 = group.members["m1"]
     assert m1.state == MemberState.UNREVOKED_PARTITIONS and m1.revocation_deadline_ms == 1100
     kept = dict(m1.assigned)
-    # m1 now subscribes to u only (epoch 3) and reports it has let go of what epoch 2 took
-    request = HeartbeatRequest("g", "m1", 1, subscribed_topic_names=("u",), owned=kept)
+    # m1 now subscribes to u only (epoch 4) and reports it has let go of what epoch 3 took
+    request = HeartbeatRequest("g", "m1", 2, subscribed_topic_names=("u",), owned=kept)
     group = ok(heartbeat(group, request, topics, CONFIG, now_ms=500))
     m1 = group.members["m1"]
     assert (m1.state, m1.member_epoch, m1.pending_revocation) == (
-        MemberState.UNREVOKED_PARTITIONS, 2, kept,
+        MemberState.UNREVOKED_PARTITIONS, 3, kept,
     )  # fmt: skip
     assert m1.revocation_deadline_ms == 1500
     assert expire_revocation(group, "m1", topics, CONFIG, 1100).group is None
@@ -351,7 +351,7 @@ def test_loading_a_group_rearms_the_revocations_under_way() -> None:
     (UNREVOKED_PARTITIONS) gets its full rebalance timeout from the load, as Kafka 4.4, and is
     fenced at that deadline; members not revoking get none."""
     group = ok(join(join(None, "m1").group, "m2"))
-    group = ok(beat(group, "m1", 1, {"t": frozenset(range(4))}, now=100))
+    group = ok(beat(group, "m1", 2, {"t": frozenset(range(4))}, now=100))
     # what a replay rebuilds (test_consumer_runtime.py): the same group without deadlines
     replayed = replace(
         group,
@@ -372,7 +372,7 @@ def test_a_static_member_away_while_revoking_is_fenced_after_a_load() -> None:
     instance has replaced it; before the load it is not timed out."""
     group = ok(join(None, "m1", instance="i1"))
     group = ok(join(group, "m2"))
-    group = ok(beat(group, "m1", 1, {"t": frozenset(range(4))}, now=100, instance="i1"))
+    group = ok(beat(group, "m1", 2, {"t": frozenset(range(4))}, now=100, instance="i1"))
     group = ok(beat(group, "m1", -2, None, instance="i1"))
     away = group.members["m1"]
     assert away.state == MemberState.UNREVOKED_PARTITIONS and away.revocation_deadline_ms == -1
@@ -393,10 +393,10 @@ def test_a_restarted_static_member_starts_with_previous_epoch_zero() -> None:
     topics = {"t": 4, "u": 2}
     group = ok(join(None, "m1", instance="i1", known=topics))
     group = ok(join(group, "m2", known=topics))
-    group = ok(beat(group, "m1", 1, {"t": frozenset(range(4))}, instance="i1", known=topics))
-    group = ok(beat(group, "m1", 1, group.members["m1"].assigned, instance="i1", known=topics))
+    group = ok(beat(group, "m1", 2, {"t": frozenset(range(4))}, instance="i1", known=topics))
+    group = ok(beat(group, "m1", 2, group.members["m1"].assigned, instance="i1", known=topics))
     m1 = group.members["m1"]
-    assert (m1.member_epoch, m1.previous_member_epoch) == (2, 1)
+    assert (m1.member_epoch, m1.previous_member_epoch) == (3, 2)
     kept = dict(m1.assigned)
     group = ok(beat(group, "m1", -2, None, instance="i1", known=topics))
     # the restart subscribes to u instead: it must give up the t partitions it still owns
@@ -421,7 +421,7 @@ def test_a_restarted_static_member_starts_with_previous_epoch_zero() -> None:
     group = ok(beat(group, "s1", -2, None, instance="i2"))
     outcome = join(group, "s1b", instance="i2")
     replacement = ok(outcome).members["s1b"]
-    assert (replacement.member_epoch, replacement.previous_member_epoch) == (1, 0)
+    assert (replacement.member_epoch, replacement.previous_member_epoch) == (2, 0)
     first = next(r.value for r in outcome.records
                  if r.kind == RecordKind.CURRENT_ASSIGNMENT and r.member_id == "s1b")  # fmt: skip
     assert isinstance(first, ConsumerMember)
@@ -431,7 +431,7 @@ def test_a_restarted_static_member_starts_with_previous_epoch_zero() -> None:
 def test_session_expiry_removes_member() -> None:
     group = ok(join(join(None, "m1").group, "m2"))
     group = ok(remove_member(group, "m2", TOPICS, CONFIG))
-    assert set(group.members) == {"m1"} and group.group_epoch == 3
+    assert set(group.members) == {"m1"} and group.group_epoch == 4
     assert remove_member(group, "m2", TOPICS, CONFIG).group is None
 
 
@@ -440,7 +440,7 @@ def test_rejoin_with_epoch_zero_gets_full_assignment() -> None:
     outcome = join(group, "m1")  # fenced client rejoining with its member id
     assert outcome.response.error == ErrorCode.none
     assert outcome.response.assignment == {"t": frozenset(range(4))}
-    assert outcome.response.member_epoch == 1 and ok(outcome).group_epoch == 1
+    assert outcome.response.member_epoch == 2 and ok(outcome).group_epoch == 2
 
 
 def test_three_members_converge_with_each_partition_once() -> None:

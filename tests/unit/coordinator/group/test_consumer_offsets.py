@@ -36,18 +36,18 @@ async def beat(
 
 
 async def three_epochs(broker: Broker) -> tuple[frozenset[int], frozenset[int]]:
-    """m1 holds every partition since epoch 1, hands some to m2 at epoch 2 and gets them back
-    at epoch 3 when m2 leaves: (the partitions m1 kept since epoch 1, those it got back)."""
+    """m1 holds every partition since epoch 2, hands some to m2 at epoch 3 and gets them back
+    at epoch 4 when m2 leaves: (the partitions m1 kept since epoch 2, those it got back)."""
     await beat(broker, "m1", 0, None)
     await beat(broker, "m2", 0, None)
-    revoking = await beat(broker, "m1", 1, ALL)
+    revoking = await beat(broker, "m1", 2, ALL)
     assert revoking.assignment is not None
     kept = revoking.assignment[TOPIC]
-    await beat(broker, "m1", 1, kept)  # revoked: epoch 2
-    await beat(broker, "m2", 2, frozenset())
+    await beat(broker, "m1", 2, kept)  # revoked: epoch 3
+    await beat(broker, "m2", 3, frozenset())
     await beat(broker, "m2", -1, None)
-    back = await beat(broker, "m1", 2, kept)
-    assert back.member_epoch == 3 and back.assignment == {TOPIC: ALL}
+    back = await beat(broker, "m1", 3, kept)
+    assert back.member_epoch == 4 and back.assignment == {TOPIC: ALL}
     return kept, ALL - kept
 
 
@@ -71,14 +71,14 @@ async def txn_committed(broker: Broker, epoch: int, partitions: frozenset[int]) 
 
 async def test_an_older_epoch_commits_only_partitions_held_since(broker: Broker) -> None:
     kept, returned = await three_epochs(broker)
+    assert await committed(broker, 3, kept) == {ErrorCode.none}
     assert await committed(broker, 2, kept) == {ErrorCode.none}
-    assert await committed(broker, 1, kept) == {ErrorCode.none}
-    assert await committed(broker, 0, kept) == {ErrorCode.stale_member_epoch}
-    # a partition given to m1 at epoch 3 fails the whole request
-    refused = await commit(broker, 2, offsets(kept | returned))
+    assert await committed(broker, 1, kept) == {ErrorCode.stale_member_epoch}
+    # a partition given to m1 at epoch 4 fails the whole request
+    refused = await commit(broker, 3, offsets(kept | returned))
     assert refused == dict.fromkeys(offsets(ALL), ErrorCode.stale_member_epoch)
-    assert await committed(broker, 4, kept) == {ErrorCode.stale_member_epoch}
-    assert await committed(broker, 3, ALL) == {ErrorCode.none}
+    assert await committed(broker, 5, kept) == {ErrorCode.stale_member_epoch}
+    assert await committed(broker, 4, ALL) == {ErrorCode.none}
 
 
 async def test_partitions_it_does_not_write_are_not_checked(broker: Broker) -> None:
@@ -90,7 +90,7 @@ async def test_partitions_it_does_not_write_are_not_checked(broker: Broker) -> N
         **offsets(returned, "x" * 5000),
         ("no-such-topic", 0): CommittedOffset(1, -1, "", 0),
     }
-    results = await commit(broker, 2, request)
+    results = await commit(broker, 3, request)
     assert results == {
         **dict.fromkeys(offsets(kept), ErrorCode.none),
         **dict.fromkeys(offsets(returned), ErrorCode.offset_metadata_too_large),
@@ -104,13 +104,13 @@ async def test_partitions_it_does_not_write_are_not_checked(broker: Broker) -> N
 
 async def test_transactional_commits_and_fetches(broker: Broker) -> None:
     kept, returned = await three_epochs(broker)
-    assert await txn_committed(broker, 2, kept) == {ErrorCode.none}
+    assert await txn_committed(broker, 3, kept) == {ErrorCode.none}
     # TxnOffsetCommit before v6 has no STALE_MEMBER_EPOCH
-    assert await txn_committed(broker, 2, returned) == {ErrorCode.illegal_generation}
-    assert await txn_committed(broker, 4, kept) == {ErrorCode.illegal_generation}
+    assert await txn_committed(broker, 3, returned) == {ErrorCode.illegal_generation}
+    assert await txn_committed(broker, 5, kept) == {ErrorCode.illegal_generation}
     fetch = broker.groups.fetch
-    assert fetch(GROUP, None, False, "m1", 3)[0] == ErrorCode.none
-    assert fetch(GROUP, None, False, "m1", 2)[0] == ErrorCode.stale_member_epoch
+    assert fetch(GROUP, None, False, "m1", 4)[0] == ErrorCode.none
+    assert fetch(GROUP, None, False, "m1", 3)[0] == ErrorCode.stale_member_epoch
 
 
 @pytest.mark.parametrize("snapshots", [True, False], ids=["snapshot", "full-replay"])
@@ -130,7 +130,7 @@ async def test_the_epochs_survive_a_restart(engine: MemoryEngine, snapshots: boo
         after = broker.groups.groups[GROUP].consumer
         assert after is not None
         assert after.members["m1"].assignment_epochs == before.members["m1"].assignment_epochs
-        assert await committed(broker, 2, kept) == {ErrorCode.none}
-        assert await committed(broker, 2, returned) == {ErrorCode.stale_member_epoch}
+        assert await committed(broker, 3, kept) == {ErrorCode.none}
+        assert await committed(broker, 3, returned) == {ErrorCode.stale_member_epoch}
     finally:
         await broker.stop()

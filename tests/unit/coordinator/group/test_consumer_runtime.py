@@ -117,7 +117,7 @@ def test_replaying_the_records_rebuilds_the_group() -> None:
     group: ConsumerGroup | None = None
     records: list[ConsumerRecord] = []
     for member, epoch, owned in (
-        ("m1", 0, {}), ("m2", 0, {}), ("m1", 1, {"t": frozenset(range(5))}), ("m2", 2, {}),
+        ("m1", 0, {}), ("m2", 0, {}), ("m1", 2, {"t": frozenset(range(5))}), ("m2", 3, {}),
         ("m3", 0, {}), ("m2", -1, None),
     ):  # fmt: skip
         request = HeartbeatRequest(
@@ -148,7 +148,7 @@ def test_replaying_the_records_rebuilds_the_group() -> None:
 async def test_group_survives_a_restart(broker: Broker, engine: MemoryEngine) -> None:
     first = await beat(broker, "m1", 0, join=True)
     second = await beat(broker, "m2", 0, join=True)
-    assert first.member_epoch == 1 and second.member_epoch == 2
+    assert first.member_epoch == 2 and second.member_epoch == 3
     before = broker.groups.groups[GROUP].consumer
     await broker.stop()
     broker = await start_broker(engine, **FAST)
@@ -160,7 +160,7 @@ async def test_group_survives_a_restart(broker: Broker, engine: MemoryEngine) ->
         )  # fmt: skip
         assert after.members["m1"].assigned == before.members["m1"].assigned
         # the members carry on with their epochs
-        answer = await beat(broker, "m1", 1, dict(before.members["m1"].assigned))
+        answer = await beat(broker, "m1", 2, dict(before.members["m1"].assigned))
         assert answer.error == ErrorCode.none
     finally:
         await broker.stop()
@@ -183,7 +183,7 @@ async def test_a_restart_rearms_the_revocation_timeout(engine: MemoryEngine) -> 
         container = broker.groups.groups[GROUP]
         assert container.consumer is not None
         everything = dict(container.consumer.members["m1"].assigned)
-        await beat(broker, "m1", 1, everything)
+        await beat(broker, "m1", 2, everything)
         assert container.consumer.members["m1"].state == MemberState.UNREVOKED_PARTITIONS
     finally:
         await broker.stop()
@@ -213,7 +213,7 @@ async def test_session_expiry_removes_the_member(broker: Broker) -> None:
     await beat(broker, "m2", 0, join=True)
     await wait_until(lambda: broker.groups.consumer.sessions_expired >= 2, timeout=3)
     group = broker.groups.groups[GROUP].consumer
-    assert group is not None and not group.members and group.group_epoch == 4
+    assert group is not None and not group.members and group.group_epoch == 5
 
 
 async def test_a_static_member_leaving_while_revoking_is_not_timed_out(broker: Broker) -> None:
@@ -224,13 +224,13 @@ async def test_a_static_member_leaving_while_revoking_is_not_timed_out(broker: B
     container = broker.groups.groups[GROUP]
     assert container.consumer is not None
     everything = dict(container.consumer.members["m1"].assigned)
-    await beat(broker, "m1", 1, everything, instance="i1")
+    await beat(broker, "m1", 2, everything, instance="i1")
     assert container.consumer is not None
     pending = container.consumer.members["m1"].pending_revocation
     assert pending and (GROUP, "m1") in broker.groups.consumer.revocations
     assert (await beat(broker, "m1", -2, instance="i1")).member_epoch == -2
     assert (GROUP, "m1") not in broker.groups.consumer.revocations
-    assert (await beat(broker, "m2", 2, {})).assignment == pending
+    assert (await beat(broker, "m2", 3, {})).assignment == pending
 
 
 async def test_offsets_with_member_epochs(broker: Broker) -> None:
@@ -238,19 +238,19 @@ async def test_offsets_with_member_epochs(broker: Broker) -> None:
     offset = {(TOPIC, 0): CommittedOffset(5, -1, "", 0)}
     commit = broker.groups.commit
     assert one(await commit(GROUP, answer.member_epoch, "m1", None, offset)) == ErrorCode.none
-    assert one(await commit(GROUP, 7, "m1", None, offset)) == ErrorCode.stale_member_epoch
-    assert one(await commit(GROUP, 1, "nobody", None, offset)) == ErrorCode.unknown_member_id
+    assert one(await commit(GROUP, 8, "m1", None, offset)) == ErrorCode.stale_member_epoch
+    assert one(await commit(GROUP, 2, "nobody", None, offset)) == ErrorCode.unknown_member_id
     assert one(await commit(GROUP, -1, "", None, offset)) == ErrorCode.unknown_member_id
-    assert one(await commit(GROUP, 1, "m1", None, offset, 8)) == ErrorCode.unsupported_version
+    assert one(await commit(GROUP, 2, "m1", None, offset, 8)) == ErrorCode.unsupported_version
     fetch = broker.groups.fetch
-    assert fetch(GROUP, None, False, "m1", 1)[0] == ErrorCode.none
-    assert fetch(GROUP, None, False, "m1", 3)[0] == ErrorCode.stale_member_epoch
-    assert fetch(GROUP, None, False, "zz", 1)[0] == ErrorCode.unknown_member_id
+    assert fetch(GROUP, None, False, "m1", 2)[0] == ErrorCode.none
+    assert fetch(GROUP, None, False, "m1", 4)[0] == ErrorCode.stale_member_epoch
+    assert fetch(GROUP, None, False, "zz", 2)[0] == ErrorCode.unknown_member_id
     error, found = fetch(GROUP, None, False)  # the admin client
     assert error == ErrorCode.none and found[(TOPIC, 0)][0] == offset[(TOPIC, 0)]
     txn = broker.groups.txn_commit
-    assert one(await txn(GROUP, 9, 0, 4, "m1", None, offset)) == ErrorCode.illegal_generation
-    assert one(await txn(GROUP, 9, 0, 1, "zz", None, offset)) == ErrorCode.unknown_member_id
+    assert one(await txn(GROUP, 9, 0, 5, "m1", None, offset)) == ErrorCode.illegal_generation
+    assert one(await txn(GROUP, 9, 0, 2, "zz", None, offset)) == ErrorCode.unknown_member_id
     assert await broker.groups.delete_group(GROUP) == ErrorCode.non_empty_group
     await beat(broker, "m1", -1)
     # an empty group takes the admin's commits and can be deleted
@@ -259,7 +259,7 @@ async def test_offsets_with_member_epochs(broker: Broker) -> None:
     assert GROUP not in broker.groups.groups
     # the member, or a consumer whose group expired, commits with its epoch: as Kafka 4.4,
     # GROUP_ID_NOT_FOUND (OffsetCommit v9+), so it rejoins; -1 creates the group again
-    assert one(await commit(GROUP, 1, "m1", None, offset, 10)) == ErrorCode.group_id_not_found
+    assert one(await commit(GROUP, 2, "m1", None, offset, 10)) == ErrorCode.group_id_not_found
     assert one(await commit(GROUP, -1, "m1", None, offset, 10)) == ErrorCode.none
     assert broker.groups.groups[GROUP].consumer is None
 
