@@ -165,9 +165,11 @@ async def test_acquired_records_come_back_after_kill_9(broker: BrokerProcess) ->
             (0, 0, 2),
             (3, 3, 2),
         ]
+        # kill -9 while member-2 holds them: closing its connection first would release
+        # them, and that release's write could reach the log before the kill, or not
+        broker.restart(clean=False)
     finally:
         await other.close()
-    broker.restart(clean=False)  # kill -9
     connection = await connect(broker)
     try:
         # 0 and 3 again (their second acquisition was never written: the count of their

@@ -20,6 +20,7 @@ from confluent_kafka.cimpl import NewTopic
 
 from lockgate.client import cluster
 from lockgate.client.admin import Admin
+from lockgate.client.errors import UnknownTopicOrPartitionError
 
 pytestmark = pytest.mark.compat
 
@@ -121,7 +122,16 @@ async def _share_group_with_state(bootstrap: str, topic: str, group: str) -> Non
     async with Admin(bootstrap) as admin:
         await admin.create_topic(topic, num_partitions=2, replication_factor=1)
         start = {cluster.TopicPartition(topic, p): 0 for p in (0, 1)}
-        altered = await admin.alter_share_group_offsets_by_partition(group, start)
+        # Kafka's group coordinator learns of the new topic from its metadata image a moment
+        # after CreateTopics answers: until then the alter answers UNKNOWN_TOPIC_OR_PARTITION
+        # and changes nothing
+        deadline = time.monotonic() + BOUND_S
+        while True:
+            altered = await admin.alter_share_group_offsets_by_partition(group, start)
+            unknown = all(isinstance(e, UnknownTopicOrPartitionError) for e in altered.values())
+            if not unknown or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.2)
         assert set(altered.values()) == {None}, altered
         described = await admin.describe_share_group_offsets(group)
         assert {tp.partition for tp in described} == {0, 1}
