@@ -254,20 +254,21 @@ class ShareManager:
         the leader's back (AlterShareGroupOffsets, DeleteShareGroupOffsets, DeleteGroups on
         an empty group); otherwise the leader would learn it only at its next write (fenced
         by the new state epoch). Returns how many were dropped."""
-        keys = [k for k in self.partitions if k[0] == group and topic_id in (None, k[1])]
-        for key in keys:
-            self.drop(key)
-        return len(keys)
+        return self._drop_where(lambda k: k[0] == group and topic_id in (None, k[1]))
 
     def topic_deleted(self, topic_id: uuid.UUID, name: str) -> int:
         """(A topic deletion listener) Drops every group's loaded share partitions of the
         deleted topic: nothing writes their state afterwards (the share coordinator deletes
         it); their acquisitions end with them. Returns how many were dropped."""
-        keys = [k for k in self.partitions if k[1] == topic_id]
+        dropped = self._drop_where(lambda k: k[1] == topic_id)
+        if dropped:
+            log.info("deleted topic %s: %d share partitions dropped", name, dropped)
+        return dropped
+
+    def _drop_where(self, chosen: Callable[[ShareKey], bool]) -> int:
+        keys = [k for k in self.partitions if chosen(k)]
         for key in keys:
             self.drop(key)
-        if keys:
-            log.info("deleted topic %s: %d share partitions dropped", name, len(keys))
         return len(keys)
 
     def drop(self, key: ShareKey) -> None:
