@@ -426,13 +426,15 @@ class ShareReaders:
     async def finish(self, bootstrap: str) -> None:
         """After the final reads: lets them finish (_share_end), then stops them."""
         try:
-            await _share_end(bootstrap, self.history)
+            await _share_end(bootstrap, self.history, self.readers)
         finally:
             self.stop.set()
             await asyncio.wait_for(asyncio.gather(*self.tasks), HEAL_TIMEOUT_S)
 
 
-async def _share_end(bootstrap: str, history: History) -> None:
+async def _share_end(
+    bootstrap: str, history: History, readers: list[share_workload.ShareReader]
+) -> None:
     """Lets the share consumers finish: waits (bounded) until the share group's start offset of
     every partition of its topics reaches the partition's end (everything answered, archived
     or skipped), then records each as a share_end event for the checker."""
@@ -450,9 +452,21 @@ async def _share_end(bootstrap: str, history: History) -> None:
         await asyncio.sleep(0.5)
     else:
         log.warning("the share consumers did not finish: start offsets %s, ends %s", starts, ends)
+        await _share_diagnosis(bootstrap, readers)
     for (topic, partition), end in sorted(ends.items()):
         history.record("share_end", topic=topic, partition=partition,
                        start_offset=starts.get((topic, partition), -1), end_offset=end)  # fmt: skip
+
+
+async def _share_diagnosis(bootstrap: str, readers: list[share_workload.ShareReader]) -> None:
+    """Where an unfinished share group stands, for the log of a failed run: each member's
+    assignment as the coordinator holds it, and what each reader has seen."""
+    with contextlib.suppress(Exception):
+        async with Admin(bootstrap) as admin:
+            described = (await admin.describe_share_groups([SHARE_GROUP]))[SHARE_GROUP]
+        log.warning("share group: %s", described)
+    for reader in readers:
+        log.warning("%s: %s", reader.name, reader.diagnosis())
 
 
 def discard_clean(data: Path, result: SeedResult) -> None:

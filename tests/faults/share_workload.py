@@ -13,6 +13,7 @@ import contextlib
 import logging
 import time
 import zlib
+from collections import Counter
 from typing import Any, Literal
 
 from lockgate.client.admin import Admin, ResourceType
@@ -76,6 +77,9 @@ class ShareReader:
         self.instance = 0
         self.failures = 0
         self.delivered = 0
+        self.by_partition: Counter[tuple[str, int]] = Counter()
+        self.last_failure = ""
+        self.consumer: ShareConsumer | None = None
         # (topic, partition, offset) → (value, kind) of acknowledgements not answered yet
         self._outstanding: dict[tuple[str, int, int], tuple[str, Decision]] = {}
 
@@ -113,21 +117,32 @@ class ShareReader:
             try:
                 async with asyncio.timeout(STEP_TIMEOUT_S):
                     if consumer is None:
-                        consumer = self._consumer()
+                        consumer = self.consumer = self._consumer()
                         await consumer.start()
                         consumer.subscribe(self.topics)
                     await self.step(consumer)
             except (KafkaError, TimeoutError, OSError) as exc:
                 self.failures += 1
+                self.last_failure = repr(exc)
                 log.info("%s: share consumer failed: %s; starting over", self.name, exc)
                 if consumer is not None:
                     await _close(consumer)
-                consumer = None
+                consumer = self.consumer = None
                 self._unknown()
                 await asyncio.sleep(0.2)
         if consumer is not None:
             await _close(consumer)
         self._unknown()
+
+    def diagnosis(self) -> str:
+        """What this reader has seen, for the log of a run whose share group did not finish."""
+        consumer = self.consumer
+        return (
+            f"consumer #{self.instance} member {consumer.member_id if consumer else None} "
+            f"assigned {consumer.assignment() if consumer else None}; "
+            f"deliveries by partition {dict(self.by_partition)}; "
+            f"{self.failures} failures, the last {self.last_failure or None}"
+        )
 
     async def step(self, consumer: ShareConsumer) -> list[ShareRecord]:
         """One poll, each record recorded and acknowledged by the policy, then committed (the
@@ -137,6 +152,7 @@ class ShareReader:
         for record in records:
             value = (record.value or b"").decode()
             self.delivered += 1
+            self.by_partition[(record.topic, record.partition)] += 1
             self.history.record(
                 "share_delivery",
                 reader=self.name,

@@ -219,6 +219,8 @@ class ShareManager:
         leader_epoch = max(0, log_partition.leader_epoch)
         result = await self.persister.read(group, topic_id, index, leader_epoch)
         if result.error:
+            log.info("share partition %s: state not read: %s %s", key, result.error.name,
+                     result.message or "")  # fmt: skip
             raise PersistError(client_error(result.error), result.message)
         start = result.start_offset
         resolved = start < 0
