@@ -91,7 +91,9 @@ PYTEST_WORKERS ?= 2
 REFERENCE_CLASSPATH := .cache/reference/kafka.classpath
 SPARK_KAFKA_CLASSPATH := .cache/reference/spark-kafka.classpath
 SPARK_KAFKA_JARS := spark-sql-kafka-0-10_2.13,spark-token-provider-kafka-0-10_2.13,kafka-clients,commons-pool2
-reference-deps: $(REFERENCE_CLASSPATH) $(SPARK_KAFKA_CLASSPATH)
+# S3Proxy, the S3-compatible object store of the tiered-storage tests (tests/support/object_store.py)
+S3PROXY_CLASSPATH := .cache/reference/s3proxy.classpath
+reference-deps: $(REFERENCE_CLASSPATH) $(SPARK_KAFKA_CLASSPATH) $(S3PROXY_CLASSPATH)
 
 $(REFERENCE_CLASSPATH): tests/reference/pom.xml | system-deps
 	mkdir -p $(dir $@)
@@ -104,6 +106,12 @@ $(SPARK_KAFKA_CLASSPATH): tests/reference/spark-kafka/pom.xml | system-deps
 	mvn -q -B -f tests/reference/spark-kafka/pom.xml -Dmaven.repo.local=$(CURDIR)/.cache/m2 \
 		dependency:build-classpath -DincludeArtifactIds=$(SPARK_KAFKA_JARS) \
 		-Dmdep.outputFile=$(CURDIR)/$@.tmp
+	mv $@.tmp $@
+
+$(S3PROXY_CLASSPATH): tests/reference/s3proxy/pom.xml | system-deps
+	mkdir -p $(dir $@)
+	mvn -q -B -f tests/reference/s3proxy/pom.xml -Dmaven.repo.local=$(CURDIR)/.cache/m2 \
+		dependency:build-classpath -Dmdep.outputFile=$(CURDIR)/$@.tmp
 	mv $@.tmp $@
 
 # franz-go (Go) as a tested client: tests/go/franzcheck, built with the machine's Go toolchain

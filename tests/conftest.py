@@ -18,6 +18,7 @@ from tests.support.cluster import BrokerCluster
 from tests.support.etcd import EtcdCluster, etcd_available
 from tests.support.fault_proxy import FaultProxy, broker_behind
 from tests.support.franz_go import franzcheck_binary
+from tests.support.object_store import S3ProxyServer
 from tests.support.reference_kafka import spark_kafka_jars
 
 # No per-example deadline for generated tests: on a machine shared with other work an example
@@ -173,3 +174,24 @@ def franzcheck() -> Path:
             pytest.fail(reason)
         pytest.skip(reason)
     return found
+
+
+# The object store of tiered storage: S3Proxy (tests/support/object_store.py). One server per
+# test module (about 2 s to start); tests keep apart by key prefix. A test that stops or
+# breaks the server takes the function-scoped one.
+@pytest.fixture(scope="module")
+def s3proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3ProxyServer]:
+    server = S3ProxyServer(tmp_path_factory.mktemp("s3proxy")).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def s3proxy_own(tmp_path: Path) -> Iterator[S3ProxyServer]:
+    server = S3ProxyServer(tmp_path / "s3proxy").start()
+    try:
+        yield server
+    finally:
+        server.stop()
