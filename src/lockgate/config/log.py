@@ -44,6 +44,13 @@ class LogConfig:
     compression_codec: int | None = None
     # compression.{gzip,lz4,zstd}.level for that codec; None: the codec library's default
     compression_level: int | None = None
+    # tiered storage (KIP-405): remote.storage.enable, and what stays on the local disk
+    # (local.retention.ms/bytes, -2 resolved to retention.ms/bytes); remote.log.copy.disable
+    # stops new copies while the remote segments stay readable
+    remote_storage: bool = False
+    local_retention_ms: int = 7 * 24 * 3600 * 1000
+    local_retention_bytes: int = -1
+    remote_copy_disabled: bool = False
 
     def roll_jitter_ms(self, base_offset: int) -> int:
         """How much earlier than segment.ms the segment at `base_offset` rolls: Kafka draws

@@ -131,6 +131,13 @@ BROKER_DEFAULTS: dict[str, str] = {
     "group.share.assignors": "simple",
     "group.share.assignment.interval.ms": "1000",
     "group.share.initialize.retry.interval.ms": "30000",
+    # Tiered storage (KIP-405): off unless remote.log.storage.system.enable; a pass over the
+    # tiered partitions led here every task interval; the object store's settings are the
+    # properties under the manager's prefix (rsm.config.s3.endpoint, .bucket, ...; see
+    # storage/object_store.py), credentials there or from the AWS environment variables
+    "remote.log.storage.system.enable": "false",
+    "remote.log.manager.task.interval.ms": "30000",
+    "remote.log.storage.manager.impl.prefix": "rsm.config.",
     "offset.metadata.max.bytes": "4096",
     # Kafka's offsets.retention.minutes (an alias of this finer lockgate property): offsets of
     # a group that has been Empty this long (or, without group metadata, committed this long
@@ -249,7 +256,8 @@ class TopicConfigSpec:
     effect: str = ""
 
 
-_NO_REMOTE = "tiered storage is not implemented: remote.storage.enable=true is refused"
+_NO_COPY_LAG = "every rolled segment below the last stable offset is copied at the next pass"
+_NO_DISABLE = "turning remote.storage.enable off leaves the remote segments in place"
 _NO_THROTTLE = "lockgate has no replication throttle (no leader/follower throttled rate)"
 _NO_SHARE_GROUPS = "lockgate serves no share groups"
 
@@ -341,11 +349,8 @@ TOPIC_CONFIGS: dict[str, TopicConfigSpec] = {
             "-2",
             "long",
             -2,
-            effect=_NO_REMOTE,
         ),
-        TopicConfigSpec(
-            "local.retention.ms", "log.local.retention.ms", "-2", "long", -2, effect=_NO_REMOTE
-        ),
+        TopicConfigSpec("local.retention.ms", "log.local.retention.ms", "-2", "long", -2),
         TopicConfigSpec(
             "max.compaction.lag.ms",
             "log.cleaner.max.compaction.lag.ms",
@@ -403,16 +408,16 @@ TOPIC_CONFIGS: dict[str, TopicConfigSpec] = {
             "-1",
             "long",
             -1,
-            effect=_NO_REMOTE,
+            effect=_NO_COPY_LAG,
         ),
         TopicConfigSpec(
-            "remote.copy.lag.ms", "log.remote.copy.lag.ms", "0", "long", -1, effect=_NO_REMOTE
+            "remote.copy.lag.ms", "log.remote.copy.lag.ms", "0", "long", -1, effect=_NO_COPY_LAG
         ),
-        TopicConfigSpec("remote.log.copy.disable", None, "false", "boolean", effect=_NO_REMOTE),
+        TopicConfigSpec("remote.log.copy.disable", None, "false", "boolean"),
         TopicConfigSpec(
-            "remote.log.delete.on.disable", None, "false", "boolean", effect=_NO_REMOTE
+            "remote.log.delete.on.disable", None, "false", "boolean", effect=_NO_DISABLE
         ),
-        TopicConfigSpec("remote.storage.enable", None, "false", "boolean", effect=_NO_REMOTE),
+        TopicConfigSpec("remote.storage.enable", None, "false", "boolean"),
         TopicConfigSpec("retention.bytes", "log.retention.bytes", "-1", "long"),
         TopicConfigSpec("retention.ms", "log.retention.ms", str(7 * DAY_MS), "long", -1),
         TopicConfigSpec("segment.bytes", "log.segment.bytes", str(1 << 30), "int", 1 << 20),
@@ -532,9 +537,10 @@ def check_value(spec: TopicConfigSpec, value: str, name: str | None = None) -> s
     return trimmed
 
 
-def check_topic(resolved: Mapping[str, str]) -> None:
+def check_topic(resolved: Mapping[str, str], remote_system: bool = False) -> None:
     """The rules Kafka checks across a topic's effective configs (LogConfig.validate), or
-    ConfigError with Kafka's message."""
+    ConfigError with Kafka's message; `remote_system`: the broker's
+    remote.log.storage.system.enable."""
     least = int(resolved["min.compaction.lag.ms"])
     most = int(resolved["max.compaction.lag.ms"])
     if least > most:
@@ -543,12 +549,39 @@ def check_topic(resolved: Mapping[str, str]) -> None:
             f"max.compaction.lag.ms ({most})"
         )
     if resolved["remote.storage.enable"] == "true":
-        # Kafka's answer when tiered storage is off on the broker (its default); lockgate
-        # has no tiered storage to turn on
+        _check_remote(resolved, remote_system)
+
+
+def _check_remote(resolved: Mapping[str, str], remote_system: bool) -> None:
+    """A tiered topic's rules (Kafka's LogConfig.validate for remote storage)."""
+    if not remote_system:
         raise ConfigError(
             "Tiered Storage functionality is disabled in the broker. Topic cannot be configured "
             "with remote log storage."
         )
+    if "compact" in cleanup_policies(resolved["cleanup.policy"]):
+        raise ConfigError(
+            "Remote log storage only supports topics with cleanup.policy=delete or "
+            "cleanup.policy being an empty list."
+        )
+    for local, total in (
+        ("local.retention.ms", "retention.ms"),
+        ("local.retention.bytes", "retention.bytes"),
+    ):
+        local_value, total_value = int(resolved[local]), int(resolved[total])
+        if local_value == -2:
+            continue
+        if local_value == -1 and total_value != -1:
+            raise _invalid(
+                local,
+                local_value,
+                f"Value must not be -1 as {total} value is set as {total_value}.",
+            )
+        if total_value != -1 and local_value > total_value:
+            raise _invalid(
+                local, local_value, f"Value must not be more than {total} property value: "
+                f"{total_value}",
+            )  # fmt: skip
 
 
 def cleanup_policies(value: str) -> set[str]:
@@ -642,7 +675,17 @@ class BrokerConfig:
             unclean_leader_election=resolved["unclean.leader.election.enable"] == "true",
             compression_codec=codec,
             compression_level=_compression_level(codec, resolved),
+            remote_storage=resolved["remote.storage.enable"] == "true",
+            local_retention_ms=_local(resolved, "local.retention.ms", "retention.ms"),
+            local_retention_bytes=_local(resolved, "local.retention.bytes", "retention.bytes"),
+            remote_copy_disabled=resolved["remote.log.copy.disable"] == "true",
         )
+
+
+def _local(resolved: Mapping[str, str], name: str, total: str) -> int:
+    """local.retention.ms/bytes: -2 takes the total retention's value."""
+    value = int(resolved[name])
+    return int(resolved[total]) if value == -2 else value
 
 
 def _compression_level(codec: int | None, resolved: Mapping[str, str]) -> int | None:

@@ -36,10 +36,18 @@ v15 replica id in ReplicaState.
   whose rack_id matches another in-sync replica's broker.rack with preferred_read_replica
   and no records, at once (no long poll); an incremental session always carries that answer.
   Consumers older than v11, and followers, are served by the leader only.
+- Tiered storage (KIP-405): a consumer's fetch below the local log start offset (and not below
+  the log start offset) is read from the object store, after the local reads of the same
+  request, within what the budget left (one remote partition per request, as Kafka's
+  remote.fetch.max.wait path does by default); read_committed takes its aborted transactions
+  from the remote transaction index. A follower below the local log start gets
+  OFFSET_MOVED_TO_TIERED_STORAGE. An object store failure is KAFKA_STORAGE_ERROR for that
+  partition.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from dataclasses import dataclass
@@ -63,6 +71,9 @@ from lockgate.protocol.file_range import close_ranges
 from lockgate.security.acls import Operation, ResourceType
 from lockgate.security.authorizer import authorize
 from lockgate.security.quotas import QuotaType, charge
+from lockgate.storage.object_store import ObjectStoreError
+
+log = logging.getLogger(__name__)
 
 READ_COMMITTED = 1
 CONSUMER = -1
@@ -187,8 +198,18 @@ def _read(
             if epoch != state.last_fetched_epoch or end < offset:
                 entry["diverging_epoch"] = {"epoch": epoch, "end_offset": end}
                 return entry, 0
-        if offset < partition.log_start_offset or offset > partition.log_end_offset:
+        tiered = ctx.services.tiered
+        unknown = tiered is not None and tiered.unknown(partition)  # its remote log not read yet
+        if (offset < partition.log_start_offset and not unknown) or (
+            offset > partition.log_end_offset
+        ):
             raise KafkaProtocolError(ErrorCode.offset_out_of_range)
+        if offset < partition.local_log_start_offset:
+            if replica != CONSUMER:
+                raise KafkaProtocolError(ErrorCode.offset_moved_to_tiered_storage)
+            # read after the local partitions (handle), from the object store
+            entry["remote"] = (partition, offset)
+            return entry, 0
         upper = partition.high_watermark
         if replica != CONSUMER:
             ctx.services.followers.on_follower_fetch(
@@ -215,6 +236,58 @@ def _read(
     except KafkaProtocolError as exc:
         entry["error_code"] = exc.code
         return entry, 0
+
+
+async def _read_remote(
+    ctx: RequestContext,
+    results: list[tuple[Wanted, dict[str, Any]]],
+    budget: int,
+    isolation: int,
+    first: bool,
+) -> int:
+    """The reads `_read` left to the object store: the first one gets what the budget left
+    (the whole first batch if nothing was read before it, KIP-74); the others answer no
+    records this time, as Kafka reads one remote partition per fetch. Returns the bytes."""
+    pending = [(w, entry) for w, entry in results if "remote" in entry]
+    if not pending:
+        return 0
+    tiered = ctx.services.tiered
+    for _w, entry in pending[1:]:
+        del entry["remote"]
+    w, entry = pending[0]
+    partition, offset = entry.pop("remote")
+    if tiered is None:  # (a partition with remote segments has a manager)
+        entry["error_code"] = ErrorCode.kafka_storage_error
+        return 0
+    limit = min(w.state.max_bytes, budget)
+    if limit <= 0 and not first:
+        return 0
+    try:
+        await tiered.remote_log(partition)  # (read once, after a start or a new leadership)
+    except ObjectStoreError as exc:
+        log.warning("%s-%d: remote log not read: %s", partition.topic, partition.index, exc)
+        entry["error_code"] = ErrorCode.kafka_storage_error
+        return 0
+    if offset < partition.log_start_offset:
+        entry["error_code"] = ErrorCode.offset_out_of_range
+        return 0
+    committed = isolation == READ_COMMITTED
+    upper = partition.last_stable_offset if committed else partition.high_watermark
+    try:
+        data, aborted = await tiered.read(partition, offset, limit, upper, committed)
+    except ObjectStoreError as exc:
+        log.warning("%s-%d: remote read at %d failed: %s", partition.topic, partition.index,
+                    offset, exc)  # fmt: skip
+        entry["error_code"] = ErrorCode.kafka_storage_error
+        return 0
+    if len(data) > limit and not first:
+        return 0
+    if aborted is not None:
+        entry["aborted_transactions"] = [
+            {"producer_id": a.producer_id, "first_offset": a.first_offset} for a in aborted
+        ]
+    entry["records"] = data
+    return len(data)
 
 
 def _changed(entry: dict[str, Any], state: SessionPartition) -> bool:
@@ -362,6 +435,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
                 total += size
                 results.append((w, entry))
             busy += time.perf_counter() - started
+            total += await _read_remote(ctx, results, budget - total, isolation, total == 0)
             # an error, or a consumer sent to another replica, is answered at once (as Kafka)
             answer_now = any(
                 entry["error_code"] or entry["preferred_read_replica"] != NO_PREFERENCE

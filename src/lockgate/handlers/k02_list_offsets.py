@@ -39,10 +39,14 @@ def lookup(partition: Partition, timestamp: int, isolation: int) -> tuple[int, i
     if timestamp == LATEST:
         committed = isolation == READ_COMMITTED
         return (partition.last_stable_offset if committed else partition.high_watermark), -1
-    if timestamp in (EARLIEST, EARLIEST_LOCAL, EARLIEST_PENDING_UPLOAD):
+    if timestamp == EARLIEST:
         return partition.log_start_offset, -1
-    if timestamp == LATEST_TIERED:
-        return -1, -1  # nothing is tiered (Kafka's UnifiedLog without remote storage)
+    if timestamp == EARLIEST_LOCAL:  # KIP-405: the first offset on this broker's disk
+        return partition.local_log_start_offset, -1
+    if timestamp == EARLIEST_PENDING_UPLOAD:
+        return partition.log_start_offset, -1
+    if timestamp == LATEST_TIERED:  # the last offset in the object store, -1 for none
+        return (partition.remote_end - 1 if partition.remote_end is not None else -1), -1
     if timestamp == MAX_TIMESTAMP:
         found = partition.max_timestamp_offset()
         return found if found else (-1, -1)

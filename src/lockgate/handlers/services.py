@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from lockgate.security.quotas import ClientQuotas
     from lockgate.share.manager import ShareManager
     from lockgate.storage.engine import StorageEngine
+    from lockgate.tiered.manager import RemoteLogManager
     from lockgate.topics.admin import TopicAdmin
     from lockgate.topics.directory import TopicManager
 
@@ -99,3 +100,6 @@ class Services:
     # the share-partition state of any share partition, wherever it is coordinated (KIP-932)
     share_persister: Persister
     share_leader: ShareManager  # the share-partition leader: share sessions and partitions
+    # tiered storage (KIP-405): copies and remote reads; None when
+    # remote.log.storage.system.enable is false
+    tiered: RemoteLogManager | None

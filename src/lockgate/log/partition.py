@@ -90,6 +90,9 @@ class Partition:
         self.open_txns: dict[int, int] = {}  # producer id → first offset of its open transaction
         self.aborted = AbortedTxnIndex()
         self._log_start = 0  # as moved by DeleteRecords; see log_start_offset
+        # the first tiered offset (tiered/manager.py keeps it), None when nothing is remote
+        self.remote_start: int | None = None
+        self.remote_end: int | None = None  # and the offset after the last tiered one
         # Set while the log cleaner reads the sealed segments in a worker thread: nothing may
         # delete one meanwhile (retention and DeleteRecords wait for the next round).
         self.cleaning = False
@@ -106,8 +109,23 @@ class Partition:
 
     @property
     def log_start_offset(self) -> int:
-        """The first offset clients may read: the first segment's base, or further where
-        DeleteRecords moved it (persisted in LOG_START_FILE)."""
+        """The first offset clients may read: the first segment's base (a tiered segment's
+        when the partition has some), or further where DeleteRecords moved it (persisted in
+        LOG_START_FILE)."""
+        first = self.segments[0].base_offset
+        if self.remote_start is not None:
+            first = min(first, self.remote_start)
+        return max(self._log_start, first)
+
+    @property
+    def log_start_floor(self) -> int:
+        """The log start offset DeleteRecords set (0 before any): nothing below it is kept,
+        on disk or in the object store."""
+        return self._log_start
+
+    @property
+    def local_log_start_offset(self) -> int:
+        """The first offset this broker's disk holds (KIP-405's local log start offset)."""
         return max(self._log_start, self.segments[0].base_offset)
 
     @property
@@ -220,7 +238,7 @@ class Partition:
         """Latest valid snapshot at or below the log end, then a replay of the batches after
         it. Without one, the whole log is replayed."""
         end = self.log_end_offset
-        start = self.log_start_offset
+        start = self.local_log_start_offset
         for offset in reversed(self._snapshot_offsets()):
             raw = self.storage.read_all(self._snapshot_path(offset))
             loaded = ProducerStateTable.from_snapshot(raw) if raw is not None else None
@@ -303,7 +321,7 @@ class Partition:
         that storage refuses only loses the offset: the answer is DUPLICATE_SEQUENCE_NUMBER."""
         try:
             return find_earlier_batch(
-                self.segments, self.log_start_offset, latest, first_sequence, last_sequence
+                self.segments, self.local_log_start_offset, latest, first_sequence, last_sequence
             )
         except OSError as exc:
             log.warning(
@@ -707,7 +725,25 @@ class Partition:
     # -- retention -----------------------------------------------------------------------------
 
     def apply_retention(self, now_ms: int) -> int:
-        """Deletes whole segments past retention.ms / retention.bytes; returns how many."""
+        """Deletes whole segments past retention.ms / retention.bytes; returns how many. A
+        tiered topic's local segments go by apply_local_retention instead."""
+        config = self.config
+        if config.remote_storage:
+            return 0
+        return self._retain(now_ms, config.retention_ms, config.retention_bytes, None)
+
+    def apply_local_retention(self, now_ms: int, copied_end: int) -> int:
+        """A tiered topic: deletes the oldest local segments past local.retention.ms/bytes,
+        only those entirely below `copied_end` (the end of what is safely in the object
+        store); returns how many."""
+        config = self.config
+        return self._retain(
+            now_ms, config.local_retention_ms, config.local_retention_bytes, copied_end
+        )
+
+    def _retain(
+        self, now_ms: int, retention_ms: int, retention_bytes: int, copied_end: int | None
+    ) -> int:
         config = self.config
         deleted = 0
         while config.delete_policy and not self.cleaning:
@@ -719,18 +755,22 @@ class Partition:
                 deleted += 1
                 continue
             expired = (
-                config.retention_ms >= 0
+                retention_ms >= 0
                 and not oldest.is_empty
                 and oldest.max_timestamp >= 0
-                and now_ms - oldest.max_timestamp > config.retention_ms
+                and now_ms - oldest.max_timestamp > retention_ms
             )
             oversize = (
-                config.retention_bytes >= 0
-                and self.size_bytes - oldest.size >= config.retention_bytes
+                retention_bytes >= 0
+                and self.size_bytes - oldest.size >= retention_bytes
                 and not oldest.is_empty
             )
             if not (expired or oversize):
                 return deleted
+            if copied_end is not None and (
+                len(self.segments) == 1 or oldest.next_offset > copied_end
+            ):
+                return deleted  # not in the object store yet (the active one never is)
             if oldest.next_offset > self.high_watermark:
                 return deleted  # never delete what consumers have not been allowed to see
             self._delete_oldest_segment(now_ms, "retention")
@@ -743,7 +783,7 @@ class Partition:
             self.roll(now_ms)
         self.segments.pop(0)
         oldest.delete()
-        self.aborted.drop_before(self.log_start_offset)
+        self.aborted.drop_before(self.local_log_start_offset)
         log.info(
             "%s-%d: deleted segment %d by %s", self.topic, self.index, oldest.base_offset, reason
         )
@@ -777,7 +817,7 @@ class Partition:
             and not self.segments[0].is_empty
         ):
             self._delete_oldest_segment(now_ms, "DeleteRecords")
-        self.aborted.drop_before(self.log_start_offset)
+        self.aborted.drop_before(self.local_log_start_offset)
 
     def replace_segments(
         self, replaced: list[tuple[list[Segment], Segment | None, list[AbortedTxn]]]

@@ -154,6 +154,9 @@ def check_properties(config: BrokerConfig) -> list[Listener]:
             continue
         if key in GROUP_BROKER_DEFAULTS:
             continue
+        # the object store's settings, under the remote storage manager's prefix
+        if key.startswith(config.get("remote.log.storage.manager.impl.prefix")):
+            continue
         per_listener = _PER_LISTENER.match(key)
         if per_listener:
             listener, inner = per_listener.groups()

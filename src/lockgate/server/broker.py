@@ -57,6 +57,7 @@ from lockgate.server.metrics import BrokerMetrics, ScrapeSources
 from lockgate.share.manager import ShareManager
 from lockgate.storage.disk import open_disk_engine
 from lockgate.storage.engine import StorageEngine
+from lockgate.tiered.manager import RemoteLogManager, tiered_manager
 from lockgate.topics.admin import ClusterTopicAdmin, LocalTopicAdmin, TopicAdmin
 from lockgate.topics.directory import TopicManager
 from lockgate.topics.internal import (
@@ -255,6 +256,11 @@ class Broker:
         self.topics.deletion_listeners += [
             self.share_leader.topic_deleted, self.groups.topic_deleted, self.shares.topic_deleted,
         ]  # fmt: skip
+        # tiered storage (KIP-405), when the broker turns it on
+        self.tiered = tiered_manager(config, self.storage, self.node_id, now_ms)
+        self._background: set[asyncio.Task[int]] = set()
+        if self.tiered is not None:
+            self.topics.deletion_listeners.append(self._delete_remote_topic)
         # None unless authorizer.class.name is set: then every handler checks ACLs
         self.authorizer = Authorizer.from_config(config, self.storage)
         # client quotas: the store is the truth, `quotas` enforces its latest table
@@ -312,6 +318,7 @@ class Broker:
             shares=self.shares,
             share_persister=self.share_persister,
             share_leader=self.share_leader,
+            tiered=self.tiered,
         )
 
     @property
@@ -418,6 +425,8 @@ class Broker:
                 self.config.get("lockgate.metrics.host"), metrics_port
             )
         self._tasks.append(asyncio.create_task(self._retention_loop()))
+        if self.tiered is not None:
+            self._tasks.append(asyncio.create_task(self._tiered_loop(self.tiered)))
         self._tasks.append(asyncio.create_task(self._producer_expiry_loop()))
         self._tasks.append(asyncio.create_task(self._offsets_expiry_loop()))
         self._tasks.append(asyncio.create_task(self._transaction_loops()))
@@ -609,6 +618,27 @@ class Broker:
         while True:
             await asyncio.sleep(interval)
             self.apply_retention()
+
+    async def _tiered_loop(self, tiered: RemoteLogManager) -> None:
+        interval = self.config.integer("remote.log.manager.task.interval.ms") / 1000
+        while True:  # a pass at once: a start learns its partitions' remote log starts
+            try:
+                await tiered.run(self.topics.partitions.values())
+            except Exception:  # a bug: logged, and the next pass tries again
+                log.exception("tiered storage pass failed")
+            await asyncio.sleep(interval)
+
+    def _delete_remote_topic(self, topic_id: uuid.UUID, name: str) -> None:
+        assert self.tiered is not None
+        task = asyncio.get_running_loop().create_task(self.tiered.topic_deleted(name, topic_id))
+        self._background.add(task)
+        task.add_done_callback(self._remote_topic_deleted)
+
+    def _remote_topic_deleted(self, task: asyncio.Task[int]) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("deleted topic: its objects are not all deleted from the object "
+                        "store (the orphan check finds them): %s", task.exception())  # fmt: skip
 
     async def _offsets_expiry_loop(self) -> None:
         interval = self.config.integer("offsets.retention.check.interval.ms") / 1000

@@ -175,6 +175,9 @@ class DiskEngine:
     def _path(self, path: str) -> str:
         return os.path.join(self.root, path)
 
+    def local_path(self, path: str) -> str | None:
+        return self._path(path)
+
     def open_append(self, path: str) -> DiskFile:
         try:
             return DiskFile(self, self._path(path))

@@ -66,3 +66,7 @@ class StorageEngine(Protocol):
     def remove_tree(self, path: str) -> None: ...
 
     def rename(self, source: str, target: str) -> None: ...
+
+    def local_path(self, path: str) -> str | None:
+        """The file's path in the machine's file system (for a client that reads the file
+        itself, as the object store's does), or None when it has none (memory)."""

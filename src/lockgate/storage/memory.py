@@ -130,6 +130,9 @@ class MemoryEngine:
         for i in range(1, len(parts) + 1):
             self.dirs.add("/".join(parts[:i]))
 
+    def local_path(self, path: str) -> str | None:
+        return None
+
     def read_all(self, path: str) -> bytes | None:
         data = self.files.get(path)
         return None if data is None else bytes(data)

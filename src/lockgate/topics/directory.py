@@ -319,7 +319,10 @@ class TopicManager:
             except ConfigError as exc:
                 raise KafkaProtocolError(ErrorCode.invalid_config, str(exc)) from None
         try:
-            check_topic(self.config.resolve_topic(checked))
+            check_topic(
+                self.config.resolve_topic(checked),
+                self.config.flag("remote.log.storage.system.enable"),
+            )
         except ConfigError as exc:
             raise KafkaProtocolError(ErrorCode.invalid_config, str(exc)) from None
         return checked

@@ -175,8 +175,31 @@ def test_log_config() -> None:
         index_interval_bytes=4096,
         log_append_time=True,
         max_message_bytes=1048588,
+        local_retention_ms=-1,  # local.retention.* -2: the total retention's values
+        local_retention_bytes=100,
     )
     assert BrokerConfig().log_config({}) == LogConfig()
+
+
+def test_tiered_topic_rules() -> None:
+    """Kafka 4.4's LogConfig checks of a tiered topic, with its messages."""
+    config = BrokerConfig()
+
+    def check(overrides: dict[str, str]) -> None:
+        check_topic(config.resolve_topic({"remote.storage.enable": "true", **overrides}), True)
+
+    check({"retention.ms": "1000", "local.retention.ms": "1000"})
+    check({"retention.ms": "-1", "local.retention.ms": "-1"})
+    with pytest.raises(ConfigError, match=r"only supports topics with cleanup\.policy=delete"):
+        check({"cleanup.policy": "compact,delete"})
+    with pytest.raises(
+        ConfigError,
+        match="Invalid value 2000 for configuration local.retention.ms: Value must not be more "
+        "than retention.ms property value: 1000",
+    ):
+        check({"retention.ms": "1000", "local.retention.ms": "2000"})
+    with pytest.raises(ConfigError, match="must not be -1 as retention.bytes value is set as 9"):
+        check({"retention.bytes": "9", "local.retention.bytes": "-1"})
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,363 @@
+# Tiered storage on the leader (KIP-405's RemoteLogManager): for every partition this broker
+# leads whose topic has remote.storage.enable, each pass copies the rolled segments below the
+# last stable offset to the object store (in offset order, data files first and the manifest
+# last), then deletes local segments past local.retention.ms/bytes that are safely remote, then
+# deletes remote segments past the total retention.ms/bytes or below the log start offset
+# (DeleteRecords). It also serves the reads below the local log start (reader.py).
+#
+# Invariants: a local segment is deleted only once its manifest is in the object store; a
+# remote segment is deleted manifest first; a partition's remote log is rebuilt from the
+# manifests under its prefix when this broker first handles it (objects without a manifest are
+# leftovers of an interrupted copy or delete, and are deleted then); passes over one
+# partition never overlap (one lock each), and an object store failure leaves the partition
+# as it was for the next pass to retry. The store's client is async: nothing here blocks the
+# event loop but the reads of small index files.
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lockgate.config.properties import BrokerConfig, ConfigError
+from lockgate.log.partition import Partition
+from lockgate.log.segment import Segment, segment_name
+from lockgate.log.txn_index import AbortedTxn
+from lockgate.storage.engine import StorageEngine
+from lockgate.storage.object_store import (
+    ObjectStore,
+    ObjectStoreError,
+    S3ObjectStore,
+    S3Settings,
+)
+from lockgate.tiered.layout import (
+    INDEX,
+    LOG,
+    MANIFEST,
+    PRODUCER_SNAPSHOT,
+    TIME_INDEX,
+    TXN_INDEX,
+    RemoteSegment,
+    partition_prefix,
+    stem_of,
+    topic_prefix,
+)
+from lockgate.tiered.reader import RemoteReader
+from lockgate.tiered.remote_log import RemoteLog
+
+log = logging.getLogger(__name__)
+
+PartitionKey = tuple[str, int, uuid.UUID]
+
+
+@dataclass(slots=True)
+class _Tiered:
+    """One partition's remote log as this broker knows it."""
+
+    log: RemoteLog
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+@dataclass(slots=True)
+class TieredStats:
+    """Counters for the metrics (Kafka's RemoteCopy*/RemoteFetch*/RemoteDelete* meters)."""
+
+    copied_segments: int = 0
+    copied_bytes: int = 0
+    copy_errors: int = 0
+    deleted_segments: int = 0
+    delete_errors: int = 0
+    fetch_requests: int = 0
+    fetch_bytes: int = 0
+    fetch_errors: int = 0
+
+
+class RemoteLogManager:
+    def __init__(
+        self,
+        store: ObjectStore,
+        storage: StorageEngine,
+        node_id: int,
+        clock: Callable[[], int],
+    ) -> None:
+        self.store = store
+        self.storage = storage
+        self.node_id = node_id
+        self.clock = clock
+        self.reader = RemoteReader(store)
+        self.stats = TieredStats()
+        self._partitions: dict[PartitionKey, _Tiered] = {}
+
+    # -- the periodic pass -------------------------------------------------------------------
+
+    async def run(self, partitions: Iterable[Partition]) -> None:
+        """One pass over the partitions this broker leads (tiered topics only)."""
+        for partition in list(partitions):
+            if not (partition.is_leader and partition.config.remote_storage):
+                continue
+            if partition.closed:
+                continue
+            try:
+                await self.run_partition(partition)
+            except ObjectStoreError as exc:
+                log.warning("%s-%d: tiered storage pass stopped: %s", partition.topic,
+                            partition.index, exc)  # fmt: skip
+
+    async def run_partition(self, partition: Partition) -> None:
+        tiered = await self.remote_log(partition)
+        async with tiered.lock:
+            if not partition.config.remote_copy_disabled:
+                await self._copy(partition, tiered.log)
+            end = tiered.log.end_offset
+            if end is not None:
+                partition.apply_local_retention(self.clock(), end)
+            await self._expire(partition, tiered.log)
+            _mirror(partition, tiered.log)
+
+    async def remote_log(self, partition: Partition) -> _Tiered:
+        """The partition's remote log, rebuilt from its manifests the first time."""
+        key = _key(partition)
+        tiered = self._partitions.get(key)
+        if tiered is None:
+            found, orphans = await self._scan(partition)
+            remote, superseded = RemoteLog.load(found)
+            tiered = self._partitions.setdefault(key, _Tiered(remote))
+            stale = [k for s in superseded for k in s.object_keys()] + orphans
+            if stale:
+                log.info("%s-%d: deleting %d objects of interrupted or superseded copies",
+                         partition.topic, partition.index, len(stale))  # fmt: skip
+                await self.store.delete(stale)
+            _mirror(partition, remote)
+        return tiered
+
+    async def _scan(self, partition: Partition) -> tuple[list[RemoteSegment], list[str]]:
+        """The manifests under the partition's prefix, and the objects no manifest owns."""
+        return await scan(
+            self.store, partition_prefix(partition.topic, partition.topic_id, partition.index)
+        )
+
+    # -- copying -----------------------------------------------------------------------------
+
+    async def _copy(self, partition: Partition, remote: RemoteLog) -> None:
+        upper = min(partition.high_watermark, partition.last_stable_offset)
+        for segment in list(partition.segments[:-1]):  # the active segment never goes
+            end = remote.end_offset
+            if end is not None and segment.base_offset < end:
+                continue
+            if segment.is_empty or segment.next_offset > upper:
+                break
+            if segment not in partition.segments:  # deleted meanwhile (DeleteRecords)
+                continue
+            copied = await self._copy_segment(partition, segment)
+            remote.add(copied)
+            _mirror(partition, remote)
+
+    async def _copy_segment(self, partition: Partition, segment: Segment) -> RemoteSegment:
+        directory = partition.directory
+        stem = f"{directory}/{segment_name(segment.base_offset)}"
+        snapshot = f"{directory}/{segment_name(segment.next_offset)}.snapshot"
+        sources = {LOG: stem + ".log", INDEX: stem + ".index", TIME_INDEX: stem + ".timeindex",
+                   TXN_INDEX: segment.txn_index_path, PRODUCER_SNAPSHOT: snapshot}  # fmt: skip
+        files = tuple(s for s, path in sources.items() if s == LOG or self.storage.exists(path))
+        copied = RemoteSegment(
+            topic=partition.topic,
+            topic_id=partition.topic_id,
+            partition=partition.index,
+            segment_id=uuid.uuid4(),
+            base_offset=segment.base_offset,
+            end_offset=segment.next_offset - 1,
+            size=segment.size,
+            max_timestamp=segment.max_timestamp,
+            epochs=_epochs_within(partition, segment.base_offset, segment.next_offset),
+            broker_id=self.node_id,
+            leader_epoch=partition.leader_epoch,
+            created_ms=self.clock(),
+            files=files,
+        )
+        try:
+            await asyncio.gather(*(self._upload(copied.key(s), sources[s]) for s in files))
+            await self.store.put(copied.key(MANIFEST), copied.encode())
+        except (ObjectStoreError, OSError):
+            self.stats.copy_errors += 1
+            raise
+        self.stats.copied_segments += 1
+        self.stats.copied_bytes += copied.size
+        log.info("%s-%d: copied segment %d..%d (%d bytes) to the object store", partition.topic,
+                 partition.index, copied.base_offset, copied.end_offset, copied.size)  # fmt: skip
+        return copied
+
+    async def _upload(self, key: str, path: str) -> None:
+        local = self.storage.local_path(path)
+        if local is not None:
+            await self.store.put_file(key, Path(local))
+            return
+        data = self.storage.read_all(path)
+        if data is None:
+            raise OSError(f"{path} is gone")
+        await self.store.put(key, data)
+
+    # -- deleting ----------------------------------------------------------------------------
+
+    async def _expire(self, partition: Partition, remote: RemoteLog) -> None:
+        """Deletes remote segments past the total retention, or below the log start offset
+        that DeleteRecords moved (local segments count towards retention.bytes too)."""
+        config = partition.config
+        now = self.clock()
+        while remote.segments:
+            oldest = remote.segments[0]
+            below_start = oldest.next_offset <= partition.log_start_floor
+            expired = (
+                config.retention_ms >= 0
+                and oldest.max_timestamp >= 0
+                and now - oldest.max_timestamp > config.retention_ms
+            )
+            local_after = sum(
+                s.size for s in partition.segments if s.base_offset >= (remote.end_offset or 0)
+            )
+            oversize = (
+                config.retention_bytes >= 0
+                and remote.size_bytes + local_after - oldest.size >= config.retention_bytes
+            )
+            if not (below_start or expired or oversize):
+                return
+            await self._delete_segment(partition, remote, oldest)
+
+    async def _delete_segment(
+        self, partition: Partition, remote: RemoteLog, segment: RemoteSegment
+    ) -> None:
+        try:
+            await self.store.delete([segment.key(MANIFEST)])
+            remote.remove(segment)
+            self.reader.forget(segment)
+            _mirror(partition, remote)
+            await self.store.delete([segment.key(s) for s in segment.files])
+        except ObjectStoreError:
+            self.stats.delete_errors += 1
+            raise
+        self.stats.deleted_segments += 1
+        log.info("%s-%d: deleted remote segment %d..%d", partition.topic, partition.index,
+                 segment.base_offset, segment.end_offset)  # fmt: skip
+
+    async def topic_deleted(self, topic: str, topic_id: uuid.UUID) -> int:
+        """Deletes every object of a deleted topic (manifests first); how many."""
+        for key in [k for k in self._partitions if k[0] == topic and k[2] == topic_id]:
+            del self._partitions[key]
+        objects = [o.key for o in await self.store.list(topic_prefix(topic, topic_id))]
+        manifests = [k for k in objects if k.endswith(MANIFEST)]
+        await self.store.delete(manifests)
+        await self.store.delete([k for k in objects if not k.endswith(MANIFEST)])
+        if objects:
+            log.info("deleted topic %s: %d objects deleted from the object store", topic,
+                     len(objects))  # fmt: skip
+        return len(objects)
+
+    def forget(self, partition: Partition) -> None:
+        """This broker no longer leads the partition: its remote log is read again if it
+        leads it again (another leader may have changed it meanwhile)."""
+        self._partitions.pop(_key(partition), None)
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def unknown(self, partition: Partition) -> bool:
+        """A tiered partition whose remote log this broker has not read yet (its log start
+        offset is not known until then)."""
+        return partition.config.remote_storage and _key(partition) not in self._partitions
+
+    def serves(self, partition: Partition, offset: int) -> bool:
+        """Whether a read at `offset` goes to the object store."""
+        return (
+            partition.remote_start is not None
+            and partition.log_start_offset <= offset < partition.local_log_start_offset
+        )
+
+    async def read(
+        self, partition: Partition, offset: int, max_bytes: int, upper_offset: int,
+        read_committed: bool,
+    ) -> tuple[bytes, list[AbortedTxn] | None]:  # fmt: skip
+        """Batches from the object store at `offset` (below the local log start), and for
+        read_committed the aborted transactions they overlap."""
+        tiered = await self.remote_log(partition)
+        segment = tiered.log.segment_for(offset)
+        self.stats.fetch_requests += 1
+        if segment is None:
+            return b"", [] if read_committed else None
+        try:
+            data = await self.reader.read(segment, offset, max_bytes, upper_offset)
+            aborted = None
+            if read_committed:
+                aborted = await self.reader.aborted([segment], offset, upper_offset)
+        except ObjectStoreError:
+            self.stats.fetch_errors += 1
+            raise
+        self.stats.fetch_bytes += len(data)
+        return data, aborted
+
+    def copy_lag(self, partition: Partition) -> tuple[int, int]:
+        """(segments, bytes) rolled locally and not copied yet."""
+        tiered = self._partitions.get(_key(partition))
+        end = tiered.log.end_offset if tiered is not None else None
+        waiting = [s for s in partition.segments[:-1] if end is None or s.base_offset >= end]
+        return len(waiting), sum(s.size for s in waiting)
+
+    def remote_size(self, partition: Partition) -> int:
+        tiered = self._partitions.get(_key(partition))
+        return tiered.log.size_bytes if tiered is not None else 0
+
+
+def tiered_manager(
+    config: BrokerConfig, storage: StorageEngine, node_id: int, clock: Callable[[], int]
+) -> RemoteLogManager | None:
+    """The broker's manager when remote.log.storage.system.enable is true (its object store
+    from the properties under remote.log.storage.manager.impl.prefix), else None."""
+    if not config.flag("remote.log.storage.system.enable"):
+        return None
+    prefix = config.get("remote.log.storage.manager.impl.prefix")
+    properties = {k[len(prefix) :]: v for k, v in config.values.items() if k.startswith(prefix)}
+    try:
+        settings = S3Settings.from_properties(properties)
+    except ValueError as exc:
+        raise ConfigError(f"remote.log.storage.system.enable: {prefix}{exc}") from None
+    log.info("tiered storage on: %r", settings)  # (its repr never shows the secret)
+    return RemoteLogManager(S3ObjectStore(settings), storage, node_id, clock)
+
+
+async def scan(store: ObjectStore, prefix: str) -> tuple[list[RemoteSegment], list[str]]:
+    """The manifests under `prefix` and the keys of the objects no manifest owns (orphans:
+    what an interrupted copy or delete left)."""
+    objects = await store.list(prefix)
+    manifests = [o.key for o in objects if o.key.endswith(MANIFEST)]
+    found: list[RemoteSegment] = []
+    for key in manifests:
+        try:
+            found.append(RemoteSegment.decode(await store.get(key)))
+        except ValueError as exc:
+            log.warning("%s: not a manifest this broker reads (%s): left alone", key, exc)
+    owned = {s.stem for s in found} | {k[: -len(MANIFEST)] for k in manifests}
+    orphans = [o.key for o in objects if stem_of(o.key) not in owned]
+    return found, orphans
+
+
+def _mirror(partition: Partition, remote: RemoteLog) -> None:
+    """What the partition's readers (Fetch, ListOffsets) need of its remote log."""
+    partition.remote_start = remote.start_offset
+    partition.remote_end = remote.end_offset
+
+
+def _key(partition: Partition) -> PartitionKey:
+    return (partition.topic, partition.index, partition.topic_id)
+
+
+def _epochs_within(partition: Partition, start: int, end: int) -> tuple[tuple[int, int], ...]:
+    """The leader epochs that wrote [start, end): (epoch, first offset in the range)."""
+    epochs = partition.epochs
+    found: list[tuple[int, int]] = []
+    for epoch, first in zip(epochs.epochs, epochs.start_offsets, strict=True):
+        if first >= end:
+            break
+        if first <= start:
+            found = [(epoch, start)]  # a later epoch that began at or before the start wins
+        else:
+            found.append((epoch, first))
+    return tuple(found)

@@ -1,0 +1,216 @@
+"""Tiered storage on the leader (tiered/manager.py): copies of rolled segments, local and
+remote retention, reads below the local log start, the rebuild from manifests and the
+cleanup of what an interrupted copy left. On both storage engines, against the in-memory
+object store (the S3 server is tests/integration/test_tiered_storage.py's)."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+from lockgate.config.log import LogConfig
+from lockgate.handlers.k02_list_offsets import EARLIEST, EARLIEST_LOCAL, LATEST_TIERED, lookup
+from lockgate.log.partition import Partition
+from lockgate.protocol.records import (
+    build_batch,
+    iter_records,
+    parse_header,
+    validate_produced_batch,
+)
+from lockgate.storage.disk import DiskEngine
+from lockgate.storage.engine import StorageEngine
+from lockgate.storage.memory import MemoryEngine
+from lockgate.storage.object_store import MemoryObjectStore, ObjectStoreError
+from lockgate.tiered.layout import MANIFEST, partition_prefix
+from lockgate.tiered.manager import RemoteLogManager, scan
+
+NOW = 1_000_000
+TOPIC_ID = uuid.UUID(int=7)
+
+
+@pytest.fixture(params=["memory", "disk"])
+def storage(request: pytest.FixtureRequest, tmp_path: Path) -> StorageEngine:
+    if request.param == "disk":
+        return DiskEngine(str(tmp_path / "data"))
+    return MemoryEngine()
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = NOW
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def tiered_partition(storage: StorageEngine, config: LogConfig, segments: int = 6) -> Partition:
+    """`segments` segments of one 3-record batch each (timestamps 1000, 2000, ...), the last
+    one active, everything visible."""
+    partition = Partition(storage, "events", 0, TOPIC_ID, lambda: config)
+    partition.load(NOW)
+    for i in range(segments):
+        if i:
+            partition.roll(NOW)
+        batch = build_batch([(None, b"v%d-%d" % (i, j)) for j in range(3)],
+                            timestamp_ms=(i + 1) * 1000)  # fmt: skip
+        partition.append(bytearray(batch), validate_produced_batch(batch), NOW)
+    partition.advance_high_watermark(partition.log_end_offset)
+    return partition
+
+
+def values(data: bytes) -> list[tuple[int, bytes | None]]:
+    out = []
+    position = 0
+    while position < len(data):
+        header = parse_header(data, position)
+        out += [(o, v) for o, _t, _k, v in iter_records(data[position : position + header.size])]
+        position += header.size
+    return out
+
+
+TIERED = LogConfig(
+    remote_storage=True, retention_ms=-1, local_retention_ms=-1, local_retention_bytes=1
+)  # fmt: skip  (keeps one local segment)
+
+
+async def test_rolled_segments_are_copied_then_deleted_locally(storage: StorageEngine) -> None:
+    partition = tiered_partition(storage, TIERED)
+    store = MemoryObjectStore()
+    manager = RemoteLogManager(store, storage, 1, Clock())
+    await manager.run([partition])
+    # the five rolled segments are remote; locally only what local retention keeps
+    assert (partition.remote_start, partition.remote_end) == (0, 15)
+    assert partition.local_log_start_offset == 15
+    assert [s.base_offset for s in partition.segments] == [15]
+    assert partition.log_start_offset == 0
+    assert manager.stats.copied_segments == 5
+    found, orphans = await scan(store, partition_prefix("events", TOPIC_ID, 0))
+    assert sorted(s.base_offset for s in found) == [0, 3, 6, 9, 12] and orphans == []
+    assert lookup(partition, EARLIEST, 0)[0] == 0
+    assert lookup(partition, EARLIEST_LOCAL, 0)[0] == 15
+    assert lookup(partition, LATEST_TIERED, 0)[0] == 14
+
+
+async def test_reads_below_the_local_start_come_from_the_object_store(
+    storage: StorageEngine,
+) -> None:
+    partition = tiered_partition(storage, TIERED)
+    expected = [(o, b"v%d-%d" % (o // 3, o % 3)) for o in range(18)]
+    manager = RemoteLogManager(MemoryObjectStore(), storage, 1, Clock())
+    await manager.run([partition])
+    assert manager.serves(partition, 4) and not manager.serves(partition, 15)
+    read: list[tuple[int, bytes | None]] = []
+    offset = 0
+    while offset < 15:
+        data, aborted = await manager.read(partition, offset, 1, partition.high_watermark, False)
+        assert data and aborted is None  # one whole batch at least, even over max_bytes
+        read += values(data)
+        offset = read[-1][0] + 1
+    read += values(partition.read(15, 10**6, partition.high_watermark))
+    assert read == expected
+    # a read in the middle of a batch starts with that batch
+    data, _ = await manager.read(partition, 7, 10**6, partition.high_watermark, True)
+    assert values(data)[0][0] == 6
+
+
+async def test_nothing_is_deleted_locally_while_the_store_refuses(
+    storage: StorageEngine,
+) -> None:
+    partition = tiered_partition(storage, TIERED)
+    store = MemoryObjectStore()
+    store.unavailable = ObjectStoreError("connection refused", retriable=True)
+    manager = RemoteLogManager(store, storage, 1, Clock())
+    await manager.run([partition])  # logged, not raised
+    assert len(partition.segments) == 6 and partition.remote_start is None
+    store.unavailable = None
+    await manager.run([partition])
+    assert partition.remote_end == 15 and len(partition.segments) == 1
+
+
+async def test_remote_retention_deletes_the_oldest_remote_segments(
+    storage: StorageEngine,
+) -> None:
+    config = LogConfig(remote_storage=True, retention_ms=10_000, local_retention_ms=-1,
+                       local_retention_bytes=1)  # fmt: skip
+    partition = tiered_partition(storage, config)
+    clock = Clock()
+    clock.now = 3_500  # batches of 1000 ms... : none is 10 s old
+    store = MemoryObjectStore()
+    manager = RemoteLogManager(store, storage, 1, clock)
+    await manager.run([partition])
+    assert partition.remote_start == 0
+    clock.now = 13_500  # segments with max timestamps 1000, 2000, 3000 are past 10 s
+    await manager.run([partition])
+    assert partition.remote_start == 9 and partition.log_start_offset == 9
+    assert manager.stats.deleted_segments == 3
+    keys = [o.key for o in await store.list("")]
+    assert not any(f"{0:020d}-" in k or f"{3:020d}-" in k for k in keys)
+
+
+async def test_delete_records_removes_the_remote_segments_below(storage: StorageEngine) -> None:
+    partition = tiered_partition(storage, TIERED)
+    manager = RemoteLogManager(MemoryObjectStore(), storage, 1, Clock())
+    await manager.run([partition])
+    assert partition.delete_records(7, NOW) == 7  # at once for readers
+    await manager.run([partition])
+    assert partition.remote_start == 6 and partition.log_start_offset == 7
+
+
+async def test_a_restart_rebuilds_the_remote_log_and_deletes_orphans(
+    storage: StorageEngine,
+) -> None:
+    partition = tiered_partition(storage, TIERED)
+    store = MemoryObjectStore()
+    await RemoteLogManager(store, storage, 1, Clock()).run([partition])
+    # an interrupted copy: data files without their manifest
+    await store.put(partition_prefix("events", TOPIC_ID, 0) + f"{15:020d}-x.log", b"torn")
+    fresh = RemoteLogManager(store, storage, 1, Clock())
+    forgotten = tiered_partition(MemoryEngine(), TIERED, segments=1)  # a restarted broker's
+    forgotten.topic_id = TOPIC_ID
+    await fresh.remote_log(forgotten)
+    assert (forgotten.remote_start, forgotten.remote_end) == (0, 15)
+    _found, orphans = await scan(store, partition_prefix("events", TOPIC_ID, 0))
+    assert orphans == []
+
+
+async def test_a_copy_cut_off_before_its_manifest_leaves_nothing_remote(
+    storage: StorageEngine,
+) -> None:
+    partition = tiered_partition(storage, TIERED, segments=2)
+    store = MemoryObjectStore()
+    real_put = store.put
+
+    async def refuse_manifests(key: str, data: bytes) -> None:
+        if key.endswith(MANIFEST):
+            raise ObjectStoreError("cut off", retriable=True)
+        await real_put(key, data)
+
+    store.put = refuse_manifests  # type: ignore[method-assign]
+    manager = RemoteLogManager(store, storage, 1, Clock())
+    await manager.run([partition])
+    assert partition.remote_start is None and len(partition.segments) == 2
+    assert manager.stats.copy_errors == 1
+    store.put = real_put  # type: ignore[method-assign]
+    restarted = RemoteLogManager(store, storage, 1, Clock())
+    await restarted.run([partition])  # the leftovers deleted, the segment copied again
+    found, orphans = await scan(store, partition_prefix("events", TOPIC_ID, 0))
+    assert [s.base_offset for s in found] == [0] and orphans == []
+
+
+async def test_topic_deletion_deletes_every_object(storage: StorageEngine) -> None:
+    partition = tiered_partition(storage, TIERED)
+    store = MemoryObjectStore()
+    manager = RemoteLogManager(store, storage, 1, Clock())
+    await manager.run([partition])
+    assert await manager.topic_deleted("events", TOPIC_ID) > 0
+    assert await store.list("") == []
+
+
+async def test_segments_above_the_last_stable_offset_wait(storage: StorageEngine) -> None:
+    partition = tiered_partition(storage, TIERED)
+    partition.high_watermark = 7  # (a follower behind: nothing at or past 7 is visible)
+    manager = RemoteLogManager(MemoryObjectStore(), storage, 1, Clock())
+    await manager.run([partition])
+    assert partition.remote_end == 6
