@@ -22,9 +22,15 @@ SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), 
 
 
 def exported_sample_names() -> set[str]:
-    broker = Broker(
-        BrokerConfig({"listeners": "127.0.0.1:0", "lockgate.metrics.port": "0"}), MemoryEngine()
-    )
+    # tiered storage on (its client connects at its first request, never here): its metrics too
+    settings = {
+        "listeners": "127.0.0.1:0",
+        "lockgate.metrics.port": "0",
+        "remote.log.storage.system.enable": "true",
+        "rsm.config.s3.bucket": "dashboards",
+        "rsm.config.s3.endpoint": "http://127.0.0.1:9",
+    }
+    broker = Broker(BrokerConfig(settings), MemoryEngine())
     names: set[str] = set()
     for family in text_string_to_metric_families(broker.metrics.render().decode()):
         names.update(family.name + suffix for suffix in SUFFIXES.get(family.type, ("",)))

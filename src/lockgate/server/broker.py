@@ -125,6 +125,7 @@ class Broker:
                 transaction_max_timeout_ms=config.integer("transaction.max.timeout.ms"),
                 lag_series_max=config.integer("lockgate.metrics.consumer.lag.max.series"),
                 clock=now_ms,
+                tiered=lambda: self.tiered,
             ),
         )
         # Cluster mode (lockgate.cluster set): the metadata store is etcd, partitions are

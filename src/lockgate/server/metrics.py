@@ -48,6 +48,7 @@ from lockgate.replication.group_commit import GroupCommit
 from lockgate.server import partition_metrics
 from lockgate.server.loop_lag import LoopLagProbe
 from lockgate.server.partition_metrics import GroupOffsets
+from lockgate.tiered.manager import RemoteLogManager
 from lockgate.topics.directory import TopicManager
 
 log = logging.getLogger(__name__)
@@ -105,6 +106,8 @@ class ScrapeSources:
     transaction_max_timeout_ms: int  # older open transactions are hanging candidates
     lag_series_max: int  # lockgate.metrics.consumer.lag.max.series
     clock: Callable[[], int]
+    # tiered storage's manager (None when the broker has it off)
+    tiered: Callable[[], RemoteLogManager | None] = lambda: None
 
 
 class BrokerMetrics:
@@ -420,6 +423,7 @@ class BrokerStateCollector(Collector):
         yield from self._replication()
         yield from self._connections()
         yield from self._disk()
+        yield from self._tiered()
 
     def _transactions(self) -> Iterator[Metric]:
         now = self.sources.clock()
@@ -493,6 +497,59 @@ class BrokerStateCollector(Collector):
         for listener in self.sources.listeners:
             connections.add_metric([listener], counts.get(listener, 0))
         yield connections
+
+    def _tiered(self) -> Iterator[Metric]:
+        """Kafka's RemoteCopy*/RemoteFetch*/RemoteDelete* meters as counters, and per tiered
+        partition led here its remote size and copy lag (RemoteLogSizeBytes,
+        RemoteCopyLagSegments, RemoteCopyLagBytes)."""
+        tiered = self.sources.tiered()
+        if tiered is None:
+            return
+        stats = tiered.stats
+        for name, text, value in (
+            ("lockgate_remote_copy_bytes", "Bytes of segments copied to the object store",
+             stats.copied_bytes),
+            ("lockgate_remote_copy_segments", "Segments copied to the object store",
+             stats.copied_segments),
+            ("lockgate_remote_copy_errors", "Segment copies that failed", stats.copy_errors),
+            ("lockgate_remote_delete_segments", "Remote segments deleted",
+             stats.deleted_segments),
+            ("lockgate_remote_delete_errors", "Remote segment deletes that failed",
+             stats.delete_errors),
+            ("lockgate_remote_fetch_requests", "Fetches read from the object store",
+             stats.fetch_requests),
+            ("lockgate_remote_fetch_bytes", "Bytes read from the object store for fetches",
+             stats.fetch_bytes),
+            ("lockgate_remote_fetch_errors", "Fetches from the object store that failed",
+             stats.fetch_errors),
+        ):  # fmt: skip
+            family = CounterMetricFamily(name, text)
+            family.add_metric([], value)
+            yield family
+        labels = ["topic", "partition"]
+        size = GaugeMetricFamily(
+            "lockgate_remote_log_size_bytes",
+            "Bytes of the partition in the object store",
+            labels=labels,
+        )
+        lag_segments = GaugeMetricFamily(
+            "lockgate_remote_copy_lag_segments", "Rolled segments not copied yet", labels=labels
+        )
+        lag_bytes = GaugeMetricFamily(
+            "lockgate_remote_copy_lag_bytes", "Bytes of rolled segments not copied yet",
+            labels=labels,
+        )  # fmt: skip
+        for (topic, index), partition in list(self.sources.topics.partitions.items()):
+            if not (partition.is_leader and partition.config.remote_storage):
+                continue
+            key = [topic, str(index)]
+            segments, waiting = tiered.copy_lag(partition)
+            size.add_metric(key, tiered.remote_size(partition))
+            lag_segments.add_metric(key, segments)
+            lag_bytes.add_metric(key, waiting)
+        yield size
+        yield lag_segments
+        yield lag_bytes
 
     def _disk(self) -> Iterator[Metric]:
         free = GaugeMetricFamily(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from lockgate.config.log import LogConfig
@@ -194,11 +196,15 @@ def test_tiered_topic_rules() -> None:
         check({"cleanup.policy": "compact,delete"})
     with pytest.raises(
         ConfigError,
-        match="Invalid value 2000 for configuration local.retention.ms: Value must not be more "
-        "than retention.ms property value: 1000",
+        match=re.escape(
+            "Invalid value 2000 for configuration local.retention.ms: Value must not be more "
+            "than retention.ms property value: 1000"
+        ),
     ):
         check({"retention.ms": "1000", "local.retention.ms": "2000"})
-    with pytest.raises(ConfigError, match="must not be -1 as retention.bytes value is set as 9"):
+    with pytest.raises(
+        ConfigError, match=re.escape("must not be -1 as retention.bytes value is set as 9.")
+    ):
         check({"retention.bytes": "9", "local.retention.bytes": "-1"})
 
 
