@@ -2,10 +2,13 @@
 
 Behaviour:
 - Timestamp -1: the high watermark (read_uncommitted) or last stable offset (read_committed);
-  -2, -4 (earliest-local) and -6 (earliest-pending-upload): the log start offset (no tiered
-  storage: every record is local); -5 (latest-tiered): offset -1, as Kafka answers when remote
-  storage is off; -3 (v7+): the record with the largest timestamp; any other timestamp ≥ 0:
-  the first record at or after it, found through the time index, or offset -1 when none.
+  -2: the log start offset (tiered storage's part included); -4 (earliest-local): the first
+  offset on this broker's disk; -5 (latest-tiered): the last offset copied to the object store,
+  -1 when none or not tiered; -6 (earliest-pending-upload): the first offset not copied yet,
+  the log start when nothing is, -1 when not tiered (Kafka 4.4's answers); -3 (v7+): the
+  record with the largest timestamp (local segments); any other timestamp ≥ 0: the first
+  record at or after it, in the tiered segments first (their remote time index), then through
+  the local time index, or offset -1 when none.
 - CurrentLeaderEpoch (v4+) older than the leader's → FENCED_LEADER_EPOCH, newer →
   UNKNOWN_LEADER_EPOCH. Unknown partition: UNKNOWN_TOPIC_OR_PARTITION. Other negative
   timestamps: INVALID_REQUEST... answered per partition.
@@ -24,6 +27,8 @@ from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.security.acls import Operation, ResourceType
 from lockgate.security.authorizer import authorize
+from lockgate.storage.object_store import ObjectStoreError
+from lockgate.tiered.manager import RemoteLogManager
 
 READ_COMMITTED = 1
 LATEST = -1
@@ -43,8 +48,10 @@ def lookup(partition: Partition, timestamp: int, isolation: int) -> tuple[int, i
         return partition.log_start_offset, -1
     if timestamp == EARLIEST_LOCAL:  # KIP-405: the first offset on this broker's disk
         return partition.local_log_start_offset, -1
-    if timestamp == EARLIEST_PENDING_UPLOAD:
-        return partition.log_start_offset, -1
+    if timestamp == EARLIEST_PENDING_UPLOAD:  # the first offset not copied yet (-1: not tiered)
+        if partition.remote_end is not None:
+            return max(partition.remote_end, partition.log_start_offset), -1
+        return (partition.log_start_offset if partition.config.remote_storage else -1), -1
     if timestamp == LATEST_TIERED:  # the last offset in the object store, -1 for none
         return (partition.remote_end - 1 if partition.remote_end is not None else -1), -1
     if timestamp == MAX_TIMESTAMP:
@@ -78,7 +85,10 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
                 if partition is None:
                     raise KafkaProtocolError(ErrorCode.unknown_topic_or_partition)
                 check_leader(partition, field(p, "current_leader_epoch", -1))
-                offset, timestamp = lookup(partition, p.timestamp, isolation)
+                found = None
+                if p.timestamp >= 0 and ctx.services.tiered is not None:
+                    found = await _remote_time_lookup(ctx.services.tiered, partition, p.timestamp)
+                offset, timestamp = found or lookup(partition, p.timestamp, isolation)
                 entry["offset"] = offset
                 entry["timestamp"] = timestamp
                 entry["leader_epoch"] = partition.epoch_of(offset) if offset >= 0 else -1
@@ -89,3 +99,16 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
             partitions.append(entry)
         topics.append({"name": topic.name, "partitions": partitions})
     return {"throttle_time": 0, "topics": topics}
+
+
+async def _remote_time_lookup(
+    tiered: RemoteLogManager, partition: Partition, timestamp: int
+) -> tuple[int, int] | None:
+    """A timestamp lookup in the tiered part of the log first (its records are older than
+    the local ones); KAFKA_STORAGE_ERROR when the object store fails."""
+    if not partition.config.remote_storage:
+        return None
+    try:
+        return await tiered.offset_for_timestamp(partition, timestamp)
+    except ObjectStoreError as exc:
+        raise KafkaProtocolError(ErrorCode.kafka_storage_error, str(exc)) from None

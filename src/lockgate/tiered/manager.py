@@ -294,6 +294,25 @@ class RemoteLogManager:
         self.stats.fetch_bytes += len(data)
         return data, aborted
 
+    async def offset_for_timestamp(
+        self, partition: Partition, timestamp: int
+    ) -> tuple[int, int] | None:
+        """ListOffsets by time over the remote part of the log (below the local log start):
+        (offset, timestamp) of the first record at or after `timestamp`, or None (then the
+        local log answers)."""
+        tiered = await self.remote_log(partition)
+        local_start = partition.local_log_start_offset
+        start = partition.log_start_offset
+        for segment in tiered.log.segments:
+            if segment.base_offset >= local_start:
+                break
+            if segment.max_timestamp < timestamp or segment.end_offset < start:
+                continue
+            found = await self.reader.offset_for_timestamp(segment, timestamp, start)
+            if found is not None:
+                return found
+        return None
+
     def copy_lag(self, partition: Partition) -> tuple[int, int]:
         """(segments, bytes) rolled locally and not copied yet."""
         tiered = self._partitions.get(_key(partition))

@@ -16,13 +16,15 @@ from collections.abc import Sequence
 from typing import TypeVar
 
 from lockgate.log.txn_index import ENTRY_SIZE, AbortedTxn
-from lockgate.protocol.records import HEADER_SIZE, parse_header
+from lockgate.protocol.records import HEADER_SIZE, iter_records, parse_header
 from lockgate.storage.object_store import ObjectStore
-from lockgate.tiered.layout import INDEX, LOG, TXN_INDEX, RemoteSegment
+from lockgate.tiered.layout import INDEX, LOG, TIME_INDEX, TXN_INDEX, RemoteSegment
 
 _V = TypeVar("_V")
 MIN_CHUNK = 64 << 10  # a read asks for at least this much past the index entry
 _OFFSET_ENTRY = struct.Struct(">ii")
+_TIME_ENTRY = struct.Struct(">qi")
+TIME_SCAN_BYTES = 1 << 20  # what a timestamp lookup reads at a time
 _TXN_ENTRY = struct.Struct(">hqqqq")
 
 
@@ -60,6 +62,37 @@ class RemoteReader:
             self.bytes_read += len(whole)
             return whole
         return b""
+
+    async def offset_for_timestamp(
+        self, segment: RemoteSegment, timestamp: int, start: int
+    ) -> tuple[int, int] | None:
+        """(offset, timestamp) of the segment's first record at or after `start` whose
+        timestamp is at least `timestamp`, or None: from the last time-index entry below the
+        timestamp (every record up to its offset is older), batch by batch."""
+        offset = max(start, segment.base_offset)
+        if TIME_INDEX in segment.files:
+            raw = await self.store.get(segment.key(TIME_INDEX))
+            usable = len(raw) - len(raw) % _TIME_ENTRY.size
+            for time, relative in _TIME_ENTRY.iter_unpack(raw[:usable]):
+                if time >= timestamp:
+                    break
+                offset = max(offset, segment.base_offset + relative + 1)
+        while offset <= segment.end_offset:
+            data = await self.read(segment, offset, TIME_SCAN_BYTES, segment.next_offset)
+            if not data:
+                return None
+            position = 0
+            while position < len(data):
+                header = parse_header(data, position)
+                batch = data[position : position + header.size]
+                position += header.size
+                offset = header.last_offset + 1
+                if header.max_timestamp < timestamp or header.is_control:
+                    continue
+                for record_offset, record_time, _key, _value in iter_records(batch):
+                    if record_offset >= start and record_time >= timestamp:
+                        return record_offset, record_time
+        return None
 
     async def aborted(
         self, segments: Sequence[RemoteSegment], start: int, end: int

@@ -43,9 +43,10 @@ def test_special_timestamps_without_tiered_storage() -> None:
     partition = partition_with_records()
     assert lookup(partition, LATEST, 0) == (6, -1)
     assert lookup(partition, EARLIEST, 0) == (1, -1)
-    # every record is local: earliest-local and earliest-pending-upload are the log start
+    # every record is local: earliest-local is the log start; nothing is ever to be
+    # uploaded: Kafka 4.4 answers earliest-pending-upload with offset -1
     assert lookup(partition, EARLIEST_LOCAL, 0) == (1, -1)
-    assert lookup(partition, EARLIEST_PENDING_UPLOAD, 0) == (1, -1)
+    assert lookup(partition, EARLIEST_PENDING_UPLOAD, 0) == (-1, -1)
     # nothing was ever tiered: Kafka answers offset -1 when remote storage is off
     assert lookup(partition, LATEST_TIERED, 0) == (-1, -1)
     assert lookup(partition, MAX_TIMESTAMP, 0) == (2, 3_000)

@@ -11,7 +11,13 @@ from pathlib import Path
 import pytest
 
 from lockgate.config.log import LogConfig
-from lockgate.handlers.k02_list_offsets import EARLIEST, EARLIEST_LOCAL, LATEST_TIERED, lookup
+from lockgate.handlers.k02_list_offsets import (
+    EARLIEST,
+    EARLIEST_LOCAL,
+    EARLIEST_PENDING_UPLOAD,
+    LATEST_TIERED,
+    lookup,
+)
 from lockgate.log.partition import Partition
 from lockgate.protocol.records import (
     build_batch,
@@ -214,3 +220,25 @@ async def test_segments_above_the_last_stable_offset_wait(storage: StorageEngine
     manager = RemoteLogManager(MemoryObjectStore(), storage, 1, Clock())
     await manager.run([partition])
     assert partition.remote_end == 6
+
+
+async def test_timestamp_lookups_reach_the_tiered_segments(storage: StorageEngine) -> None:
+    partition = tiered_partition(storage, TIERED)  # batch i has timestamp (i + 1) * 1000
+    manager = RemoteLogManager(MemoryObjectStore(), storage, 1, Clock())
+    await manager.run([partition])
+    assert await manager.offset_for_timestamp(partition, 0) == (0, 1000)
+    assert await manager.offset_for_timestamp(partition, 2500) == (6, 3000)
+    assert await manager.offset_for_timestamp(partition, 5001) is None  # local: 15.. at 6000
+    partition.delete_records(7, NOW)
+    assert await manager.offset_for_timestamp(partition, 0) == (7, 3000)
+
+
+async def test_earliest_pending_upload(storage: StorageEngine) -> None:
+    partition = tiered_partition(storage, TIERED)
+    assert lookup(partition, EARLIEST_PENDING_UPLOAD, 0)[0] == 0  # tiered, nothing copied
+    await RemoteLogManager(MemoryObjectStore(), storage, 1, Clock()).run([partition])
+    assert lookup(partition, EARLIEST_PENDING_UPLOAD, 0)[0] == 15
+    local = tiered_partition(MemoryEngine(), LogConfig())
+    assert lookup(local, EARLIEST_PENDING_UPLOAD, 0)[0] == -1
+    assert lookup(local, LATEST_TIERED, 0)[0] == -1
+    assert lookup(local, EARLIEST_LOCAL, 0)[0] == 0
