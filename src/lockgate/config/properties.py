@@ -138,6 +138,8 @@ BROKER_DEFAULTS: dict[str, str] = {
     "remote.log.storage.system.enable": "false",
     "remote.log.manager.task.interval.ms": "30000",
     "remote.log.storage.manager.impl.prefix": "rsm.config.",
+    # lockgate's: the memory holding chunks of tiered segments read for fetches (and read ahead)
+    "lockgate.remote.fetch.cache.bytes": str(64 << 20),
     "offset.metadata.max.bytes": "4096",
     # Kafka's offsets.retention.minutes (an alias of this finer lockgate property): offsets of
     # a group that has been Empty this long (or, without group metadata, committed this long

@@ -339,7 +339,9 @@ def tiered_manager(
     except ValueError as exc:
         raise ConfigError(f"remote.log.storage.system.enable: {prefix}{exc}") from None
     log.info("tiered storage on: %r", settings)  # (its repr never shows the secret)
-    return RemoteLogManager(S3ObjectStore(settings), storage, node_id, clock)
+    manager = RemoteLogManager(S3ObjectStore(settings), storage, node_id, clock)
+    manager.reader.cache_bytes = config.integer("lockgate.remote.fetch.cache.bytes")
+    return manager
 
 
 async def scan(store: ObjectStore, prefix: str) -> tuple[list[RemoteSegment], list[str]]:

@@ -5,6 +5,7 @@ object store (the S3 server is tests/integration/test_tiered_storage.py's)."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from pathlib import Path
 
@@ -242,3 +243,29 @@ async def test_earliest_pending_upload(storage: StorageEngine) -> None:
     assert lookup(local, EARLIEST_PENDING_UPLOAD, 0)[0] == -1
     assert lookup(local, LATEST_TIERED, 0)[0] == -1
     assert lookup(local, EARLIEST_LOCAL, 0)[0] == 0
+
+
+async def test_sequential_remote_reads_are_read_ahead_and_the_cache_stays_bounded(
+    storage: StorageEngine,
+) -> None:
+    partition = Partition(storage, "events", 0, TOPIC_ID, lambda: TIERED)
+    partition.load(NOW)
+    for i in range(60):  # three segments of 20 batches
+        if i and i % 20 == 0:
+            partition.roll(NOW)
+        batch = build_batch([(None, b"w%d" % i)], timestamp_ms=1000)
+        partition.append(bytearray(batch), validate_produced_batch(batch), NOW)
+    partition.advance_high_watermark(partition.log_end_offset)
+    manager = RemoteLogManager(MemoryObjectStore(), storage, 1, Clock())
+    await manager.run([partition])
+    reader = manager.reader
+    reader.chunk_bytes = 128  # a batch here is ~100 bytes: a few chunks per segment
+    reader.cache_bytes = 1024
+    offset = 0
+    while offset < partition.local_log_start_offset:
+        data, _ = await manager.read(partition, offset, 100, partition.high_watermark, False)
+        offset = values(data)[-1][0] + 1
+        await asyncio.sleep(0)  # (the read-ahead runs)
+    assert reader.cache_hits > 0
+    assert reader._cached <= reader.cache_bytes
+    assert sum(len(c) for c in reader._chunks.values()) == reader._cached
