@@ -147,3 +147,17 @@ def test_compacted_topics_refuse_remote_storage(
             broker.bootstrap, "keyed", 1,
             {"remote.storage.enable": "true", "cleanup.policy": "compact"},
         )  # fmt: skip
+
+
+def test_a_broker_without_tiered_storage_refuses_tiered_topics(
+    tiered: tuple[BrokerProcess, S3ProxyServer, str],
+) -> None:
+    """As Kafka: turning tiered storage off on a broker that has tiered topics is refused at
+    start (their local logs would never be trimmed, nor their remote part read)."""
+    broker, _server, _prefix = tiered
+    create_topic(broker.bootstrap, "tiered-too", 1, {"remote.storage.enable": "true"})
+    broker.kill()
+    plain = BrokerProcess(broker.data_dir, {})
+    with pytest.raises(RuntimeError, match="delete all topics with the property"):
+        plain.start()
+    broker.start()  # (tiered again: the module's fixture stops it)

@@ -68,8 +68,9 @@ class BrokerProcess:
         )
         log.close()
         try:
+            process = self.process
             for port in self.ports.values():
-                wait_for_port(port)
+                wait_for_port(port, alive=lambda: process.poll() is None)
         except TimeoutError:
             self.kill()
             raise RuntimeError(f"broker did not start:\n{self.log()}") from None
@@ -103,7 +104,8 @@ class BrokerProcess:
         """kill -9: no chance to flush or close anything."""
         if self.process is None:
             return
-        os.kill(self.process.pid, signal.SIGKILL)
+        if self.process.poll() is None:  # (not reaped yet: the pid is still ours)
+            os.kill(self.process.pid, signal.SIGKILL)
         self.process.wait(10)
         self.process = None
 

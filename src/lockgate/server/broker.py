@@ -20,7 +20,7 @@ from lockgate.cluster.metadata import BrokerRegistration, Endpoint
 from lockgate.cluster.peers import PeerConnections
 from lockgate.config.dynamic import open_dynamic_configs
 from lockgate.config.group_configs import open_group_configs
-from lockgate.config.properties import BrokerConfig
+from lockgate.config.properties import BrokerConfig, ConfigError
 from lockgate.coordinator.group.service import GroupCoordinator
 from lockgate.coordinator.locator import SHARE, CoordinatorLocator
 from lockgate.coordinator.runtime import LoopTimers
@@ -372,6 +372,7 @@ class Broker:
         if self.cluster is None:
             self.topics.load(clean)  # (each partition it registers, it leads)
             self._ensure_internal_topics()
+            self._check_tiered_topics()
         else:
             self.topics.clean_start = clean  # replicas open as the cluster metadata names them
         # bound first (port 0 resolves to the port to register) but serving only once joined:
@@ -619,6 +620,20 @@ class Broker:
         while True:
             await asyncio.sleep(interval)
             self.apply_retention()
+
+    def _check_tiered_topics(self) -> None:
+        """As Kafka: tiered topics need tiered storage on (else their local logs would never
+        be trimmed, nor their remote part read)."""
+        if self.tiered is not None:
+            return
+        tiered = sorted(
+            name for name in self.topics.topics if self.topics.log_config(name).remote_storage
+        )
+        if tiered:
+            raise ConfigError(
+                "You have to delete all topics with the property remote.storage.enable=true "
+                f"before disabling tiered storage cluster-wide (tiered topics: {', '.join(tiered)})"
+            )
 
     async def _tiered_loop(self, tiered: RemoteLogManager) -> None:
         interval = self.config.integer("remote.log.manager.task.interval.ms") / 1000

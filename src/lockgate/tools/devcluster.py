@@ -13,7 +13,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from lockgate.tools.common import EXIT_FAILURE, EXIT_OK, StopSignals
@@ -52,13 +52,19 @@ def free_port() -> int:
     raise RuntimeError(f"no free port found between {_LOWEST} and {first_ephemeral}")
 
 
-def wait_for_port(port: int, timeout: float = 30.0) -> None:
+def wait_for_port(
+    port: int, timeout: float = 30.0, alive: Callable[[], bool] | None = None
+) -> None:
+    """Until something listens on the port; TimeoutError after `timeout`, or at once when
+    `alive` (the process that should listen) says it has ended."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.5):
                 return
         except OSError:
+            if alive is not None and not alive():
+                raise TimeoutError(f"the process ended before listening on {port}") from None
             time.sleep(0.05)
     raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout}s")
 
