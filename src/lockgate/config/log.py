@@ -51,6 +51,9 @@ class LogConfig:
     local_retention_ms: int = 7 * 24 * 3600 * 1000
     local_retention_bytes: int = -1
     remote_copy_disabled: bool = False
+    # remote.log.delete.on.disable: a topic whose remote.storage.enable was turned off with it
+    # set loses its remote segments
+    remote_delete_on_disable: bool = False
 
     def roll_jitter_ms(self, base_offset: int) -> int:
         """How much earlier than segment.ms the segment at `base_offset` rolls: Kafka draws

@@ -259,7 +259,6 @@ class TopicConfigSpec:
 
 
 _NO_COPY_LAG = "every rolled segment below the last stable offset is copied at the next pass"
-_NO_DISABLE = "turning remote.storage.enable off leaves the remote segments in place"
 _NO_THROTTLE = "lockgate has no replication throttle (no leader/follower throttled rate)"
 _NO_SHARE_GROUPS = "lockgate serves no share groups"
 
@@ -416,9 +415,7 @@ TOPIC_CONFIGS: dict[str, TopicConfigSpec] = {
             "remote.copy.lag.ms", "log.remote.copy.lag.ms", "0", "long", -1, effect=_NO_COPY_LAG
         ),
         TopicConfigSpec("remote.log.copy.disable", None, "false", "boolean"),
-        TopicConfigSpec(
-            "remote.log.delete.on.disable", None, "false", "boolean", effect=_NO_DISABLE
-        ),
+        TopicConfigSpec("remote.log.delete.on.disable", None, "false", "boolean"),
         TopicConfigSpec("remote.storage.enable", None, "false", "boolean"),
         TopicConfigSpec("retention.bytes", "log.retention.bytes", "-1", "long"),
         TopicConfigSpec("retention.ms", "log.retention.ms", str(7 * DAY_MS), "long", -1),
@@ -566,6 +563,17 @@ def _check_remote(resolved: Mapping[str, str], remote_system: bool) -> None:
             "Remote log storage only supports topics with cleanup.policy=delete or "
             "cleanup.policy being an empty list."
         )
+    if resolved["remote.log.copy.disable"] == "true":
+        for local, total in (
+            ("local.retention.bytes", "retention.bytes"),
+            ("local.retention.ms", "retention.ms"),
+        ):
+            if resolved[local] not in ("-2", resolved[total]):
+                raise ConfigError(
+                    f"When `remote.log.copy.disable` is set to true, the `{local}` and `{total}` "
+                    "must be set to the identical value because there will be no more logs "
+                    "copied to the remote storage."
+                )
     for local, total in (
         ("local.retention.ms", "retention.ms"),
         ("local.retention.bytes", "retention.bytes"),
@@ -584,6 +592,23 @@ def _check_remote(resolved: Mapping[str, str], remote_system: bool) -> None:
                 local, local_value, f"Value must not be more than {total} property value: "
                 f"{total_value}",
             )  # fmt: skip
+
+
+def check_remote_change(before: Mapping[str, str], after: Mapping[str, str]) -> None:
+    """Turning remote.storage.enable off: only with remote.log.delete.on.disable=true (the
+    remote data goes), as Kafka 4.4; ConfigError with its message otherwise."""
+    if (
+        before["remote.storage.enable"] == "true"
+        and after["remote.storage.enable"] == "false"
+        and after["remote.log.delete.on.disable"] != "true"
+    ):
+        raise ConfigError(
+            "It is invalid to disable remote storage without deleting remote data. If you want "
+            "to keep the remote data and turn to read only, please set "
+            "`remote.storage.enable=true,remote.log.copy.disable=true`. If you want to disable "
+            "remote storage and delete all remote data, please set "
+            "`remote.storage.enable=false,remote.log.delete.on.disable=true`."
+        )
 
 
 def cleanup_policies(value: str) -> set[str]:
@@ -681,6 +706,7 @@ class BrokerConfig:
             local_retention_ms=_local(resolved, "local.retention.ms", "retention.ms"),
             local_retention_bytes=_local(resolved, "local.retention.bytes", "retention.bytes"),
             remote_copy_disabled=resolved["remote.log.copy.disable"] == "true",
+            remote_delete_on_disable=resolved["remote.log.delete.on.disable"] == "true",
         )
 
 

@@ -89,23 +89,43 @@ class RemoteLogManager:
         self.reader = RemoteReader(store)
         self.stats = TieredStats()
         self._partitions: dict[PartitionKey, _Tiered] = {}
+        self._disabled: set[PartitionKey] = set()  # remote parts deleted since this start
 
     # -- the periodic pass -------------------------------------------------------------------
 
     async def run(self, partitions: Iterable[Partition]) -> None:
         """One pass over the partitions this broker leads (tiered topics only)."""
         for partition in list(partitions):
-            if not (partition.is_leader and partition.config.remote_storage):
+            if not partition.is_leader or partition.closed:
                 continue
-            if partition.closed:
-                continue
+            config = partition.config
             try:
-                await self.run_partition(partition)
+                if config.remote_storage:
+                    await self.run_partition(partition)
+                elif config.remote_delete_on_disable and _key(partition) not in self._disabled:
+                    await self._delete_remote_part(partition)
             except ObjectStoreError as exc:
                 log.warning("%s-%d: tiered storage pass stopped: %s", partition.topic,
                             partition.index, exc)  # fmt: skip
 
+    async def _delete_remote_part(self, partition: Partition) -> None:
+        """remote.storage.enable turned off with remote.log.delete.on.disable: the partition's
+        remote segments go (manifests first), its log starts at its local start again. Once
+        per partition and start of this broker (a restart sweeps again what a crash left)."""
+        key = _key(partition)
+        prefix = partition_prefix(partition.topic, partition.topic_id, partition.index)
+        objects = [o.key for o in await self.store.list(prefix)]
+        await self.store.delete([k for k in objects if k.endswith(MANIFEST)])
+        await self.store.delete([k for k in objects if not k.endswith(MANIFEST)])
+        self._partitions.pop(key, None)
+        partition.remote_start = partition.remote_end = None
+        self._disabled.add(key)
+        if objects:
+            log.info("%s-%d: remote storage turned off: %d objects deleted", partition.topic,
+                     partition.index, len(objects))  # fmt: skip
+
     async def run_partition(self, partition: Partition) -> None:
+        self._disabled.discard(_key(partition))  # (turned on again: a later off sweeps again)
         tiered = await self.remote_log(partition)
         async with tiered.lock:
             if not partition.config.remote_copy_disabled:

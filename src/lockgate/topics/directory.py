@@ -28,6 +28,7 @@ from lockgate.config.properties import (
     TOPIC_CONFIGS,
     BrokerConfig,
     ConfigError,
+    check_remote_change,
     check_topic,
     check_value,
 )
@@ -546,7 +547,14 @@ class TopicManager:
                 )
         configs = {k: v for k, v in record.configs.items() if k not in delete}
         configs.update(set_values)
-        return record, self.check_configs(configs)
+        checked = self.check_configs(configs)
+        try:
+            check_remote_change(
+                self.config.resolve_topic(record.configs), self.config.resolve_topic(checked)
+            )
+        except ConfigError as exc:
+            raise KafkaProtocolError(ErrorCode.invalid_config, str(exc)) from None
+        return record, checked
 
     def alter_configs(
         self, name: str, set_values: Mapping[str, str], delete: list[str], validate_only: bool

@@ -13,6 +13,7 @@ from lockgate.config.properties import (
     TOPIC_CONFIGS,
     BrokerConfig,
     ConfigError,
+    check_remote_change,
     check_topic,
     check_value,
     parse_listener,
@@ -183,6 +184,15 @@ def test_log_config() -> None:
     assert BrokerConfig().log_config({}) == LogConfig()
 
 
+def test_turning_remote_storage_off_needs_delete_on_disable() -> None:
+    config = BrokerConfig()
+    on = config.resolve_topic({"remote.storage.enable": "true"})
+    with pytest.raises(ConfigError, match="invalid to disable remote storage without deleting"):
+        check_remote_change(on, config.resolve_topic({}))
+    check_remote_change(on, config.resolve_topic({"remote.log.delete.on.disable": "true"}))
+    check_remote_change(config.resolve_topic({}), on)  # (turning it on is the other rules')
+
+
 def test_tiered_topic_rules() -> None:
     """Kafka 4.4's LogConfig checks of a tiered topic, with its messages."""
     config = BrokerConfig()
@@ -206,6 +216,12 @@ def test_tiered_topic_rules() -> None:
         ConfigError, match=re.escape("must not be -1 as retention.bytes value is set as 9.")
     ):
         check({"retention.bytes": "9", "local.retention.bytes": "-1"})
+    # read only (no more copies): local and total retention must agree
+    check({"remote.log.copy.disable": "true"})
+    with pytest.raises(
+        ConfigError, match=re.escape("the `local.retention.ms` and `retention.ms` must be")
+    ):
+        check({"remote.log.copy.disable": "true", "local.retention.ms": "5"})
 
 
 @pytest.mark.parametrize(

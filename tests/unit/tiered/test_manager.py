@@ -269,3 +269,25 @@ async def test_sequential_remote_reads_are_read_ahead_and_the_cache_stays_bounde
     assert reader.cache_hits > 0
     assert reader._cached <= reader.cache_bytes
     assert sum(len(c) for c in reader._chunks.values()) == reader._cached
+
+
+async def test_turning_remote_storage_off_with_delete_on_disable_deletes_the_remote_part(
+    storage: StorageEngine,
+) -> None:
+    config = TIERED
+    partition = Partition(storage, "events", 0, TOPIC_ID, lambda: config)
+    partition.load(NOW)
+    for i in range(4):
+        if i:
+            partition.roll(NOW)
+        batch = build_batch([(None, b"x%d" % i)], timestamp_ms=1000)
+        partition.append(bytearray(batch), validate_produced_batch(batch), NOW)
+    partition.advance_high_watermark(partition.log_end_offset)
+    store = MemoryObjectStore()
+    manager = RemoteLogManager(store, storage, 1, Clock())
+    await manager.run([partition])
+    assert partition.log_start_offset == 0 and partition.local_log_start_offset == 3
+    config = LogConfig(remote_delete_on_disable=True)  # remote.storage.enable=false
+    await manager.run([partition])
+    assert await store.list("") == []
+    assert partition.remote_start is None and partition.log_start_offset == 3
