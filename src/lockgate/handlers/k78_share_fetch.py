@@ -182,9 +182,10 @@ async def _serve(
     mode = getattr(request, "share_acquire_mode", 0)
     budget_bytes = min(request.max_bytes, ctx.services.config.integer("fetch.max.bytes"))
     deadline = time.monotonic() + millis(request.max_wait) / 1000
-    # served in turn from a place moved by the session epoch, as Kafka: no partition starves
+    # served in turn from a place moved at each fetch of the session: no partition starves
     order = list(logs)
-    shift = session.epoch % len(order)
+    shift = session.fetches % len(order)
+    session.fetches += 1
     order = order[shift:] + order[:shift]
     while True:
         records_left = request.max_records

@@ -35,6 +35,10 @@ class ShareSession:
     connection: int
     # partition -> whether the next incremental answer must carry it (e.g. an error cleared)
     partitions: dict[TopicPartitionKey, bool] = field(default_factory=dict)
+    # ShareFetches served: where the next one starts among the partitions (not the epoch,
+    # which ShareAcknowledge moves too: a client alternating fetch and acknowledgement would
+    # always start at the same partition, and a busy first one would starve the others)
+    fetches: int = 0
 
     @property
     def key(self) -> SessionKey:

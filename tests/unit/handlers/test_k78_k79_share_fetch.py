@@ -482,3 +482,50 @@ async def test_not_leader_names_the_leader(broker: Broker) -> None:
     }
     (endpoint,) = answer["node_endpoints"]
     assert endpoint["node_id"] == state.leader and endpoint["port"] > 0
+
+
+async def test_a_member_alternating_fetch_and_acknowledge_is_served_every_partition(
+    broker: Broker,
+) -> None:
+    """ShareAcknowledge moves the session epoch too: a consumer that fetches, then
+    acknowledges, then fetches sees only every other epoch. Where a fetch starts among its
+    partitions must move at each fetch regardless, or a partition that always has
+    max_records available would keep the others from ever being served."""
+    await broker.admin.create("two", 2, 1, {})
+    tid = topic_id(broker, "two")
+    for index in (0, 1):
+        partition = broker.topics.get("two", index)
+        assert partition is not None
+        await broker.writer.write(partition, build_batch([(None, b"x")] * 40))
+        result = await broker.share_leader.persister.initialize("g", tid, index, 1, 0)
+        assert result.error == ErrorCode.none
+    served: set[int] = set()
+    epoch = 0
+    for _fetch in range(2):
+        body = {
+            "group_id": "g", "member_id": "m1", "share_session_epoch": epoch, "max_wait": 0,
+            "min_bytes": 1, "max_bytes": 1 << 20, "max_records": 5, "batch_size": 5,
+            "topics": [{"topic_id": tid, "partitions": [
+                {"partition_index": i, "acknowledgement_batches": []} for i in (0, 1)]}]
+            if epoch == 0 else [],
+            "forgotten_topics_data": [],
+        }  # fmt: skip
+        answer = await call(broker, FETCH, 2, body)
+        epoch += 1
+        got: dict[int, tuple[int, int]] = {}
+        for topic in answer["responses"]:
+            for part in topic["partitions"]:
+                for r in part["acquired_records"]:
+                    served.add(part["partition_index"])
+                    got[part["partition_index"]] = (r["first_offset"], r["last_offset"])
+        # every record acquired goes back (RELEASE) in a ShareAcknowledge of its own
+        ack_body = {
+            "group_id": "g", "member_id": "m1", "share_session_epoch": epoch, "is_renew_ack": False,
+            "topics": [{"topic_id": tid, "partitions": [
+                {"partition_index": i, "acknowledgement_batches": acks([(f, last, [RELEASE])])}
+                for i, (f, last) in got.items()]}],
+        }  # fmt: skip
+        ack_answer = await call(broker, ACK, 2, ack_body)
+        assert ack_answer["error_code"] == ErrorCode.none
+        epoch += 1
+    assert served == {0, 1}  # the second fetch starts at the other partition
