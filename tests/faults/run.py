@@ -51,6 +51,11 @@ BROKER_SETTINGS = {
     "group.share.assignment.interval.ms": "0",
     "group.share.min.record.lock.duration.ms": "1000",
     "group.share.record.lock.duration.ms": "5000",
+    # a reader that starts its consumer anew while the broker is away cannot leave the group:
+    # the member it leaves behind keeps its share of the partitions until its session
+    # expires, which must come well before the share consumers' finish (SHARE_FINISH_TIMEOUT_S)
+    "group.share.min.session.timeout.ms": "6000",
+    "group.share.session.timeout.ms": "8000",
     "share.coordinator.state.topic.num.partitions": "1",
 }
 SHARE_GROUP = "share"
