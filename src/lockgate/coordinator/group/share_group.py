@@ -680,17 +680,20 @@ def initialized(
     group: ShareGroup, done: Mapping[uuid.UUID, frozenset[int]], topics: Topics, now_ms: int
 ) -> tuple[ShareGroup, list[ShareRecord]]:
     """The share coordinator initialized these partitions: they move from initializing to
-    initialized (and become assignable at the next heartbeat)."""
+    initialized (and become assignable at the next heartbeat). A topic no longer in `topics`
+    (deleted while its partitions were initialized) is left out: its deletion already took it
+    out of record 15, and it must not come back."""
+    names = {topic_id: name for name, (topic_id, _count) in topics.items()}
+    done = {topic_id: parts for topic_id, parts in done.items() if topic_id in names}
     if not done:
         return group, []
     current = group.partitions or StatePartitions()
-    names = {topic_id: name for name, (topic_id, _count) in topics.items()}
     initialized_ = dict(current.initialized)
     initializing = dict(current.initializing)
     for topic_id, parts in done.items():
         before = initialized_.get(topic_id)
         pending = initializing.get(topic_id)
-        name = before.name if before else pending.name if pending else names.get(topic_id, "")
+        name = names[topic_id]
         initialized_[topic_id] = TopicInit(
             name, parts | (before.partitions if before else frozenset())
         )

@@ -277,12 +277,9 @@ class ShareProtocol:
                         request.group_id, error.name, asked)  # fmt: skip
             group, records = uninitialized(container.share, asked, now)
         else:
-            # (a topic deleted meanwhile left record 15 already: it does not come back)
-            live = {topic_id for topic_id, _count in meta.values()}
-            done = {topic_id: parts for topic_id, parts in asked.items() if topic_id in live}
             log.info("share group %s: share partitions initialized at state epoch %d: %s",
-                     request.group_id, request.state_epoch, done)  # fmt: skip
-            group, records = initialized(container.share, done, meta, now)
+                     request.group_id, request.state_epoch, asked)  # fmt: skip
+            group, records = initialized(container.share, asked, meta, now)
         container.share = group
         try:
             await self._append(request.group_id, tuple(records))

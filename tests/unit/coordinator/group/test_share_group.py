@@ -491,3 +491,16 @@ def test_tombstones_have_no_value_and_kafkas_keys() -> None:
     assert encoded(ShareRecordKind.STATE_PARTITIONS, None, None) == (b"\x00\x0f" + G, None)
     assert share_records.record_kind(b"\x00\x0f" + G) == ShareRecordKind.STATE_PARTITIONS
     assert share_records.record_kind(b"\x00\x03" + G) is None  # a consumer-group record
+
+
+def test_an_initialization_answered_after_its_topic_was_deleted_does_not_bring_it_back() -> None:
+    """The persister answers for a topic deleted meanwhile (a heartbeat's initialization, or
+    AlterShareGroupOffsets'): the deletion took it out of record 15, and it stays out."""
+    group = ShareGroup(
+        "g", partitions=StatePartitions(initializing={T2: TopicInit("u", frozenset({0}), 5)})
+    )
+    without_t = {"u": TOPICS["u"]}  # "t" (T1) is gone
+    done, records = initialized(group, {T1: frozenset({0}), T2: frozenset({0})}, without_t, 9)
+    assert done.partitions == StatePartitions(initialized={T2: TopicInit("u", frozenset({0}))})
+    assert len(records) == 1
+    assert initialized(group, {T1: frozenset({0})}, without_t, 9) == (group, [])
