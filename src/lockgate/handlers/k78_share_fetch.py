@@ -321,4 +321,10 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
         for key in session.partitions:  # an error that clears is answered once more
             entry = entries.get(key)
             session.partitions[key] = entry is not None and bool(entry["error_code"])
+    by_id = ctx.services.topics.by_id
+    ctx.services.metrics.share_fetched(
+        (by_id[key[0]].name, len(entries[key]["records"] or b""))
+        for key in shown
+        if key[0] in by_id and entries[key]["records"]
+    )
     return _response(ctx, group, entries, shown)

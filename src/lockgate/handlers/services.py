@@ -46,6 +46,8 @@ class RequestMetrics(Protocol):
         self, entries: Iterable[tuple[str | None, Mapping[str, Any]]], follower: bool
     ) -> None: ...
 
+    def share_fetched(self, sizes: Iterable[tuple[str, int]]) -> None: ...
+
 
 class Followers(Protocol):
     """The leader's side of the follower fetches it serves, and of the consumers it sends to

@@ -189,6 +189,14 @@ class BrokerMetrics:
             key = (ApiKey.FETCH.value, int(entry["error_code"]))
             errors[key] = errors.get(key, 0) + 1
 
+    def share_fetched(self, sizes: Iterable[tuple[str, int]]) -> None:
+        """A ShareFetch's records: bytes out per topic, as a consumer's Fetch counts them."""
+        if not self.enabled:
+            return
+        out = self.topic_out
+        for topic, size in sizes:
+            out[topic] = out.get(topic, 0) + size
+
     def connection_opened(self, listener: str) -> None:
         if self.enabled:
             self.opened[listener] = self.opened.get(listener, 0) + 1

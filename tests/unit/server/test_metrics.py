@@ -77,6 +77,7 @@ def test_requests_errors_and_topic_tallies(broker: Broker) -> None:
     metrics.fetched([("t", {"records": b"x" * 70, "error_code": 0})], follower=False)
     metrics.fetched([("t", {"records": b"y" * 9, "error_code": 0})], follower=True)
     metrics.fetched([(None, {"records": b"", "error_code": ErrorCode.unknown_topic_id})], False)
+    metrics.share_fetched([("t", 5)])  # a ShareFetch's records count as bytes out too
     requests = {(("api", "FIND_COORDINATOR"),): 1, (("api", "PRODUCE"),): 1}
     assert samples(broker, "lockgate_requests") == requests
     assert samples(broker, "lockgate_request_latency_seconds") == requests
@@ -89,7 +90,7 @@ def test_requests_errors_and_topic_tallies(broker: Broker) -> None:
     }
     assert samples(broker, "lockgate_topic_bytes_in") == {(("topic", "t"),): 150}
     assert samples(broker, "lockgate_topic_messages_in") == {(("topic", "t"),): 4}
-    assert samples(broker, "lockgate_topic_bytes_out") == {(("topic", "t"),): 70}
+    assert samples(broker, "lockgate_topic_bytes_out") == {(("topic", "t"),): 75}
     assert samples(broker, "lockgate_replication_bytes_out") == {(): 9}
 
 
