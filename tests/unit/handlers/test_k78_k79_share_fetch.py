@@ -529,3 +529,13 @@ async def test_a_member_alternating_fetch_and_acknowledge_is_served_every_partit
         assert ack_answer["error_code"] == ErrorCode.none
         epoch += 1
     assert served == {0, 1}  # the second fetch starts at the other partition
+
+
+async def test_share_fetch_bytes_count_as_the_topics_bytes_out(engine: MemoryEngine) -> None:
+    async with running(engine, {**SETTINGS, "lockgate.metrics.port": "0"}) as broker:
+        await broker.admin.create("t", 1, 1, {})
+        await produce(broker, 3)
+        await initialize(broker)
+        answer = await share_fetch(broker, 0)
+        size = len(partition_of(answer)["records"])
+        assert size > 0 and broker.metrics.topic_out == {"t": size}
