@@ -105,8 +105,10 @@ def write_history(
     bootstrap: str, topic: str, partitions: int, rounds: int = 10, plain: int = 120, txn: int = 40
 ) -> History:
     """`rounds` times: `plain` records from a plain producer, then a transaction of `txn`
-    records over every partition (committed and aborted in turn); then `plain` more, so that
-    the last markers are below the active segments too. Records go round the partitions."""
+    records over every partition (committed and aborted in turn; the first aborted one is
+    larger than a segment in every partition, so that its records start in a segment before
+    the one of its abort marker, where it is indexed); then `plain` more, so that the last
+    markers are below the active segments too. Records go round the partitions."""
     rng = random.Random(36)
     written: list[Written] = []
     failures: list[KafkaError] = []
@@ -121,15 +123,19 @@ def write_history(
 
         return delivered
 
-    def send(producer: Producer, tag: str, count: int, aborted: bool) -> None:
+    def send(producer: Producer, tag: str, count: int, aborted: bool) -> list[int]:
+        """Sends `count` records; the bytes of their values in each partition."""
+        sizes = [0] * partitions
         for index in range(count):
             key, value, headers = _record(rng, tag, index)
+            sizes[index % partitions] += len(value or b"")
             producer.produce(
                 topic, value=value, key=key, headers=list(headers), partition=index % partitions,
                 on_delivery=delivery(aborted, key, value, headers),
             )  # fmt: skip
         # in the log before a commit or an abort (librdkafka purges what is unsent at abort)
         assert producer.flush(TIMEOUT) == 0
+        return sizes
 
     plain_producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     txn_producer = Producer(
@@ -140,7 +146,12 @@ def write_history(
         send(plain_producer, f"plain{round_}", plain, aborted=False)
         commit = round_ % 2 == 0
         txn_producer.begin_transaction()
-        send(txn_producer, f"{'committed' if commit else 'aborted'}{round_}", txn, not commit)
+        tag = f"{'committed' if commit else 'aborted'}{round_}"
+        if round_ == 1:
+            sizes = send(txn_producer, tag, txn * 12, aborted=True)
+            assert min(sizes) > int(TOPIC_CONFIG["internal.segment.bytes"])
+        else:
+            send(txn_producer, tag, txn, not commit)
         if commit:
             txn_producer.commit_transaction(TIMEOUT)
         else:
@@ -157,14 +168,24 @@ def local_segments(data_dir: Path, topic: str, partition: int) -> int:
     return len(list((data_dir / f"{topic}-{partition}").glob("*.log")))
 
 
-def wait_until_remote(data_dir: Path, topic: str, partitions: int, timeout: float = 60.0) -> None:
+def local_start(data_dir: Path, topic: str, partition: int) -> int:
+    """The base offset of the partition's one segment on disk (after wait_until_remote)."""
+    (segment,) = (data_dir / f"{topic}-{partition}").glob("*.log")
+    return int(segment.stem)
+
+
+def wait_until_remote(data_dir: Path, history: History, timeout: float = 60.0) -> dict[int, int]:
     """Until local retention has left only the active segment of each partition on disk:
-    every rolled segment is in the object store and gone from the disk."""
+    every rolled segment is in the object store and gone from the disk. Returns each
+    partition's local log start, checked to leave most of the partition remote."""
     deadline = time.monotonic() + timeout
     while True:
-        left = {p: local_segments(data_dir, topic, p) for p in range(partitions)}
+        left = {p: local_segments(data_dir, history.topic, p) for p in range(history.partitions)}
         if all(n == 1 for n in left.values()):
-            return
+            break
         if time.monotonic() > deadline:
             raise AssertionError(f"local segments were not deleted: {left} left")
         time.sleep(0.1)
+    starts = {p: local_start(data_dir, history.topic, p) for p in range(history.partitions)}
+    assert all(starts[p] > history.ends[p] // 2 for p in starts), (starts, history.ends)
+    return starts

@@ -1,6 +1,7 @@
 // Apache Kafka's Java client on a topic whose history is mostly in tiered storage: first the
 // Admin's ListOffsets of every partition for each OffsetSpec (earliest, latest, and KIP-405's
-// earliestLocal / latestTiered / earliestPendingUpload), one line each,
+// earliestLocal / latestTiered / earliestPendingUpload, and forTimestamp(0) as timestamp0), one
+// line each,
 // "OFFSET <spec> <partition> <offset> <leader epoch or ->"; then, for each isolation level, a
 // KafkaConsumer reads every partition from its beginning until its position reaches the end
 // offset, one line per record, "RECORD <isolation> <partition> <offset> <key> <value>
@@ -51,6 +52,7 @@ public class TieredReader {
         specs.put("earliestLocal", OffsetSpec.earliestLocal());
         specs.put("latestTiered", OffsetSpec.latestTiered());
         specs.put("earliestPendingUpload", OffsetSpec.earliestPendingUpload());
+        specs.put("timestamp0", OffsetSpec.forTimestamp(0));
         Properties props = new Properties();
         props.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         try (Admin admin = Admin.create(props)) {
