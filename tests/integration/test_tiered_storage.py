@@ -19,25 +19,12 @@ from lockgate.storage.object_store import S3ObjectStore, S3Settings
 from tests.support.broker import BrokerProcess
 from tests.support.clients import create_topic
 from tests.support.object_store import S3ProxyServer
+from tests.support.tiered import broker_settings
 
 pytestmark = pytest.mark.compat
 
 TOPIC = "history"
 RECORDS = 3000
-
-
-def broker_settings(server: S3ProxyServer, prefix: str) -> dict[str, str]:
-    endpoint = server.endpoint
-    return {
-        "remote.log.storage.system.enable": "true",
-        "remote.log.manager.task.interval.ms": "200",
-        "rsm.config.s3.endpoint": endpoint.endpoint,
-        "rsm.config.s3.bucket": endpoint.bucket,
-        "rsm.config.s3.prefix": prefix,
-        "rsm.config.s3.region": endpoint.region,
-        "rsm.config.s3.access.key.id": endpoint.access_key,
-        "rsm.config.s3.secret.access.key": endpoint.secret_key,
-    }
 
 
 @pytest.fixture(scope="module")

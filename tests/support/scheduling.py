@@ -15,6 +15,7 @@ SHARED_SESSION_MODULES = (
     "tests/reference/",
     "tests/spark/test_connector.py",
     "tests/spark/test_security.py",
+    "tests/spark/test_tiered.py",
 )
 
 

@@ -307,12 +307,26 @@ class RemoteLogManager:
             data = await self.reader.read(segment, offset, max_bytes, upper_offset)
             aborted = None
             if read_committed:
-                aborted = await self.reader.aborted([segment], offset, upper_offset)
+                end = min(upper_offset, segment.next_offset)  # (the read stays in the segment)
+                aborted = await self._aborted(partition, tiered.log, segment, offset, end)
         except ObjectStoreError:
             self.stats.fetch_errors += 1
             raise
         self.stats.fetch_bytes += len(data)
         return data, aborted
+
+    async def _aborted(
+        self, partition: Partition, remote: RemoteLog, segment: RemoteSegment, start: int,
+        end: int,
+    ) -> list[AbortedTxn]:  # fmt: skip
+        """The aborted transactions with data in [start, end) of `segment`: those of its
+        transaction index and, as a transaction is indexed where its abort marker is, of the
+        following remote segments' and then the local log's until the search is complete
+        (reader.aborted). A segment still on disk is searched twice: once is kept."""
+        found, complete = await self.reader.aborted(remote.segments_from(segment), start, end)
+        if not complete:
+            found += partition.aborted.overlapping(start, end)
+        return list(dict.fromkeys(found))
 
     async def offset_for_timestamp(
         self, partition: Partition, timestamp: int

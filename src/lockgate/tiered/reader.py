@@ -162,14 +162,21 @@ class RemoteReader:
 
     async def aborted(
         self, segments: Sequence[RemoteSegment], start: int, end: int
-    ) -> list[AbortedTxn]:
-        """The aborted transactions of these segments whose range meets [start, end)."""
+    ) -> tuple[list[AbortedTxn], bool]:
+        """The aborted transactions in the indexes of these segments (in offset order) whose
+        range meets [start, end), and whether that is all of them. A transaction is indexed
+        by the segment of its abort marker, which may follow the segments of its data; the
+        search is complete at an entry whose last stable offset had reached `end`: every
+        transaction with data below `end` had ended before that marker (as Kafka's
+        TransactionIndex.collectAbortedTxns)."""
         found: list[AbortedTxn] = []
         for segment in segments:
             for entry in await self._aborted_of(segment):
                 if entry.last_offset >= start and entry.first_offset < end:
                     found.append(entry)
-        return found
+                if entry.last_stable_offset >= end:
+                    return found, True
+        return found, False
 
     async def _position(self, segment: RemoteSegment, offset: int) -> int:
         relative, positions = await self._index(segment)

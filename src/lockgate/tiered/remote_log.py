@@ -68,6 +68,10 @@ class RemoteLog:
                 return segment
         return None
 
+    def segments_from(self, segment: RemoteSegment) -> list[RemoteSegment]:
+        """`segment` and the ones after it."""
+        return self.segments[self.segments.index(segment) :]
+
     def first_at_or_after_time(self, timestamp: int) -> RemoteSegment | None:
         return next((s for s in self.segments if s.max_timestamp >= timestamp), None)
 

@@ -20,7 +20,9 @@ from lockgate.handlers.k02_list_offsets import (
     lookup,
 )
 from lockgate.log.partition import Partition
+from lockgate.log.txn_index import AbortedTxn
 from lockgate.protocol.records import (
+    TRANSACTIONAL_BIT,
     build_batch,
     iter_records,
     parse_header,
@@ -213,6 +215,53 @@ async def test_topic_deletion_deletes_every_object(storage: StorageEngine) -> No
     await manager.run([partition])
     assert await manager.topic_deleted("events", TOPIC_ID) > 0
     assert await store.list("") == []
+
+
+def append(partition: Partition, count: int, producer_id: int = -1, sequence: int = 0) -> None:
+    """A batch of `count` records, transactional when it has a producer id."""
+    batch = build_batch(
+        [(None, b"v")] * count, attributes=TRANSACTIONAL_BIT if producer_id >= 0 else 0,
+        producer_id=producer_id, producer_epoch=0 if producer_id >= 0 else -1,
+        base_sequence=sequence if producer_id >= 0 else -1,
+    )  # fmt: skip
+    partition.append(bytearray(batch), validate_produced_batch(batch), NOW)
+    partition.advance_high_watermark(partition.log_end_offset)
+
+
+def abort(partition: Partition, producer_id: int) -> None:
+    partition.write_marker(producer_id, 0, False, 0, NOW, False)
+    partition.advance_high_watermark(partition.log_end_offset)
+
+
+async def test_read_committed_learns_of_an_abort_indexed_in_a_later_segment(
+    storage: StorageEngine,
+) -> None:
+    """A transaction is indexed by the segment of its abort marker: a read of an earlier
+    segment holding its records must still hide them, whether that marker's segment is
+    remote or still local."""
+    partition = Partition(storage, "events", 0, TOPIC_ID, lambda: TIERED)
+    partition.load(NOW)
+    append(partition, 3)  # 0-2
+    append(partition, 3, producer_id=77)  # 3-5: a transaction's first records...
+    partition.roll(NOW)
+    append(partition, 3, producer_id=77, sequence=3)  # 6-8
+    partition.roll(NOW)
+    append(partition, 3, producer_id=77, sequence=6)  # 9-11
+    abort(partition, 77)  # 12: ...aborted two segments later
+    append(partition, 3, producer_id=88)  # 13-15: another one...
+    partition.roll(NOW)
+    append(partition, 3)  # 16-18
+    abort(partition, 88)  # 19: ...aborted in the active segment, never copied
+    manager = RemoteLogManager(MemoryObjectStore(), storage, 1, Clock())
+    await manager.run([partition])
+    assert (partition.remote_end, partition.local_log_start_offset) == (16, 16)
+    first = AbortedTxn(77, 3, 12, 13)
+    second = AbortedTxn(88, 13, 19, 20)
+    for offset, wanted in [(0, [first]), (6, [first]), (9, [first, second])]:
+        data, aborted = await manager.read(partition, offset, 10**6, 20, True)
+        assert data and aborted == wanted, offset
+    # what read_uncommitted reads is not told about aborts
+    assert (await manager.read(partition, 0, 10**6, 20, False))[1] is None
 
 
 async def test_segments_above_the_last_stable_offset_wait(storage: StorageEngine) -> None:
