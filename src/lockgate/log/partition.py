@@ -229,10 +229,23 @@ class Partition:
         return f"{self.directory}/{segment_name(offset)}.snapshot"
 
     def write_snapshot(self) -> None:
+        """The producer state at the log end. The last SNAPSHOTS_KEPT are kept; a tiered
+        topic keeps one per segment end while the segment is local: each is copied with the
+        segment it ends (tiered/manager.py), for a follower or a new leader to start from."""
         offset = self.log_end_offset
         self.storage.write_atomic(self._snapshot_path(offset), self.producers.snapshot(offset))
+        if self.config.remote_storage:
+            self._remove_snapshots_below(self.segments[0].base_offset)
+        else:
+            for old in self._snapshot_offsets()[:-SNAPSHOTS_KEPT]:
+                self.storage.remove(self._snapshot_path(old))
+
+    def _remove_snapshots_below(self, offset: int) -> None:
+        """A tiered topic's snapshots of segments no longer local (always keeping the last
+        SNAPSHOTS_KEPT)."""
         for old in self._snapshot_offsets()[:-SNAPSHOTS_KEPT]:
-            self.storage.remove(self._snapshot_path(old))
+            if old < offset:
+                self.storage.remove(self._snapshot_path(old))
 
     def _load_producer_state(self, now_ms: int) -> None:
         """Latest valid snapshot at or below the log end, then a replay of the batches after
@@ -784,6 +797,8 @@ class Partition:
         self.segments.pop(0)
         oldest.delete()
         self.aborted.drop_before(self.local_log_start_offset)
+        if self.config.remote_storage:
+            self._remove_snapshots_below(self.segments[0].base_offset)
         log.info(
             "%s-%d: deleted segment %d by %s", self.topic, self.index, oldest.base_offset, reason
         )

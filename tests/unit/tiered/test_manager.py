@@ -340,3 +340,18 @@ async def test_turning_remote_storage_off_with_delete_on_disable_deletes_the_rem
     await manager.run([partition])
     assert await store.list("") == []
     assert partition.remote_start is None and partition.log_start_offset == 3
+
+
+async def test_every_copied_segment_carries_the_producer_snapshot_at_its_end(
+    storage: StorageEngine,
+) -> None:
+    """A tiered topic keeps a producer snapshot per local segment end (not only the last
+    two), so each copy has the one its segment ends with."""
+    partition = tiered_partition(storage, TIERED)
+    store = MemoryObjectStore()
+    await RemoteLogManager(store, storage, 1, Clock()).run([partition])
+    found, _orphans = await scan(store, partition_prefix("events", TOPIC_ID, 0))
+    assert len(found) == 5 and all(".snapshot" in s.files for s in found)
+    # those of segments no longer local went with them (the last two always stay)
+    snapshots = [n for n in storage.list_dir("events-0") if n.endswith(".snapshot")]
+    assert sorted(int(n.split(".")[0]) for n in snapshots) == [12, 15]
