@@ -47,7 +47,6 @@ v15 replica id in ReplicaState.
 
 from __future__ import annotations
 
-import logging
 import time
 import uuid
 from dataclasses import dataclass
@@ -72,8 +71,7 @@ from lockgate.security.acls import Operation, ResourceType
 from lockgate.security.authorizer import authorize
 from lockgate.security.quotas import QuotaType, charge
 from lockgate.storage.object_store import ObjectStoreError
-
-log = logging.getLogger(__name__)
+from lockgate.tiered.manager import READ
 
 READ_COMMITTED = 1
 CONSUMER = -1
@@ -265,7 +263,7 @@ async def _read_remote(
     try:
         await tiered.remote_log(partition)  # (read once, after a start or a new leadership)
     except ObjectStoreError as exc:
-        log.warning("%s-%d: remote log not read: %s", partition.topic, partition.index, exc)
+        tiered.failures.failed(READ, partition, exc)  # (once, not once per fetch)
         entry["error_code"] = ErrorCode.kafka_storage_error
         return 0
     if offset < partition.log_start_offset:
@@ -276,8 +274,7 @@ async def _read_remote(
     try:
         data, aborted = await tiered.read(partition, offset, limit, upper, committed)
     except ObjectStoreError as exc:
-        log.warning("%s-%d: remote read at %d failed: %s", partition.topic, partition.index,
-                    offset, exc)  # fmt: skip
+        tiered.failures.failed(READ, partition, exc)
         entry["error_code"] = ErrorCode.kafka_storage_error
         return 0
     if len(data) > limit and not first:
