@@ -2,8 +2,9 @@
 fault proxy (tests/support/http_fault_proxy.py) in front of the S3 test server. The store down
 (nothing deleted locally until it is safely remote, copies catch up once it is back), a 500 on
 a share of the requests (every rolled segment ends up remote exactly once), a slow store (the
-event loop is not held: producers and tail readers keep their pace while a remote read waits),
-and 500 on every read (the consumer gets a retriable error and reads on once it stops)."""
+event loop is not held: producers and tail readers keep their pace while a remote read waits,
+and a Fetch does not wait longer than remote.fetch.max.wait.ms), and 500 on every read (the
+consumer gets a retriable error and reads on once it stops). Each failure is one log line."""
 
 from __future__ import annotations
 
@@ -307,6 +308,12 @@ def test_a_slow_store_holds_neither_producers_nor_tail_readers(faults: Tiered) -
     assert delayed.applied > 0 and sum(map(bool, in_flight)) >= len(in_flight) // 2
     assert produce_p99 < STORE_DELAY * 1000
     assert tail_p99 < STORE_DELAY * 1000
+    # a remote read is cut at remote.fetch.max.wait.ms: no records, no error, not the store's
+    # delay (the consumer fetches again)
+    began = time.monotonic()
+    with KafkaWire(broker.bootstrap, timeout=30.0) as wire:
+        assert fetch_batches(wire, topic, 0, 0) == (0, [])
+    assert time.monotonic() - began < STORE_DELAY
 
 
 def test_500_on_every_read_is_a_retriable_error_then_reads_resume(faults: Tiered) -> None:

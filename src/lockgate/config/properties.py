@@ -137,6 +137,7 @@ BROKER_DEFAULTS: dict[str, str] = {
     # storage/object_store.py), credentials there or from the AWS environment variables
     "remote.log.storage.system.enable": "false",
     "remote.log.manager.task.interval.ms": "30000",
+    "remote.fetch.max.wait.ms": "500",  # a Fetch's remote read at most (then no records)
     "remote.log.storage.manager.impl.prefix": "rsm.config.",
     "offset.metadata.max.bytes": "4096",
     # Kafka's offsets.retention.minutes (an alias of this finer lockgate property): offsets of
