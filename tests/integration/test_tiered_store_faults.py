@@ -36,7 +36,10 @@ RECORDS = 1200
 VALUE_BYTES = 200
 SEGMENT_BYTES = 16384
 KAFKA_STORAGE_ERROR = 56
-STORE_DELAY = 2.0  # the slow store's delay per response: the yardstick of "not held"
+STORE_DELAY = 3.0  # the slow store's delay per response: the yardstick of "not held"
+# a Fetch's remote read at most: below the store's delay, above what the client's 3 tries
+# of a read answered 500 take (backoff 100, 200, 400 ms), so that they end in an error
+REMOTE_FETCH_WAIT_MS = 2000
 
 
 @dataclass
@@ -66,6 +69,7 @@ def tiered(s3proxy: S3ProxyServer, tmp_path_factory: pytest.TempPathFactory) -> 
         settings = {
             "remote.log.storage.system.enable": "true",
             "remote.log.manager.task.interval.ms": "200",
+            "remote.fetch.max.wait.ms": str(REMOTE_FETCH_WAIT_MS),
             "rsm.config.s3.endpoint": proxy.endpoint,
             "rsm.config.s3.bucket": endpoint.bucket,
             "rsm.config.s3.prefix": prefix,
@@ -314,6 +318,8 @@ def test_a_slow_store_holds_neither_producers_nor_tail_readers(faults: Tiered) -
     with KafkaWire(broker.bootstrap, timeout=30.0) as wire:
         assert fetch_batches(wire, topic, 0, 0) == (0, [])
     assert time.monotonic() - began < STORE_DELAY
+    assert log_lines(broker, rf"{topic}-0: remote read failed .*no answer within")
+    check_log(broker)
 
 
 def test_500_on_every_read_is_a_retriable_error_then_reads_resume(faults: Tiered) -> None:

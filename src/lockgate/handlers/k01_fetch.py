@@ -272,10 +272,12 @@ async def _read_remote(
         upper = partition.last_stable_offset if committed else partition.high_watermark
         return await tiered.read(partition, offset, limit, upper, committed)
 
-    wait = ctx.services.config.integer("remote.fetch.max.wait.ms") / 1000
+    wait_ms = ctx.services.config.integer("remote.fetch.max.wait.ms")
     try:
-        read = await asyncio.wait_for(remote_read(), wait)
+        read = await asyncio.wait_for(remote_read(), wait_ms / 1000)
     except TimeoutError:  # a slow store: no records this time, as Kafka (read cancelled)
+        slow = TimeoutError(f"no answer within remote.fetch.max.wait.ms ({wait_ms} ms)")
+        tiered.failures.failed(READ, partition, slow)
         return 0
     except ObjectStoreError as exc:
         tiered.failures.failed(READ, partition, exc)  # (once, not once per fetch)
