@@ -137,6 +137,7 @@ BROKER_DEFAULTS: dict[str, str] = {
     # storage/object_store.py), credentials there or from the AWS environment variables
     "remote.log.storage.system.enable": "false",
     "remote.log.manager.task.interval.ms": "30000",
+    "remote.fetch.max.wait.ms": "500",  # a Fetch's remote read at most (then no records)
     "remote.log.storage.manager.impl.prefix": "rsm.config.",
     # lockgate's: the memory holding chunks of tiered segments read for fetches (and read ahead)
     "lockgate.remote.fetch.cache.bytes": str(64 << 20),

@@ -42,12 +42,13 @@ v15 replica id in ReplicaState.
   remote.fetch.max.wait path does by default); read_committed takes its aborted transactions
   from the remote transaction index. A follower below the local log start gets
   OFFSET_MOVED_TO_TIERED_STORAGE. An object store failure is KAFKA_STORAGE_ERROR for that
-  partition.
+  partition; a remote read that takes longer than remote.fetch.max.wait.ms is cancelled and
+  the partition answered with no records (as Kafka), so a hung store never holds a fetch.
 """
 
 from __future__ import annotations
 
-import logging
+import asyncio
 import time
 import uuid
 from dataclasses import dataclass
@@ -64,6 +65,7 @@ from lockgate.handlers.fetch_sessions import (
 )
 from lockgate.handlers.registry import HandlerResult, RawBody, RequestContext, handles
 from lockgate.log.partition import Partition
+from lockgate.log.txn_index import AbortedTxn
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.protocol.fetch import body_size, encode_fetch_response
@@ -72,8 +74,7 @@ from lockgate.security.acls import Operation, ResourceType
 from lockgate.security.authorizer import authorize
 from lockgate.security.quotas import QuotaType, charge
 from lockgate.storage.object_store import ObjectStoreError
-
-log = logging.getLogger(__name__)
+from lockgate.tiered.manager import READ
 
 READ_COMMITTED = 1
 CONSUMER = -1
@@ -262,24 +263,30 @@ async def _read_remote(
     limit = min(w.state.max_bytes, budget)
     if limit <= 0 and not first:
         return 0
-    try:
+    committed = isolation == READ_COMMITTED
+
+    async def remote_read() -> tuple[bytes, list[AbortedTxn] | None] | None:
         await tiered.remote_log(partition)  # (read once, after a start or a new leadership)
+        if offset < partition.log_start_offset:
+            return None
+        upper = partition.last_stable_offset if committed else partition.high_watermark
+        return await tiered.read(partition, offset, limit, upper, committed)
+
+    wait_ms = ctx.services.config.integer("remote.fetch.max.wait.ms")
+    try:
+        read = await asyncio.wait_for(remote_read(), wait_ms / 1000)
+    except TimeoutError:  # a slow store: no records this time, as Kafka (read cancelled)
+        slow = TimeoutError(f"no answer within remote.fetch.max.wait.ms ({wait_ms} ms)")
+        tiered.failures.failed(READ, partition, slow)
+        return 0
     except ObjectStoreError as exc:
-        log.warning("%s-%d: remote log not read: %s", partition.topic, partition.index, exc)
+        tiered.failures.failed(READ, partition, exc)  # (once, not once per fetch)
         entry["error_code"] = ErrorCode.kafka_storage_error
         return 0
-    if offset < partition.log_start_offset:
+    if read is None:
         entry["error_code"] = ErrorCode.offset_out_of_range
         return 0
-    committed = isolation == READ_COMMITTED
-    upper = partition.last_stable_offset if committed else partition.high_watermark
-    try:
-        data, aborted = await tiered.read(partition, offset, limit, upper, committed)
-    except ObjectStoreError as exc:
-        log.warning("%s-%d: remote read at %d failed: %s", partition.topic, partition.index,
-                    offset, exc)  # fmt: skip
-        entry["error_code"] = ErrorCode.kafka_storage_error
-        return 0
+    data, aborted = read
     if len(data) > limit and not first:
         return 0
     if aborted is not None:

@@ -251,7 +251,8 @@ class S3ObjectStore:
     def _raise(self, error: BaseException, key: str) -> NoReturn:
         if isinstance(error, FileNotFoundError):
             raise ObjectNotFound(key) from None
-        message = str(error).split("\n\nDebug source:", 1)[0].strip()
+        message = str(error).split("\n\nDebug source:", 1)[0]
+        message = " ".join(message.split())  # one line (an S3 error's XML body spans lines)
         secret = self.settings.secret_access_key
         if secret:
             message = message.replace(secret, "<secret>")

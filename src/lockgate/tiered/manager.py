@@ -8,13 +8,19 @@
 # Invariants: a local segment is deleted only once its manifest is in the object store; a
 # remote segment is deleted manifest first; a partition's remote log is rebuilt from the
 # manifests under its prefix when this broker first handles it (objects without a manifest are
-# leftovers of an interrupted copy or delete, and are deleted then); passes over one
+# leftovers of an interrupted copy or delete, deleted by the next pass); passes over one
 # partition never overlap (one lock each), and an object store failure leaves the partition
-# as it was for the next pass to retry. The store's client is async: nothing here blocks the
-# event loop but the reads of small index files.
+# as it was for the next pass to retry, apart from the objects of the failed copy or delete,
+# which are deleted before anything else (at once, or by a later pass while the store still
+# fails): a copy retried after a failed manifest PUT that the store did perform leaves no
+# second manifest over the same offsets, and nothing is left without a manifest. A failure
+# that goes on is logged once when it begins, then at most once a minute, and once when it
+# ends (a pass runs every few hundred milliseconds). The store's client is async: nothing
+# here blocks the event loop but the reads of small index files.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from collections.abc import Callable, Iterable
@@ -50,6 +56,7 @@ from lockgate.tiered.remote_log import RemoteLog
 log = logging.getLogger(__name__)
 
 PartitionKey = tuple[str, int, uuid.UUID]
+REPEAT_LOG_MS = 60_000  # a failure that goes on is logged again at most this often
 
 
 @dataclass(slots=True)
@@ -58,6 +65,48 @@ class _Tiered:
 
     log: RemoteLog
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # objects of interrupted copies or deletes (no manifest holds them, or their manifest is
+    # not in `log`), deleted at the start of the next pass
+    leftovers: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Failing:
+    first_ms: int
+    logged_ms: int
+    count: int = 1
+
+
+class FailureLog:
+    """The log lines of a failure that repeats on every pass or fetch: a warning when it
+    begins, again at most every REPEAT_LOG_MS while it goes on, and one line when it ends."""
+
+    def __init__(self, clock: Callable[[], int]) -> None:
+        self.clock = clock
+        self._failing: dict[tuple[str, PartitionKey], _Failing] = {}
+
+    def failed(self, what: str, partition: Partition, error: BaseException) -> None:
+        key = (what, _key(partition))
+        now = self.clock()
+        failing = self._failing.get(key)
+        if failing is None:
+            self._failing[key] = _Failing(now, now)
+            log.warning("%s-%d: %s failed (retried until the object store answers): %s",
+                        partition.topic, partition.index, what, error)  # fmt: skip
+            return
+        failing.count += 1
+        if now - failing.logged_ms >= REPEAT_LOG_MS:
+            failing.logged_ms = now
+            log.warning("%s-%d: %s still failing (%d times in %d s): %s", partition.topic,
+                        partition.index, what, failing.count, (now - failing.first_ms) // 1000,
+                        error)  # fmt: skip
+
+    def succeeded(self, what: str, partition: Partition) -> None:
+        failing = self._failing.pop((what, _key(partition)), None)
+        if failing is not None:
+            log.info("%s-%d: %s works again (after %d failures in %d s)", partition.topic,
+                     partition.index, what, failing.count,
+                     (self.clock() - failing.first_ms) // 1000)  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -88,6 +137,7 @@ class RemoteLogManager:
         self.clock = clock
         self.reader = RemoteReader(store)
         self.stats = TieredStats()
+        self.failures = FailureLog(clock)
         self._partitions: dict[PartitionKey, _Tiered] = {}
         self._disabled: set[PartitionKey] = set()  # remote parts deleted since this start
 
@@ -104,9 +154,10 @@ class RemoteLogManager:
                     await self.run_partition(partition)
                 elif config.remote_delete_on_disable and _key(partition) not in self._disabled:
                     await self._delete_remote_part(partition)
-            except ObjectStoreError as exc:
-                log.warning("%s-%d: tiered storage pass stopped: %s", partition.topic,
-                            partition.index, exc)  # fmt: skip
+            except (ObjectStoreError, OSError) as exc:
+                self.failures.failed(PASS, partition, exc)
+            else:
+                self.failures.succeeded(PASS, partition)
 
     async def _delete_remote_part(self, partition: Partition) -> None:
         """remote.storage.enable turned off with remote.log.delete.on.disable: the partition's
@@ -128,12 +179,13 @@ class RemoteLogManager:
         self._disabled.discard(_key(partition))  # (turned on again: a later off sweeps again)
         tiered = await self.remote_log(partition)
         async with tiered.lock:
+            await self._delete_leftovers(partition, tiered)
             if not partition.config.remote_copy_disabled:
-                await self._copy(partition, tiered.log)
+                await self._copy(partition, tiered)
             end = tiered.log.end_offset
             if end is not None:
                 partition.apply_local_retention(self.clock(), end)
-            await self._expire(partition, tiered.log)
+            await self._expire(partition, tiered)
             _mirror(partition, tiered.log)
 
     async def remote_log(self, partition: Partition) -> _Tiered:
@@ -143,14 +195,24 @@ class RemoteLogManager:
         if tiered is None:
             found, orphans = await self._scan(partition)
             remote, superseded = RemoteLog.load(found)
-            tiered = self._partitions.setdefault(key, _Tiered(remote))
-            stale = [k for s in superseded for k in s.object_keys()] + orphans
-            if stale:
-                log.info("%s-%d: deleting %d objects of interrupted or superseded copies",
-                         partition.topic, partition.index, len(stale))  # fmt: skip
-                await self.store.delete(stale)
-            _mirror(partition, remote)
+            tiered = self._partitions.get(key)
+            if tiered is None:  # (not read meanwhile by a fetch or a pass)
+                stale = [k for s in superseded for k in s.object_keys()] + orphans
+                tiered = self._partitions[key] = _Tiered(remote, leftovers=stale)
+                _mirror(partition, remote)
         return tiered
+
+    async def _delete_leftovers(self, partition: Partition, tiered: _Tiered) -> None:
+        """Deletes the objects of interrupted copies and deletes, manifests first."""
+        if not tiered.leftovers:
+            return
+        stale = list(tiered.leftovers)
+        await self.store.delete([k for k in stale if k.endswith(MANIFEST)])
+        await self.store.delete([k for k in stale if not k.endswith(MANIFEST)])
+        done = set(stale)
+        tiered.leftovers = [k for k in tiered.leftovers if k not in done]
+        log.info("%s-%d: deleted %d objects of interrupted, failed or superseded copies",
+                 partition.topic, partition.index, len(stale))  # fmt: skip
 
     async def _scan(self, partition: Partition) -> tuple[list[RemoteSegment], list[str]]:
         """The manifests under the partition's prefix, and the objects no manifest owns."""
@@ -160,7 +222,8 @@ class RemoteLogManager:
 
     # -- copying -----------------------------------------------------------------------------
 
-    async def _copy(self, partition: Partition, remote: RemoteLog) -> None:
+    async def _copy(self, partition: Partition, tiered: _Tiered) -> None:
+        remote = tiered.log
         upper = min(partition.high_watermark, partition.last_stable_offset)
         for segment in list(partition.segments[:-1]):  # the active segment never goes
             end = remote.end_offset
@@ -170,11 +233,13 @@ class RemoteLogManager:
                 break
             if segment not in partition.segments:  # deleted meanwhile (DeleteRecords)
                 continue
-            copied = await self._copy_segment(partition, segment)
+            copied = await self._copy_segment(partition, tiered, segment)
             remote.add(copied)
             _mirror(partition, remote)
 
-    async def _copy_segment(self, partition: Partition, segment: Segment) -> RemoteSegment:
+    async def _copy_segment(
+        self, partition: Partition, tiered: _Tiered, segment: Segment
+    ) -> RemoteSegment:
         directory = partition.directory
         stem = f"{directory}/{segment_name(segment.base_offset)}"
         snapshot = f"{directory}/{segment_name(segment.next_offset)}.snapshot"
@@ -197,10 +262,20 @@ class RemoteLogManager:
             files=files,
         )
         try:
-            await asyncio.gather(*(self._upload(copied.key(s), sources[s]) for s in files))
+            # every upload settles before a failure is handled: none still runs when the
+            # failed copy's objects are deleted
+            uploads = [self._upload(copied.key(s), sources[s]) for s in files]
+            for result in await asyncio.gather(*uploads, return_exceptions=True):
+                if isinstance(result, BaseException):
+                    raise result
             await self.store.put(copied.key(MANIFEST), copied.encode())
         except (ObjectStoreError, OSError):
             self.stats.copy_errors += 1
+            # the manifest too: a PUT reported failed may have been done by the store, and a
+            # manifest left behind would overlap the copy the next pass makes
+            tiered.leftovers += copied.object_keys()
+            with contextlib.suppress(ObjectStoreError):
+                await self._delete_leftovers(partition, tiered)
             raise
         self.stats.copied_segments += 1
         self.stats.copied_bytes += copied.size
@@ -220,11 +295,12 @@ class RemoteLogManager:
 
     # -- deleting ----------------------------------------------------------------------------
 
-    async def _expire(self, partition: Partition, remote: RemoteLog) -> None:
+    async def _expire(self, partition: Partition, tiered: _Tiered) -> None:
         """Deletes remote segments past the total retention, or below the log start offset
         that DeleteRecords moved (local segments count towards retention.bytes too)."""
         config = partition.config
         now = self.clock()
+        remote = tiered.log
         while remote.segments:
             oldest = remote.segments[0]
             below_start = oldest.next_offset <= partition.log_start_floor
@@ -242,19 +318,25 @@ class RemoteLogManager:
             )
             if not (below_start or expired or oversize):
                 return
-            await self._delete_segment(partition, remote, oldest)
+            await self._delete_segment(partition, tiered, oldest)
 
     async def _delete_segment(
-        self, partition: Partition, remote: RemoteLog, segment: RemoteSegment
+        self, partition: Partition, tiered: _Tiered, segment: RemoteSegment
     ) -> None:
+        remote = tiered.log
         try:
             await self.store.delete([segment.key(MANIFEST)])
-            remote.remove(segment)
-            self.reader.forget(segment)
-            _mirror(partition, remote)
-            await self.store.delete([segment.key(s) for s in segment.files])
         except ObjectStoreError:
             self.stats.delete_errors += 1
+            raise
+        remote.remove(segment)
+        self.reader.forget(segment)
+        _mirror(partition, remote)
+        tiered.leftovers += [segment.key(s) for s in segment.files]
+        try:
+            await self._delete_leftovers(partition, tiered)
+        except ObjectStoreError:
+            self.stats.delete_errors += 1  # (the data files go with the next pass's leftovers)
             raise
         self.stats.deleted_segments += 1
         log.info("%s-%d: deleted remote segment %d..%d", partition.topic, partition.index,
@@ -312,6 +394,7 @@ class RemoteLogManager:
         except ObjectStoreError:
             self.stats.fetch_errors += 1
             raise
+        self.failures.succeeded(READ, partition)
         self.stats.fetch_bytes += len(data)
         return data, aborted
 
@@ -357,6 +440,10 @@ class RemoteLogManager:
     def remote_size(self, partition: Partition) -> int:
         tiered = self._partitions.get(_key(partition))
         return tiered.log.size_bytes if tiered is not None else 0
+
+
+PASS = "tiered storage pass"
+READ = "remote read"
 
 
 def tiered_manager(

@@ -6,7 +6,9 @@ object store (the S3 server is tests/integration/test_tiered_storage.py's)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -33,7 +35,7 @@ from lockgate.storage.engine import StorageEngine
 from lockgate.storage.memory import MemoryEngine
 from lockgate.storage.object_store import MemoryObjectStore, ObjectStoreError
 from lockgate.tiered.layout import MANIFEST, partition_prefix
-from lockgate.tiered.manager import RemoteLogManager, scan
+from lockgate.tiered.manager import REPEAT_LOG_MS, RemoteLogManager, scan
 
 NOW = 1_000_000
 TOPIC_ID = uuid.UUID(int=7)
@@ -178,8 +180,9 @@ async def test_a_restart_rebuilds_the_remote_log_and_deletes_orphans(
     fresh = RemoteLogManager(store, storage, 1, Clock())
     forgotten = tiered_partition(MemoryEngine(), TIERED, segments=1)  # a restarted broker's
     forgotten.topic_id = TOPIC_ID
-    await fresh.remote_log(forgotten)
+    await fresh.remote_log(forgotten)  # (a fetch's: it deletes nothing, a read must not wait)
     assert (forgotten.remote_start, forgotten.remote_end) == (0, 15)
+    await fresh.run([forgotten])  # the orphans go with the next pass
     _found, orphans = await scan(store, partition_prefix("events", TOPIC_ID, 0))
     assert orphans == []
 
@@ -355,3 +358,134 @@ async def test_every_copied_segment_carries_the_producer_snapshot_at_its_end(
     # those of segments no longer local went with them (the last two always stay)
     snapshots = [n for n in storage.list_dir("events-0") if n.endswith(".snapshot")]
     assert sorted(int(n.split(".")[0]) for n in snapshots) == [12, 15]
+
+
+# --- object store failures --------------------------------------------------------------------
+
+
+class FlakyStore(MemoryObjectStore):
+    """Fails the calls `fails(method, key)` picks; with `done_anyway` a failed put is done
+    first (the store did it, the client heard it failed)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fails: Callable[[str, str], bool] = lambda method, key: False
+        self.done_anyway = False
+
+    def _fault(self, method: str, key: str) -> None:
+        if self.fails(method, key):
+            raise ObjectStoreError(f"500 InternalError: {method} {key}", retriable=True)
+
+    async def put(self, key: str, data: bytes) -> None:
+        if self.done_anyway:
+            await super().put(key, data)
+        self._fault("put", key)
+        await super().put(key, data)
+
+    async def put_file(self, key: str, path: Path) -> None:
+        self._fault("put", key)
+        await super().put_file(key, path)
+
+    async def delete(self, keys: Sequence[str]) -> None:
+        for key in keys:
+            self._fault("delete", key)
+        await super().delete(keys)
+
+
+async def remote_ranges(store: MemoryObjectStore) -> tuple[list[tuple[int, int]], list[str]]:
+    found, orphans = await scan(store, partition_prefix("events", TOPIC_ID, 0))
+    return sorted((s.base_offset, s.end_offset) for s in found), orphans
+
+
+async def test_a_manifest_put_done_but_reported_failed_is_not_copied_twice(
+    storage: StorageEngine,
+) -> None:
+    partition = tiered_partition(storage, TIERED, segments=3)
+    store = FlakyStore()
+    store.done_anyway = True
+    failed: list[str] = []
+
+    def first_manifest(method: str, key: str) -> bool:
+        if key.endswith(MANIFEST) and not failed:
+            failed.append(key)
+            return True
+        return False
+
+    store.fails = first_manifest
+    manager = RemoteLogManager(store, storage, 1, Clock())
+    await manager.run([partition])  # the manifest is in the store, the copy failed
+    assert failed and partition.remote_start is None and len(partition.segments) == 3
+    await manager.run([partition])  # copied again, under a new id
+    assert await remote_ranges(store) == ([(0, 2), (3, 5)], [])
+    assert partition.remote_end == 6 and manager.stats.copy_errors == 1
+
+
+async def test_a_failed_copy_leaves_no_object_behind_once_the_store_answers(
+    storage: StorageEngine,
+) -> None:
+    partition = tiered_partition(storage, TIERED, segments=3)
+    store = FlakyStore()
+    down = {"delete": True, "index": True}
+    store.fails = lambda method, key: (
+        (down["index"] and method == "put" and key.endswith(".index"))
+        or (down["delete"] and method == "delete")
+    )
+    manager = RemoteLogManager(store, storage, 1, Clock())
+    await manager.run([partition])  # the .log is up, the .index failed, no delete works
+    assert partition.remote_start is None and len(partition.segments) == 3
+    assert (await remote_ranges(store))[1] != []  # what the failed copy put
+    down["delete"] = False
+    await manager.run([partition])  # leftovers deleted first; the copy fails again
+    assert await remote_ranges(store) == ([], [])
+    down["index"] = False
+    await manager.run([partition])
+    assert await remote_ranges(store) == ([(0, 2), (3, 5)], [])
+    assert [s.base_offset for s in partition.segments] == [6]
+
+
+async def test_a_remote_delete_cut_after_its_manifest_is_finished_by_a_later_pass(
+    storage: StorageEngine,
+) -> None:
+    config = LogConfig(remote_storage=True, retention_ms=10_000, local_retention_ms=-1,
+                       local_retention_bytes=1)  # fmt: skip
+    partition = tiered_partition(storage, config)
+    clock = Clock()
+    clock.now = 3_500
+    store = FlakyStore()
+    manager = RemoteLogManager(store, storage, 1, clock)
+    await manager.run([partition])
+    clock.now = 11_500  # the first segment (max timestamp 1000) is past retention
+    store.fails = lambda method, key: method == "delete" and not key.endswith(MANIFEST)
+    await manager.run([partition])
+    assert partition.remote_start == 3 and manager.stats.delete_errors == 1
+    assert (await remote_ranges(store))[1] != []  # the data files of segment 0
+    store.fails = lambda method, key: False
+    await manager.run([partition])
+    assert await remote_ranges(store) == ([(3, 5), (6, 8), (9, 11), (12, 14)], [])
+
+
+async def test_a_failure_that_goes_on_is_logged_when_it_begins_and_ends(
+    storage: StorageEngine, caplog: pytest.LogCaptureFixture
+) -> None:
+    partition = tiered_partition(storage, TIERED)
+    store = MemoryObjectStore()
+    store.unavailable = ObjectStoreError("connection refused", retriable=True)
+    clock = Clock()
+    manager = RemoteLogManager(store, storage, 1, clock)
+    caplog.set_level(logging.INFO, "lockgate.tiered.manager")
+    for _ in range(20):  # passes 200 ms apart
+        await manager.run([partition])
+        clock.now += 200
+    clock.now += REPEAT_LOG_MS
+    await manager.run([partition])
+    store.unavailable = None
+    await manager.run([partition])
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines[0] == (
+        "events-0: tiered storage pass failed (retried until the object store answers): "
+        "connection refused"
+    )
+    assert lines[1].startswith("events-0: tiered storage pass still failing (21 times in 64 s)")
+    assert all("copied segment" in line for line in lines[2:-1]) and len(lines) == 8
+    assert lines[-1] == "events-0: tiered storage pass works again (after 21 failures in 64 s)"
+    assert not any(r.exc_info for r in caplog.records)
