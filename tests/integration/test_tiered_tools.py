@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from tests.integration.test_tiered_storage import broker_settings
 from tests.support.broker import BrokerProcess
 from tests.support.clients import create_topic
 from tests.support.object_store import S3ProxyServer
+from tests.support.tiered import broker_settings
 
 pytestmark = pytest.mark.compat
 
