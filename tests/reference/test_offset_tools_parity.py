@@ -87,8 +87,10 @@ def csv(text: str) -> list[str]:
 
 
 def test_get_offsets_as_kafka(classpath: str, broker: BrokerProcess) -> None:
-    # latest and earliest: test_kafka_tools.py; here the ones with fine print
-    times = ["-3", "-5", str(RECENT_MS)]
+    # latest and earliest: test_kafka_tools.py; here the ones with fine print, and the
+    # tiered storage ones by Kafka 4.4's names (on a topic that is not tiered)
+    times = ["-3", "-5", str(RECENT_MS), "earliest-local", "latest-tiered",
+             "earliest-pending-upload", "-6"]  # fmt: skip
     for when in times:
         theirs = kafka(classpath, broker, GET_OFFSETS, "--topic", TOPIC, "--time", when)
         ours = lockgate(broker, "get-offsets", "--topic", TOPIC, "--time", when)

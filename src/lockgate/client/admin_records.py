@@ -20,9 +20,15 @@ EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
 LATEST_TIERED_TIMESTAMP = -5
+EARLIEST_PENDING_UPLOAD_TIMESTAMP = -6
 # The first ListOffsets version that knows each special timestamp (Kafka's ListOffsetsRequest):
 # asking an older version would have the broker read it as an invalid timestamp.
-_MIN_VERSION_FOR = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL_TIMESTAMP: 8, LATEST_TIERED_TIMESTAMP: 9}
+_MIN_VERSION_FOR = {
+    MAX_TIMESTAMP: 7,
+    EARLIEST_LOCAL_TIMESTAMP: 8,
+    LATEST_TIERED_TIMESTAMP: 9,
+    EARLIEST_PENDING_UPLOAD_TIMESTAMP: 11,
+}
 _ISOLATION_MIN_VERSION = 2
 _CONSUMER_REPLICA_ID = -1
 
@@ -53,7 +59,8 @@ async def list_offsets(
     cluster: Cluster, timestamps: Mapping[TopicPartition, int], *, isolation_level: int = 0
 ) -> dict[TopicPartition, ListedOffset | KafkaError]:
     """ListOffsets for each partition: -1 latest (the LSO with isolation_level 1), -2 earliest,
-    -3 max timestamp, -4 earliest local, -5 latest tiered, or a timestamp in ms."""
+    -3 max timestamp, -4 earliest local, -5 latest tiered, -6 earliest pending upload, or a
+    timestamp in ms."""
     grouped, results = await _by_leader(cluster, timestamps)
     results_any: dict[TopicPartition, ListedOffset | KafkaError] = dict(results)
     for leader, members in grouped.items():

@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,6 +33,7 @@ from lockgate.log.segment import Segment, segment_name
 from lockgate.log.txn_index import AbortedTxn
 from lockgate.storage.engine import StorageEngine
 from lockgate.storage.object_store import (
+    ObjectInfo,
     ObjectStore,
     ObjectStoreError,
     S3ObjectStore,
@@ -468,7 +469,13 @@ def tiered_manager(
 async def scan(store: ObjectStore, prefix: str) -> tuple[list[RemoteSegment], list[str]]:
     """The manifests under `prefix` and the keys of the objects no manifest owns (orphans:
     what an interrupted copy or delete left)."""
-    objects = await store.list(prefix)
+    return await scan_objects(store, await store.list(prefix))
+
+
+async def scan_objects(
+    store: ObjectStore, objects: Sequence[ObjectInfo]
+) -> tuple[list[RemoteSegment], list[str]]:
+    """`scan` of objects already listed (the tools list a whole store once)."""
     manifests = [o.key for o in objects if o.key.endswith(MANIFEST)]
     found: list[RemoteSegment] = []
     for key in manifests:

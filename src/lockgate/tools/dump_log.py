@@ -7,14 +7,21 @@
 # append meanwhile: the tool shows what was there when it read); a torn or corrupt tail is
 # reported as such and ends that file's dump, never the tool. Records of a key type the codecs
 # do not know (newer coordinator record types) are shown raw, type plus hex.
+#
+# With --remote-config (tiered storage) it reads the object store instead: --topic/--partition
+# --offset downloads the .log of the remote segment holding the offset (the manifests say
+# which) and dumps it as a local one; --remote-list lists the partition's remote segments,
+# superseded copies and orphaned objects. The store is only read.
 from __future__ import annotations
 
 import argparse
 import base64
+import binascii
 import json
 import os
 import struct
 import sys
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -34,7 +41,19 @@ from lockgate.protocol.records import (
     read_records,
 )
 from lockgate.protocol.rewrite import has_delete_horizon
-from lockgate.tools.common import EXIT_FAILURE, EXIT_OK
+from lockgate.storage.object_store import ObjectStore
+from lockgate.tiered.layout import LOG, RemoteSegment
+from lockgate.tools.common import EXIT_FAILURE, EXIT_OK, ToolError, non_negative_int
+from lockgate.tools.remote import (
+    RemotePartition,
+    open_store,
+    remote_options,
+    remote_partition,
+    remote_tool,
+    store_errors,
+    stored_topic_ids,
+)
+from lockgate.tools.table import render
 
 CODEC_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 _OFFSET_ENTRY = struct.Struct(">ii")
@@ -50,11 +69,11 @@ Decoder = Callable[[bytes | None, bytes | None], tuple[Any, Any]]
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser(
         "dump-log",
+        parents=[remote_options()],
         help="print segment, index and snapshot files of a data directory (kafka-dump-log.sh)",
     )
     parser.add_argument(
         "--files",
-        required=True,
         metavar="F[,F...]",
         help=".log .index .timeindex .txnindex .snapshot files (read-only)",
     )
@@ -79,6 +98,22 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--index-sanity-check", action="store_true", help="only check the index files"
     )
     parser.add_argument("--json", action="store_true", help="one JSON object per line")
+    remote = parser.add_argument_group("tiered storage (with --remote-config)")
+    remote.add_argument("--topic", help="the topic whose remote segment to read")
+    remote.add_argument("--partition", type=non_negative_int, default=0, help="(default 0)")
+    remote.add_argument(
+        "--offset", type=non_negative_int, help="dump the remote segment holding this offset"
+    )
+    remote.add_argument(
+        "--remote-list",
+        action="store_true",
+        help="list the partition's remote segments (and any orphaned objects) instead",
+    )
+    remote.add_argument(
+        "--topic-id",
+        help="which topic of that name, when the store holds objects of several (a topic "
+        "deleted and created again)",
+    )
     parser.set_defaults(func=_dump_log)
 
 
@@ -418,10 +453,12 @@ def dump_segment(
     records: bool,
     print_data: bool,
     decoder: Decoder | None,
+    base: int | None = None,
 ) -> bool:
-    """Prints the batches (and records) of one .log file; False when damage was found (a bad
-    CRC, records that do not parse, a torn tail)."""
-    base = _base_offset(path)
+    """Prints the batches (and records) of one .log file (whose base offset is in its name
+    unless given); False when damage was found (a bad CRC, records that do not parse, a torn
+    tail)."""
+    base = _base_offset(path) if base is None else base
     intact = True
     out.note("segment", f"Log starting offset: {base}", file=path, baseOffset=base)
     for position, header, size in iter_batches(data):
@@ -585,14 +622,27 @@ def dump_snapshot(path: str, data: bytes, out: _Output) -> bool:
 # ---------------------------------------------------------------------------------------------
 
 
-def _dump_log(args: argparse.Namespace) -> int:
-    out = _Output(args.json)
+def _options(args: argparse.Namespace) -> tuple[Decoder | None, bool]:
+    """The record decoder asked for and whether keys and values are printed."""
     decoder: Decoder | None = None
     if args.transaction_log_decoder:
         decoder = decode_transaction_record
     elif args.offsets_decoder:
         decoder = decode_offsets_record
-    print_data = args.print_data_log or decoder is not None
+    return decoder, args.print_data_log or decoder is not None
+
+
+def _dump_log(args: argparse.Namespace) -> int:
+    if args.remote_config is not None:
+        return remote_tool(_dump_remote)(args)
+    if args.files is None:
+        print(
+            "lockgate dump-log: error: give --files, or --remote-config with --topic",
+            file=sys.stderr,
+        )
+        return EXIT_FAILURE
+    out = _Output(args.json)
+    decoder, print_data = _options(args)
     healthy = True
     try:
         for path in (p.strip() for p in args.files.split(",") if p.strip()):
@@ -627,3 +677,150 @@ def _dump_log(args: argparse.Namespace) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
     return EXIT_OK if healthy else EXIT_FAILURE
+
+
+# ---------------------------------------------------------------------------------------------
+# Remote segments (tiered storage)
+
+
+async def _dump_remote(args: argparse.Namespace) -> int:
+    store = open_store(args)
+    assert store is not None  # only called with --remote-config
+    return await dump_remote(args, store)
+
+
+async def dump_remote(args: argparse.Namespace, store: ObjectStore) -> int:
+    """--remote-config: a partition's remote segments listed, or the one holding --offset
+    dumped as a local .log file is."""
+    if args.files is not None or args.index_sanity_check:
+        raise ToolError(
+            "--remote-config reads the object store: no --files or --index-sanity-check"
+        )
+    if args.topic is None:
+        raise ToolError("--remote-config needs --topic (and --partition, default 0)")
+    if args.offset is None and not args.remote_list:
+        raise ToolError("give --offset to dump the remote segment holding it, or --remote-list")
+    topic_id = await _stored_topic_id(store, args.topic, args.topic_id)
+    held = await remote_partition(store, args.topic, topic_id, args.partition)
+    out = _Output(args.json)
+    if args.remote_list:
+        _list_remote(held, out)
+        return EXIT_OK
+    segment = held.segment_holding(args.offset)
+    if segment is None:
+        where = (
+            f"its remote offsets are {held.start_offset}..{held.end_offset}"
+            if held.segments
+            else "the store holds no segment of it"
+        )
+        raise ToolError(
+            f"offset {args.offset} of {args.topic}-{args.partition} is in no remote segment: "
+            f"{where}"
+        )
+    key = segment.key(LOG)
+    with store_errors():
+        data = await store.get(key)
+    decoder, print_data = _options(args)
+    out.note("file", f"Dumping {key}", file=key)
+    healthy = dump_segment(
+        key,
+        data,
+        out,
+        records=args.deep_iteration,
+        print_data=print_data,
+        decoder=decoder,
+        base=segment.base_offset,
+    )
+    return EXIT_OK if healthy else EXIT_FAILURE
+
+
+async def _stored_topic_id(store: ObjectStore, topic: str, wanted: str | None) -> uuid.UUID:
+    found = await stored_topic_ids(store, topic)
+    if wanted is not None:
+        topic_id = parse_topic_id(wanted)
+        if topic_id not in found:
+            raise ToolError(f"the object store holds nothing of topic {topic} with id {wanted}")
+        return topic_id
+    if not found:
+        raise ToolError(f"the object store holds nothing of topic {topic}")
+    if len(found) > 1:
+        raise ToolError(
+            f"the object store holds objects of {len(found)} topics named {topic} (ids "
+            f"{', '.join(str(i) for i in found)}): choose one with --topic-id"
+        )
+    return found[0]
+
+
+def parse_topic_id(text: str) -> uuid.UUID:
+    """A topic id as lockgate prints it (a UUID) or as Kafka's tools do (url-safe base64)."""
+    try:
+        return uuid.UUID(text)
+    except ValueError:
+        pass
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        return uuid.UUID(bytes=raw)
+    except (ValueError, binascii.Error):
+        raise ToolError(f"--topic-id {text!r} is not a topic id") from None
+
+
+def _segment_item(segment: RemoteSegment) -> Item:
+    return {
+        "baseOffset": segment.base_offset,
+        "endOffset": segment.end_offset,
+        "size": segment.size,
+        "maxTimestamp": segment.max_timestamp,
+        "leaderEpochs": [{"epoch": e, "startOffset": o} for e, o in segment.epochs],
+        "broker": segment.broker_id,
+        "copierLeaderEpoch": segment.leader_epoch,
+        "createdMs": segment.created_ms,
+        "segmentId": str(segment.segment_id),
+        "files": list(segment.files),
+    }
+
+
+def _list_remote(held: RemotePartition, out: _Output) -> None:
+    name = f"{held.topic}-{held.partition}"
+    offsets = f", offsets {held.start_offset}..{held.end_offset}" if held.segments else ""
+    out.note(
+        "remote-partition",
+        f"Remote segments of {name} (topic id {held.topic_id}): {len(held.segments)} segments, "
+        f"{held.size} bytes{offsets}",
+        partition=name,
+        topicId=str(held.topic_id),
+        segments=len(held.segments),
+        size=held.size,
+    )
+    if out.as_json:
+        for segment in held.segments:
+            out.emit("remote-segment", _segment_item(segment))
+        for segment in held.superseded:
+            out.emit("superseded-segment", _segment_item(segment))
+        for key in held.orphans:
+            out.emit("orphan", {"key": key})
+        return
+    if held.segments:
+        header = ["BaseOffset", "EndOffset", "Size", "MaxTimestamp", "LeaderEpochs", "Broker",
+                  "SegmentId"]  # fmt: skip
+        print(render(header, [_segment_row(s) for s in held.segments]))
+    for segment in held.superseded:
+        print(
+            f"Superseded copy (its leader deletes it): {segment.base_offset}..{segment.end_offset} "
+            f"segment {segment.segment_id} by broker {segment.broker_id} in leader epoch "
+            f"{segment.leader_epoch}"
+        )
+    for key in held.orphans:
+        print(f"Orphaned object (no manifest; its leader deletes it): {key}")
+
+
+def _segment_row(segment: RemoteSegment) -> list[str]:
+    epochs = ",".join(f"{epoch}@{offset}" for epoch, offset in segment.epochs)
+    return [
+        str(segment.base_offset),
+        str(segment.end_offset),
+        str(segment.size),
+        str(segment.max_timestamp),
+        epochs,
+        str(segment.broker_id),
+        str(segment.segment_id),
+    ]

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from lockgate.client.admin import Admin
 from lockgate.client.admin_records import (
     EARLIEST_LOCAL_TIMESTAMP,
+    EARLIEST_PENDING_UPLOAD_TIMESTAMP,
     EARLIEST_TIMESTAMP,
     LATEST_TIERED_TIMESTAMP,
     LATEST_TIMESTAMP,
@@ -29,22 +30,24 @@ TIME_NAMES = {
     "max-timestamp": MAX_TIMESTAMP,
     "earliest-local": EARLIEST_LOCAL_TIMESTAMP,
     "latest-tiered": LATEST_TIERED_TIMESTAMP,
+    "earliest-pending-upload": EARLIEST_PENDING_UPLOAD_TIMESTAMP,
 }
 ISOLATION = {"read_uncommitted": 0, "read_committed": 1}
 PartitionFilter = Callable[[int], bool]
 
 
 def parse_time(text: str) -> int:
-    """--time: a name of TIME_NAMES, its number (-1..-5) or a timestamp in ms."""
+    """--time: a name of TIME_NAMES, its number (-1..-6) or a timestamp in ms (Kafka 4.4's
+    names and numbers, passed to the broker as they are)."""
     if text in TIME_NAMES:
         return TIME_NAMES[text]
     try:
         value = int(text)
     except ValueError:
         value = -100
-    if value < LATEST_TIERED_TIMESTAMP:
+    if value < EARLIEST_PENDING_UPLOAD_TIMESTAMP:
         raise argparse.ArgumentTypeError(
-            f"{text!r}: expected {', '.join(TIME_NAMES)}, -1 to -5 or a timestamp in ms"
+            f"{text!r}: expected {', '.join(TIME_NAMES)}, -1 to -6 or a timestamp in ms"
         )
     return value
 
@@ -100,7 +103,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         default=LATEST_TIMESTAMP,
         metavar="TIME",
         help="latest (-1, default), earliest (-2), max-timestamp (-3), earliest-local (-4), "
-        "latest-tiered (-5) or a timestamp in ms",
+        "latest-tiered (-5), earliest-pending-upload (-6) or a timestamp in ms",
     )
     parser.add_argument("--exclude-internal-topics", action="store_true")
     parser.add_argument("--isolation", choices=sorted(ISOLATION), default="read_uncommitted")

@@ -1,11 +1,16 @@
 # tools/topics.py — `lockgate topics create|list|describe|delete|alter`, a kafka-topics.sh for
 # any Kafka-compatible broker. Output follows kafka-topics.sh where it has an equivalent.
+#
+# `describe --remote-config FILE` (tiered storage) adds to each partition line its local size
+# (DescribeLogDirs of its leader) and what the object store holds of it (its manifests, read
+# by tools/remote.py); without the option the output is kafka-topics.sh's.
 from __future__ import annotations
 
 import argparse
 
 from lockgate.client.admin import Admin, ConfigSource, TopicDescription
 from lockgate.client.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
+from lockgate.storage.object_store import ObjectStore
 from lockgate.tools.common import (
     EXIT_OK,
     ToolError,
@@ -14,6 +19,15 @@ from lockgate.tools.common import (
     positive_int,
     tool,
 )
+from lockgate.tools.remote import (
+    RemotePartition,
+    open_store,
+    remote_options,
+    remote_partitions,
+    remote_tool,
+)
+
+PartitionKey = tuple[str, int]
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -44,10 +58,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     listing.set_defaults(func=tool(_list))
 
     describe = actions.add_parser(
-        "describe", parents=[common], help="partitions, leaders, replicas and configs"
+        "describe",
+        parents=[common, remote_options()],
+        help="partitions, leaders, replicas and configs",
     )
     describe.add_argument("--topic", action="append", help="a topic (default: all)")
-    describe.set_defaults(func=tool(_describe))
+    describe.set_defaults(func=remote_tool(_describe))
 
     delete = actions.add_parser("delete", parents=[common], help="delete a topic")
     delete.add_argument("--topic", action="append", required=True)
@@ -111,8 +127,14 @@ async def _list(args: argparse.Namespace) -> int:
 
 
 async def _describe(args: argparse.Namespace) -> int:
+    return await describe(args, open_store(args))
+
+
+async def describe(args: argparse.Namespace, store: ObjectStore | None) -> int:
+    """The command, with the object store of --remote-config (None: without it)."""
     async with _admin(args) as admin:
         descriptions = await admin.describe_topics(args.topic)
+        sizes = None if store is None else await _sizes(admin, store, descriptions)
         for description in descriptions:
             configs = await admin.describe_configs(description.name)
             overrides = {
@@ -120,11 +142,36 @@ async def _describe(args: argparse.Namespace) -> int:
                 for name, entry in sorted(configs.items())
                 if entry.source is ConfigSource.DYNAMIC_TOPIC_CONFIG and not entry.sensitive
             }
-            _print_description(description, overrides)
+            _print_description(description, overrides, sizes)
     return EXIT_OK
 
 
-def _print_description(description: TopicDescription, overrides: dict[str, str | None]) -> None:
+Sizes = tuple[dict[PartitionKey, int], dict[PartitionKey, RemotePartition]]
+
+
+async def _sizes(admin: Admin, store: ObjectStore, descriptions: list[TopicDescription]) -> Sizes:
+    """Each partition's bytes on its leader's disk (DescribeLogDirs of the leader, every log
+    directory of it but a future one) and in the object store (its manifests)."""
+    leaders = {p.leader_id for d in descriptions for p in d.partitions if p.leader_id >= 0}
+    wanted = {d.name: [p.partition for p in d.partitions] for d in descriptions}
+    local: dict[PartitionKey, int] = {}
+    if leaders:
+        answer = await admin.describe_log_dirs(sorted(leaders), wanted)
+        led = {(d.name, p.partition): p.leader_id for d in descriptions for p in d.partitions}
+        for broker, directories in answer.items():
+            for directory in directories:
+                for key, replica in directory.replicas.items():
+                    if led.get(key) == broker and not replica.is_future:
+                        local[key] = local.get(key, 0) + replica.size
+    ids = {d.name: d.topic_id for d in descriptions if d.topic_id is not None}
+    return local, await remote_partitions(store, ids)
+
+
+def _print_description(
+    description: TopicDescription,
+    overrides: dict[str, str | None],
+    sizes: Sizes | None = None,
+) -> None:
     config_text = ",".join(f"{name}={value}" for name, value in overrides.items())
     print(
         f"Topic: {description.name}\tTopicId: {description.topic_id or '-'}\t"
@@ -137,10 +184,19 @@ def _print_description(description: TopicDescription, overrides: dict[str, str |
         )
         leader = "none" if partition.leader_id < 0 else str(partition.leader_id)
         epoch = "-" if partition.leader_epoch < 0 else str(partition.leader_epoch)
+        stored = ""
+        if sizes is not None:
+            key = (description.name, partition.partition)
+            local, remote = sizes[0].get(key), sizes[1].get(key)
+            stored = (
+                f"\tLocalSize: {'-' if local is None else local}"
+                f"\tRemoteSize: {0 if remote is None else remote.size}"
+                f"\tRemoteSegments: {0 if remote is None else len(remote.segments)}"
+            )
         print(
             f"\tTopic: {description.name}\tPartition: {partition.partition}\tLeader: {leader}\t"
             f"LeaderEpoch: {epoch}\tReplicas: {_ids(partition.replicas)}\t"
-            f"Isr: {_ids(partition.isr)}{offline}"
+            f"Isr: {_ids(partition.isr)}{offline}{stored}"
         )
 
 

@@ -106,14 +106,11 @@ def test_clamp_to_the_log() -> None:
 
 def test_get_offsets_time_and_partition_filters() -> None:
     assert [parse_time(t) for t in ("latest", "earliest", "max-timestamp")] == [-1, -2, -3]
-    assert [parse_time(t) for t in ("earliest-local", "latest-tiered", "-5", "0", "17")] == [
-        -4,
-        -5,
-        -5,
-        0,
-        17,
-    ]
-    for bad in ("-6", "soon"):
+    # Kafka 4.4's kafka-get-offsets.sh names for -4, -5 and -6 (GetOffsetShell.parseOffsetSpec)
+    tiered = ("earliest-local", "latest-tiered", "earliest-pending-upload")
+    assert [parse_time(t) for t in tiered] == [-4, -5, -6]
+    assert [parse_time(t) for t in ("-4", "-5", "-6", "0", "17")] == [-4, -5, -6, 0, 17]
+    for bad in ("-7", "soon"):
         with pytest.raises(Exception, match="expected"):
             parse_time(bad)
     accepts = parse_partition_filter("0,2-4,7-")  # a range's upper bound is exclusive
