@@ -39,6 +39,7 @@ from lockgate.storage.object_store import (
     S3ObjectStore,
     S3Settings,
 )
+from lockgate.tiered.failures import FailureLog
 from lockgate.tiered.layout import (
     INDEX,
     LOG,
@@ -57,7 +58,6 @@ from lockgate.tiered.remote_log import RemoteLog
 log = logging.getLogger(__name__)
 
 PartitionKey = tuple[str, int, uuid.UUID]
-REPEAT_LOG_MS = 60_000  # a failure that goes on is logged again at most this often
 
 
 @dataclass(slots=True)
@@ -69,45 +69,6 @@ class _Tiered:
     # objects of interrupted copies or deletes (no manifest holds them, or their manifest is
     # not in `log`), deleted at the start of the next pass
     leftovers: list[str] = field(default_factory=list)
-
-
-@dataclass(slots=True)
-class _Failing:
-    first_ms: int
-    logged_ms: int
-    count: int = 1
-
-
-class FailureLog:
-    """The log lines of a failure that repeats on every pass or fetch: a warning when it
-    begins, again at most every REPEAT_LOG_MS while it goes on, and one line when it ends."""
-
-    def __init__(self, clock: Callable[[], int]) -> None:
-        self.clock = clock
-        self._failing: dict[tuple[str, PartitionKey], _Failing] = {}
-
-    def failed(self, what: str, partition: Partition, error: BaseException) -> None:
-        key = (what, _key(partition))
-        now = self.clock()
-        failing = self._failing.get(key)
-        if failing is None:
-            self._failing[key] = _Failing(now, now)
-            log.warning("%s-%d: %s failed (retried until the object store answers): %s",
-                        partition.topic, partition.index, what, error)  # fmt: skip
-            return
-        failing.count += 1
-        if now - failing.logged_ms >= REPEAT_LOG_MS:
-            failing.logged_ms = now
-            log.warning("%s-%d: %s still failing (%d times in %d s): %s", partition.topic,
-                        partition.index, what, failing.count, (now - failing.first_ms) // 1000,
-                        error)  # fmt: skip
-
-    def succeeded(self, what: str, partition: Partition) -> None:
-        failing = self._failing.pop((what, _key(partition)), None)
-        if failing is not None:
-            log.info("%s-%d: %s works again (after %d failures in %d s)", partition.topic,
-                     partition.index, what, failing.count,
-                     (self.clock() - failing.first_ms) // 1000)  # fmt: skip
 
 
 @dataclass(slots=True)

@@ -34,8 +34,9 @@ from lockgate.storage.disk import DiskEngine
 from lockgate.storage.engine import StorageEngine
 from lockgate.storage.memory import MemoryEngine
 from lockgate.storage.object_store import MemoryObjectStore, ObjectStoreError
+from lockgate.tiered.failures import REPEAT_LOG_MS
 from lockgate.tiered.layout import MANIFEST, partition_prefix
-from lockgate.tiered.manager import REPEAT_LOG_MS, RemoteLogManager, scan
+from lockgate.tiered.manager import RemoteLogManager, scan
 
 NOW = 1_000_000
 TOPIC_ID = uuid.UUID(int=7)
@@ -472,7 +473,7 @@ async def test_a_failure_that_goes_on_is_logged_when_it_begins_and_ends(
     store.unavailable = ObjectStoreError("connection refused", retriable=True)
     clock = Clock()
     manager = RemoteLogManager(store, storage, 1, clock)
-    caplog.set_level(logging.INFO, "lockgate.tiered.manager")
+    caplog.set_level(logging.INFO, "lockgate.tiered")
     for _ in range(20):  # passes 200 ms apart
         await manager.run([partition])
         clock.now += 200
