@@ -15,7 +15,7 @@ from lockgate.config.log import LogConfig
 from lockgate.log.partition import Partition
 from lockgate.protocol.records import build_batch, validate_produced_batch
 from lockgate.storage.memory import MemoryEngine
-from lockgate.storage.object_store import MemoryObjectStore
+from lockgate.storage.object_store import MemoryObjectStore, ObjectInfo
 from lockgate.tiered.layout import MANIFEST, partition_prefix
 from lockgate.tiered.manager import RemoteLogManager, scan
 
@@ -252,3 +252,20 @@ async def test_a_local_start_inside_a_remote_segment_starts_after_it() -> None:
         pass
     else:
         raise AssertionError("a start past the remote log must wait")
+
+
+async def test_a_listing_that_leaves_out_a_manifest_deletes_none_of_its_data() -> None:
+    store = MemoryObjectStore()
+    leader = replica(leader=True)
+    produce(leader, 3)
+    await RemoteLogManager(store, leader.storage, 1, lambda: NOW).run([leader])
+    hidden = next(k for k in store.objects if k.endswith(MANIFEST))
+    real_list = store.list
+
+    async def incomplete(prefix: str) -> list[ObjectInfo]:
+        return [o for o in await real_list(prefix) if o.key != hidden]
+
+    store.list = incomplete  # type: ignore[method-assign]
+    objects = dict(store.objects)
+    await RemoteLogManager(store, leader.storage, 1, lambda: NOW).run([leader])  # a new leader
+    assert store.objects == objects  # its data files looked orphaned; the manifest is there
