@@ -11,6 +11,7 @@ import bisect
 import logging
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 from lockgate.config.log import LogConfig
 from lockgate.log import swap
@@ -50,6 +51,18 @@ EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 
 def partition_dir(topic: str, index: int) -> str:
     return f"{topic}-{index}"
+
+
+@dataclass(frozen=True, slots=True)
+class KeptHistory:
+    """What a log emptied to start at a later offset keeps of the history it skips (KIP-405:
+    a follower of a tiered partition rebuilds it from the object store instead of fetching
+    it): the log start offset (below the new start: the rest is remote), the leader epochs
+    as (epoch, first offset) up to the new start, and the producer state there."""
+
+    log_start: int
+    epochs: tuple[tuple[int, int], ...]
+    producers: ProducerStateTable
 
 
 class Partition:
@@ -598,24 +611,27 @@ class Partition:
         log.info("%s-%d: truncated to offset %d", self.topic, self.index, end)
         return end
 
-    def truncate_fully_and_start_at(self, offset: int, now_ms: int) -> None:
+    def truncate_fully_and_start_at(
+        self, offset: int, now_ms: int, kept: KeptHistory | None = None
+    ) -> None:
         """A follower whose log ends before its leader's log start (it was away while the
-        leader's retention or DeleteRecords passed it) can share nothing with the leader:
-        everything goes and the log starts empty at `offset`, as Kafka's
-        truncateFullyAndStartAt. Epochs, producers and aborted transactions start afresh
-        from what is fetched next. Not while the cleaner reads the segments (the caller
-        retries)."""
+        leader's retention or DeleteRecords passed it), or before its leader's local log
+        start (a tiered partition), can share nothing with the leader: everything goes and
+        the log starts empty at `offset`, as Kafka's truncateFullyAndStartAt. Epochs,
+        producers and aborted transactions start afresh from what is fetched next, or from
+        the `kept` history. Not while the cleaner reads the segments (the caller retries)."""
         if self.cleaning or offset <= self.log_end_offset:
             return
+        log_start = offset if kept is None else min(kept.log_start, offset)
         # every segment's base is at most the log end, below `offset`: the new one is apart
         fresh = Segment(self.storage, self.directory, offset, now_ms)
         try:  # (a restart with this file but the old segments caps it at their end)
-            self.storage.write_atomic(f"{self.directory}/{LOG_START_FILE}", b"%d\n" % offset)
+            self.storage.write_atomic(f"{self.directory}/{LOG_START_FILE}", b"%d\n" % log_start)
         except OSError:
             fresh.delete()
             raise
         old, self.segments = self.segments, [fresh]
-        self._log_start = offset
+        self._log_start = log_start
         for segment in old:
             segment.delete()
         for snapshot in self._snapshot_offsets():
@@ -624,12 +640,28 @@ class Partition:
         self.aborted = AbortedTxnIndex()
         self.producers = ProducerStateTable()
         self.open_txns = {}
+        if kept is not None:
+            for epoch, first in kept.epochs:
+                if epoch > self.epochs.latest_epoch and first <= offset:
+                    self.epochs.begin_epoch(epoch, first)
+            self.producers = kept.producers
+            self.open_txns = {
+                e.producer_id: e.txn_first_offset
+                for e in self.producers.entries()
+                if e.txn_first_offset >= 0
+            }
+            try:  # a restart starts from it (a shortcut: without it the state starts empty)
+                self.write_snapshot()
+            except OSError as exc:
+                log.warning("%s-%d: no producer-state snapshot at %d: %s", self.topic,
+                            self.index, offset, exc)  # fmt: skip
         self.high_watermark = self.flushed_offset = offset
         self.unsynced = [fresh.log]
         log.warning(
-            "%s-%d: log behind the leader's log start: emptied, starting at offset %d",
+            "%s-%d: log behind the leader's %slog start: emptied, starting at offset %d",
             self.topic,
             self.index,
+            "" if kept is None else "local ",
             offset,
         )
 

@@ -3,31 +3,41 @@
 # rounds; replication/follower.py decides the cut), then Fetch with this broker's replica id
 # from its log end, appending the leader's batches as they are. The Fetch offset tells the
 # leader what the follower has; the answer's high watermark becomes the follower's.
+#
+# A tiered partition's leader answers a fetch below its local log start with
+# OFFSET_MOVED_TO_TIERED_STORAGE (KIP-405): the follower does not fetch that history. It asks
+# the leader for its local log start (ListOffsets EARLIEST_LOCAL), takes the leader epochs and
+# the producer state there from the object store (TieredHistory, which the composition root
+# fills with the tiered manager), empties its log to start there and fetches on.
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from lockgate.client.connection import BrokerConnection
 from lockgate.client.errors import KafkaError
 from lockgate.client.security import ClientSecurity
 from lockgate.cluster.metadata import MetadataStore
 from lockgate.config.properties import BrokerConfig
-from lockgate.log.partition import Partition
+from lockgate.log.partition import KeptHistory, Partition
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.replication.follower import AskAgain, after_leader_answer
 from lockgate.replication.group_commit import GroupCommit
+from lockgate.storage.object_store import ObjectStoreError
 
 log = logging.getLogger(__name__)
 
 FETCH_VERSION = 12  # replica id in the body, leader epochs, no topic ids needed
 OFFSET_FOR_LEADER_EPOCH_VERSION = 4
+LIST_OFFSETS_VERSION = 8  # the first with EARLIEST_LOCAL (KIP-405)
+EARLIEST_LOCAL = -4
 REQUEST_TIMEOUT_MS = 30_000
 UNDEFINED_EPOCH = -1
 
@@ -54,6 +64,20 @@ class FetchSettings:
         )
 
 
+class TieredHistory(Protocol):
+    """What a follower needs of tiered storage when its leader has moved the offsets it
+    would fetch to the object store (tiered/manager.py's RemoteLogManager)."""
+
+    def holds(self, partition: Partition) -> bool:
+        """Whether the partition is tiered here (its history can come from the store)."""
+        ...
+
+    async def history_before(self, partition: Partition, offset: int) -> tuple[int, KeptHistory]:
+        """(where the log starts, what it keeps) for a leader's local log start `offset`;
+        LookupError or ObjectStoreError when the store cannot tell yet."""
+        ...
+
+
 @dataclass(slots=True)
 class _Replica:
     partition: Partition
@@ -61,6 +85,10 @@ class _Replica:
     asked_epoch: int  # the epoch OffsetForLeaderEpoch asks about next
     truncated: bool = False  # the log agrees with the leader's: fetch from its end
     retry_at: float = 0.0
+    # the leader answered OFFSET_MOVED_TO_TIERED_STORAGE: start at its local log start
+    # before fetching again (its log start offset then, -1 unknown)
+    below_local_start: bool = False
+    leader_log_start: int = -1
 
 
 class ReplicaFetcher:
@@ -72,8 +100,10 @@ class ReplicaFetcher:
         group_commit: GroupCommit,
         settings: FetchSettings,
         clock: Callable[[], int],
+        tiered: TieredHistory | None = None,
     ) -> None:
         self.store = store
+        self.tiered = tiered  # None: tiered storage is off on this broker
         self.leader_id = leader_id
         self.node_id = node_id  # this broker: the replica id of its requests
         self.group_commit = group_commit  # flushes what is appended (nobody waits for it)
@@ -120,7 +150,11 @@ class ReplicaFetcher:
                     if unsettled:
                         await self._truncate(connection, unsettled)
                     now = time.monotonic()
-                    ready = [r for r in self.replicas.values() if r.truncated and r.retry_at <= now]
+                    due = [r for r in self.replicas.values() if r.truncated and r.retry_at <= now]
+                    moved = [r for r in due if r.below_local_start]
+                    if moved:
+                        await self._start_at_local_start(connection, moved)
+                    ready = [r for r in due if not r.below_local_start]
                     if ready:
                         await self._fetch(connection, ready)
                     else:
@@ -255,6 +289,12 @@ class ReplicaFetcher:
         if code == ErrorCode.offset_out_of_range and partition.log_end_offset < leader_start:
             self._start_at(replica, leader_start, now_ms)
             return
+        if code == ErrorCode.offset_moved_to_tiered_storage and (
+            self.tiered is not None and self.tiered.holds(partition)
+        ):
+            replica.below_local_start = True
+            replica.leader_log_start = leader_start
+            return
         if code:
             # an epoch mismatch or a moved leader: the metadata will tell; a range error
             # means the logs parted ways: settle again
@@ -292,6 +332,71 @@ class ReplicaFetcher:
             log.error("%s-%d: could not start anew: %s", partition.topic, partition.index, exc)
         if partition.log_end_offset < leader_start:  # failed, or the cleaner is reading it
             self._back_off(replica, ErrorCode.offset_out_of_range, settle_again=False)
+
+    # -- below the leader's local log start (tiered storage) --------------------------------
+
+    async def _start_at_local_start(
+        self, connection: BrokerConnection, replicas: list[_Replica]
+    ) -> None:
+        """ListOffsets EARLIEST_LOCAL to the leader, then each log starts anew there with its
+        history from the object store (as Kafka's follower builds its remote log auxiliary
+        state)."""
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for r in replicas:
+            by_topic.setdefault(r.partition.topic, []).append(
+                {"partition_index": r.partition.index, "current_leader_epoch": r.leader_epoch,
+                 "timestamp": EARLIEST_LOCAL}
+            )  # fmt: skip
+        response = await connection.request(
+            ApiKey.LIST_OFFSETS,
+            {
+                "replica_id": self.node_id,
+                "isolation_level": 0,
+                "topics": [{"name": t, "partitions": p} for t, p in by_topic.items()],
+            },
+            version=LIST_OFFSETS_VERSION,
+        )
+        for topic in response.topics:
+            for answer in topic.partitions:
+                key = (str(topic.name), int(answer.partition_index))
+                replica = self.replicas.get(key)
+                if replica is None or replica not in replicas or replica.partition.closed:
+                    continue
+                code = ErrorCode(answer.error_code)
+                if code:
+                    self._back_off(replica, code, settle_again=False)
+                    continue
+                await self._rebuild(key, replica, int(answer.offset))
+
+    async def _rebuild(self, key: Key, replica: _Replica, local_start: int) -> None:
+        partition = replica.partition
+        assert self.tiered is not None
+        if local_start <= partition.log_end_offset:
+            replica.below_local_start = False  # the leader's local start moved: fetch again
+            return
+        try:
+            start, kept = await self.tiered.history_before(partition, local_start)
+        except (LookupError, ObjectStoreError) as exc:
+            log.warning("%s-%d: the history below the leader's local log start %d is not read "
+                        "from the object store yet (%s); retrying in %.1f s", partition.topic,
+                        partition.index, local_start, exc, self.backoff_s)  # fmt: skip
+            replica.retry_at = time.monotonic() + self.backoff_s
+            return
+        if self.replicas.get(key) is not replica or partition.closed:
+            return  # its role changed meanwhile
+        if replica.leader_log_start >= 0:  # the leader's log start, as Kafka's follower takes
+            kept = dataclasses.replace(kept, log_start=replica.leader_log_start)
+        try:
+            partition.truncate_fully_and_start_at(start, self.clock(), kept)
+        except OSError as exc:
+            log.error("%s-%d: could not start anew: %s", partition.topic, partition.index, exc)
+        if partition.log_end_offset < start:  # failed, or the cleaner is reading it
+            replica.retry_at = time.monotonic() + self.backoff_s
+            return
+        replica.below_local_start = False
+        log.info("%s-%d: starts at offset %d (the leader's local log start %d), with the "
+                 "history before it in the object store", partition.topic, partition.index,
+                 start, local_start)  # fmt: skip
 
 
 def _observed(future: asyncio.Future[None]) -> None:

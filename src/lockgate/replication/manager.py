@@ -17,7 +17,7 @@ from lockgate.cluster.controller import with_isr
 from lockgate.cluster.metadata import NO_LEADER, Change, MetadataStore, PartitionState
 from lockgate.log.partition import Partition
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
-from lockgate.replication.fetcher import FetchSettings, ReplicaFetcher
+from lockgate.replication.fetcher import FetchSettings, ReplicaFetcher, TieredHistory
 from lockgate.replication.group_commit import GroupCommit
 from lockgate.replication.leader import LeaderReplication, acks_all_answer, check_before_append
 from lockgate.replication.selector import ReplicaSelector, ReplicaView
@@ -80,6 +80,7 @@ class ReplicaManager:
         isr_changed: Callable[[int], None],
         clock: Callable[[], int],
         selector: ReplicaSelector | None = None,
+        tiered: TieredHistory | None = None,
     ) -> None:
         self.store = store
         self.topics = topics
@@ -91,6 +92,9 @@ class ReplicaManager:
         self.clock = clock
         # replica.selector.class (KIP-392): None, every consumer reads from the leader
         self.selector = selector
+        # tiered storage (None: off here): followers below their leader's local log start
+        # start there with the history the object store holds
+        self.tiered = tiered
         self.leaders: dict[Key, LeaderTerm] = {}
         self.following: dict[Key, tuple[int, int]] = {}  # → (leader, leader epoch)
         self.fetchers: dict[int, ReplicaFetcher] = {}
@@ -213,8 +217,9 @@ class ReplicaManager:
         fetcher = self.fetchers.get(state.leader)
         if fetcher is None:
             fetcher = self.fetchers[state.leader] = ReplicaFetcher(
-                self.store, state.leader, self.node_id, self.group_commit, self.fetching, self.clock
-            )
+                self.store, state.leader, self.node_id, self.group_commit, self.fetching,
+                self.clock, self.tiered,
+            )  # fmt: skip
         fetcher.add(partition, state.leader_epoch)
         log.info("%s-%d: following broker %d in epoch %d from offset %d", *key, state.leader,
                  state.leader_epoch, partition.log_end_offset)  # fmt: skip

@@ -128,6 +128,8 @@ class Broker:
                 tiered=lambda: self.tiered,
             ),
         )
+        # tiered storage (KIP-405), when the broker turns it on
+        self.tiered = tiered_manager(config, self.storage, self.node_id, now_ms)
         # Cluster mode (lockgate.cluster set): the metadata store is etcd, partitions are
         # replicated and led where the controller says.
         self.cluster: EtcdMetadataStore | None = None
@@ -158,6 +160,7 @@ class Broker:
                 self.metrics.isr_changed,
                 now_ms,
                 self.replica_selector,
+                self.tiered,
             )
             self.controller = ControllerService(self.cluster, self._unclean_election)
             self.membership = ClusterMembership(self.cluster, self.node_id)
@@ -257,8 +260,6 @@ class Broker:
         self.topics.deletion_listeners += [
             self.share_leader.topic_deleted, self.groups.topic_deleted, self.shares.topic_deleted,
         ]  # fmt: skip
-        # tiered storage (KIP-405), when the broker turns it on
-        self.tiered = tiered_manager(config, self.storage, self.node_id, now_ms)
         self._background: set[asyncio.Task[int]] = set()
         if self.tiered is not None:
             self.topics.deletion_listeners.append(self._delete_remote_topic)

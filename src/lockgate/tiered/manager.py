@@ -1,14 +1,20 @@
-# Tiered storage on the leader (KIP-405's RemoteLogManager): for every partition this broker
-# leads whose topic has remote.storage.enable, each pass copies the rolled segments below the
-# last stable offset to the object store (in offset order, data files first and the manifest
-# last), then deletes local segments past local.retention.ms/bytes that are safely remote, then
-# deletes remote segments past the total retention.ms/bytes or below the log start offset
-# (DeleteRecords). It also serves the reads below the local log start (reader.py).
+# Tiered storage (KIP-405's RemoteLogManager). For every partition this broker leads whose
+# topic has remote.storage.enable, each pass copies the rolled segments below the last stable
+# offset to the object store (in offset order, data files first and the manifest last), then
+# deletes local segments past local.retention.ms/bytes that are safely remote, then deletes
+# remote segments past the total retention.ms/bytes or below the log start offset
+# (DeleteRecords). For every tiered partition it follows, a pass only re-reads the manifests
+# and applies the same local retention, so a follower's disk holds what its leader's does. It
+# also serves the reads below the local log start (reader.py), and gives a follower that is
+# behind its leader's local log start the history it skips (leader epochs, producer state).
 #
-# Invariants: a local segment is deleted only once its manifest is in the object store; a
-# remote segment is deleted manifest first; a partition's remote log is rebuilt from the
-# manifests under its prefix when this broker first handles it (objects without a manifest are
-# leftovers of an interrupted copy or delete, deleted by the next pass); passes over one
+# Invariants: only a leader writes or deletes objects (a follower never does: the objects
+# without a manifest it sees may be its leader's copy in flight); a local segment is deleted
+# only once its manifest is in the object store; a remote segment is deleted manifest first; a
+# leader re-reads the manifests under the partition's prefix whenever it starts a leadership
+# (a new leader epoch), before it copies, so it resumes where the previous leader's manifests
+# end, and deletes then the objects no manifest owns (leftovers of an interrupted copy or
+# delete); a copy whose leadership ended meanwhile writes no manifest; passes over one
 # partition never overlap (one lock each), and an object store failure leaves the partition
 # as it was for the next pass to retry, apart from the objects of the failed copy or delete,
 # which are deleted before anything else (at once, or by a later pass while the store still
@@ -28,12 +34,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lockgate.config.properties import BrokerConfig, ConfigError
-from lockgate.log.partition import Partition
+from lockgate.log.partition import KeptHistory, Partition
+from lockgate.log.producer_state import ProducerStateTable
 from lockgate.log.segment import Segment, segment_name
 from lockgate.log.txn_index import AbortedTxn
 from lockgate.storage.engine import StorageEngine
 from lockgate.storage.object_store import (
     ObjectInfo,
+    ObjectNotFound,
     ObjectStore,
     ObjectStoreError,
     S3ObjectStore,
@@ -64,7 +72,14 @@ PartitionKey = tuple[str, int, uuid.UUID]
 class _Tiered:
     """One partition's remote log as this broker knows it."""
 
-    log: RemoteLog
+    log: RemoteLog = field(default_factory=RemoteLog)
+    loaded: bool = False  # the manifests were read at least once
+    # the leader epoch this broker led in when it last read the manifests (None: it read them
+    # as a follower): a leadership in another epoch reads them again before it copies
+    read_as_leader: int | None = None
+    # the manifests read so far, by key: written once and never changed, so a refresh only
+    # reads those it has not seen
+    manifests: dict[str, RemoteSegment] = field(default_factory=dict)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     # objects of interrupted copies or deletes (no manifest holds them, or their manifest is
     # not in `log`), deleted at the start of the next pass
@@ -106,16 +121,26 @@ class RemoteLogManager:
     # -- the periodic pass -------------------------------------------------------------------
 
     async def run(self, partitions: Iterable[Partition]) -> None:
-        """One pass over the partitions this broker leads (tiered topics only)."""
+        """One pass over the tiered partitions this broker holds: those it leads are copied
+        and retained, those it follows only retained."""
         for partition in list(partitions):
-            if not partition.is_leader or partition.closed:
+            if partition.closed:
                 continue
             config = partition.config
             try:
-                if config.remote_storage:
+                if config.remote_storage and partition.is_leader:
                     await self.run_partition(partition)
-                elif config.remote_delete_on_disable and _key(partition) not in self._disabled:
+                elif config.remote_storage:
+                    await self.follow_partition(partition)
+                elif (
+                    partition.is_leader
+                    and config.remote_delete_on_disable
+                    and _key(partition) not in self._disabled
+                ):
                     await self._delete_remote_part(partition)
+                elif _key(partition) in self._partitions:  # a follower's, turned off
+                    self._partitions.pop(_key(partition))
+                    partition.remote_start = partition.remote_end = None
             except (ObjectStoreError, OSError) as exc:
                 self.failures.failed(PASS, partition, exc)
             else:
@@ -150,19 +175,53 @@ class RemoteLogManager:
             await self._expire(partition, tiered)
             _mirror(partition, tiered.log)
 
+    async def follow_partition(self, partition: Partition) -> None:
+        """A follower's pass: the manifests read again (its leader copies meanwhile), and
+        local retention applied below what they cover, as on the leader. Nothing is written
+        or deleted in the object store."""
+        tiered = self._partitions.setdefault(_key(partition), _Tiered())
+        async with tiered.lock:
+            await self._load(partition, tiered, leading=False)
+            end = tiered.log.end_offset
+            if end is not None:
+                partition.apply_local_retention(self.clock(), end)
+
     async def remote_log(self, partition: Partition) -> _Tiered:
-        """The partition's remote log, rebuilt from its manifests the first time."""
-        key = _key(partition)
-        tiered = self._partitions.get(key)
-        if tiered is None:
-            found, orphans = await self._scan(partition)
-            remote, superseded = RemoteLog.load(found)
-            tiered = self._partitions.get(key)
-            if tiered is None:  # (not read meanwhile by a fetch or a pass)
-                stale = [k for s in superseded for k in s.object_keys()] + orphans
-                tiered = self._partitions[key] = _Tiered(remote, leftovers=stale)
-                _mirror(partition, remote)
+        """The partition's remote log: read from its manifests the first time, and again
+        when this broker leads it in a leader epoch it has not read them in (another leader
+        may have copied meanwhile; the copier resumes where the manifests end)."""
+        tiered = self._partitions.setdefault(_key(partition), _Tiered())
+        if partition.is_leader:
+            epoch = partition.leader_epoch
+            if tiered.read_as_leader != epoch:
+                async with tiered.lock:  # (after a copy in flight, whose manifest counts)
+                    if tiered.read_as_leader != epoch and partition.is_leader:
+                        await self._load(partition, tiered, leading=True)
+                        tiered.read_as_leader = epoch
+        elif not tiered.loaded:
+            async with tiered.lock:
+                if not tiered.loaded:
+                    await self._load(partition, tiered, leading=False)
         return tiered
+
+    async def _load(self, partition: Partition, tiered: _Tiered, leading: bool) -> None:
+        """Reads the manifests into `tiered`. Only a leader deletes what it finds stale:
+        superseded manifests, and the objects no manifest owns (for a follower these may be
+        its leader's copy in flight)."""
+        prefix = partition_prefix(partition.topic, partition.topic_id, partition.index)
+        found, orphans = await scan(self.store, prefix, tiered.manifests)
+        remote, superseded = RemoteLog.load(found)
+        tiered.log, tiered.loaded = remote, True
+        if not leading:
+            tiered.read_as_leader = None
+        _mirror(partition, remote)
+        if leading:  # deleted at the start of the pass (_delete_leftovers)
+            if orphans:
+                orphans = await self._confirmed_orphans(orphans)
+            stale = [k for s in superseded for k in s.object_keys()] + orphans
+            for segment in superseded:
+                tiered.manifests.pop(segment.key(MANIFEST), None)
+            tiered.leftovers = list(dict.fromkeys(tiered.leftovers + stale))
 
     async def _delete_leftovers(self, partition: Partition, tiered: _Tiered) -> None:
         """Deletes the objects of interrupted copies and deletes, manifests first."""
@@ -176,18 +235,30 @@ class RemoteLogManager:
         log.info("%s-%d: deleted %d objects of interrupted, failed or superseded copies",
                  partition.topic, partition.index, len(stale))  # fmt: skip
 
-    async def _scan(self, partition: Partition) -> tuple[list[RemoteSegment], list[str]]:
-        """The manifests under the partition's prefix, and the objects no manifest owns."""
-        return await scan(
-            self.store, partition_prefix(partition.topic, partition.topic_id, partition.index)
-        )
+    async def _confirmed_orphans(self, orphans: list[str]) -> list[str]:
+        """The orphans whose manifest is really absent: a listing taken while objects are
+        written beside them may leave some out (S3Proxy's filesystem backend does; S3 lists
+        consistently), and a segment's data must never go while its manifest exists."""
+        stems = {stem_of(k) for k in orphans}
+        present = {
+            stem
+            for stem in stems
+            if stem is not None and await self.store.head(stem + MANIFEST) is not None
+        }
+        if present:
+            log.warning("%d manifests missing from a listing exist: their data is kept",
+                        len(present))  # fmt: skip
+        return [k for k in orphans if stem_of(k) not in present]
 
     # -- copying -----------------------------------------------------------------------------
 
     async def _copy(self, partition: Partition, tiered: _Tiered) -> None:
         remote = tiered.log
         upper = min(partition.high_watermark, partition.last_stable_offset)
+        epoch = partition.leader_epoch
         for segment in list(partition.segments[:-1]):  # the active segment never goes
+            if not _leads(partition, epoch):
+                return  # deposed meanwhile: the next leader copies from its manifests
             end = remote.end_offset
             if end is not None and segment.base_offset < end:
                 continue
@@ -196,12 +267,16 @@ class RemoteLogManager:
             if segment not in partition.segments:  # deleted meanwhile (DeleteRecords)
                 continue
             copied = await self._copy_segment(partition, tiered, segment)
+            if copied is None:
+                return
             remote.add(copied)
             _mirror(partition, remote)
 
     async def _copy_segment(
         self, partition: Partition, tiered: _Tiered, segment: Segment
-    ) -> RemoteSegment:
+    ) -> RemoteSegment | None:
+        """The segment copied, or None when this broker's leadership ended during the copy
+        (no manifest is written then, and its data files are deleted)."""
         directory = partition.directory
         stem = f"{directory}/{segment_name(segment.base_offset)}"
         snapshot = f"{directory}/{segment_name(segment.next_offset)}.snapshot"
@@ -230,6 +305,11 @@ class RemoteLogManager:
             for result in await asyncio.gather(*uploads, return_exceptions=True):
                 if isinstance(result, BaseException):
                     raise result
+            if not _leads(partition, copied.leader_epoch):
+                log.info("%s-%d: leadership ended during the copy of segment %d: abandoned",
+                         partition.topic, partition.index, copied.base_offset)  # fmt: skip
+                await self.store.delete([copied.key(s) for s in files])
+                return None
             await self.store.put(copied.key(MANIFEST), copied.encode())
         except (ObjectStoreError, OSError):
             self.stats.copy_errors += 1
@@ -327,7 +407,8 @@ class RemoteLogManager:
     def unknown(self, partition: Partition) -> bool:
         """A tiered partition whose remote log this broker has not read yet (its log start
         offset is not known until then)."""
-        return partition.config.remote_storage and _key(partition) not in self._partitions
+        tiered = self._partitions.get(_key(partition))
+        return partition.config.remote_storage and (tiered is None or not tiered.loaded)
 
     def serves(self, partition: Partition, offset: int) -> bool:
         """Whether a read at `offset` goes to the object store."""
@@ -392,6 +473,52 @@ class RemoteLogManager:
                 return found
         return None
 
+    # -- a follower behind its leader's local log start ---------------------------------------
+
+    def holds(self, partition: Partition) -> bool:
+        """Whether a follower of `partition` can start from its history in the object store."""
+        return partition.config.remote_storage
+
+    async def history_before(self, partition: Partition, offset: int) -> tuple[int, KeptHistory]:
+        """Where a follower that skips the history below its leader's local log start
+        `offset` starts (as Kafka's: after the remote segment that holds offset - 1, so at
+        `offset` or a little past it, where the leader still has the data), and what it
+        keeps of that history: the leader epochs the manifests give, the producer state of
+        the segment's snapshot, and the remote log start as its log start offset. The
+        manifests are read again first. LookupError when no remote segment holds offset - 1
+        (this broker's view is older than the leader's: it asks again after a back-off);
+        ObjectStoreError when the store fails."""
+        tiered = self._partitions.setdefault(_key(partition), _Tiered())
+        async with tiered.lock:
+            await self._load(partition, tiered, leading=False)
+            remote = tiered.log
+        target = offset - 1
+        segment = next(
+            (s for s in remote.segments if s.base_offset <= target <= s.end_offset), None
+        )
+        if segment is None or remote.start_offset is None:
+            raise LookupError(f"no remote segment holds offset {target}")
+        start = segment.next_offset
+        epochs: list[tuple[int, int]] = []
+        for held in remote.segments:
+            if held.base_offset >= start:
+                break
+            for epoch, first in held.epochs:
+                if not epochs or epoch > epochs[-1][0]:
+                    epochs.append((epoch, first))
+        producers = ProducerStateTable()
+        loaded = None
+        if PRODUCER_SNAPSHOT in segment.files:
+            raw = await self.store.get(segment.key(PRODUCER_SNAPSHOT))
+            loaded = ProducerStateTable.from_snapshot(raw)
+        if loaded is not None and loaded[1] == start:
+            producers = loaded[0]
+        else:  # (the leader had dropped it before the copy)
+            log.warning("%s-%d: remote segment %d..%d has no usable producer snapshot: the "
+                        "producer state starts empty at %d", partition.topic, partition.index,
+                        segment.base_offset, segment.end_offset, start)  # fmt: skip
+        return start, KeptHistory(remote.start_offset, tuple(epochs), producers)
+
     def copy_lag(self, partition: Partition) -> tuple[int, int]:
         """(segments, bytes) rolled locally and not copied yet."""
         tiered = self._partitions.get(_key(partition))
@@ -427,23 +554,37 @@ def tiered_manager(
     return manager
 
 
-async def scan(store: ObjectStore, prefix: str) -> tuple[list[RemoteSegment], list[str]]:
+async def scan(
+    store: ObjectStore, prefix: str, known: dict[str, RemoteSegment] | None = None
+) -> tuple[list[RemoteSegment], list[str]]:
     """The manifests under `prefix` and the keys of the objects no manifest owns (orphans:
-    what an interrupted copy or delete left)."""
-    return await scan_objects(store, await store.list(prefix))
+    what an interrupted copy or delete left). `known` (manifests by key, kept up to date
+    here) spares reading again the manifests read before."""
+    return await scan_objects(store, await store.list(prefix), known)
 
 
 async def scan_objects(
-    store: ObjectStore, objects: Sequence[ObjectInfo]
+    store: ObjectStore,
+    objects: Sequence[ObjectInfo],
+    known: dict[str, RemoteSegment] | None = None,
 ) -> tuple[list[RemoteSegment], list[str]]:
     """`scan` of objects already listed (the tools list a whole store once)."""
+    known = {} if known is None else known
     manifests = [o.key for o in objects if o.key.endswith(MANIFEST)]
+    for key in set(known) - set(manifests):
+        del known[key]  # deleted since
     found: list[RemoteSegment] = []
     for key in manifests:
-        try:
-            found.append(RemoteSegment.decode(await store.get(key)))
-        except ValueError as exc:
-            log.warning("%s: not a manifest this broker reads (%s): left alone", key, exc)
+        segment = known.get(key)
+        if segment is None:
+            try:
+                segment = known[key] = RemoteSegment.decode(await store.get(key))
+            except ObjectNotFound:
+                continue  # deleted since the listing (by the leader's retention)
+            except ValueError as exc:
+                log.warning("%s: not a manifest this broker reads (%s): left alone", key, exc)
+                continue
+        found.append(segment)
     owned = {s.stem for s in found} | {k[: -len(MANIFEST)] for k in manifests}
     orphans = [o.key for o in objects if stem_of(o.key) not in owned]
     return found, orphans
@@ -453,6 +594,10 @@ def _mirror(partition: Partition, remote: RemoteLog) -> None:
     """What the partition's readers (Fetch, ListOffsets) need of its remote log."""
     partition.remote_start = remote.start_offset
     partition.remote_end = remote.end_offset
+
+
+def _leads(partition: Partition, epoch: int) -> bool:
+    return partition.is_leader and partition.leader_epoch == epoch and not partition.closed
 
 
 def _key(partition: Partition) -> PartitionKey:
