@@ -38,8 +38,8 @@ v15 replica id in ReplicaState.
   Consumers older than v11, and followers, are served by the leader only.
 - Tiered storage (KIP-405): a consumer's fetch below the local log start offset (and not below
   the log start offset) is read from the object store, after the local reads of the same
-  request, within what the budget left (one remote partition per request, as Kafka's
-  remote.fetch.max.wait path does by default); read_committed takes its aborted transactions
+  request, within what the budget left (one remote partition per request: Kafka 4.4 reads
+  several, docs/deviations.md); read_committed takes its aborted transactions
   from the remote transaction index. A follower below the local log start gets
   OFFSET_MOVED_TO_TIERED_STORAGE. An object store failure is KAFKA_STORAGE_ERROR for that
   partition; a remote read that takes longer than remote.fetch.max.wait.ms is cancelled and
@@ -48,7 +48,6 @@ v15 replica id in ReplicaState.
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from dataclasses import dataclass
@@ -65,7 +64,6 @@ from lockgate.handlers.fetch_sessions import (
 )
 from lockgate.handlers.registry import HandlerResult, RawBody, RequestContext, handles
 from lockgate.log.partition import Partition
-from lockgate.log.txn_index import AbortedTxn
 from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.protocol.fetch import body_size, encode_fetch_response
@@ -73,8 +71,6 @@ from lockgate.protocol.file_range import close_ranges
 from lockgate.security.acls import Operation, ResourceType
 from lockgate.security.authorizer import authorize
 from lockgate.security.quotas import QuotaType, charge
-from lockgate.storage.object_store import ObjectStoreError
-from lockgate.tiered.manager import READ
 
 READ_COMMITTED = 1
 CONSUMER = -1
@@ -263,38 +259,17 @@ async def _read_remote(
     limit = min(w.state.max_bytes, budget)
     if limit <= 0 and not first:
         return 0
-    committed = isolation == READ_COMMITTED
-
-    async def remote_read() -> tuple[bytes, list[AbortedTxn] | None] | None:
-        await tiered.remote_log(partition)  # (read once, after a start or a new leadership)
-        if offset < partition.log_start_offset:
-            return None
-        upper = partition.last_stable_offset if committed else partition.high_watermark
-        return await tiered.read(partition, offset, limit, upper, committed)
-
     wait_ms = ctx.services.config.integer("remote.fetch.max.wait.ms")
-    try:
-        read = await asyncio.wait_for(remote_read(), wait_ms / 1000)
-    except TimeoutError:  # a slow store: no records this time, as Kafka (read cancelled)
-        slow = TimeoutError(f"no answer within remote.fetch.max.wait.ms ({wait_ms} ms)")
-        tiered.failures.failed(READ, partition, slow)
+    read = await tiered.fetch(partition, offset, limit, isolation == READ_COMMITTED, wait_ms)
+    entry["error_code"] = read.error
+    if read.error or (len(read.records) > limit and not first):
         return 0
-    except ObjectStoreError as exc:
-        tiered.failures.failed(READ, partition, exc)  # (once, not once per fetch)
-        entry["error_code"] = ErrorCode.kafka_storage_error
-        return 0
-    if read is None:
-        entry["error_code"] = ErrorCode.offset_out_of_range
-        return 0
-    data, aborted = read
-    if len(data) > limit and not first:
-        return 0
-    if aborted is not None:
+    if read.aborted is not None:
         entry["aborted_transactions"] = [
-            {"producer_id": a.producer_id, "first_offset": a.first_offset} for a in aborted
+            {"producer_id": a.producer_id, "first_offset": a.first_offset} for a in read.aborted
         ]
-    entry["records"] = data
-    return len(data)
+    entry["records"] = read.records
+    return len(read.records)
 
 
 def _changed(entry: dict[str, Any], state: SessionPartition) -> bool:

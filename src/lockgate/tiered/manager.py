@@ -38,6 +38,7 @@ from lockgate.log.partition import KeptHistory, Partition
 from lockgate.log.producer_state import ProducerStateTable
 from lockgate.log.segment import Segment, segment_name
 from lockgate.log.txn_index import AbortedTxn
+from lockgate.protocol.errors import ErrorCode
 from lockgate.storage.engine import StorageEngine
 from lockgate.storage.object_store import (
     ObjectInfo,
@@ -98,6 +99,16 @@ class TieredStats:
     fetch_requests: int = 0
     fetch_bytes: int = 0
     fetch_errors: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteFetch:
+    """A consumer's read of the tiered part: the error, the batches and (read_committed)
+    the aborted transactions they overlap."""
+
+    error: ErrorCode
+    records: bytes = b""
+    aborted: list[AbortedTxn] | None = None
 
 
 class RemoteLogManager:
@@ -416,6 +427,35 @@ class RemoteLogManager:
             partition.remote_start is not None
             and partition.log_start_offset <= offset < partition.local_log_start_offset
         )
+
+    async def fetch(
+        self, partition: Partition, offset: int, max_bytes: int, read_committed: bool,
+        wait_ms: int,
+    ) -> RemoteFetch:  # fmt: skip
+        """A consumer's Fetch below the local log start: the batches (up to the last stable
+        offset for read_committed, else the high watermark) with their aborted transactions,
+        OFFSET_OUT_OF_RANGE below the log start (known once the remote log is read, after a
+        start or a new leadership), KAFKA_STORAGE_ERROR when the store fails, and no records
+        (no error) when it does not answer within `wait_ms` (remote.fetch.max.wait.ms, as
+        Kafka: the read is cancelled, the consumer asks again)."""
+
+        async def read() -> RemoteFetch:
+            await self.remote_log(partition)
+            if offset < partition.log_start_offset:
+                return RemoteFetch(ErrorCode.offset_out_of_range)
+            upper = partition.last_stable_offset if read_committed else partition.high_watermark
+            data, aborted = await self.read(partition, offset, max_bytes, upper, read_committed)
+            return RemoteFetch(ErrorCode.none, data, aborted)
+
+        try:
+            return await asyncio.wait_for(read(), wait_ms / 1000)
+        except TimeoutError:
+            slow = TimeoutError(f"no answer within remote.fetch.max.wait.ms ({wait_ms} ms)")
+            self.failures.failed(READ, partition, slow)
+            return RemoteFetch(ErrorCode.none)
+        except ObjectStoreError as exc:
+            self.failures.failed(READ, partition, exc)  # (once, not once per fetch)
+            return RemoteFetch(ErrorCode.kafka_storage_error)
 
     async def read(
         self, partition: Partition, offset: int, max_bytes: int, upper_offset: int,
