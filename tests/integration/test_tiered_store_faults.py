@@ -23,7 +23,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from lockgate.storage.object_store import S3ObjectStore, S3Settings
 from lockgate.tiered.layout import RemoteSegment
-from lockgate.tiered.manager import scan
+from lockgate.tiered.listing import scan
 from tests.support.broker import BrokerProcess
 from tests.support.clients import create_topic
 from tests.support.http_fault_proxy import HttpFaultProxy

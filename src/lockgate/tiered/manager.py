@@ -1,68 +1,62 @@
-# Tiered storage (KIP-405's RemoteLogManager). For every partition this broker leads whose
-# topic has remote.storage.enable, each pass copies the rolled segments below the last stable
-# offset to the object store (in offset order, data files first and the manifest last), then
-# deletes local segments past local.retention.ms/bytes that are safely remote, then deletes
-# remote segments past the total retention.ms/bytes or below the log start offset
-# (DeleteRecords). For every tiered partition it follows, a pass only re-reads the manifests
-# and applies the same local retention, so a follower's disk holds what its leader's does. It
-# also serves the reads below the local log start (reader.py), and gives a follower that is
-# behind its leader's local log start the history it skips (leader epochs, producer state).
+# Tiered storage (KIP-405's RemoteLogManager). For every partition this broker leads whose topic has
+# remote.storage.enable, each pass copies the rolled segments below the last stable offset to the
+# object store (copier.py: in offset order, the manifest last), then deletes local segments past
+# local.retention.ms/bytes that are safely remote, then deletes remote segments past the total
+# retention.ms/bytes or below the log start offset (DeleteRecords). For every tiered partition it
+# follows, a pass only re-reads the manifests and applies the same local retention, so a follower's
+# disk holds what its leader's does. It also serves the reads below the local log start (reader.py),
+# and gives a follower that is behind its leader's local log start the history it skips (leader
+# epochs, producer state).
 #
-# Invariants: only a leader writes or deletes objects (a follower never does: the objects
-# without a manifest it sees may be its leader's copy in flight); a local segment is deleted
-# only once its manifest is in the object store; a remote segment is deleted manifest first; a
-# leader re-reads the manifests under the partition's prefix whenever it starts a leadership
-# (a new leader epoch), before it copies, so it resumes where the previous leader's manifests
-# end, and deletes then the objects no manifest owns (leftovers of an interrupted copy or
-# delete); a copy whose leadership ended meanwhile writes no manifest; passes over one
-# partition never overlap (one lock each), and an object store failure leaves the partition
-# as it was for the next pass to retry, apart from the objects of the failed copy or delete,
-# which are deleted before anything else (at once, or by a later pass while the store still
-# fails): a copy retried after a failed manifest PUT that the store did perform leaves no
-# second manifest over the same offsets, and nothing is left without a manifest. A failure
-# that goes on is logged once when it begins, then at most once a minute, and once when it
-# ends (a pass runs every few hundred milliseconds). The store's client is async: nothing
-# here blocks the event loop but the reads of small index files.
+# Invariants: only a leader writes or deletes objects (a follower never does: the objects without a
+# manifest it sees may be its leader's copy in flight); a local segment is deleted only once its
+# manifest is in the object store; a remote segment is deleted manifest first; a leader re-reads the
+# manifests under the partition's prefix (listing.py) whenever it starts a leadership (a new leader
+# epoch), before it copies, so it resumes where the previous leader's manifests end, and deletes
+# then the objects no manifest owns (leftovers of an interrupted copy or delete); a copy whose
+# leadership ended meanwhile writes no manifest; passes over one partition never overlap (one lock
+# each), and an object store failure leaves the partition as it was for the next pass to retry,
+# apart from the objects of the failed copy or delete, which are deleted before anything else (at
+# once, or by a later pass while the store still fails): a copy retried after a failed manifest PUT
+# that the store did perform leaves no second manifest over the same offsets, and nothing is left
+# without a manifest. A failure that goes on is logged once when it begins, then at most once a
+# minute, and once when it ends (a pass runs every few hundred milliseconds). The store's client is
+# async: nothing here blocks the event loop but the reads of small index files.
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from lockgate.config.properties import BrokerConfig, ConfigError
 from lockgate.log.partition import KeptHistory, Partition
 from lockgate.log.producer_state import ProducerStateTable
-from lockgate.log.segment import Segment, segment_name
 from lockgate.log.txn_index import AbortedTxn
 from lockgate.protocol.errors import ErrorCode
 from lockgate.storage.engine import StorageEngine
 from lockgate.storage.object_store import (
-    ObjectInfo,
-    ObjectNotFound,
     ObjectStore,
     ObjectStoreError,
     S3ObjectStore,
     S3Settings,
 )
+from lockgate.tiered.copier import SegmentCopier
 from lockgate.tiered.failures import FailureLog
 from lockgate.tiered.layout import (
-    INDEX,
-    LOG,
     MANIFEST,
     PRODUCER_SNAPSHOT,
-    TIME_INDEX,
-    TXN_INDEX,
     RemoteSegment,
     partition_prefix,
     stem_of,
     topic_prefix,
 )
+from lockgate.tiered.listing import scan
 from lockgate.tiered.reader import RemoteReader
 from lockgate.tiered.remote_log import RemoteLog
+from lockgate.tiered.stats import TieredStats
 
 log = logging.getLogger(__name__)
 
@@ -85,20 +79,6 @@ class _Tiered:
     # objects of interrupted copies or deletes (no manifest holds them, or their manifest is
     # not in `log`), deleted at the start of the next pass
     leftovers: list[str] = field(default_factory=list)
-
-
-@dataclass(slots=True)
-class TieredStats:
-    """Counters for the metrics (Kafka's RemoteCopy*/RemoteFetch*/RemoteDelete* meters)."""
-
-    copied_segments: int = 0
-    copied_bytes: int = 0
-    copy_errors: int = 0
-    deleted_segments: int = 0
-    delete_errors: int = 0
-    fetch_requests: int = 0
-    fetch_bytes: int = 0
-    fetch_errors: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +105,7 @@ class RemoteLogManager:
         self.clock = clock
         self.reader = RemoteReader(store)
         self.stats = TieredStats()
+        self.copier = SegmentCopier(store, storage, node_id, clock, self.stats)
         self.failures = FailureLog(clock)
         self._partitions: dict[PartitionKey, _Tiered] = {}
         self._disabled: set[PartitionKey] = set()  # remote parts deleted since this start
@@ -264,87 +245,16 @@ class RemoteLogManager:
     # -- copying -----------------------------------------------------------------------------
 
     async def _copy(self, partition: Partition, tiered: _Tiered) -> None:
-        remote = tiered.log
-        upper = min(partition.high_watermark, partition.last_stable_offset)
-        epoch = partition.leader_epoch
-        for segment in list(partition.segments[:-1]):  # the active segment never goes
-            if not _leads(partition, epoch):
-                return  # deposed meanwhile: the next leader copies from its manifests
-            end = remote.end_offset
-            if end is not None and segment.base_offset < end:
-                continue
-            if segment.is_empty or segment.next_offset > upper:
-                break
-            if segment not in partition.segments:  # deleted meanwhile (DeleteRecords)
-                continue
-            copied = await self._copy_segment(partition, tiered, segment)
-            if copied is None:
-                return
-            remote.add(copied)
-            _mirror(partition, remote)
-
-    async def _copy_segment(
-        self, partition: Partition, tiered: _Tiered, segment: Segment
-    ) -> RemoteSegment | None:
-        """The segment copied, or None when this broker's leadership ended during the copy
-        (no manifest is written then, and its data files are deleted)."""
-        directory = partition.directory
-        stem = f"{directory}/{segment_name(segment.base_offset)}"
-        snapshot = f"{directory}/{segment_name(segment.next_offset)}.snapshot"
-        sources = {LOG: stem + ".log", INDEX: stem + ".index", TIME_INDEX: stem + ".timeindex",
-                   TXN_INDEX: segment.txn_index_path, PRODUCER_SNAPSHOT: snapshot}  # fmt: skip
-        files = tuple(s for s, path in sources.items() if s == LOG or self.storage.exists(path))
-        copied = RemoteSegment(
-            topic=partition.topic,
-            topic_id=partition.topic_id,
-            partition=partition.index,
-            segment_id=uuid.uuid4(),
-            base_offset=segment.base_offset,
-            end_offset=segment.next_offset - 1,
-            size=segment.size,
-            max_timestamp=segment.max_timestamp,
-            epochs=_epochs_within(partition, segment.base_offset, segment.next_offset),
-            broker_id=self.node_id,
-            leader_epoch=partition.leader_epoch,
-            created_ms=self.clock(),
-            files=files,
-        )
-        try:
-            # every upload settles before a failure is handled: none still runs when the
-            # failed copy's objects are deleted
-            uploads = [self._upload(copied.key(s), sources[s]) for s in files]
-            for result in await asyncio.gather(*uploads, return_exceptions=True):
-                if isinstance(result, BaseException):
-                    raise result
-            if not _leads(partition, copied.leader_epoch):
-                log.info("%s-%d: leadership ended during the copy of segment %d: abandoned",
-                         partition.topic, partition.index, copied.base_offset)  # fmt: skip
-                await self.store.delete([copied.key(s) for s in files])
-                return None
-            await self.store.put(copied.key(MANIFEST), copied.encode())
-        except (ObjectStoreError, OSError):
-            self.stats.copy_errors += 1
+        async def failed(keys: list[str]) -> None:
             # the manifest too: a PUT reported failed may have been done by the store, and a
             # manifest left behind would overlap the copy the next pass makes
-            tiered.leftovers += copied.object_keys()
+            tiered.leftovers += keys
             with contextlib.suppress(ObjectStoreError):
                 await self._delete_leftovers(partition, tiered)
-            raise
-        self.stats.copied_segments += 1
-        self.stats.copied_bytes += copied.size
-        log.info("%s-%d: copied segment %d..%d (%d bytes) to the object store", partition.topic,
-                 partition.index, copied.base_offset, copied.end_offset, copied.size)  # fmt: skip
-        return copied
 
-    async def _upload(self, key: str, path: str) -> None:
-        local = self.storage.local_path(path)
-        if local is not None:
-            await self.store.put_file(key, Path(local))
-            return
-        data = self.storage.read_all(path)
-        if data is None:
-            raise OSError(f"{path} is gone")
-        await self.store.put(key, data)
+        async for copied in self.copier.copy_rolled(partition, tiered.log, failed):
+            tiered.log.add(copied)
+            _mirror(partition, tiered.log)
 
     # -- deleting ----------------------------------------------------------------------------
 
@@ -594,65 +504,11 @@ def tiered_manager(
     return manager
 
 
-async def scan(
-    store: ObjectStore, prefix: str, known: dict[str, RemoteSegment] | None = None
-) -> tuple[list[RemoteSegment], list[str]]:
-    """The manifests under `prefix` and the keys of the objects no manifest owns (orphans:
-    what an interrupted copy or delete left). `known` (manifests by key, kept up to date
-    here) spares reading again the manifests read before."""
-    return await scan_objects(store, await store.list(prefix), known)
-
-
-async def scan_objects(
-    store: ObjectStore,
-    objects: Sequence[ObjectInfo],
-    known: dict[str, RemoteSegment] | None = None,
-) -> tuple[list[RemoteSegment], list[str]]:
-    """`scan` of objects already listed (the tools list a whole store once)."""
-    known = {} if known is None else known
-    manifests = [o.key for o in objects if o.key.endswith(MANIFEST)]
-    for key in set(known) - set(manifests):
-        del known[key]  # deleted since
-    found: list[RemoteSegment] = []
-    for key in manifests:
-        segment = known.get(key)
-        if segment is None:
-            try:
-                segment = known[key] = RemoteSegment.decode(await store.get(key))
-            except ObjectNotFound:
-                continue  # deleted since the listing (by the leader's retention)
-            except ValueError as exc:
-                log.warning("%s: not a manifest this broker reads (%s): left alone", key, exc)
-                continue
-        found.append(segment)
-    owned = {s.stem for s in found} | {k[: -len(MANIFEST)] for k in manifests}
-    orphans = [o.key for o in objects if stem_of(o.key) not in owned]
-    return found, orphans
-
-
 def _mirror(partition: Partition, remote: RemoteLog) -> None:
     """What the partition's readers (Fetch, ListOffsets) need of its remote log."""
     partition.remote_start = remote.start_offset
     partition.remote_end = remote.end_offset
 
 
-def _leads(partition: Partition, epoch: int) -> bool:
-    return partition.is_leader and partition.leader_epoch == epoch and not partition.closed
-
-
 def _key(partition: Partition) -> PartitionKey:
     return (partition.topic, partition.index, partition.topic_id)
-
-
-def _epochs_within(partition: Partition, start: int, end: int) -> tuple[tuple[int, int], ...]:
-    """The leader epochs that wrote [start, end): (epoch, first offset in the range)."""
-    epochs = partition.epochs
-    found: list[tuple[int, int]] = []
-    for epoch, first in zip(epochs.epochs, epochs.start_offsets, strict=True):
-        if first >= end:
-            break
-        if first <= start:
-            found = [(epoch, start)]  # a later epoch that began at or before the start wins
-        else:
-            found.append((epoch, first))
-    return tuple(found)

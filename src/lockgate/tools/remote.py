@@ -2,7 +2,7 @@
 # object store's settings: the broker's rsm.config.s3.* lines or the unprefixed s3.* names,
 # credentials from the file or the AWS environment variables) and each partition's remote
 # segments as its manifests in the store say, the same truth a leader rebuilds its remote log
-# from (tiered.manager.scan_objects, RemoteLog.load). Kafka's DescribeLogDirs has no remote
+# from (tiered.listing.scan_objects, RemoteLog.load). Kafka's DescribeLogDirs has no remote
 # size, so the tools ask the store rather than invent a wire field.
 #
 # Invariants: the store is only read (lists and gets): orphans are reported, never deleted;
@@ -31,7 +31,7 @@ from lockgate.storage.object_store import (
     S3Settings,
 )
 from lockgate.tiered.layout import RemoteSegment, partition_prefix, topic_prefix
-from lockgate.tiered.manager import scan_objects
+from lockgate.tiered.listing import scan_objects
 from lockgate.tiered.remote_log import RemoteLog
 from lockgate.tools.common import AsyncCommand, ToolError, run
 

@@ -20,7 +20,7 @@ from confluent_kafka import Producer
 
 from lockgate.storage.object_store import S3ObjectStore, S3Settings
 from lockgate.tiered.layout import RemoteSegment
-from lockgate.tiered.manager import scan
+from lockgate.tiered.listing import scan
 from tests.support.clients import consume_all
 from tests.support.cluster import BrokerCluster
 from tests.support.etcd import EtcdCluster

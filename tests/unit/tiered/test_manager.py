@@ -36,7 +36,8 @@ from lockgate.storage.memory import MemoryEngine
 from lockgate.storage.object_store import MemoryObjectStore, ObjectStoreError
 from lockgate.tiered.failures import REPEAT_LOG_MS
 from lockgate.tiered.layout import MANIFEST, partition_prefix
-from lockgate.tiered.manager import RemoteLogManager, scan
+from lockgate.tiered.listing import scan
+from lockgate.tiered.manager import RemoteLogManager
 
 NOW = 1_000_000
 TOPIC_ID = uuid.UUID(int=7)

@@ -17,7 +17,8 @@ from lockgate.protocol.records import build_batch, validate_produced_batch
 from lockgate.storage.memory import MemoryEngine
 from lockgate.storage.object_store import MemoryObjectStore, ObjectInfo
 from lockgate.tiered.layout import MANIFEST, partition_prefix
-from lockgate.tiered.manager import RemoteLogManager, scan
+from lockgate.tiered.listing import scan
+from lockgate.tiered.manager import RemoteLogManager
 
 NOW = 1_000_000
 TOPIC_ID = uuid.UUID(int=9)
