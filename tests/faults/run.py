@@ -684,6 +684,7 @@ def main() -> int:
             )
             results[seed] = result.anomalies
             discard_clean(scratch / f"data-{seed}", result)
+            discard_clean(scratch / f"s3-{seed}", result)  # (--tiered: the object store's)
             disk = ""
             if options.lifecycle:
                 ends = ", ".join(
