@@ -47,7 +47,8 @@ from lockgate.client.cluster import TopicPartition
 from lockgate.client.consumer import Consumer, IsolationLevel
 from tests.support.broker import BrokerProcess
 from tests.support.clients import create_topic
-from tests.support.object_store import S3ProxyServer, broker_properties
+from tests.support.object_store import S3ProxyServer
+from tests.support.tiered import broker_settings
 
 MIB = 1 << 20
 MB = 1e6
@@ -321,9 +322,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="lockgate-bench-tiered-") as directory:
         root = Path(directory)
         server = S3ProxyServer(root / "s3").start()
-        settings = broker_properties(server.endpoint, "bench") | {
-            "lockgate.durability": "page-cache"
-        }
+        settings = broker_settings(server, "bench") | {"lockgate.durability": "page-cache"}
         broker = BrokerProcess(root / "data", settings)
         try:
             broker.start()
