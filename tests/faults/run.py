@@ -39,7 +39,7 @@ from lockgate.client.admin import Admin
 from lockgate.client.consumer import Consumer
 from lockgate.storage.object_store import S3ObjectStore, S3Settings
 from lockgate.tiered.layout import RemoteSegment, partition_prefix
-from lockgate.tiered.manager import scan
+from lockgate.tiered.listing import scan
 from tests.faults import share_workload, workload
 from tests.faults.checker import check, table
 from tests.faults.history import History, load
@@ -113,7 +113,7 @@ UPLOAD_WATCH_S = 3.0  # how long kill-upload waits for an upload to begin
 TIERED_SETTLE_S = 60.0  # how long the end waits for the last rolled segments to be copied
 PASS_INTERVAL_S = 0.2  # the broker's remote.log.manager.task.interval.ms
 # what the broker logs when it deletes the objects of an interrupted copy (manager.py)
-CLEANUP_LINE = "objects of interrupted or superseded copies"
+CLEANUP_LINE = "objects of interrupted"
 
 
 @dataclass
