@@ -137,13 +137,15 @@ $(FRANZCHECK): $(FRANZCHECK_SOURCES)
 test: setup-dev system-deps reference-deps go-deps lint typecheck
 	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --tb=native --durations=20 $(PYTEST_ARGS)
 
-# The long fault-injection run (tests/faults): `make soak SEEDS=200 [DURATION=20] [LIFECYCLE=1]`;
-# LIFECYCLE=1 adds small segments, retention and more broker kills; CLUSTER=1 runs the seeds on
-# a 3-broker cluster with its own nemesis (tests/faults/cluster_run.py; LIFECYCLE is single-node).
+# The long fault-injection run (tests/faults): `make soak SEEDS=200 [DURATION=20] [LIFECYCLE=1]
+# [TIERED=1]`; LIFECYCLE=1 adds small segments, retention and more broker kills; TIERED=1 copies
+# most of the history to an S3Proxy server and reads it back (needs `make reference-deps`);
+# CLUSTER=1 runs the seeds on a 3-broker cluster with its own nemesis (tests/faults/
+# cluster_run.py; LIFECYCLE and TIERED are single-node).
 SEEDS ?= 200
 DURATION ?= 20
 soak: setup-dev system-deps
-	$(BIN)/python -m tests.faults.$(if $(CLUSTER),cluster_run,run) --seeds 1-$(SEEDS) --duration $(DURATION) $(if $(CLUSTER),,$(if $(LIFECYCLE),--lifecycle))
+	$(BIN)/python -m tests.faults.$(if $(CLUSTER),cluster_run,run) --seeds 1-$(SEEDS) --duration $(DURATION) $(if $(CLUSTER),,$(if $(LIFECYCLE),--lifecycle) $(if $(TIERED),--tiered))
 
 # Protocol fuzzing against a live broker: `make fuzz [FRAMES=100000]`.
 FRAMES ?= 100000

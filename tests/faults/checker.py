@@ -47,6 +47,14 @@
 # The stage's transactions count in the graph and the offsets only: an input it reads again
 # after a failed transaction is written again, so its values are not unique like a writer's.
 #
+# Tiered storage (KIP-405; a "remote" event lists one partition's objects in the object store
+# at the end of a run, after the broker's own clean-up):
+#   tiered_orphan     an object no manifest owns (the leftover of an interrupted copy or
+#                     delete that the broker did not delete)
+#   tiered_range      a manifest reaching the partition's end offset or beyond, overlapping
+#                     another, or leaving a gap after the one before it (a partition's copied
+#                     segments follow each other, offset after offset)
+#
 # Lifecycle runs delete and compact on purpose (a "lifecycle" event names the topics): a
 # committed value missing from the final read is not lost when its offset is below its
 # partition's final log start offset on a topic with retention, or when a later offset of the
@@ -84,6 +92,8 @@ COLUMNS = {
     "share_over_limit": "s-limit",
     "share_uncommitted": "s-uncommit",
     "share_unfinished": "s-open",
+    "tiered_orphan": "t-orphan",
+    "tiered_range": "t-range",
 }
 ANOMALIES = tuple(COLUMNS)
 Edge = tuple[int, int]
@@ -138,7 +148,25 @@ def check(events: Iterable[Event]) -> Counter[str]:
     anomalies["precommitted_read"] = _precommitted_reads(events, reads)
     anomalies["G0"], anomalies["G1c"] = _cycles(list(latest.values()), finals)
     anomalies.update(check_share(events, finals))
+    anomalies["tiered_orphan"], anomalies["tiered_range"] = _remote_objects(events)
     return anomalies
+
+
+def _remote_objects(events: Iterable[Event]) -> tuple[int, int]:
+    """Orphans, and manifest ranges out of place, over the "remote" events."""
+    orphans = misplaced = 0
+    for event in events:
+        if event["type"] != "remote":
+            continue
+        orphans += len(event["orphans"])
+        previous: list[int] | None = None
+        for base, end in sorted(event["segments"]):
+            if end >= event["end_offset"] or end < base:
+                misplaced += 1
+            if previous is not None and base != previous[1] + 1:
+                misplaced += 1  # an overlap or a gap
+            previous = [base, end]
+    return orphans, misplaced
 
 
 SHARE_ANOMALIES = tuple(name for name in ANOMALIES if name.startswith("share_"))

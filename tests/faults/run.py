@@ -9,6 +9,12 @@ held back while the writer goes on), then heals everything, lets the clients fin
 no transaction is open, reads every partition read_committed, lets the share consumers finish
 (until the share group's start offsets reach the ends) and checks the history (checker.py).
 Prints a table of anomaly counts per seed; exits 1 if there is any.
+
+--tiered adds KIP-405 tiered storage: an S3Proxy server per seed, its topics (but the share
+group's) copied to it with small segments and a small local retention, so that the final reads
+take most of the history from the object store; the nemesis also kills the broker the moment an
+upload begins; at the end, every tiered partition's objects are listed for the checker (orphans,
+manifest ranges).
 """
 
 from __future__ import annotations
@@ -31,12 +37,17 @@ from pathlib import Path
 
 from lockgate.client.admin import Admin
 from lockgate.client.consumer import Consumer
+from lockgate.storage.object_store import S3ObjectStore, S3Settings
+from lockgate.tiered.layout import RemoteSegment, partition_prefix
+from lockgate.tiered.listing import scan
 from tests.faults import share_workload, workload
 from tests.faults.checker import check, table
 from tests.faults.history import History, load
 from tests.support.broker import BrokerProcess
 from tests.support.clients import create_topic
 from tests.support.fault_proxy import Direction, FaultProxy, broker_behind
+from tests.support.object_store import S3ProxyServer
+from tests.support.tiered import broker_settings, store_settings
 
 log = logging.getLogger("faults")
 
@@ -86,6 +97,24 @@ KEYED_TOPIC_CONFIG = {"internal.segment.bytes": "8192", "cleanup.policy": "compa
 COMPACTED_TOPICS: list[str] = [workload.KEYED_TOPIC]
 LIFECYCLE_FAULTS = (*FAULTS, "kill", "kill", "kill")
 
+# --tiered: the topics but the share group's (share fetches read local segments only, so a
+# share partition must keep its history local) copy every segment to the object store and
+# keep little locally. A partition gets some 20-30 KiB in a 12 s run: 2 KiB segments make a
+# dozen copies of each, and a few kills land amid them. The broker's pass runs every 200 ms
+# (broker_settings), and two extra kills aim at uploads.
+TIERED_TOPICS = tuple(t for t in (*workload.TOPICS, workload.PIPE_OUTPUT) if t not in SHARE_TOPICS)
+TIERED_TOPIC_CONFIG = {
+    "remote.storage.enable": "true",
+    "internal.segment.bytes": "2048",
+    "local.retention.bytes": "2048",
+}
+TIERED_FAULTS = ("kill-upload", "kill-upload")
+UPLOAD_WATCH_S = 3.0  # how long kill-upload waits for an upload to begin
+TIERED_SETTLE_S = 60.0  # how long the end waits for the last rolled segments to be copied
+PASS_INTERVAL_S = 0.2  # the broker's remote.log.manager.task.interval.ms
+# what the broker logs when it deletes the objects of an interrupted copy (manager.py)
+CLEANUP_LINE = "objects of interrupted"
+
 
 @dataclass
 class SeedResult:
@@ -93,6 +122,10 @@ class SeedResult:
     faults: Counter[str]
     disk_max_bytes: int = 0  # the data directory's largest size seen during the run
     disk_end_bytes: dict[str, int] = field(default_factory=dict)  # per topic, at the end
+    # --tiered: the share of the tiered partitions' offsets held remotely at the end, and how
+    # often a restarted broker found (and deleted) the objects of an interrupted copy
+    remote_share: float = 0.0
+    cleanups: int = 0
 
 
 class ConfluentWriterProcess:
@@ -171,15 +204,24 @@ class Nemesis(FaultLoop):
         rng: random.Random,
         client: ConfluentWriterProcess,
         faults: tuple[str, ...] = FAULTS,
+        uploads: Path | None = None,
     ) -> None:
         super().__init__(rng, client, faults)
         self.broker = broker
         self.proxy = proxy
+        self.uploads = uploads  # --tiered: the directory the object store keeps objects in
 
     async def _kill(self) -> None:
         await asyncio.to_thread(self.broker.kill)
         await asyncio.sleep(self.rng.uniform(0.2, 1.5))
         await asyncio.to_thread(self.broker.start)
+
+    async def _kill_upload(self) -> None:
+        """kill -9 the moment a new object appears in the store: a copy has begun, and its
+        manifest (written last) is likely still missing. A plain kill when none begins."""
+        if self.uploads is not None:
+            await asyncio.to_thread(_wait_for_new_object, self.uploads, UPLOAD_WATCH_S)
+        await self._kill()
 
     async def _pause(self) -> None:
         # longer than the pipeline's 6 s session and the writers' 5 s transaction timeout
@@ -210,21 +252,67 @@ class Nemesis(FaultLoop):
         self.proxy.cut_connections()
 
 
+def _wait_for_new_object(directory: Path, timeout: float) -> None:
+    """Returns once a file appears under `directory` (polled every 2 ms), or after
+    `timeout`."""
+    before = _files(directory)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if _files(directory) - before:
+            return
+        time.sleep(0.002)
+
+
+def _files(directory: Path) -> set[str]:
+    return {os.path.join(d, f) for d, _dirs, names in os.walk(directory) for f in names}
+
+
+def _topic_config(topic: str, lifecycle: bool, tiered: bool) -> dict[str, str] | None:
+    config: dict[str, str] = {}
+    if lifecycle and topic == "events-b":
+        config.update(RETAINED_TOPIC_CONFIG)
+    if tiered and topic in TIERED_TOPICS:
+        config.update(TIERED_TOPIC_CONFIG)
+    return config or None
+
+
 async def run_seed(
-    seed: int, duration: float, scratch: Path, lifecycle: bool = False
+    seed: int, duration: float, scratch: Path, lifecycle: bool = False, tiered: bool = False
+) -> SeedResult:
+    if not tiered:
+        return await _run_seed(seed, duration, scratch, lifecycle, None)
+    server = await asyncio.to_thread(S3ProxyServer(scratch / f"s3-{seed}").start)
+    try:
+        return await _run_seed(seed, duration, scratch, lifecycle, server)
+    finally:
+        await asyncio.to_thread(server.stop)
+
+
+async def _run_seed(
+    seed: int, duration: float, scratch: Path, lifecycle: bool, server: S3ProxyServer | None
 ) -> SeedResult:
     rng = random.Random(seed)
     history_path = scratch / f"history-{seed}.jsonl"
     history = History(history_path)
     data_dir = scratch / f"data-{seed}"
     settings = {**BROKER_SETTINGS, **(LIFECYCLE_SETTINGS if lifecycle else {})}
+    faults = LIFECYCLE_FAULTS if lifecycle else FAULTS
+    uploads: Path | None = None
+    store: S3Settings | None = None
+    if server is not None:
+        prefix = f"faults-{seed}"
+        settings.update(broker_settings(server, prefix))
+        store = store_settings(server, prefix)
+        uploads = server.data_dir / server.bucket / prefix
+        faults = (*faults, *TIERED_FAULTS)
+    remote_share = 0.0
     disk = DiskSampler(data_dir)
     with FaultProxy() as proxy:
         broker = broker_behind(proxy, data_dir, settings).start()
         client = ConfluentWriterProcess(f"cw-{seed}", proxy.address, scratch, seed)
         try:
             for topic in (*workload.TOPICS, workload.PIPE_OUTPUT):
-                config = RETAINED_TOPIC_CONFIG if lifecycle and topic == "events-b" else None
+                config = _topic_config(topic, lifecycle, server is not None)
                 await asyncio.to_thread(
                     create_topic, broker.bootstrap, topic, workload.PARTITIONS, config
                 )
@@ -249,7 +337,7 @@ async def run_seed(
             )
             await declare_share_group(broker.bootstrap, history)
             client.start()
-            nemesis = Nemesis(broker, proxy, rng, client, LIFECYCLE_FAULTS if lifecycle else FAULTS)
+            nemesis = Nemesis(broker, proxy, rng, client, faults, uploads)
             writers = [
                 workload.Writer(f"w{i}-{seed}", proxy.address, history, seed) for i in range(3)
             ]
@@ -292,6 +380,8 @@ async def run_seed(
                 await asyncio.to_thread(broker.kill)
                 await asyncio.to_thread(broker.start)
             await _final_reads(broker.bootstrap, history, lifecycle)
+            if store is not None:
+                remote_share = await _remote_objects(broker.bootstrap, data_dir, store, history)
             await sharers.finish(broker.bootstrap)
             disk_task.cancel()
         finally:
@@ -303,6 +393,8 @@ async def run_seed(
         nemesis.applied,
         disk.largest,
         disk.per_topic(),
+        remote_share,
+        broker.log().count(CLEANUP_LINE),
     )
 
 
@@ -403,6 +495,79 @@ async def _final_reads(bootstrap: str, history: History, lifecycle: bool = False
             )  # fmt: skip
 
 
+async def _remote_objects(
+    bootstrap: str, data_dir: Path, settings: S3Settings, history: History
+) -> float:
+    """--tiered, after the final reads: waits (bounded) until every tiered partition's rolled
+    segments are copied (nothing is written any more, so no copy is then under way), lists
+    each partition's objects twice, a few passes apart, and records its manifests' ranges, its
+    end offset and the objects no manifest owns in both listings (a remote deletion in
+    progress leaves its data files for a moment; an orphan outlives the broker's passes) as
+    a "remote" event. Returns the share of the partitions' offsets held remotely."""
+    partitions = [tp for tp in workload.all_partitions() if tp.topic in TIERED_TOPICS]
+    async with Admin(bootstrap) as admin:
+        ids = {d.name: d.topic_id for d in await admin.describe_topics(TIERED_TOPICS)}
+    async with Consumer(bootstrap) as consumer:
+        ends = await consumer.end_offsets(partitions)
+        starts = await consumer.beginning_offsets(partitions)
+    store = S3ObjectStore(settings)
+    prefixes = {}
+    for tp in partitions:
+        topic_id = ids[tp.topic]
+        assert topic_id is not None
+        prefixes[tp] = partition_prefix(tp.topic, topic_id, tp.partition)
+    first = {
+        tp: await _copied(store, prefixes[tp], data_dir / f"{tp.topic}-{tp.partition}")
+        for tp in partitions
+    }
+    await asyncio.sleep(5 * PASS_INTERVAL_S)  # a few of the broker's passes
+    remote = total = 0
+    for tp in partitions:
+        found, orphans = await scan(store, prefixes[tp])
+        segments = sorted(found, key=lambda s: s.base_offset)
+        history.record(
+            "remote", topic=tp.topic, partition=tp.partition, end_offset=ends[tp],
+            segments=[[s.base_offset, s.end_offset] for s in segments],
+            orphans=sorted(set(orphans) & set(first[tp][1])),
+        )  # fmt: skip
+        remote += sum(
+            max(0, min(s.next_offset, ends[tp]) - max(s.base_offset, starts[tp])) for s in segments
+        )
+        total += ends[tp] - starts[tp]
+    return remote / total if total else 0.0
+
+
+async def _copied(
+    store: S3ObjectStore, prefix: str, directory: Path
+) -> tuple[list[RemoteSegment], list[str]]:
+    """The partition's manifests and orphans once its rolled segments are all copied (the
+    local directory read before each listing: a segment rolled and copied after the listing
+    cannot pass for copied), or as they are after TIERED_SETTLE_S."""
+    deadline = time.monotonic() + TIERED_SETTLE_S
+    while True:
+        rolled = _rolled_segments(directory)
+        found, orphans = await scan(store, prefix)
+        copied_end = max((s.next_offset for s in found), default=0)
+        waiting = [base for base in rolled if base >= copied_end]
+        if not waiting:
+            return found, orphans
+        if time.monotonic() > deadline:
+            log.warning("%s: segments %s never copied (copied up to %d)", prefix, waiting,
+                        copied_end)  # fmt: skip
+            return found, orphans
+        await asyncio.sleep(PASS_INTERVAL_S)
+
+
+def _rolled_segments(directory: Path) -> list[int]:
+    """The base offsets of a partition directory's non-empty segments but the active one."""
+    sizes: dict[int, int] = {}
+    for path in directory.glob("*.log"):
+        with contextlib.suppress(OSError, ValueError):
+            sizes[int(path.stem)] = path.stat().st_size
+    active = max(sizes, default=-1)
+    return sorted(base for base, size in sizes.items() if size > 0 and base != active)
+
+
 SHARE_FINISH_TIMEOUT_S = 30.0
 
 
@@ -501,6 +666,11 @@ def main() -> int:
         action="store_true",
         help="small segments, retention, a keyed topic and more broker kills (storage lifecycle)",
     )
+    parser.add_argument(
+        "--tiered",
+        action="store_true",
+        help="tiered storage: most of the history copied to an S3 server (S3Proxy) and read back",
+    )
     options = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     results: dict[int, Counter[str]] = {}
@@ -509,9 +679,12 @@ def main() -> int:
         scratch.mkdir(parents=True, exist_ok=True)
         for seed in parse_seeds(options.seeds):
             started = time.monotonic()
-            result = asyncio.run(run_seed(seed, options.duration, scratch, options.lifecycle))
+            result = asyncio.run(
+                run_seed(seed, options.duration, scratch, options.lifecycle, options.tiered)
+            )
             results[seed] = result.anomalies
             discard_clean(scratch / f"data-{seed}", result)
+            discard_clean(scratch / f"s3-{seed}", result)  # (--tiered: the object store's)
             disk = ""
             if options.lifecycle:
                 ends = ", ".join(
@@ -521,12 +694,19 @@ def main() -> int:
                 disk = (
                     f"; disk max {result.disk_max_bytes / 2**20:.1f} MiB, at the end (MiB) {ends}"
                 )
+            if options.tiered:
+                disk += (
+                    f"; remote {result.remote_share:.0%} of the tiered offsets, "
+                    f"{result.cleanups} interrupted copies cleaned up"
+                )
             print(
                 f"seed {seed}: {sum(result.anomalies.values())} anomalies in "
                 f"{time.monotonic() - started:.0f}s; faults {dict(result.faults)}{disk}",
                 flush=True,
             )
     print(table(results))
+    if options.tiered:
+        time.sleep(0.2)  # obstore's runtime thread must not outlive the interpreter (it aborts)
     return 1 if any(sum(c.values()) for c in results.values()) else 0
 
 

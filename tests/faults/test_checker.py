@@ -493,3 +493,34 @@ def test_share_lost_and_over_limit() -> None:
     only("share_over_limit", 1, [*share_clean(), delivery("e", 4)], share_after_final=0)
     # never delivered at all: lost
     only("share_lost", 1, [*share_clean(), *final(["g"], partition=1)])
+
+
+# -- tiered storage: the objects left in the object store ------------------------------------
+
+
+def remote(segments: list[list[int]], orphans: tuple[str, ...] = (), end: int = 100) -> Event:
+    return {"type": "remote", "topic": "t", "partition": 0, "end_offset": end,
+            "segments": segments, "orphans": list(orphans)}  # fmt: skip
+
+
+def test_contiguous_manifests_below_the_end_and_no_orphan_are_clean() -> None:
+    assert sum(check([*clean(), remote([[10, 19], [0, 9], [20, 49]])]).values()) == 0
+    assert sum(check([*clean(), remote([])]).values()) == 0
+
+
+def test_orphans_are_counted_each() -> None:
+    only("tiered_orphan", 2, [*clean(), remote([[0, 9]], ("t/0/a.log", "t/0/a.index"))])
+
+
+@pytest.mark.parametrize(
+    ("segments", "count"),
+    [
+        ([[0, 9], [10, 100]], 1),  # reaches the end offset
+        ([[0, 9], [5, 19]], 1),  # overlaps
+        ([[0, 9], [12, 19]], 1),  # a gap
+        ([[0, 9], [0, 9]], 1),  # the same range twice
+        ([[10, 5]], 1),  # ends before it begins
+    ],
+)
+def test_manifest_ranges_out_of_place(segments: list[list[int]], count: int) -> None:
+    only("tiered_range", count, [*clean(), remote(segments)])

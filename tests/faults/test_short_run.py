@@ -30,3 +30,12 @@ async def test_no_anomaly_over_a_storage_lifecycle(tmp_path: Path) -> None:
     assert sum(result.faults.values()) > 0  # and the run itself kills the broker at the end
     assert result.disk_max_bytes > 0
     assert not sum(result.anomalies.values()), "\n" + table({4: result.anomalies})
+
+
+async def test_no_anomaly_with_tiered_storage(tmp_path: Path) -> None:
+    """Most of the history in an object store (S3Proxy) and read back from it, kills amid the
+    uploads, and no orphan left (run.py --tiered)."""
+    result = await run_seed(5, DURATION_S, tmp_path, tiered=True)
+    assert sum(result.faults.values()) > 0
+    assert result.remote_share > 0.5  # the final reads took most of it from the object store
+    assert not sum(result.anomalies.values()), "\n" + table({5: result.anomalies})

@@ -17,6 +17,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Producer
 
+from lockgate.storage.object_store import S3Settings
 from tests.support.broker import BrokerProcess
 from tests.support.object_store import S3ProxyServer
 
@@ -44,6 +45,17 @@ def broker_settings(server: S3ProxyServer, prefix: str) -> dict[str, str]:
         "rsm.config.s3.access.key.id": endpoint.access_key,
         "rsm.config.s3.secret.access.key": endpoint.secret_key,
     }
+
+
+def store_settings(server: S3ProxyServer, prefix: str) -> S3Settings:
+    """A client's settings for the objects a broker with broker_settings(server, prefix)
+    stores (the same keys)."""
+    endpoint = server.endpoint
+    return S3Settings(
+        bucket=endpoint.bucket, endpoint=endpoint.endpoint, prefix=prefix,
+        region=endpoint.region, access_key_id=endpoint.access_key,
+        secret_access_key=endpoint.secret_key, allow_http=True,
+    )  # fmt: skip
 
 
 @contextmanager

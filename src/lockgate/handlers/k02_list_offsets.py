@@ -8,7 +8,10 @@ Behaviour:
   the log start when nothing is, -1 when not tiered (Kafka 4.4's answers); -3 (v7+): the
   record with the largest timestamp (local segments); any other timestamp ≥ 0: the first
   record at or after it, in the tiered segments first (their remote time index), then through
-  the local time index, or offset -1 when none.
+  the local time index, or offset -1 when none. -2, -5 and -6 of a tiered partition whose
+  remote log this broker has not read yet (since its start, or since it leads the partition)
+  read it first: until then the log start offset is the local one, and a consumer reset to
+  the earliest offset would skip the whole remote history.
 - CurrentLeaderEpoch (v4+) older than the leader's → FENCED_LEADER_EPOCH, newer →
   UNKNOWN_LEADER_EPOCH. Unknown partition: UNKNOWN_TOPIC_OR_PARTITION. Other negative
   timestamps: INVALID_REQUEST... answered per partition.
@@ -37,6 +40,8 @@ MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4
 LATEST_TIERED = -5  # Kafka's ListOffsetsRequest numbering
 EARLIEST_PENDING_UPLOAD = -6
+# the queries whose answer depends on the remote log's extent
+REMOTE_EXTENT = frozenset({EARLIEST, LATEST_TIERED, EARLIEST_PENDING_UPLOAD})
 
 
 def lookup(partition: Partition, timestamp: int, isolation: int) -> tuple[int, int]:
@@ -85,6 +90,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
                 if partition is None:
                     raise KafkaProtocolError(ErrorCode.unknown_topic_or_partition)
                 check_leader(partition, field(p, "current_leader_epoch", -1))
+                await remote_extent_known(ctx.services.tiered, partition, p.timestamp)
                 found = None
                 if p.timestamp >= 0 and ctx.services.tiered is not None:
                     found = await _remote_time_lookup(ctx.services.tiered, partition, p.timestamp)
@@ -99,6 +105,20 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
             partitions.append(entry)
         topics.append({"name": topic.name, "partitions": partitions})
     return {"throttle_time": 0, "topics": topics}
+
+
+async def remote_extent_known(
+    tiered: RemoteLogManager | None, partition: Partition, timestamp: int
+) -> None:
+    """Before -2, -5 or -6 is answered for a tiered partition: its remote log read if this
+    broker has not read it yet (once; a pass or a fetch would read it too, later);
+    KAFKA_STORAGE_ERROR when the object store fails."""
+    if tiered is None or timestamp not in REMOTE_EXTENT or not tiered.unknown(partition):
+        return
+    try:
+        await tiered.remote_log(partition)
+    except ObjectStoreError as exc:
+        raise KafkaProtocolError(ErrorCode.kafka_storage_error, str(exc)) from None
 
 
 async def _remote_time_lookup(

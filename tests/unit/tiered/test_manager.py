@@ -20,9 +20,11 @@ from lockgate.handlers.k02_list_offsets import (
     EARLIEST_PENDING_UPLOAD,
     LATEST_TIERED,
     lookup,
+    remote_extent_known,
 )
 from lockgate.log.partition import Partition
 from lockgate.log.txn_index import AbortedTxn
+from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.protocol.records import (
     TRANSACTIONAL_BIT,
     build_batch,
@@ -491,3 +493,28 @@ async def test_a_failure_that_goes_on_is_logged_when_it_begins_and_ends(
     assert all("copied segment" in line for line in lines[2:-1]) and len(lines) == 8
     assert lines[-1] == "events-0: tiered storage pass works again (after 21 failures in 64 s)"
     assert not any(r.exc_info for r in caplog.records)
+
+
+async def test_list_offsets_reads_the_remote_log_of_a_restarted_broker_first(
+    storage: StorageEngine,
+) -> None:
+    """After a restart, until a pass or a fetch reads the manifests, the partition knows only
+    its local log: the earliest offset (-2) must still be the remote log's start, not the
+    local one, or a consumer reset to the earliest skips the remote history."""
+    partition = tiered_partition(storage, TIERED)
+    store = MemoryObjectStore()
+    await RemoteLogManager(store, storage, 1, Clock()).run([partition])
+    fresh = RemoteLogManager(store, storage, 1, Clock())
+    restarted = Partition(storage, "events", 0, TOPIC_ID, lambda: TIERED)
+    restarted.load(NOW)
+    assert fresh.unknown(restarted) and lookup(restarted, EARLIEST, 0)[0] == 15
+    await remote_extent_known(fresh, restarted, EARLIEST_LOCAL)  # (needs no remote log)
+    assert fresh.unknown(restarted)
+    await remote_extent_known(fresh, restarted, EARLIEST)
+    assert not fresh.unknown(restarted)
+    assert lookup(restarted, EARLIEST, 0)[0] == 0
+    assert lookup(restarted, LATEST_TIERED, 0)[0] == 14
+    store.unavailable = ObjectStoreError("connection refused", retriable=True)
+    with pytest.raises(KafkaProtocolError) as failed:
+        await remote_extent_known(RemoteLogManager(store, storage, 1, Clock()), restarted, -6)
+    assert failed.value.code == ErrorCode.kafka_storage_error
