@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
+from lockgate.client.admin import Admin, ResourceType
+from lockgate.client.share_consumer import ShareConsumer
 from lockgate.storage.object_store import S3ObjectStore, S3Settings
 from tests.support.broker import BrokerProcess
 from tests.support.clients import create_topic
@@ -25,6 +27,12 @@ pytestmark = pytest.mark.compat
 
 TOPIC = "history"
 RECORDS = 3000
+# a share consumer assigned within a second (Kafka's minimum heartbeat interval is 5 s)
+SHARE_SETTINGS = {
+    "group.share.min.heartbeat.interval.ms": "500",
+    "group.share.heartbeat.interval.ms": "500",
+    "group.share.assignment.interval.ms": "0",
+}
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +41,7 @@ def tiered(
 ) -> Iterator[tuple[BrokerProcess, S3ProxyServer, str]]:
     prefix = f"tiered-{uuid.uuid4().hex[:8]}"
     data = tmp_path_factory.mktemp("tiered") / "data"
-    broker = BrokerProcess(data, broker_settings(s3proxy, prefix)).start()
+    broker = BrokerProcess(data, {**broker_settings(s3proxy, prefix), **SHARE_SETTINGS}).start()
     try:
         yield broker, s3proxy, prefix
     finally:
@@ -49,11 +57,11 @@ def produce(bootstrap: str) -> list[bytes]:
     return values
 
 
-def wait_until_mostly_remote(data_dir: Path, timeout: float = 60.0) -> None:
+def wait_until_mostly_remote(data_dir: Path, topic: str = TOPIC, timeout: float = 60.0) -> None:
     """Until local retention has left at most two segments on disk."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        logs = list((data_dir / f"{TOPIC}-0").glob("*.log"))
+        logs = list((data_dir / f"{topic}-0").glob("*.log"))
         if len(logs) <= 2:
             return
         time.sleep(0.2)
@@ -144,7 +152,45 @@ def test_a_broker_without_tiered_storage_refuses_tiered_topics(
     broker, _server, _prefix = tiered
     create_topic(broker.bootstrap, "tiered-too", 1, {"remote.storage.enable": "true"})
     broker.kill()
-    plain = BrokerProcess(broker.data_dir, {})
+    plain = BrokerProcess(broker.data_dir, SHARE_SETTINGS)
     with pytest.raises(RuntimeError, match="delete all topics with the property"):
         plain.start()
     broker.start()  # (tiered again: the module's fixture stops it)
+
+
+def test_a_share_group_reads_a_mostly_remote_history(
+    tiered: tuple[BrokerProcess, S3ProxyServer, str],
+) -> None:
+    """A share group from the earliest offset of a tiered topic: its share partition starts
+    in the object store, and every record is handed out once and accepted."""
+    broker, _server, _prefix = tiered
+    topic = "queue"
+    create_topic(broker.bootstrap, topic, 1, {"remote.storage.enable": "true",
+                                              "internal.segment.bytes": "16384",
+                                              "local.retention.bytes": "1"})  # fmt: skip
+    values = [b"job-%05d-" % i + bytes(200) for i in range(2000)]
+    producer = Producer(
+        {"bootstrap.servers": broker.bootstrap, "linger.ms": 5, "batch.size": 4096}
+    )  # fmt: skip  (small batches: many segments)
+    for value in values:
+        producer.produce(topic, value)
+    assert producer.flush(30) == 0
+    wait_until_mostly_remote(broker.data_dir, topic)
+    assert sorted((broker.data_dir / f"{topic}-0").glob("*.log"))[0].name != f"{0:020d}.log"
+
+    async def consume() -> list[bytes]:
+        async with Admin(broker.bootstrap) as admin:
+            await admin.alter_configs(
+                "queue-workers", set_configs={"share.auto.offset.reset": "earliest"},
+                resource_type=ResourceType.GROUP,
+            )  # fmt: skip
+        got: list[bytes] = []
+        async with ShareConsumer(broker.bootstrap, group_id="queue-workers") as consumer:
+            consumer.subscribe([topic])
+            deadline = time.monotonic() + 60
+            while len(got) < len(values) and time.monotonic() < deadline:
+                got += [r.value or b"" for r in await consumer.poll(1000)]
+            await consumer.commit()
+        return got
+
+    assert sorted(asyncio.run(consume())) == values

@@ -60,7 +60,7 @@ from lockgate.protocol.api import ApiKey
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.security.acls import Operation, ResourceType
 from lockgate.security.authorizer import authorize
-from lockgate.share.manager import Fetched, PersistError
+from lockgate.share.manager import Fetched, PersistError, RemoteBatches, ShareKey
 from lockgate.share.partition import AckBatch
 from lockgate.share.sessions import FINAL_EPOCH, INITIAL_EPOCH, ShareSession, next_epoch
 
@@ -202,9 +202,13 @@ async def _serve(
             try:
                 if manager.cached(share_key) is None:  # dropped (fenced) since: loaded again
                     await manager.load(share_key, log_partition)
+                remote = await _read_remote(ctx, group, share_key, log_partition, bytes_left)
+                if isinstance(remote, ErrorCode):
+                    entries[key]["error_code"] = remote
+                    continue
                 fetched: Fetched = manager.fetch(
                     share_key, member, log_partition, records_left, max(bytes_left, 1),
-                    mode=mode, batch_size=request.batch_size,
+                    mode=mode, batch_size=request.batch_size, remote=remote,
                 )  # fmt: skip
             except (PersistError, KafkaProtocolError) as exc:  # KAFKA_STORAGE_ERROR, ...
                 entries[key]["error_code"] = exc.code
@@ -233,6 +237,23 @@ async def _serve(
             manager.available_listeners((group, *key)) for key in logs
         ]
         await wait_for_any(watched, remaining)
+
+
+async def _read_remote(
+    ctx: RequestContext, group: str, share_key: ShareKey, log_partition: Partition,
+    bytes_left: int,
+) -> RemoteBatches | ErrorCode | None:  # fmt: skip
+    """A tiered topic's share partition whose next records are below the local log start:
+    they are read from the object store first (None: they are local)."""
+    tiered = ctx.services.tiered
+    manager = ctx.services.share_leader
+    offset = manager.remote_offset(share_key, log_partition) if tiered is not None else None
+    if tiered is None or offset is None:
+        return None
+    wait_ms = ctx.services.config.integer("remote.fetch.max.wait.ms")
+    committed = manager.read_committed(group)
+    read = await tiered.fetch(log_partition, offset, max(bytes_left, 1), committed, wait_ms)
+    return read.error or RemoteBatches(read.records, read.aborted)
 
 
 def _response(

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from lockgate.coordinator.runtime import Timer, Timers
     from lockgate.coordinator.share.persister import Persister
     from lockgate.log.partition import Partition
+    from lockgate.log.txn_index import AbortedTxn
 
 log = logging.getLogger(__name__)
 
@@ -99,8 +100,8 @@ class _LogReader:
     a fetch of 500 records over a long backlog reads tens of KiB, not the 50 MiB the request
     allows (and parses a few headers, not thousands)."""
 
-    def __init__(self, log_partition: Partition, start: int, upper: int, max_bytes: int) -> None:
-        self.log_partition = log_partition
+    def __init__(self, source: ReadSource, start: int, upper: int, max_bytes: int) -> None:
+        self.source = source
         self.next_offset = start
         self.upper = upper
         self.bytes_left = max_bytes
@@ -109,9 +110,7 @@ class _LogReader:
     def batches(self) -> Iterator[LogBatch]:
         size = _FIRST_READ
         while self.next_offset < self.upper and self.bytes_left > 0:
-            data = self.log_partition.read_view(
-                self.next_offset, min(size, self.bytes_left), self.upper
-            )
+            data = self.source(self.next_offset, min(size, self.bytes_left), self.upper)
             # a first batch larger than the bytes left is read whole only by the first read
             # (KIP-74's progress rule), as a single read of max_bytes would have it
             if not data or (self.read and len(data) > self.bytes_left):
@@ -136,6 +135,28 @@ class _LogReader:
             for chunk, position, h in self.read
             if h.last_offset >= first and h.base_offset <= last
         )
+
+
+# (offset, max bytes, upper offset) → whole batches from the offset
+ReadSource = Callable[[int, int, int], bytes | memoryview]
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteBatches:
+    """What a share fetch below the local log start read from the object store beforehand:
+    the batches, and (read_committed) the aborted transactions they overlap."""
+
+    records: bytes
+    aborted: Sequence[AbortedTxn] | None = None
+
+    def source(self) -> ReadSource:
+        """The batches as a read source, handed out by its first read only."""
+        left = [self.records]
+
+        def read(_offset: int, _size: int, _upper: int) -> bytes:
+            return left.pop() if left else b""
+
+        return read
 
 
 class ShareManager:
@@ -290,9 +311,12 @@ class ShareManager:
         *,
         mode: int = BATCH_OPTIMIZED,
         batch_size: int = 0,
+        remote: RemoteBatches | None = None,
     ) -> Fetched:
         """Acquires for `member` what the log has from the share partition's next fetch
-        offset (synchronously: no other fetch interleaves), and the log batches to send."""
+        offset (synchronously: no other fetch interleaves), and the log batches to send.
+        `remote`: below the local log start, what the caller read from the object store at
+        `remote_offset` (batches, and their aborted transactions)."""
         loaded = self.partitions[key]
         partition = loaded.partition
         group = key[0]
@@ -309,11 +333,14 @@ class ShareManager:
             return Fetched(b"", ())
         aborted: Sequence[AbortedRange] = ()
         if committed:
+            found = remote.aborted if remote is not None else None
             aborted = [
                 AbortedRange(a.producer_id, a.first_offset, a.last_offset)
-                for a in log_partition.aborted.overlapping(start, upper)
-            ]
-        read = _LogReader(log_partition, start, upper, max_bytes)
+                for a in (found if found is not None else log_partition.aborted.overlapping(
+                    start, upper))
+            ]  # fmt: skip
+        source = log_partition.read_view if remote is None else remote.source()
+        read = _LogReader(source, start, upper, max_bytes)
         acquisition = partition.acquire(
             member, read.batches(), max_records, now, limits,
             mode=mode, batch_size=batch_size, read_from=start, aborted=aborted,
@@ -325,6 +352,15 @@ class ShareManager:
         first = acquisition.ranges[0].first_offset
         last = acquisition.ranges[-1].last_offset
         return Fetched(read.spanning(first, last), acquisition.ranges)
+
+    def remote_offset(self, key: ShareKey, log_partition: Partition) -> int | None:
+        """Where the share partition's next fetch reads when that is below the local log
+        start (a tiered topic's history in the object store), else None."""
+        loaded = self.partitions.get(key)
+        if loaded is None:
+            return None
+        start = max(loaded.partition.next_fetch_offset(), log_partition.log_start_offset)
+        return start if start < log_partition.local_log_start_offset else None
 
     # -- acknowledgement -------------------------------------------------------------------
 
