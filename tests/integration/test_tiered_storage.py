@@ -153,8 +153,11 @@ def test_a_broker_without_tiered_storage_refuses_tiered_topics(
     create_topic(broker.bootstrap, "tiered-too", 1, {"remote.storage.enable": "true"})
     broker.kill()
     plain = BrokerProcess(broker.data_dir, SHARE_SETTINGS)
-    with pytest.raises(RuntimeError, match="delete all topics with the property"):
-        plain.start()
+    try:
+        with pytest.raises(RuntimeError, match="delete all topics with the property"):
+            plain.start()
+    finally:
+        plain.kill()  # (had it started, it would be left running)
     broker.start()  # (tiered again: the module's fixture stops it)
 
 
