@@ -255,6 +255,8 @@ class RemoteLogManager:
         async for copied in self.copier.copy_rolled(partition, tiered.log, failed):
             tiered.log.add(copied)
             _mirror(partition, tiered.log)
+            # the disk freed as each copy lands, not after a backlog's last one
+            partition.apply_local_retention(self.clock(), copied.next_offset)
 
     # -- deleting ----------------------------------------------------------------------------
 

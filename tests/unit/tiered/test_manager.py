@@ -518,3 +518,23 @@ async def test_list_offsets_reads_the_remote_log_of_a_restarted_broker_first(
     with pytest.raises(KafkaProtocolError) as failed:
         await remote_extent_known(RemoteLogManager(store, storage, 1, Clock()), restarted, -6)
     assert failed.value.code == ErrorCode.kafka_storage_error
+
+
+async def test_local_segments_go_as_each_copy_lands(storage: StorageEngine) -> None:
+    """A backlog of rolled segments: each local one goes once its own copy is done, not
+    after the last copy of the pass (a producer faster than the store would otherwise hold
+    the whole backlog on disk)."""
+    partition = tiered_partition(storage, TIERED)
+    store = MemoryObjectStore()
+    seen: list[int] = []
+    real_put = store.put
+
+    async def watching(key: str, data: bytes) -> None:
+        if key.endswith(".manifest"):
+            seen.append(len(partition.segments))
+        await real_put(key, data)
+
+    store.put = watching  # type: ignore[method-assign]
+    await RemoteLogManager(store, storage, 1, Clock()).run([partition])
+    # before each manifest: the segments copied so far are gone already
+    assert seen == [6, 5, 4, 3, 2]
