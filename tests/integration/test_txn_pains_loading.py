@@ -128,7 +128,10 @@ async def test_init_transactions_waits_out_the_load_and_can_be_called_again(
         waited = time.monotonic() - started
         assert loads(broker) == 2
         retries = caplog.text.count(RETRYING.format(transactional_id))
-        assert 5 <= retries <= waited / 0.1 + 1, (retries, waited)  # spaced by the backoff
+        # retried (the short call alone waited 500 ms of the load), spaced by the backoff;
+        # how many depends on how long the load takes: on a quiet machine it ends soon after
+        # the short call gave up (0.62 s in all once, 4 retries)
+        assert 2 <= retries <= waited / 0.1 + 1, (retries, waited)
 
         second.begin_transaction()
         await second.send(topic, b"committed-after", partition=0)
