@@ -33,11 +33,13 @@ TOPIC_CONFIG = {
 }
 
 
-def broker_settings(server: S3ProxyServer, prefix: str) -> dict[str, str]:
+def broker_settings(
+    server: S3ProxyServer, prefix: str, interval_ms: int = INTERVAL_MS
+) -> dict[str, str]:
     endpoint = server.endpoint
     return {
         "remote.log.storage.system.enable": "true",
-        "remote.log.manager.task.interval.ms": str(INTERVAL_MS),
+        "remote.log.manager.task.interval.ms": str(interval_ms),
         "rsm.config.s3.endpoint": endpoint.endpoint,
         "rsm.config.s3.bucket": endpoint.bucket,
         "rsm.config.s3.prefix": prefix,

@@ -25,26 +25,13 @@ from tests.support.clients import consume_all
 from tests.support.cluster import BrokerCluster
 from tests.support.etcd import EtcdCluster
 from tests.support.object_store import S3ProxyServer
+from tests.support.tiered import broker_settings
 
 pytestmark = pytest.mark.compat
 
 TOPIC = "tiered"
 SEGMENT_BYTES = 16384
 FIRST, SECOND = 1500, 500  # records before and after the leader's kill
-
-
-def settings_for(server: S3ProxyServer, prefix: str) -> dict[str, str]:
-    endpoint = server.endpoint
-    return {
-        "remote.log.storage.system.enable": "true",
-        "remote.log.manager.task.interval.ms": "300",
-        "rsm.config.s3.endpoint": endpoint.endpoint,
-        "rsm.config.s3.bucket": endpoint.bucket,
-        "rsm.config.s3.prefix": prefix,
-        "rsm.config.s3.region": endpoint.region,
-        "rsm.config.s3.access.key.id": endpoint.access_key,
-        "rsm.config.s3.secret.access.key": endpoint.secret_key,
-    }
 
 
 def manifests(server: S3ProxyServer, prefix: str) -> list[RemoteSegment]:
@@ -108,7 +95,7 @@ def test_leaders_copy_followers_retain_and_a_wiped_broker_starts_at_the_local_st
 ) -> None:
     prefix = f"cluster-{uuid.uuid4().hex[:8]}"
     cluster = BrokerCluster(tmp_path_factory.mktemp("tiered"), etcd,
-                            settings=settings_for(s3proxy, prefix))  # fmt: skip
+                            settings=broker_settings(s3proxy, prefix, 300))  # fmt: skip
     try:
         cluster.start()
         cluster.create_topic(TOPIC, partitions=1, replication=3, **{
