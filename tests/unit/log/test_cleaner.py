@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from pathlib import Path
 
 import pytest
 
@@ -35,20 +34,11 @@ from lockgate.protocol.records import (
     validate_produced_batch,
 )
 from lockgate.protocol.rewrite import DELETE_HORIZON_BIT
-from lockgate.storage.disk import DiskEngine
 from lockgate.storage.engine import StorageEngine
-from lockgate.storage.memory import MemoryEngine
 
 DAY = 24 * 3600 * 1000
 NOW = 10 * DAY
 RETENTION = 1_000  # delete.retention.ms in these tests
-
-
-@pytest.fixture(params=["memory", "disk"])
-def storage(request: pytest.FixtureRequest, tmp_path: Path) -> StorageEngine:
-    if request.param == "disk":
-        return DiskEngine(str(tmp_path / "data"))
-    return MemoryEngine()
 
 
 def config(**changes: object) -> LogConfig:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
@@ -20,18 +19,12 @@ from lockgate.log.partition import Partition
 from lockgate.log.producer_state import Duplicate
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.protocol.records import TRANSACTIONAL_BIT, build_batch, validate_produced_batch
-from lockgate.storage.disk import DiskEngine
 from lockgate.storage.engine import StorageEngine
 from lockgate.storage.memory import MemoryEngine
 
 PID = 500  # the producer whose batches are resent
 OTHERS = [501, 502, 503, 504, 505]  # producers writing between its batches
 SMALL_INDEX = LogConfig(index_interval_bytes=200)  # an index entry every couple of batches
-
-
-@pytest.fixture(params=["memory", "disk"])
-def storage(request: pytest.FixtureRequest, tmp_path: Path) -> StorageEngine:
-    return DiskEngine(str(tmp_path / "data")) if request.param == "disk" else MemoryEngine()
 
 
 def open_log(storage: StorageEngine, config: LogConfig = SMALL_INDEX) -> Partition:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from pathlib import Path
 
 import pytest
 
@@ -23,19 +22,11 @@ from lockgate.protocol.records import (
     parse_header,
     validate_produced_batch,
 )
-from lockgate.storage.disk import DiskEngine
 from lockgate.storage.engine import StorageEngine
-from lockgate.storage.memory import MemoryEngine
+from tests.support.batches import values
 
 DAY = 24 * 3600 * 1000
 LOAD_MS = 1_000_000
-
-
-@pytest.fixture(params=["memory", "disk"])
-def storage(request: pytest.FixtureRequest, tmp_path: Path) -> StorageEngine:
-    if request.param == "disk":
-        return DiskEngine(str(tmp_path / "data"))
-    return MemoryEngine()
 
 
 class Log:
@@ -77,16 +68,6 @@ def append(partition: Partition, batch: bytes, now_ms: int = LOAD_MS) -> int:
 
 def visible(partition: Partition) -> None:
     partition.advance_high_watermark(partition.log_end_offset)
-
-
-def values(data: bytes) -> list[tuple[int, bytes | None]]:
-    out = []
-    position = 0
-    while position < len(data):
-        header = parse_header(data, position)
-        out += [(o, v) for o, _t, _k, v in iter_records(data[position : position + header.size])]
-        position += header.size
-    return out
 
 
 def batch_offsets(data: bytes) -> list[int]:

@@ -8,7 +8,6 @@ restart."""
 from __future__ import annotations
 
 import uuid
-from pathlib import Path
 
 import pytest
 
@@ -16,16 +15,10 @@ from lockgate.config.log import LogConfig
 from lockgate.log.partition import Partition
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.protocol.records import TRANSACTIONAL_BIT, build_batch, validate_produced_batch
-from lockgate.storage.disk import DiskEngine
 from lockgate.storage.engine import StorageEngine
 from lockgate.storage.memory import MemoryEngine
 
 TXN, IDEMPOTENT = 77, 5
-
-
-@pytest.fixture(params=["memory", "disk"])
-def storage(request: pytest.FixtureRequest, tmp_path: Path) -> StorageEngine:
-    return DiskEngine(str(tmp_path / "data")) if request.param == "disk" else MemoryEngine()
 
 
 def open_log(

@@ -20,11 +20,11 @@ from lockgate.log.segment import segment_name
 from lockgate.protocol.records import (
     CRC_OFFSET,
     build_batch,
-    iter_records,
     parse_header,
     validate_produced_batch,
 )
 from lockgate.storage.disk import DiskEngine
+from tests.support.batches import values
 
 PID = 4242
 DIRECTORY = "topic-0"
@@ -62,16 +62,6 @@ def last_offset(data: bytes) -> int:
         last = header.last_offset
         position += header.size
     return last
-
-
-def records(data: bytes) -> list[tuple[int, bytes | None]]:
-    out = []
-    position = 0
-    while position < len(data):
-        header = parse_header(data, position)
-        out += [(o, v) for o, _t, _k, v in iter_records(data[position : position + header.size])]
-        position += header.size
-    return out
 
 
 @dataclass
@@ -173,7 +163,7 @@ def test_torn_tail_at_every_byte_of_the_last_batch(
         assert append(partition, crashed.tail_batch) == crashed.tail_base, kept
         partition.advance_high_watermark(partition.log_end_offset)
         assert read_all(partition)[: len(crashed.before_tail)] == crashed.before_tail
-        assert records(partition.read(crashed.tail_base, 10**6, 10**9)) == [
+        assert values(partition.read(crashed.tail_base, 10**6, 10**9)) == [
             (crashed.tail_base + n, b"value-%d-%d" % (batches_in_last_segment - 1, n))
             for n in range(3)
         ]
@@ -184,7 +174,7 @@ def test_intact_tail_is_kept(tmp_path: Path) -> None:
     crashed = crash(tmp_path / "crashed", 3)
     partition = open_partition(restore(crashed, tmp_path / "intact"))
     assert partition.log_end_offset == crashed.tail_base + 3
-    assert records(read_all(partition))[-1] == (crashed.tail_base + 2, b"value-2-2")
+    assert values(read_all(partition))[-1] == (crashed.tail_base + 2, b"value-2-2")
     # An exact retry of the last batch is recognised after the restart.
     assert append(partition, crashed.tail_batch) == crashed.tail_base
 
@@ -313,7 +303,7 @@ def test_leader_epoch_checkpoint_garbage_does_not_stop_loading(
     assert partition.leader_epoch >= 0
     assert partition.epochs.latest_epoch == partition.leader_epoch
     assert partition.epochs.start_offsets[-1] == end
-    assert records(read_all(partition))[-1] == (end - 1, b"value-1-2")
+    assert values(read_all(partition))[-1] == (end - 1, b"value-1-2")
     # The checkpoint on disk is sound again (the new term's own epoch, deferred, is written
     # before its first append).
     reread = LeaderEpochCache(DiskEngine(str(root)), f"{DIRECTORY}/leader-epoch-checkpoint")

@@ -28,11 +28,8 @@ from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.protocol.records import (
     TRANSACTIONAL_BIT,
     build_batch,
-    iter_records,
-    parse_header,
     validate_produced_batch,
 )
-from lockgate.storage.disk import DiskEngine
 from lockgate.storage.engine import StorageEngine
 from lockgate.storage.memory import MemoryEngine
 from lockgate.storage.object_store import MemoryObjectStore, ObjectStoreError
@@ -40,16 +37,10 @@ from lockgate.tiered.failures import REPEAT_LOG_MS
 from lockgate.tiered.layout import MANIFEST, partition_prefix
 from lockgate.tiered.listing import scan
 from lockgate.tiered.manager import RemoteLogManager
+from tests.support.batches import values
 
 NOW = 1_000_000
 TOPIC_ID = uuid.UUID(int=7)
-
-
-@pytest.fixture(params=["memory", "disk"])
-def storage(request: pytest.FixtureRequest, tmp_path: Path) -> StorageEngine:
-    if request.param == "disk":
-        return DiskEngine(str(tmp_path / "data"))
-    return MemoryEngine()
 
 
 class Clock:
@@ -73,16 +64,6 @@ def tiered_partition(storage: StorageEngine, config: LogConfig, segments: int = 
         partition.append(bytearray(batch), validate_produced_batch(batch), NOW)
     partition.advance_high_watermark(partition.log_end_offset)
     return partition
-
-
-def values(data: bytes) -> list[tuple[int, bytes | None]]:
-    out = []
-    position = 0
-    while position < len(data):
-        header = parse_header(data, position)
-        out += [(o, v) for o, _t, _k, v in iter_records(data[position : position + header.size])]
-        position += header.size
-    return out
 
 
 TIERED = LogConfig(
