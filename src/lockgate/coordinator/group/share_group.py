@@ -14,7 +14,9 @@
 #   them (as Kafka 4.4: the first member of a fresh group gets its partitions on its second
 #   heartbeat);
 # - an initializing entry older than the retry interval is asked for again; every write of
-#   record 15 restarts its entries' clocks (Kafka's replay stamps them with the time of replay);
+#   record 15 restarts its entries' clocks (as Kafka), but entries restored by a load are due at
+#   once: no initialization of the new coordinator is under way, and waiting the interval after
+#   each restart could keep them unassignable for as long as restarts come faster;
 # - the group epoch is bumped by a member joining, leaving or changing its subscription, by a
 #   change of the subscribed topics' metadata (the metadata hash), and by initialized partitions
 #   the target assignment does not cover yet;
@@ -35,6 +37,7 @@ LEAVE_EPOCH = -1
 JOIN_EPOCH = 0
 STABLE = 0  # ShareGroupCurrentMemberAssignmentValue.State: share members are always STABLE
 UNINITIALIZED_START_OFFSET = -1  # the share-partition leader resolves it (share.auto.offset.reset)
+DUE_MS = -(1 << 62)  # the stamp of a loaded initializing entry: older than any retry interval
 MAX_MEMBER_ID_CHARS = 36
 
 # topic name → (topic id, partition count), of the topics that exist
@@ -741,9 +744,10 @@ def group_tombstones(group: ShareGroup) -> list[ShareRecord]:
 # -- replay ----------------------------------------------------------------------------------------
 
 
-def replay(group: ShareGroup | None, record: ShareRecord, now_ms: int) -> ShareGroup | None:
+def replay(group: ShareGroup | None, record: ShareRecord) -> ShareGroup | None:
     """Applies one persisted record (a load, or a snapshot's image: any order of keys gives
-    the same group); None: the group was deleted (its epoch record's tombstone)."""
+    the same group); None: the group was deleted (its epoch record's tombstone). Initializing
+    entries come back due: the next heartbeat asks for them again."""
     value = record.value
     if value is None and (group is None or record.kind == ShareRecordKind.GROUP_EPOCH):
         return None  # (a tombstone of a group already gone is passed over, as Kafka)
@@ -763,7 +767,7 @@ def replay(group: ShareGroup | None, record: ShareRecord, now_ms: int) -> ShareG
         if value is None:
             return replace(group, partitions=None)
         assert isinstance(value, StatePartitions)
-        return replace(group, partitions=value.stamped(now_ms))
+        return replace(group, partitions=value.stamped(DUE_MS))
     if record.kind == ShareRecordKind.TARGET_MEMBER:
         target = {m: a for m, a in group.target.items() if m != member_id}
         if value is not None:

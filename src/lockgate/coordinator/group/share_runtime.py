@@ -376,7 +376,7 @@ class ShareProtocol:
     def replay(self, container: Group, key: bytes, value: bytes | None) -> None:
         names = {r.topic_id: name for name, r in self.topics.topics.items()}
         record = share_records.decode(key, value, names)
-        container.share = replay(container.share, record, self._clock())
+        container.share = replay(container.share, record)
         container.protocol_type = SHARE_PROTOCOL_TYPE
 
     def loaded(self, container: Group) -> None:

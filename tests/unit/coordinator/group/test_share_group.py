@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from lockgate.coordinator.group import share_records
 from lockgate.coordinator.group.share_group import (
+    DUE_MS,
     InitializeRequest,
     ShareGroup,
     ShareGroupConfig,
@@ -173,6 +174,18 @@ def test_initializing_is_not_asked_again_until_the_retry_interval() -> None:
     assert late.initialize is not None and late.initialize.topics[T1][1] == frozenset({0, 1})
 
 
+def test_initializing_restored_by_a_load_is_asked_again_at_once() -> None:
+    """An initialization cut by a crash: after the restart, the first heartbeat asks again,
+    not a retry interval later (restarts faster than it would leave it unassignable)."""
+    config = replace(CONFIG, initialize_retry_interval_ms=30_000)
+    first = hb(None, "m1", 0, ("t",), now=1000, config=config)
+    restored = replayed(first.records)
+    assert restored is not None and restored.partitions is not None
+    assert T1 in restored.partitions.initializing
+    again = hb(restored, "m1", 2, now=1001, config=config)
+    assert again.initialize is not None and again.initialize.topics[T1][1] == frozenset({0, 1})
+
+
 def test_failed_initialization_removes_the_initializing_entries() -> None:
     first = hb(None, "m1", 0, ("t",))
     assert first.group is not None
@@ -309,7 +322,7 @@ def test_group_max_size() -> None:
 # -- records: replay equals state; exact bytes --------------------------------------------------
 
 
-def replayed(records: Iterable[ShareRecord], now: int = 1000) -> ShareGroup | None:
+def replayed(records: Iterable[ShareRecord]) -> ShareGroup | None:
     """Encodes and decodes each record, then replays it, latest value per key (the snapshot's
     image), in reverse key order to show the order of keys does not matter."""
     ids = {name: tid for name, (tid, _c) in TOPICS.items()}
@@ -320,7 +333,7 @@ def replayed(records: Iterable[ShareRecord], now: int = 1000) -> ShareGroup | No
         latest[key] = value
     group: ShareGroup | None = None
     for key in sorted(latest, reverse=True):
-        group = replay(group, share_records.decode(key, latest[key], names), now)
+        group = replay(group, share_records.decode(key, latest[key], names))
     return group
 
 
@@ -361,7 +374,7 @@ def test_group_tombstones_delete_the_group() -> None:
 
 def test_tombstone_of_an_unknown_group_is_passed_over() -> None:
     record = ShareRecord(ShareRecordKind.STATE_PARTITIONS, "g", None, None)
-    assert replay(None, record, 0) is None
+    assert replay(None, record) is None
 
 
 def test_a_deleted_topic_leaves_record_15_in_every_state() -> None:
@@ -384,8 +397,8 @@ def test_a_deleted_topic_leaves_record_15_in_every_state() -> None:
         deleting={t3: "v"},
     )
     assert records == [ShareRecord(ShareRecordKind.STATE_PARTITIONS, "g", None, left.partitions)]
-    assert replayed([*hb(None, "a", 0, ("t",)).records, *records], now=2000) == replace(
-        hb(None, "a", 0, ("t",)).group or group, partitions=left.partitions
+    assert replayed([*hb(None, "a", 0, ("t",)).records, *records]) == replace(
+        hb(None, "a", 0, ("t",)).group or group, partitions=left.partitions.stamped(DUE_MS)
     )
     only_deleting = replace(group, partitions=StatePartitions(deleting={T1: "t"}))
     assert without_topics(only_deleting, (T1,), 0)[0].partitions == StatePartitions()
