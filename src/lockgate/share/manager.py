@@ -298,6 +298,9 @@ class ShareManager:
         loaded = self.partitions.pop(key, None)
         if loaded is not None and loaded.timer is not None:
             loaded.timer.cancel()
+        # not woken: a woken fetch could load the partition again (a deleted topic's too);
+        # one waiting on the set ends at its own deadline
+        self._available_listeners.pop(key, None)
 
     # -- fetch -----------------------------------------------------------------------------
 

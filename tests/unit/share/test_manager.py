@@ -278,7 +278,10 @@ async def test_a_deleted_topic_drops_every_groups_share_partitions_of_it() -> No
         await s.manager.load(key, s.log)
     s.manager.fetch(KEY, "m", s.log, 100, 1 << 20)
     assert len(s.timers.live()) == 1  # (a lock-expiry timer armed)
+    woken: list[str] = []
+    s.manager.available_listeners(KEY).add(lambda: woken.append("fetch"))  # a waiting fetch
     assert s.manager.topic_deleted(TOPIC_ID, "t") == 2
+    assert s.manager.available_listeners(KEY) == set() and woken == []  # dropped, not woken
     assert s.manager.cached(KEY) is None and s.manager.cached(other_group) is None
     assert s.manager.cached(other_topic) is not None
     assert s.timers.live() == []  # nothing fires, nothing writes the state again
