@@ -577,3 +577,41 @@ def test_credentials_survive_a_restart(tmp_path: Path) -> None:
         broker.kill()
     offline = lockgate_users("list", "--data-dir", str(tmp_path / "data"))
     assert "frank" in offline.stdout, offline.stderr
+
+
+def test_console_reaches_the_cluster_with_command_config(
+    broker: BrokerProcess, tmp_path: Path
+) -> None:
+    """`lockgate console --command-config` authenticates as the CLI does; with a wrong
+    password its page says so (502) and neither the page nor its log shows the password."""
+    import urllib.error
+    import urllib.request
+
+    from tests.support.console import running_console
+
+    def page(url: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(url, timeout=30) as answer:
+                return answer.status, answer.read().decode()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read().decode()
+
+    for password, expected in ((PASSWORD, 200), ("wrong-secret-pw", 502)):
+        config = tmp_path / f"client-{expected}.properties"
+        config.write_text(
+            "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-512\n"
+            f"sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+            f'username="{USER}" password="{password}";\n'
+        )
+        args = ("--command-config", str(config))
+        log_path = tmp_path / f"console-{expected}.log"
+        with running_console(broker.bootstrap_for("SASL_PLAINTEXT"), log_path,
+                             extra_args=args) as console:  # fmt: skip
+            status, text = page(f"{console.url}/cluster")
+            log_text = console.log()
+        assert status == expected, text
+        assert password not in text and password not in log_text
+        if expected == 200:
+            assert broker.bootstrap_for("SASL_PLAINTEXT").rsplit(":", 1)[1] in text
+        else:
+            assert "SASL_AUTHENTICATION_FAILED" in text and "Traceback" not in text
