@@ -6,10 +6,11 @@ BIN := $(VENV)/bin
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 # command:apt package — installed when the command is missing (java runs Spark and Apache
 # Kafka; javac runs the single-file Java test programs; mvn resolves Kafka from Maven Central;
-# etcd keeps the cluster metadata of cluster mode, etcdctl checks its health in tests).
+# etcd keeps the cluster metadata of cluster mode, etcdctl checks its health in tests;
+# chromium is the browser the console's tests drive through Playwright).
 # PostgreSQL (the dual-write tests' database) is probed separately: Debian keeps initdb off PATH.
 APT_PACKAGES := kcat:kcat java:openjdk-17-jre-headless javac:openjdk-17-jdk-headless mvn:maven \
-	etcd:etcd-server etcdctl:etcd-client
+	etcd:etcd-server etcdctl:etcd-client chromium:chromium
 
 .PHONY: serve cluster-up setup setup-dev system-deps compiler-deps reference-deps go-deps test lint typecheck unit bench bench-cluster soak fuzz fuzz-decoder clean
 
@@ -44,7 +45,7 @@ setup-dev: $(BIN)/.installed-dev
 $(BIN)/.installed-dev: pyproject.toml $(FASTPATH_SOURCES) | compiler-deps
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,spark,postgres]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,spark,postgres,console]'
 	$(COMPILE)
 	touch $@ $(BIN)/.installed
 

@@ -66,6 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     from lockgate.tools import register_tools
 
     register_tools(commands)
+    from lockgate.console.command import register as register_console
+
+    register_console(commands)
     return parser
 
 

@@ -271,20 +271,41 @@ class Admin(ClusterClient):
         )
         result = _only(response.results, "DescribeConfigs")
         raise_for(result.error_code, result.error_message, f"{resource_type.name.lower()} {name}")
-        return {
-            entry.name: ConfigEntry(
-                name=entry.name,
-                value=entry.value,
-                source=_config_source(entry),
-                read_only=bool(entry.read_only),
-                sensitive=bool(entry.is_sensitive),
-                synonyms=tuple(
-                    (synonym.name, synonym.value, _source(synonym.source))
-                    for synonym in getattr(entry, "synonyms", ())
-                ),
-            )
-            for entry in result.configs
-        }
+        return _config_entries(result)
+
+    async def describe_topic_configs(
+        self, names: Iterable[str], keys: Sequence[str] | None = None
+    ) -> dict[str, dict[str, ConfigEntry] | KafkaError]:
+        """The configs of many topics in one DescribeConfigs request (`keys` None = all):
+        each topic's entries, or its own error (a topic deleted meanwhile fails alone)."""
+        wanted = list(names)
+        if not wanted:
+            return {}
+        connection = await self.cluster.any_connection()
+        response = await connection.request(
+            ApiKey.DESCRIBE_CONFIGS,
+            {
+                "resources": [
+                    {
+                        "resource_type": int(ResourceType.TOPIC),
+                        "resource_name": name,
+                        "configuration_keys": None if keys is None else list(keys),
+                    }
+                    for name in wanted
+                ],
+                "include_synonyms": False,
+                "include_documentation": False,
+            },
+        )
+        described: dict[str, dict[str, ConfigEntry] | KafkaError] = {}
+        for result in response.results:
+            if result.error_code != ErrorCode.none:
+                described[result.resource_name] = error_for(
+                    result.error_code, result.error_message, f"topic {result.resource_name}"
+                )
+            else:
+                described[result.resource_name] = _config_entries(result)
+        return described
 
     async def alter_configs(
         self,
@@ -532,6 +553,23 @@ def _only(results: Sequence[Any], api: str) -> Any:
     if len(results) != 1:
         raise error_for(ErrorCode.unknown_server_error, f"{api}: {len(results)} results for one")
     return results[0]
+
+
+def _config_entries(result: Any) -> dict[str, ConfigEntry]:
+    return {
+        entry.name: ConfigEntry(
+            name=entry.name,
+            value=entry.value,
+            source=_config_source(entry),
+            read_only=bool(entry.read_only),
+            sensitive=bool(entry.is_sensitive),
+            synonyms=tuple(
+                (synonym.name, synonym.value, _source(synonym.source))
+                for synonym in getattr(entry, "synonyms", ())
+            ),
+        )
+        for entry in result.configs
+    }
 
 
 def _config_source(entry: Any) -> ConfigSource:

@@ -1,5 +1,7 @@
-# tools/common.py — what every operator tool shares: the connection options, running an async
-# command, and turning failures into one line on stderr and a non-zero exit code.
+# tools/common.py — what every operator tool shares: the connection options (with the caller's
+# security settings: a --command-config file of client properties, as Kafka's tools take, or
+# flags over it), running an async command, and turning failures into one line on stderr and a
+# non-zero exit code.
 from __future__ import annotations
 
 import argparse
@@ -8,9 +10,13 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Coroutine, Iterable
+from pathlib import Path
 from typing import Any
 
 from lockgate.client.errors import KafkaError
+from lockgate.client.security import ClientSecurity
+from lockgate.client.security_options import security_from_properties
+from lockgate.config.properties import parse_properties
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 AsyncCommand = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
@@ -54,6 +60,39 @@ def connection_options() -> argparse.ArgumentParser:
     )
     parent.add_argument("--client-id", default="lockgate-cli", help=argparse.SUPPRESS)
     return parent
+
+
+def security_options() -> argparse.ArgumentParser:
+    """The caller's security settings (read by `client_security`), as a parent parser."""
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument(
+        "--command-config", type=Path, metavar="FILE", help="client properties (security.*)"
+    )
+    parent.add_argument("--security-protocol", help="PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL")
+    parent.add_argument("--sasl-mechanism", help="PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+    parent.add_argument("--sasl-username")
+    parent.add_argument("--sasl-password")
+    return parent
+
+
+def client_security(args: argparse.Namespace) -> ClientSecurity | None:
+    """The caller's security settings: the --command-config file, then the flags over it."""
+    properties: dict[str, str] = {}
+    if args.command_config is not None:
+        try:
+            properties = parse_properties(args.command_config.read_text())
+        except OSError as exc:
+            raise ToolError(f"--command-config: {exc}") from None
+    flags = {
+        "security.protocol": args.security_protocol,
+        "sasl.mechanism": args.sasl_mechanism,
+        "sasl.username": args.sasl_username,
+        "sasl.password": args.sasl_password,
+    }
+    properties.update({key: value for key, value in flags.items() if value is not None})
+    if "sasl.mechanism" in properties and "sasl.mechanisms" not in properties:
+        properties["sasl.mechanisms"] = properties["sasl.mechanism"]
+    return security_from_properties(properties)
 
 
 def positive_int(text: str) -> int:

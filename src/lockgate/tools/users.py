@@ -16,9 +16,6 @@ from pathlib import Path
 
 from lockgate.client.admin import Admin
 from lockgate.client.admin_scram import ScramDeletion, ScramUpsertion
-from lockgate.client.security import ClientSecurity
-from lockgate.client.security_options import security_from_properties
-from lockgate.config.properties import parse_properties
 from lockgate.protocol.errors import ErrorCode
 from lockgate.security.credentials import (
     CredentialStore,
@@ -37,7 +34,14 @@ from lockgate.security.scram import (
     new_salt,
 )
 from lockgate.storage.disk import DiskEngine
-from lockgate.tools.common import EXIT_OK, ToolError, connection_options, tool
+from lockgate.tools.common import (
+    EXIT_OK,
+    ToolError,
+    client_security,
+    connection_options,
+    security_options,
+    tool,
+)
 from lockgate.tools.table import render
 
 MECHANISMS = [m.mechanism_name for m in ScramMechanism]
@@ -47,7 +51,7 @@ CLEAN_SHUTDOWN_MARK = "clean-shutdown"  # the broker's: "0" while it runs
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser("users", help="SCRAM users (SASL PLAIN and SCRAM-SHA-256/512)")
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-    parents = [connection_options(), _where_options()]
+    parents = [connection_options(), security_options(), _where_options()]
     add = actions.add_parser("add", parents=parents, help="create a user or set its password")
     add.add_argument("name")
     add.add_argument("--password", required=True, help="the password (never stored in clear)")
@@ -78,34 +82,7 @@ def _where_options() -> argparse.ArgumentParser:
     offline.add_argument(
         "--cluster", metavar="etcd://HOST:PORT[/NAMESPACE]", help="offline: the cluster's etcd"
     )
-    parent.add_argument(
-        "--command-config", type=Path, metavar="FILE", help="client properties (security.*)"
-    )
-    parent.add_argument("--security-protocol", help="PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL")
-    parent.add_argument("--sasl-mechanism", help="PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
-    parent.add_argument("--sasl-username")
-    parent.add_argument("--sasl-password")
     return parent
-
-
-def client_security(args: argparse.Namespace) -> ClientSecurity | None:
-    """The caller's security settings: the --command-config file, then the flags over it."""
-    properties: dict[str, str] = {}
-    if args.command_config is not None:
-        try:
-            properties = parse_properties(args.command_config.read_text())
-        except OSError as exc:
-            raise ToolError(f"--command-config: {exc}") from None
-    flags = {
-        "security.protocol": args.security_protocol,
-        "sasl.mechanism": args.sasl_mechanism,
-        "sasl.username": args.sasl_username,
-        "sasl.password": args.sasl_password,
-    }
-    properties.update({key: value for key, value in flags.items() if value is not None})
-    if "sasl.mechanism" in properties and "sasl.mechanisms" not in properties:
-        properties["sasl.mechanisms"] = properties["sasl.mechanism"]
-    return security_from_properties(properties)
 
 
 def _admin(args: argparse.Namespace) -> Admin:

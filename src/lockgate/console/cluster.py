@@ -1,0 +1,154 @@
+# console/cluster.py — the cluster page's data: brokers, controller and cluster id (one
+# Metadata of every topic), the partitions' health (under-replicated: ISR smaller than the
+# replicas; under-min-ISR: ISR smaller than the topic's min.insync.replicas, read for every
+# topic in one DescribeConfigs; offline: no leader), and each broker's log directories
+# (DescribeLogDirs, one request per broker). Three kinds of round trip whatever the size.
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lockgate.client.admin import Admin
+from lockgate.client.admin_log_dirs import LogDirDescription
+from lockgate.client.cluster import NO_LEADER, PartitionInfo
+from lockgate.client.errors import ErrorCode, KafkaError
+
+MIN_ISR_KEY = "min.insync.replicas"
+TOP_TOPICS = 10  # the largest topics listed per log directory
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRow:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None
+    is_controller: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionProblem:
+    topic: str
+    partition: int
+    leader: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    problem: str  # "offline", "under-min-ISR" or "under-replicated"
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionSummary:
+    topics: int
+    partitions: int
+    under_replicated: int
+    under_min_isr: int
+    offline: int
+    problems: tuple[PartitionProblem, ...]  # the first few, worst first
+
+
+@dataclass(frozen=True, slots=True)
+class LogDirRow:
+    broker: int
+    path: str
+    error: str | None
+    total_bytes: int | None
+    usable_bytes: int | None
+    size: int  # the replicas' bytes in it
+    replicas: int
+    largest_topics: tuple[tuple[str, int], ...]  # (topic, bytes), the TOP_TOPICS largest
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterOverview:
+    cluster_id: str | None
+    controller_id: int
+    brokers: tuple[BrokerRow, ...]
+    summary: PartitionSummary
+    log_dirs: tuple[LogDirRow, ...]
+
+
+MAX_PROBLEMS = 50
+
+
+def _problem(partition: PartitionInfo, min_isr: int | None) -> str | None:
+    if partition.leader_id == NO_LEADER or partition.error_code == ErrorCode.leader_not_available:
+        return "offline"
+    if min_isr is not None and len(partition.isr) < min_isr:
+        return "under-min-ISR"
+    if len(partition.isr) < len(partition.replicas):
+        return "under-replicated"
+    return None
+
+
+async def overview(admin: Admin) -> ClusterOverview:
+    metadata = await admin.cluster.refresh_metadata(None)
+    topics = [info for info in metadata.topics.values() if info.error_code == ErrorCode.none]
+    configs = await admin.describe_topic_configs([t.name for t in topics], [MIN_ISR_KEY])
+    min_isr: dict[str, int | None] = {}
+    for topic in topics:
+        entries = configs.get(topic.name)
+        value = None
+        if entries is not None and not isinstance(entries, KafkaError):
+            entry = entries.get(MIN_ISR_KEY)
+            value = entry.value if entry is not None else None
+        min_isr[topic.name] = int(value) if value is not None and value.isdigit() else None
+    counts = {"offline": 0, "under-min-ISR": 0, "under-replicated": 0}
+    problems: list[PartitionProblem] = []
+    partitions = 0
+    for topic in topics:
+        for partition in topic.partitions:
+            partitions += 1
+            problem = _problem(partition, min_isr[topic.name])
+            if problem is None:
+                continue
+            counts[problem] += 1
+            # an under-min-ISR partition is under-replicated too, as Kafka's metrics count it
+            if problem == "under-min-ISR" and len(partition.isr) < len(partition.replicas):
+                counts["under-replicated"] += 1
+            problems.append(
+                PartitionProblem(
+                    topic.name,
+                    partition.partition,
+                    partition.leader_id,
+                    partition.replicas,
+                    partition.isr,
+                    problem,
+                )
+            )
+    order = {"offline": 0, "under-min-ISR": 1, "under-replicated": 2}
+    problems.sort(key=lambda p: (order[p.problem], p.topic, p.partition))
+    summary = PartitionSummary(
+        topics=len(topics),
+        partitions=partitions,
+        under_replicated=counts["under-replicated"],
+        under_min_isr=counts["under-min-ISR"],
+        offline=counts["offline"],
+        problems=tuple(problems[:MAX_PROBLEMS]),
+    )
+    brokers = tuple(
+        BrokerRow(b.node_id, b.host, b.port, b.rack, b.node_id == metadata.controller_id)
+        for b in sorted(metadata.brokers.values(), key=lambda b: b.node_id)
+    )
+    directories = await admin.describe_log_dirs([b.node_id for b in brokers])
+    log_dirs = tuple(
+        _log_dir_row(broker, directory)
+        for broker, found in sorted(directories.items())
+        for directory in found
+    )
+    return ClusterOverview(metadata.cluster_id, metadata.controller_id, brokers, summary, log_dirs)
+
+
+def _log_dir_row(broker: int, directory: LogDirDescription) -> LogDirRow:
+    by_topic: dict[str, int] = {}
+    for (topic, _partition), replica in directory.replicas.items():
+        by_topic[topic] = by_topic.get(topic, 0) + replica.size
+    largest = sorted(by_topic.items(), key=lambda item: (-item[1], item[0]))[:TOP_TOPICS]
+    return LogDirRow(
+        broker=broker,
+        path=directory.path,
+        error=None if directory.error == ErrorCode.none else directory.error.name.upper(),
+        total_bytes=directory.total_bytes,
+        usable_bytes=directory.usable_bytes,
+        size=sum(by_topic.values()),
+        replicas=len(directory.replicas),
+        largest_topics=tuple(largest),
+    )
