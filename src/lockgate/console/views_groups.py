@@ -25,7 +25,7 @@ from lockgate.console.errors import BadInput, ConsoleError
 from lockgate.console.sampler import levels
 from lockgate.console.web import clients, render, sampler
 from lockgate.tools.common import ToolError
-from lockgate.tools.group_resets import GroupNotInactiveError
+from lockgate.tools.group_resets import GroupNotInactiveError, ResetKind
 
 FRAGMENT_LAG = "lag"
 
@@ -122,7 +122,7 @@ async def group_page(request: Request) -> Response:
             **context,
             "plan": plan,
             "plan_text": encode_plan(plan) if plan is not None else "",
-            "reset_kinds": [kind.value for kind in groups.ResetKind],
+            "reset_kinds": [kind.value for kind in ResetKind],
             "query": query,
         },
     )
