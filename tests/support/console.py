@@ -191,3 +191,90 @@ def running_console(bootstrap: str, log_path: Path, **kwargs: Any) -> Iterator[C
         yield console
     finally:
         console.stop()
+
+
+# ---------------------------------------------------------------------------------------------
+# Real data for the console to show, written by confluent-kafka (librdkafka) and lockgate's
+# admin client.
+
+PLAIN_TOPIC = "orders-plain"
+JSON_TOPIC = "orders-json"
+BINARY_TOPIC = "blobs-binary"
+TXN_TOPIC = "payments-txn"
+BULK_PREFIX = "bulk-"
+BULK_TOPICS = 120  # more than a page of the topics list
+RECORDS = 30
+JSON_BASE_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z; JSON record i is 1 s after i-1
+
+
+@dataclass(frozen=True)
+class ConsoleData:
+    bootstrap: str
+    committed_values: tuple[str, ...]
+    aborted_values: tuple[str, ...]
+
+
+def json_value(index: int) -> bytes:
+    import json
+
+    return json.dumps({"id": index, "item": f"widget-{index}", "price": 10 + index}).encode()
+
+
+def binary_value(index: int) -> bytes:
+    return bytes([0, 0xFF, index, 0x80, 0x7F]) + bytes(range(index % 7))
+
+
+def write_console_data(bootstrap: str) -> ConsoleData:
+    """Topics of plain, JSON and binary records (with headers), a topic holding a committed
+    and an aborted transaction, and BULK_TOPICS small topics; returns what the pages show."""
+    import asyncio
+
+    from confluent_kafka import Producer
+
+    from lockgate.client.admin import Admin, NewTopic
+
+    async def create() -> None:
+        async with Admin(bootstrap) as admin:
+            await admin.create_topics(
+                [
+                    NewTopic(PLAIN_TOPIC, 3, 1, {"retention.ms": "86400000"}),
+                    NewTopic(JSON_TOPIC, 1, 1),
+                    NewTopic(BINARY_TOPIC, 1, 1),
+                    NewTopic(TXN_TOPIC, 1, 1),
+                    *(NewTopic(f"{BULK_PREFIX}{i:03d}", 1, 1) for i in range(BULK_TOPICS)),
+                ]
+            )
+
+    asyncio.run(create())
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i in range(RECORDS):
+        producer.produce(PLAIN_TOPIC, f"plain value {i}".encode(), f"key-{i}".encode(), i % 3)
+        producer.produce(
+            JSON_TOPIC, json_value(i), f"order-{i}".encode(), 0, timestamp=JSON_BASE_MS + i * 1000
+        )
+        producer.produce(
+            BINARY_TOPIC,
+            binary_value(i),
+            None,
+            0,
+            headers=[("trace-id", f"trace-{i}".encode()), ("raw", b"\x00\xfe")],
+        )
+    assert producer.flush(30) == 0
+    committed = tuple(f"committed-{i}" for i in range(3))
+    aborted = tuple(f"aborted-{i}" for i in range(2))
+    transactional = Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": "console-txn", "linger.ms": 5}
+    )
+    transactional.init_transactions(30)
+    transactional.begin_transaction()
+    for value in committed:
+        transactional.produce(TXN_TOPIC, value.encode(), b"t", 0)
+    transactional.commit_transaction(30)
+    transactional.begin_transaction()
+    for value in aborted:
+        transactional.produce(TXN_TOPIC, value.encode(), b"t", 0)
+    transactional.flush(30)
+    transactional.abort_transaction(30)
+    producer.produce(TXN_TOPIC, b"after-transactions", b"p", 0)
+    assert producer.flush(30) == 0
+    return ConsoleData(bootstrap, committed, aborted)
