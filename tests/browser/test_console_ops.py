@@ -330,11 +330,15 @@ def test_transactions_held_two_phase_and_hanging(page: Any, scene: Scene) -> Non
     assert page.locator("#aborted").count() == 1
     assert page.locator("#hanging tbody tr:has-text('stuck-0')").count() == 0
 
-    async def still_hanging(admin: Admin) -> int:
+    async def after_abort(admin: Admin) -> tuple[int, int, int]:
         scan = await transactions.find_hanging(admin, max_transaction_timeout_ms=0)
-        return len(scan.hanging)
+        stuck = TopicPartition(STUCK, 0)
+        end = await admin.list_offsets({stuck: -1})
+        stable = await admin.list_offsets({stuck: -1}, isolation_level=1)
+        return len(scan.hanging), end[stuck].offset, stable[stuck].offset  # type: ignore[union-attr]
 
-    assert admin_call(bootstrap, still_hanging) == 0
+    hanging_left, end_offset, last_stable = admin_call(bootstrap, after_abort)
+    assert hanging_left == 0 and last_stable == end_offset == 2  # the record and its marker
 
 
 def test_producers_and_security(page: Any, scene: Scene) -> None:

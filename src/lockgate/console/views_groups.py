@@ -145,10 +145,8 @@ async def reset_offsets(request: Request, form: FormData) -> Response:
     admin = await clients(request).admin()
     try:
         await groups.apply_reset(admin, group_id, plan)
-    except GroupNotInactiveError as exc:
-        raise GroupNotEmpty(str(exc)) from None
-    except ToolError as exc:
-        raise GroupNotEmpty(str(exc)) from None
+    except ToolError as exc:  # members joined since the dry run (GroupNotInactiveError or the
+        raise GroupNotEmpty(str(exc)) from None  # commit's UNKNOWN_MEMBER_ID)
     return RedirectResponse(f"/groups/{quote(group_id, safe='')}?done=reset", status_code=303)
 
 

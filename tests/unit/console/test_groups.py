@@ -1,15 +1,18 @@
 """console/groups.py against an in-process broker: the paginated list (classic, consumer
-protocol and simple groups), a group's members and lag, the reset's dry run and its refusal
+protocol, simple and share groups), a group's members and lag, the reset's dry run and its refusal
 while members remain, applying a reset, and deleting a group."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
-from lockgate.client.admin import Admin
+from lockgate.client.admin import Admin, ResourceType
 from lockgate.client.cluster import TopicPartition
 from lockgate.client.consumer import Consumer
 from lockgate.client.errors import KafkaError
+from lockgate.client.share_consumer import ShareConsumer
 from lockgate.console import groups
 from lockgate.tools.group_resets import GroupNotInactiveError, ResetKind, ResetTarget
 from tests.unit.console.in_process_broker import bootstrap, consume_all, produce, running_broker
@@ -141,3 +144,41 @@ def test_parse_target() -> None:
     ]:
         with pytest.raises(ValueError, match=message):
             groups.parse_target(kind, value)
+
+
+async def test_share_group_listed_and_described() -> None:
+    async with running_broker() as broker, Admin(bootstrap(broker)) as admin:
+        await admin.create_topic(TOPIC, 1)
+        await produce(broker, TOPIC, 6, 1)
+        await admin.alter_configs(
+            "queue",
+            set_configs={"share.auto.offset.reset": "earliest"},
+            resource_type=ResourceType.GROUP,
+        )
+        async with ShareConsumer(
+            bootstrap(broker), group_id="queue", client_id="share-client"
+        ) as consumer:
+            consumer.subscribe([TOPIC])
+            got, deadline = 0, time.monotonic() + 20
+            while got < 4 and time.monotonic() < deadline:
+                got += len(await consumer.poll(200))
+            assert got >= 4
+            await consumer.commit()
+
+            (row,) = (await groups.list_groups(admin)).rows
+            assert (row.group_id, row.group_type, row.state, row.members) == (
+                "queue",
+                "share",
+                "Stable",
+                1,
+            )
+            detail = await groups.describe_group(admin, "queue")
+            assert detail.group_type == "share" and detail.assignor
+            (member,) = detail.members
+            assert member.client_id == "share-client"
+            assert member.assignment == (TopicPartition(TOPIC, 0),)
+            (partition,) = detail.partitions
+            assert partition.topic_partition == TopicPartition(TOPIC, 0)
+            assert partition.member_id == member.member_id
+            assert partition.committed is not None and partition.lag is not None
+            assert partition.end_offset == 6 and partition.lag == 6 - partition.committed
