@@ -194,8 +194,7 @@ def running_console(bootstrap: str, log_path: Path, **kwargs: Any) -> Iterator[C
 
 
 # ---------------------------------------------------------------------------------------------
-# Real data for the console to show, written by confluent-kafka (librdkafka) and lockgate's
-# admin client.
+# Real data for the console to show, written by confluent-kafka (librdkafka).
 
 PLAIN_TOPIC = "orders-plain"
 JSON_TOPIC = "orders-json"
@@ -227,25 +226,24 @@ def binary_value(index: int) -> bytes:
 def write_console_data(bootstrap: str) -> ConsoleData:
     """Topics of plain, JSON and binary records (with headers), a topic holding a committed
     and an aborted transaction, and BULK_TOPICS small topics; returns what the pages show."""
-    import asyncio
-
+    # blocking clients only: the browser tests' Playwright runs an event loop in this thread
     from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.cimpl import NewTopic
 
-    from lockgate.client.admin import Admin, NewTopic
-
-    async def create() -> None:
-        async with Admin(bootstrap) as admin:
-            await admin.create_topics(
-                [
-                    NewTopic(PLAIN_TOPIC, 3, 1, {"retention.ms": "86400000"}),
-                    NewTopic(JSON_TOPIC, 1, 1),
-                    NewTopic(BINARY_TOPIC, 1, 1),
-                    NewTopic(TXN_TOPIC, 1, 1),
-                    *(NewTopic(f"{BULK_PREFIX}{i:03d}", 1, 1) for i in range(BULK_TOPICS)),
-                ]
-            )
-
-    asyncio.run(create())
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    created = admin.create_topics(
+        [
+            NewTopic(PLAIN_TOPIC, 3, 1, config={"retention.ms": "86400000"}),
+            NewTopic(JSON_TOPIC, 1, 1),
+            NewTopic(BINARY_TOPIC, 1, 1),
+            NewTopic(TXN_TOPIC, 1, 1),
+            *(NewTopic(f"{BULK_PREFIX}{i:03d}", 1, 1) for i in range(BULK_TOPICS)),
+        ],
+        operation_timeout=30,
+    )
+    for future in created.values():
+        future.result(30)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     for i in range(RECORDS):
         producer.produce(PLAIN_TOPIC, f"plain value {i}".encode(), f"key-{i}".encode(), i % 3)

@@ -2,9 +2,11 @@
 # Metadata of every topic), the partitions' health (under-replicated: ISR smaller than the
 # replicas; under-min-ISR: ISR smaller than the topic's min.insync.replicas, read for every
 # topic in one DescribeConfigs; offline: no leader), and each broker's log directories
-# (DescribeLogDirs, one request per broker). Three kinds of round trip whatever the size.
+# (DescribeLogDirs, one request per broker, sent beside the DescribeConfigs). Three kinds of
+# round trip whatever the size.
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 from lockgate.client.admin import Admin
@@ -82,7 +84,12 @@ def _problem(partition: PartitionInfo, min_isr: int | None) -> str | None:
 async def overview(admin: Admin) -> ClusterOverview:
     metadata = await admin.cluster.refresh_metadata(None)
     topics = [info for info in metadata.topics.values() if info.error_code == ErrorCode.none]
-    configs = await admin.describe_topic_configs([t.name for t in topics], [MIN_ISR_KEY])
+    broker_ids = sorted(metadata.brokers)
+    # independent of each other: the brokers work on both at once
+    configs, directories = await asyncio.gather(
+        admin.describe_topic_configs([t.name for t in topics], [MIN_ISR_KEY]),
+        admin.describe_log_dirs(broker_ids),
+    )
     min_isr: dict[str, int | None] = {}
     for topic in topics:
         entries = configs.get(topic.name)
@@ -128,7 +135,6 @@ async def overview(admin: Admin) -> ClusterOverview:
         BrokerRow(b.node_id, b.host, b.port, b.rack, b.node_id == metadata.controller_id)
         for b in sorted(metadata.brokers.values(), key=lambda b: b.node_id)
     )
-    directories = await admin.describe_log_dirs([b.node_id for b in brokers])
     log_dirs = tuple(
         _log_dir_row(broker, directory)
         for broker, found in sorted(directories.items())
