@@ -8,7 +8,7 @@ transaction (its coordinator's log lost in a restart); ACLs, a SCRAM user and qu
 Every mutating action is clicked through its confirmation page and checked through the Kafka
 API afterwards (lockgate's Admin): reset offsets, delete a group, force-terminate, abort, create
 and delete an ACL. A read-only console refuses them (403), and so does a POST without the CSRF
-token. Screenshots go to the test's temporary directory."""
+token. The browser, pages and screenshot directory are tests/browser/conftest.py's."""
 
 from __future__ import annotations
 
@@ -16,14 +16,15 @@ import asyncio
 import concurrent.futures
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from confluent_kafka import Consumer as ConfluentConsumer
 from confluent_kafka import Producer as ConfluentProducer
+from playwright.sync_api import Browser, Page
 
 from lockgate.client.admin import Admin
 from lockgate.client.admin_quotas import ClientQuotaAlteration
@@ -44,9 +45,6 @@ from tests.support.broker import BrokerProcess
 from tests.support.clients import create_topic
 from tests.support.console import ConsoleProcess, running_console
 
-playwright_sync = pytest.importorskip("playwright.sync_api")
-
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 PASSWORD = "a console password"
 TOPIC = "orders"  # records and transactions
 EVENTS = "events"  # what the groups read: plain records only, so that lag is simple to count
@@ -58,7 +56,8 @@ SETTINGS = {
     "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
     "super.users": "User:ANONYMOUS",
 }
-TIMEOUT_MS = 15_000
+T = TypeVar("T")
+TIMEOUT_MS = 15_000  # for the lag chart's second sample (the page refreshes it every 3 s)
 
 
 @dataclass
@@ -70,16 +69,19 @@ class Scene:
     live_member: ConfluentConsumer
 
 
-def admin_call(bootstrap: str, call: Any) -> Any:
-    """`call(admin)` on a thread of its own: Playwright's sync API keeps an event loop
+def in_thread(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Runs a coroutine on a thread of its own: Playwright's sync API keeps an event loop
     running in the test's thread, where asyncio.run cannot start another."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coroutine).result(timeout=60)
 
+
+def admin_call(bootstrap: str, call: Any) -> Any:
     async def run() -> Any:
         async with Admin(bootstrap) as admin:
             return await call(admin)
 
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, run()).result(timeout=60)
+    return in_thread(run())
 
 
 def confluent_data(bootstrap: str) -> None:
@@ -176,9 +178,11 @@ async def security_data(admin: Admin) -> None:
 
 
 @pytest.fixture(scope="module")
-def scene(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scene]:
-    if CHROMIUM is None:
-        pytest.skip("chromium is not installed (make test installs it)")
+def scene(
+    browser: Browser, screenshots: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Scene]:
+    """The broker with its data and two consoles (one read-only); asks for the browser first
+    so that a machine without chromium skips before any of it starts."""
     root = tmp_path_factory.mktemp("console-ops")
     data = root / "data"
     broker = BrokerProcess(data, SETTINGS).start()
@@ -187,7 +191,7 @@ def scene(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scene]:
         create_topic(broker.bootstrap, TOPIC, 2)
         create_topic(broker.bootstrap, EVENTS, 2)
         create_topic(broker.bootstrap, STUCK, 1)
-        asyncio.run(hanging_transaction(broker, data))
+        in_thread(hanging_transaction(broker, data))
         confluent_data(broker.bootstrap)
         producer = ConfluentProducer({"bootstrap.servers": broker.bootstrap})
         for i in range(20):
@@ -199,44 +203,21 @@ def scene(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scene]:
             producer.produce(EVENTS, value=f"late-{i}", partition=i % 2)
         assert producer.flush(30) == 0  # both groups now lag by 5 + 5
         admin_call(broker.bootstrap, security_data)
-        asyncio.run(held_two_phase(broker.bootstrap))
+        in_thread(held_two_phase(broker.bootstrap))
         with (
             running_console(broker.bootstrap, root / "console.log", password=PASSWORD) as console,
             running_console(
                 broker.bootstrap, root / "read-only.log", extra_args=("--read-only",)
             ) as read_only,
         ):
-            shots = root / "screenshots"
-            shots.mkdir()
-            yield Scene(broker, console, read_only, shots, live)
+            yield Scene(broker, console, read_only, screenshots, live)
     finally:
         if live is not None:
             live.close()
         broker.kill()
 
 
-@pytest.fixture(scope="module")
-def browser(scene: Scene) -> Iterator[Any]:
-    with playwright_sync.sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
-        try:
-            yield launched
-        finally:
-            launched.close()
-
-
-@pytest.fixture
-def page(browser: Any, scene: Scene) -> Iterator[Any]:
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    context.set_default_timeout(TIMEOUT_MS)
-    opened = context.new_page()
-    try:
-        yield opened
-    finally:
-        context.close()
-
-
-def sign_in(page: Any, scene: Scene) -> None:
+def sign_in(page: Page, scene: Scene) -> None:
     page.goto(f"{scene.console.url}/login")
     page.fill("input[name=user]", "operator")
     page.fill("input[name=password]", PASSWORD)
@@ -244,18 +225,18 @@ def sign_in(page: Any, scene: Scene) -> None:
     page.wait_for_selector("header .user")
 
 
-def confirm(page: Any) -> None:
+def confirm(page: Page) -> None:
     """On the guard's confirmation page: click the "Yes, ..." button and wait for the result."""
     page.wait_for_selector("h1:has-text('Confirm:')")
     page.click("form.mutation button.danger")
     page.wait_for_load_state()
 
 
-def shot(page: Any, scene: Scene, name: str) -> None:
+def shot(page: Page, scene: Scene, name: str) -> None:
     page.screenshot(path=str(scene.shots / f"{name}.png"), full_page=True)
 
 
-def test_groups_list_detail_reset_and_delete(page: Any, scene: Scene) -> None:
+def test_groups_list_detail_reset_and_delete(page: Page, scene: Scene) -> None:
     bootstrap = scene.broker.bootstrap
     sign_in(page, scene)
     page.goto(f"{scene.console.url}/groups")
@@ -271,7 +252,9 @@ def test_groups_list_detail_reset_and_delete(page: Any, scene: Scene) -> None:
     assert page.inner_text("#total-lag") == "10"
     assert "audit-client" in page.inner_text("#members")
     # the page's script refreshes the lag fragment; from the second sample on the chart draws
-    page.locator("#lag svg.chart polyline[points*=' ']").wait_for(state="attached")
+    page.locator("#lag svg.chart polyline[points*=' ']").wait_for(
+        state="attached", timeout=TIMEOUT_MS
+    )
     assert page.inner_text("#total-lag") == "10"
     shot(page, scene, "group-detail")
     page.goto(f"{scene.console.url}/groups/audit?reset=earliest")
@@ -304,7 +287,7 @@ def test_groups_list_detail_reset_and_delete(page: Any, scene: Scene) -> None:
     assert [g.group_id for g in listed] == ["audit"]
 
 
-def test_transactions_held_two_phase_and_hanging(page: Any, scene: Scene) -> None:
+def test_transactions_held_two_phase_and_hanging(page: Page, scene: Scene) -> None:
     bootstrap = scene.broker.bootstrap
     sign_in(page, scene)
     page.goto(f"{scene.console.url}/transactions")
@@ -341,7 +324,7 @@ def test_transactions_held_two_phase_and_hanging(page: Any, scene: Scene) -> Non
     assert hanging_left == 0 and last_stable == end_offset == 2  # the record and its marker
 
 
-def test_producers_and_security(page: Any, scene: Scene) -> None:
+def test_producers_and_security(page: Page, scene: Scene) -> None:
     page.goto(f"{scene.console.url}/producers")
     page.click(f"#topic-list a:text-is('{TOPIC}')")
     table = page.inner_text("#producers")
@@ -371,7 +354,7 @@ def test_producers_and_security(page: Any, scene: Scene) -> None:
     assert "User:bob" not in {b.entry.principal for b in bindings}
 
 
-def test_read_only_and_csrf_refusals(page: Any, scene: Scene) -> None:
+def test_read_only_and_csrf_refusals(page: Page, scene: Scene) -> None:
     page.goto(f"{scene.read_only.url}/groups/audit")
     assert page.locator("form.mutation").count() == 0  # no buttons to press
     for path in (
