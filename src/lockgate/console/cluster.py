@@ -32,6 +32,7 @@ class PartitionProblem:
     topic: str
     partition: int
     leader: int
+    leader_epoch: int
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
     problem: str  # "offline", "under-min-ISR" or "under-replicated"
@@ -116,6 +117,7 @@ async def overview(admin: Admin) -> ClusterOverview:
                     topic.name,
                     partition.partition,
                     partition.leader_id,
+                    partition.leader_epoch,
                     partition.replicas,
                     partition.isr,
                     problem,

@@ -12,6 +12,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from lockgate.client.admin import Admin
 from lockgate.client.admin_records import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, ListedOffset
 from lockgate.client.cluster import TopicPartition
 from lockgate.client.errors import KafkaError, OffsetOutOfRangeError
@@ -175,7 +176,7 @@ def _rows(page: records.RecordPage, key_format: str, value_format: str) -> list[
     return rows
 
 
-async def _offset(admin: Any, tp: TopicPartition, timestamp: int, isolation: int) -> int:
+async def _offset(admin: Admin, tp: TopicPartition, timestamp: int, isolation: int) -> int:
     answer = (await admin.list_offsets({tp: timestamp}, isolation_level=isolation))[tp]
     if isinstance(answer, KafkaError):
         raise answer

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from lockgate.client.admin import Admin
 from lockgate.console import cluster
+from lockgate.console.app import create_app
+from lockgate.console.settings import ConsoleSettings
 from lockgate.server.broker import Broker
+from tests.support.console import AsgiClient
 
 
 async def test_overview_of_a_single_node(memory_broker: Broker) -> None:
@@ -29,3 +32,17 @@ async def test_overview_of_a_single_node(memory_broker: Broker) -> None:
     assert overview.log_dirs and all(d.broker == overview.controller_id for d in overview.log_dirs)
     listed = {t for d in overview.log_dirs for t, _size in d.largest_topics}
     assert {"healthy", "strict"} <= listed
+
+
+async def test_the_page_lists_the_partitions_needing_attention(memory_broker: Broker) -> None:
+    bootstrap = f"127.0.0.1:{memory_broker.port}"
+    async with Admin(bootstrap) as admin:
+        await admin.create_topic("strict", 1, 1, {"min.insync.replicas": "2"})
+    app = create_app(ConsoleSettings(bootstrap))
+    try:
+        page = await AsgiClient(app).get("/cluster")
+    finally:
+        await app.state.clients.close()
+    assert page.status == 200
+    assert '<td class="bad">under-min-ISR</td>' in page.text
+    assert '<div class="figure" id="under-min-isr">1</div>' in page.text
