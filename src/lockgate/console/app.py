@@ -19,7 +19,15 @@ from starlette.routing import BaseRoute, Mount
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from lockgate.console import views_auth, views_cluster, views_topics
+from lockgate.console import (
+    views_auth,
+    views_cluster,
+    views_groups,
+    views_producers,
+    views_security,
+    views_topics,
+    views_transactions,
+)
 from lockgate.console.clients import ConsoleClients
 from lockgate.console.errors import EXCEPTION_HANDLERS, error_page
 from lockgate.console.sampler import Sampler
@@ -81,6 +89,10 @@ def routes() -> list[BaseRoute]:
         *views_auth.ROUTES,
         *views_cluster.ROUTES,
         *views_topics.ROUTES,
+        *views_groups.ROUTES,
+        *views_transactions.ROUTES,
+        *views_producers.ROUTES,
+        *views_security.ROUTES,
         Mount(
             "/static",
             StaticFiles(packages=[("lockgate.console", "static")]),

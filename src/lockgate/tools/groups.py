@@ -2,8 +2,8 @@
 # kafka-consumer-groups.sh for any Kafka-compatible broker: membership, assignments, committed
 # offsets and lag, offset resets and offset deletion.
 #
-# Invariant: offsets are only reset for groups without members (Empty, or Dead: unknown), as
-# Kafka's tool insists: a live member would overwrite them with its next commit.
+# The lag table (tools/group_lag.py) and the reset's planning with its rule, only groups without
+# members (tools/group_resets.py), are shared with the console.
 from __future__ import annotations
 
 import argparse
@@ -12,8 +12,8 @@ import time
 
 from lockgate.client.admin import Admin
 from lockgate.client.admin_groups import CONSUMER_PROTOCOL
-from lockgate.client.cluster import Cluster, TopicPartition
-from lockgate.client.errors import ErrorCode, KafkaError, raise_for
+from lockgate.client.cluster import TopicPartition
+from lockgate.client.errors import ErrorCode, KafkaError
 from lockgate.tools.common import (
     EXIT_FAILURE,
     EXIT_OK,
@@ -22,10 +22,19 @@ from lockgate.tools.common import (
     non_negative_int,
     tool,
 )
-from lockgate.tools.offset_lookup import EARLIEST, LATEST, offsets_at, scoped_partitions
+from lockgate.tools.group_lag import partition_lags
+from lockgate.tools.group_resets import (
+    GroupNotInactiveError,
+    ResetKind,
+    ResetTarget,
+    apply_reset,
+    check_inactive,
+    clamped,
+    plan_reset,
+)
+from lockgate.tools.offset_lookup import scoped_partitions
 from lockgate.tools.offset_specs import (
     Plan,
-    clamp,
     export_csv,
     parse_datetime_ms,
     parse_duration_ms,
@@ -33,9 +42,6 @@ from lockgate.tools.offset_specs import (
     parse_topic_scope,
 )
 from lockgate.tools.table import render
-
-LIST_OFFSETS = 2
-INACTIVE_STATES = frozenset({"Empty", "Dead"})
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -100,39 +106,6 @@ def _admin(args: argparse.Namespace) -> Admin:
     )
 
 
-async def _end_offsets(
-    cluster: Cluster, partitions: list[tuple[str, int]], when: int
-) -> dict[tuple[str, int], int]:
-    offsets = {}
-    for topic, index in partitions:
-        connection, info = await cluster.leader_connection(TopicPartition(topic, index))
-        answer = await connection.request(
-            LIST_OFFSETS,
-            {
-                "replica_id": -1,
-                "isolation_level": 0,
-                "timeout": 30_000,
-                "topics": [
-                    {
-                        "name": topic,
-                        "partitions": [
-                            {
-                                "partition_index": index,
-                                "current_leader_epoch": info.leader_epoch,
-                                "timestamp": when,
-                                "max_num_offsets": 1,
-                            }
-                        ],
-                    }
-                ],
-            },
-        )
-        partition = answer.topics[0].partitions[0]
-        raise_for(partition.error_code, None, f"{topic}-{index}")
-        offsets[(topic, index)] = partition.offset
-    return offsets
-
-
 async def _list(args: argparse.Namespace) -> int:
     async with _admin(args) as admin:
         listings = await admin.list_groups()
@@ -148,42 +121,30 @@ async def _list(args: argparse.Namespace) -> int:
 async def _describe(args: argparse.Namespace) -> int:
     async with _admin(args) as admin:
         group = (await admin.describe_groups([args.group]))[args.group]
-        owner: dict[tuple[str, int], str] = {}
-        members = []
-        for m in group.members:
-            for assigned in m.assignment:
-                owner[(assigned.topic, assigned.partition)] = m.member_id
-            members.append(
-                [
-                    m.member_id,
-                    m.group_instance_id or "-",
-                    m.client_id,
-                    m.host,
-                    ", ".join(str(assigned) for assigned in m.assignment) or "-",
-                ]
-            )
-        committed = {
-            (found.topic, found.partition): offset
-            for found, offset in (await admin.list_group_offsets(args.group)).items()
-        }
-        partitions = sorted(set(committed) | set(owner))
-        ends = await _end_offsets(admin.cluster, partitions, LATEST)
+        members = [
+            [
+                m.member_id,
+                m.group_instance_id or "-",
+                m.client_id,
+                m.host,
+                ", ".join(str(assigned) for assigned in m.assignment) or "-",
+            ]
+            for m in group.members
+        ]
+        lags = await partition_lags(admin, args.group, group.members)
     print(f"group {args.group}: state {group.state}, protocol {group.protocol or '-'}")
     print(render(["MEMBER-ID", "INSTANCE-ID", "CLIENT-ID", "HOST", "ASSIGNMENT"], members))
-    rows = []
-    for tp in partitions:
-        offset = committed.get(tp)
-        lag = "-" if offset is None else str(ends[tp] - offset)
-        rows.append(
-            [
-                tp[0],
-                str(tp[1]),
-                "-" if offset is None else str(offset),
-                str(ends[tp]),
-                lag,
-                owner.get(tp, "-"),
-            ]
-        )
+    rows = [
+        [
+            p.topic_partition.topic,
+            str(p.topic_partition.partition),
+            "-" if p.committed is None else str(p.committed),
+            str(p.end_offset),
+            "-" if p.lag is None else str(p.lag),
+            p.member_id or "-",
+        ]
+        for p in lags
+    ]
     print()
     print(
         render(["TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "MEMBER-ID"], rows)
@@ -198,80 +159,33 @@ async def _delete(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-async def _group_state(admin: Admin, group: str) -> str:
-    try:
-        return (await admin.describe_groups([group]))[group].state
-    except KafkaError as exc:
-        if exc.code == ErrorCode.group_id_not_found:
-            return "Dead"  # what Kafka's tool calls a group nobody knows: resettable
-        raise
-
-
-async def _clamped(admin: Admin, requested: Plan) -> Plan:
-    partitions = sorted(requested)
-    earliest = await offsets_at(admin, partitions, EARLIEST)
-    latest = await offsets_at(admin, partitions, LATEST)
-    plan: Plan = {}
-    for tp in partitions:
-        plan[tp] = clamp(requested[tp], earliest[tp], latest[tp])
-        if plan[tp] != requested[tp]:
-            side = (
-                "higher than the latest"
-                if requested[tp] > latest[tp]
-                else "lower than the earliest"
-            )
-            print(
-                f"warning: new offset {requested[tp]} is {side} offset of {tp}; using {plan[tp]}",
-                file=sys.stderr,
-            )
-    return plan
-
-
-async def _by_timestamp(admin: Admin, partitions: list[TopicPartition], when: int) -> Plan:
-    """The first offset at or after the timestamp; the latest offset where no record is that
-    recent (Kafka's tool does the same, with a warning)."""
-    plan = await offsets_at(admin, partitions, when)
-    beyond = [tp for tp, offset in plan.items() if offset < 0]
-    if beyond:
-        for tp in beyond:
-            print(
-                f"warning: {tp} has no record at or after {when}: using its latest offset",
-                file=sys.stderr,
-            )
-        plan.update(await offsets_at(admin, beyond, LATEST))
-    return plan
+def _target(args: argparse.Namespace, request: _Request) -> ResetTarget:
+    if args.to_earliest:
+        return ResetTarget(ResetKind.EARLIEST)
+    if args.to_latest:
+        return ResetTarget(ResetKind.LATEST)
+    if args.to_current:
+        return ResetTarget(ResetKind.CURRENT)
+    if args.to_offset is not None:
+        return ResetTarget(ResetKind.OFFSET, args.to_offset)
+    if args.shift_by is not None:
+        return ResetTarget(ResetKind.SHIFT, args.shift_by)
+    assert request.timestamp is not None
+    return ResetTarget(ResetKind.TIMESTAMP, request.timestamp)
 
 
 async def _plan(admin: Admin, group: str, args: argparse.Namespace, request: _Request) -> Plan:
-    committed = await admin.list_group_offsets(group)
     if request.from_file is not None:
         if group not in request.from_file:
             raise ToolError(f"no reset plan for group {group} in {args.from_file}")
-        return await _clamped(admin, request.from_file[group])
-    partitions = await scoped_partitions(admin, args.topic or (), committed)
-    if not partitions:
-        return {}
-    if args.to_earliest:
-        return await offsets_at(admin, partitions, EARLIEST)
-    if args.to_latest:
-        return await offsets_at(admin, partitions, LATEST)
-    if args.to_current:
-        plan = {tp: committed[tp] for tp in partitions if tp in committed}
-        missing = [tp for tp in partitions if tp not in committed]
-        plan.update(await offsets_at(admin, missing, LATEST) if missing else {})
-        return plan
-    if args.to_offset is not None:
-        return await _clamped(admin, {tp: args.to_offset for tp in partitions})
-    if args.shift_by is not None:
-        missing = [tp for tp in partitions if tp not in committed]
-        if missing:
-            raise ToolError(
-                f"cannot shift the offset of {missing[0]}: group {group} has no committed "
-                "offset for it"
-            )
-        return await _clamped(admin, {tp: committed[tp] + args.shift_by for tp in partitions})
-    assert request.timestamp is not None
-    return await _by_timestamp(admin, partitions, request.timestamp)
+        planned = await clamped(admin, request.from_file[group])
+    else:
+        committed = await admin.list_group_offsets(group)
+        partitions = await scoped_partitions(admin, args.topic or (), committed)
+        planned = await plan_reset(admin, group, committed, partitions, _target(args, request))
+    for warning in planned.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    return dict(planned.offsets)
 
 
 class _Request:
@@ -311,26 +225,18 @@ async def _reset(args: argparse.Namespace) -> int:
         if args.from_file is not None:
             request.from_file = parse_reset_csv(request.csv, groups)
         for group in groups:
-            state = await _group_state(admin, group)
-            if state not in INACTIVE_STATES:
+            try:
+                await check_inactive(admin, group)
+            except GroupNotInactiveError as refusal:
                 print(
-                    f"lockgate groups: error: Assignments can only be reset if the group "
-                    f"'{group}' is inactive, but the current state is {state}. "
-                    "(stop its consumers first)",
+                    f"lockgate groups: error: {refusal} (stop its consumers first)",
                     file=sys.stderr,
                 )
                 failed = True
                 continue
             plan = await _plan(admin, group, args, request)
             if args.execute and plan:
-                try:
-                    await admin.alter_group_offsets(group, plan)
-                except KafkaError as exc:
-                    if exc.code not in (ErrorCode.unknown_member_id, ErrorCode.illegal_generation):
-                        raise
-                    raise ToolError(
-                        f"{exc} (a group with members cannot be reset: stop its consumers first)"
-                    ) from exc
+                await apply_reset(admin, group, plan)
             plans[group] = plan
     if args.export:
         print(export_csv(plans))

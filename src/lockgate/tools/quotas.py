@@ -74,7 +74,7 @@ def _admin(args: argparse.Namespace) -> Admin:
     )
 
 
-def _name(entity: dict[str, str | None]) -> str:
+def entity_name(entity: dict[str, str | None]) -> str:
     """kafka-configs.sh's form: user-principal 'alice', client-id '<default>'."""
     labels = {USER: "user-principal", CLIENT_ID: "client-id"}
     return ", ".join(
@@ -83,7 +83,7 @@ def _name(entity: dict[str, str | None]) -> str:
     )
 
 
-def _number(value: float) -> str:
+def quota_number(value: float) -> str:
     return str(int(value)) if value == int(value) else str(value)
 
 
@@ -102,7 +102,10 @@ async def _describe(args: argparse.Namespace) -> int:
         print(json.dumps(listed, indent=2, sort_keys=True))
         return EXIT_OK
     rows = [
-        [_name(e.entity), ",".join(f"{k}={_number(v)}" for k, v in sorted(e.values.items()))]
+        [
+            entity_name(e.entity),
+            ",".join(f"{k}={quota_number(v)}" for k, v in sorted(e.values.items())),
+        ]
         for e in entries
     ]
     print(render(["Entity", "Quotas"], rows))
@@ -138,5 +141,5 @@ async def _alter(args: argparse.Namespace) -> int:
     async with _admin(args) as admin:
         await admin.alter_client_quotas([alteration], validate_only=args.validate_only)
     verb = "Validated" if args.validate_only else "Completed updating"
-    print(f"{verb} quotas of {_name(entity)}.")
+    print(f"{verb} quotas of {entity_name(entity)}.")
     return EXIT_OK

@@ -172,7 +172,7 @@ async def _describe(args: argparse.Namespace) -> int:
 
 async def describe_producers(args: argparse.Namespace) -> int:
     async with _admin(args) as admin:
-        partitions = await _partitions(admin, args.topic, args.partition)
+        partitions = await topic_partitions(admin, args.topic, args.partition)
         states = await admin.describe_producers(partitions)
     rows = [
         [tp.partition, *_producer_cells(producer)]
@@ -206,7 +206,8 @@ def _producer_cells(producer: ProducerState) -> list[Any]:
     ]
 
 
-async def _partitions(admin: Admin, topic: str, partition: int | None) -> list[TopicPartition]:
+async def topic_partitions(admin: Admin, topic: str, partition: int | None) -> list[TopicPartition]:
+    """One partition of the topic, or all of them; raises for an unknown topic or partition."""
     info = await admin.cluster.topic(topic)
     if partition is not None:
         info.partition(partition)  # raises for a partition the topic lacks
@@ -217,7 +218,7 @@ async def _partitions(admin: Admin, topic: str, partition: int | None) -> list[T
 async def _find_hanging(args: argparse.Namespace) -> int:
     async with _admin(args) as admin:
         if args.topic is not None:
-            partitions = await _partitions(admin, args.topic, args.partition)
+            partitions = await topic_partitions(admin, args.topic, args.partition)
         else:
             if args.partition is not None:
                 raise ToolError("--partition goes with --topic")
@@ -270,21 +271,8 @@ async def _abort(args: argparse.Namespace) -> int:
         if args.start_offset is not None:
             if any(value is not None for value in explicit):
                 raise ToolError("give --start-offset or the producer id/epoch, not both")
-            states = await admin.describe_producers([topic_partition])
-            matches = [
-                p
-                for p in states.get(topic_partition, [])
-                if p.current_txn_start_offset == args.start_offset
-            ]
-            if not matches:
-                raise ToolError(
-                    f"no open transaction starts at offset {args.start_offset} of {topic_partition}"
-                )
-            explicit = [
-                matches[0].producer_id,
-                matches[0].producer_epoch,
-                matches[0].coordinator_epoch,
-            ]
+            found = await open_transaction_at(admin, topic_partition, args.start_offset)
+            explicit = [found.producer_id, found.producer_epoch, found.coordinator_epoch]
         producer_id, producer_epoch, coordinator_epoch = explicit
         if producer_id is None or producer_epoch is None or coordinator_epoch is None:
             raise ToolError(
@@ -296,6 +284,18 @@ async def _abort(args: argparse.Namespace) -> int:
         )
     print(f"aborted the transaction of producer {producer_id} on {topic_partition}")
     return EXIT_OK
+
+
+async def open_transaction_at(
+    admin: Admin, topic_partition: TopicPartition, start_offset: int
+) -> ProducerState:
+    """The producer whose open transaction on the partition starts at `start_offset` (what
+    kafka-transactions.sh abort --start-offset looks up); ToolError if none."""
+    states = await admin.describe_producers([topic_partition])
+    for producer in states.get(topic_partition, []):
+        if producer.current_txn_start_offset == start_offset:
+            return producer
+    raise ToolError(f"no open transaction starts at offset {start_offset} of {topic_partition}")
 
 
 async def _force_terminate(args: argparse.Namespace) -> int:
