@@ -32,6 +32,7 @@ from lockgate.console.clients import ConsoleClients
 from lockgate.console.errors import EXCEPTION_HANDLERS, error_page
 from lockgate.console.sampler import Sampler
 from lockgate.console.settings import ConsoleSettings
+from lockgate.console.sign_ins import SignInThrottle
 from lockgate.console.web import make_templates
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -131,4 +132,5 @@ def create_app(settings: ConsoleSettings, *, sampler: Sampler | None = None) -> 
     app.state.clients = clients
     app.state.templates = make_templates()
     app.state.sampler = sampler or Sampler()
+    app.state.sign_ins = SignInThrottle()
     return app

@@ -1,10 +1,12 @@
 # console/views_auth.py — sign in and sign out. Signing in needs the console's password and
 # the CSRF token of the session that showed the form (so another site cannot sign a browser
 # in); the name given is who the audit log says made each change. Every attempt is logged,
-# never the password.
+# never the password; an address that keeps giving a wrong one is slowed down (sign_ins.py)
+# with a 429 page saying how long to wait.
 from __future__ import annotations
 
 import logging
+import math
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
@@ -13,6 +15,7 @@ from starlette.routing import BaseRoute, Route
 from lockgate.console import session
 from lockgate.console.auth import CSRF_FIELD, client_address, password_matches
 from lockgate.console.errors import Forbidden
+from lockgate.console.sign_ins import SignInThrottle
 from lockgate.console.web import console_settings, render
 
 log = logging.getLogger("lockgate.console.audit")
@@ -46,14 +49,23 @@ async def login(request: Request) -> Response:
         raise Forbidden(
             "No console password is set (--password-file or LOCKGATE_CONSOLE_PASSWORD)."
         )
+    throttle: SignInThrottle = request.app.state.sign_ins
+    wait_s = throttle.wait_s(where)
+    if wait_s > 0:
+        log.warning("sign-in of %r from %s not tried: too many wrong passwords", name, where)
+        error = f"Too many wrong passwords: try again in {math.ceil(wait_s)} s."
+        context = {"title": "Sign in", "next": target, "error": error}
+        return render(request, "login.html", context, 429)
     if (
         not name
         or not name.isprintable()
         or not password_matches(settings, str(form.get("password", "")))
     ):
+        throttle.failed(where)
         log.warning("sign-in refused for %r from %s", name, where)
         context = {"title": "Sign in", "next": target, "error": "Wrong name or password."}
         return render(request, "login.html", context, 403)
+    throttle.succeeded(where)
     session.sign_in(request, name)
     log.info("%s signed in from %s", name, where)
     return RedirectResponse(target, status_code=303)

@@ -16,6 +16,7 @@ from starlette.routing import Route
 from lockgate.console.app import create_app
 from lockgate.console.auth import mutation
 from lockgate.console.settings import ConsoleSettings
+from lockgate.console.sign_ins import FREE_FAILURES, SignInThrottle
 from tests.support.console import AsgiClient
 
 PASSWORD = "correct horse"
@@ -66,6 +67,35 @@ async def test_sign_in_needs_the_password_and_the_session_csrf_token(client: Asg
     assert forged.status == 403 and "CSRF" in forged.text
     await sign_in(client)
     assert 'class="user">ann<' in (await client.get("/login")).text
+
+
+async def test_wrong_passwords_in_a_row_slow_the_address_down(client: AsgiClient) -> None:
+    token = (await client.get("/login")).csrf_token()
+    for _ in range(FREE_FAILURES):
+        wrong = await client.post("/login", {"csrf_token": token, "user": "ann", "password": "x"})
+        assert wrong.status == 403
+    # even the right password waits now, with a page saying how long
+    held = await client.post("/login", {"csrf_token": token, "user": "ann", "password": PASSWORD})
+    assert held.status == 429 and "try again in 1 s" in held.text
+
+
+def test_the_sign_in_delay_doubles_and_a_success_clears_it() -> None:
+    now = [100.0]
+    throttle = SignInThrottle(clock=lambda: now[0])
+    for _ in range(FREE_FAILURES - 1):
+        throttle.failed("a")
+    assert throttle.wait_s("a") == 0
+    throttle.failed("a")
+    assert throttle.wait_s("a") == 1.0 and throttle.wait_s("b") == 0
+    throttle.failed("a")
+    assert throttle.wait_s("a") == 2.0
+    now[0] += 2.0
+    assert throttle.wait_s("a") == 0
+    for _ in range(20):
+        throttle.failed("a")
+    assert throttle.wait_s("a") == 60.0  # capped
+    throttle.succeeded("a")
+    assert throttle.wait_s("a") == 0
 
 
 async def test_sign_in_redirects_only_within_the_console(client: AsgiClient) -> None:
