@@ -28,7 +28,7 @@ from pathlib import Path
 
 from lockgate.client.admin import Admin
 from lockgate.client.cluster import TopicPartition
-from lockgate.console import groups
+from lockgate.console import groups, paging
 from lockgate.tools.devcluster import free_port
 from tests.support.broker import BrokerProcess
 from tests.support.clients import create_topic
@@ -53,7 +53,7 @@ async def fill(bootstrap: str, count: int) -> None:
 
 async def measure_data(bootstrap: str, count: int, repeat: int) -> None:
     async with Admin(bootstrap) as admin:
-        last = (count + groups.PAGE_SIZE - 1) // groups.PAGE_SIZE
+        last = (count + paging.PAGE_SIZE - 1) // paging.PAGE_SIZE
         for label, call in (
             ("first page", lambda: groups.list_groups(admin)),
             (f"page {last} (last)", lambda: groups.list_groups(admin, page=last)),

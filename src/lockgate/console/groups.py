@@ -7,14 +7,14 @@
 # planned (apply_reset) to a group without members, the CLI's rule (tools/group_resets.py).
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from lockgate.client.admin import Admin
 from lockgate.client.admin_groups import GroupDescription, GroupListing
 from lockgate.client.cluster import TopicPartition
 from lockgate.client.errors import ErrorCode, KafkaError
+from lockgate.console.paging import PAGE_SIZE, page_of
 from lockgate.tools import group_resets
 from lockgate.tools.common import ToolError
 from lockgate.tools.group_lag import PartitionLag, partition_lags
@@ -22,7 +22,6 @@ from lockgate.tools.group_resets import ResetKind, ResetTarget
 from lockgate.tools.offset_lookup import scoped_partitions
 from lockgate.tools.offset_specs import parse_datetime_ms
 
-PAGE_SIZE = 100
 SHARE = "share"
 
 
@@ -107,9 +106,7 @@ async def list_groups(
     listings = await admin.list_groups()
     wanted = name_filter.strip().lower()
     matching = [g for g in listings if wanted in g.group_id.lower()]
-    pages = max(1, math.ceil(len(matching) / page_size))
-    page = min(max(1, page), pages)
-    shown = matching[(page - 1) * page_size : page * page_size]
+    shown, page, pages = page_of(matching, page, page_size)
     described = await _describe_page(admin, shown)
     rows = []
     for listing in shown:
@@ -130,7 +127,7 @@ async def list_groups(
 
 
 async def _describe_page(
-    admin: Admin, shown: list[GroupListing]
+    admin: Admin, shown: Sequence[GroupListing]
 ) -> dict[str, tuple[str, str, int]]:
     """(state, assignor, member count) of the groups shown. Classic and consumer groups are
     described in one batch per coordinator; share groups one by one. A group deleted since

@@ -129,16 +129,7 @@ async def create_acl(admin: Admin, binding: AclBinding) -> None:
 
 async def delete_acl(admin: Admin, binding: AclBinding) -> int:
     """Deletes exactly this binding; returns how many bindings went (0 or 1)."""
-    exact = AclBindingFilter(
-        binding.pattern.resource_type,
-        binding.pattern.name,
-        binding.pattern.pattern_type,
-        binding.entry.principal,
-        binding.entry.host,
-        binding.entry.operation,
-        binding.entry.permission,
-    )
-    (deleted,) = await admin.delete_acls([exact])
+    (deleted,) = await admin.delete_acls([AclBindingFilter.exact(binding)])
     return len(deleted)
 
 

@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import asyncio
-import math
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -17,8 +16,8 @@ from lockgate.client.admin_log_dirs import LogDirDescription
 from lockgate.client.admin_records import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, ListedOffset
 from lockgate.client.cluster import NO_LEADER, TopicPartition
 from lockgate.client.errors import ErrorCode, KafkaError, UnknownTopicOrPartitionError, raise_for
+from lockgate.console.paging import PAGE_SIZE, page_of
 
-PAGE_SIZE = 100
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
 
@@ -60,8 +59,7 @@ async def list_topics(
     matching = sorted(
         (info for info in visible if needle in info.name.lower()), key=lambda info: info.name
     )
-    pages = max(1, math.ceil(len(matching) / page_size))
-    page = min(max(1, page), pages)
+    shown, page, pages = page_of(matching, page, page_size)
     rows = tuple(
         TopicRow(
             name=info.name,
@@ -71,7 +69,7 @@ async def list_topics(
             under_replicated=sum(len(p.isr) < len(p.replicas) for p in info.partitions),
             offline=sum(p.leader_id == NO_LEADER for p in info.partitions),
         )
-        for info in matching[(page - 1) * page_size : page * page_size]
+        for info in shown
     )
     return TopicList(rows, len(matching), len(visible), page, pages)
 

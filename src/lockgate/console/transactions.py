@@ -12,7 +12,6 @@
 # cleanup.interval.ms).
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -27,13 +26,13 @@ from lockgate.client.admin_transactions import (
 )
 from lockgate.client.cluster import TopicPartition
 from lockgate.client.errors import TransactionalIdNotFoundError
+from lockgate.console.paging import PAGE_SIZE, page_of
 from lockgate.tools.transactions import (
     DEFAULT_MAX_TRANSACTION_TIMEOUT_MINUTES,
     open_transaction_at,
     topic_partitions,
 )
 
-PAGE_SIZE = 100
 DEFAULT_MAX_TRANSACTION_TIMEOUT_MS = DEFAULT_MAX_TRANSACTION_TIMEOUT_MINUTES * 60_000
 
 
@@ -125,9 +124,8 @@ async def list_transactions(
         for t in listings
         if wanted in t.transactional_id.lower() and (not state_filter or t.state == state_filter)
     ]
-    pages = max(1, math.ceil(len(matching) / page_size))
-    page = min(max(1, page), pages)
-    shown = [t.transactional_id for t in matching[(page - 1) * page_size : page * page_size]]
+    listed, page, pages = page_of(matching, page, page_size)
+    shown = [t.transactional_id for t in listed]
     described = await describe_all(admin, shown)
     rows = tuple(_row(described[t], now) for t in shown if t in described)
     return TransactionPage(
