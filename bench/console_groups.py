@@ -18,8 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
@@ -29,9 +27,9 @@ from pathlib import Path
 from lockgate.client.admin import Admin
 from lockgate.client.cluster import TopicPartition
 from lockgate.console import groups, paging
-from lockgate.tools.devcluster import free_port
 from tests.support.broker import BrokerProcess
 from tests.support.clients import create_topic
+from tests.support.console import running_console
 
 TOPIC = "bench-console-groups"
 
@@ -62,44 +60,16 @@ async def measure_data(bootstrap: str, count: int, repeat: int) -> None:
             print(f"data  {label:<22} {await median_ms(repeat, call):8.1f} ms")
 
 
-def measure_http(bootstrap: str, repeat: int) -> None:
-    port = free_port()
-    console = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "lockgate.cli",
-            "console",
-            "--bootstrap-server",
-            bootstrap,
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--read-only",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        url = f"http://127.0.0.1:{port}/groups"
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(url, timeout=30).read()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+def measure_http(bootstrap: str, repeat: int, log_path: Path) -> None:
+    with running_console(bootstrap, log_path, extra_args=("--read-only",)) as console:
         for label, path in (("first page", "/groups"), ("page 10", "/groups?page=10")):
+            urllib.request.urlopen(f"{console.url}{path}", timeout=30).read()  # warm-up
             times = []
             for _ in range(repeat):
                 start = time.perf_counter()
-                urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=30).read()
+                urllib.request.urlopen(f"{console.url}{path}", timeout=30).read()
                 times.append((time.perf_counter() - start) * 1000)
             print(f"http  GET {label:<18} {statistics.median(times):8.1f} ms")
-    finally:
-        console.kill()
-        console.wait()
 
 
 def main() -> None:
@@ -117,7 +87,7 @@ def main() -> None:
             print(f"{args.groups} groups made in {time.perf_counter() - start:.1f} s")
             asyncio.run(measure_data(broker.bootstrap, args.groups, args.repeat))
             if args.http:
-                measure_http(broker.bootstrap, args.repeat)
+                measure_http(broker.bootstrap, args.repeat, Path(tmp) / "console.log")
         finally:
             broker.kill()
 
