@@ -2,7 +2,9 @@
 how long a restart takes until the first acknowledged write.
 
 `python -m bench.scale` starts each target broker (lockgate page-cache, Apache Kafka 4.4)
-fresh, creates `--partitions` partitions (100-partition topics, replication factor 1), then:
+fresh, creates `--partitions` partitions (topics of `--per-topic` partitions, 100 by default,
+replication factor 1, ten topics a CreateTopics) and times that until Metadata lists every one
+with a leader, then:
 
 - **Metadata**: `--rounds` requests for every topic (topics=null, Metadata v12), each timed from
   its first byte sent to the answer's last byte read (the client only counts bytes: no decoding
@@ -11,8 +13,8 @@ fresh, creates `--partitions` partitions (100-partition topics, replication fact
   and started again on its data: seconds from the start of the process to the first Produce
   (acks=all, one record, asked again every 10 ms) that is acknowledged.
 
-    python -m bench.scale [--partitions 10000] [--targets lockgate-page-cache,kafka]
-                          [--rounds 20] [--json PATH]
+    python -m bench.scale [--partitions 10000] [--per-topic 100]
+                          [--targets lockgate-page-cache,kafka] [--rounds 20] [--json PATH]
 """
 
 from __future__ import annotations
@@ -87,12 +89,12 @@ def answer_schema(api_key: int, version: int) -> type[Any]:
     return schema
 
 
-def create_topics(wire: Wire, partitions: int) -> None:
-    for first in range(0, partitions, PER_TOPIC * 10):  # ten topics a request
-        topics = [{"name": f"scale-{t}", "num_partitions": PER_TOPIC, "replication_factor": 1,
+def create_topics(wire: Wire, partitions: int, per_topic: int = PER_TOPIC) -> None:
+    for first in range(0, partitions, per_topic * 10):  # ten topics a request
+        topics = [{"name": f"scale-{t}", "num_partitions": per_topic, "replication_factor": 1,
                    "assignments": [], "configs": []}
-                  for t in range(first // PER_TOPIC, min(partitions, first + PER_TOPIC * 10)
-                                 // PER_TOPIC)]  # fmt: skip
+                  for t in range(first // per_topic, min(partitions, first + per_topic * 10)
+                                 // per_topic)]  # fmt: skip
         answer = wire.exchange(wire.frame(ApiKey.CREATE_TOPICS, CREATE_VERSION,
                                           {"topics": topics, "timeout_ms": 60_000,
                                            "validate_only": False}, True))  # fmt: skip
@@ -169,7 +171,9 @@ def stop(process: subprocess.Popen[bytes], how: int) -> None:
     process.wait(120)
 
 
-def bench_target(target: str, partitions: int, rounds: int, scratch: Path) -> dict[str, Any]:
+def bench_target(
+    target: str, partitions: int, per_topic: int, rounds: int, scratch: Path
+) -> dict[str, Any]:
     port = free_port()
     data = scratch / f"{target}-data"
     command = broker_command(target, port, data)
@@ -181,8 +185,10 @@ def bench_target(target: str, partitions: int, rounds: int, scratch: Path) -> di
     try:
         wait_for_port(port, process, timeout=120)
         wire = Wire(port)
-        create_topics(wire, partitions)
+        start = time.monotonic()
+        create_topics(wire, partitions, per_topic)
         wait_for_partitions(wire, partitions)
+        figures["create_s"] = time.monotonic() - start
         times, size = metadata_times(wire, rounds)
         wire.close()
         figures["metadata_ms"] = statistics.median(times) * 1000
@@ -201,6 +207,7 @@ def bench_target(target: str, partitions: int, rounds: int, scratch: Path) -> di
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--partitions", type=int, default=10_000)
+    parser.add_argument("--per-topic", type=int, default=PER_TOPIC, help="partitions a topic")
     parser.add_argument("--targets", default="lockgate-page-cache,kafka")
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--json", help="write the figures here")
@@ -211,7 +218,9 @@ def main() -> int:
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="lockgate-bench-scale-") as tmp:
         for target in args.targets.split(","):
-            results[target] = bench_target(target, args.partitions, args.rounds, Path(tmp))
+            results[target] = bench_target(
+                target, args.partitions, args.per_topic, args.rounds, Path(tmp)
+            )
             print(target, json.dumps(results[target]), flush=True)
     if "kafka" in results and "lockgate-page-cache" in results:
         results["lockgate/kafka metadata time"] = (

@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from lockgate.cluster.local import CONTROLLER_EPOCH, LocalMetadataStore
+from lockgate.cluster.local import COMPACT_AT, CONTROLLER_EPOCH, LocalMetadataStore
 from lockgate.cluster.membership import ClusterMembership
 from lockgate.cluster.metadata import (
     BrokerRegistration,
@@ -70,6 +70,12 @@ def test_the_document_is_written_back_in_the_same_format() -> None:
     engine = old_data_directory()
     store = LocalMetadataStore(engine, NODE)
     store.put_topic(TopicRecord("payments", ORDERS_ID, 2, {}, True))
+    assert json.loads(engine.read_all(LocalMetadataStore.PATH) or b"") == OLD_DOCUMENT
+    reopened = LocalMetadataStore(engine, NODE)  # the change is in the journal
+    assert reopened.topics() == store.topics()
+    for _ in range(COMPACT_AT):  # the journal's lines reach COMPACT_AT: the document is rewritten
+        store.put_topic(TopicRecord("payments", ORDERS_ID, 2, {}, True))
+    assert engine.read_all(LocalMetadataStore.JOURNAL_PATH) == b""
     raw = engine.read_all(LocalMetadataStore.PATH)
     assert raw is not None
     written = json.loads(raw)
@@ -82,6 +88,55 @@ def test_the_document_is_written_back_in_the_same_format() -> None:
     reopened = LocalMetadataStore(engine, NODE)
     assert reopened.topics() == store.topics()
     assert reopened.cluster_id == store.cluster_id
+
+
+def test_every_change_is_one_journal_line_and_a_restart_replays_them() -> None:
+    """A change costs one line, whatever the number of topics, until the journal has as many
+    lines as there are topics (and COMPACT_AT): then the document is rewritten. A torn last
+    line (a crash amid an append) is dropped; a journal older than its document (a crash
+    before it was emptied) replays to the same state."""
+    engine = MemoryEngine()
+    store = LocalMetadataStore(engine, NODE)
+    document = engine.read_all(LocalMetadataStore.PATH)
+    for i in range(COMPACT_AT + 10):
+        store.put_topic(TopicRecord(f"t{i}", uuid.UUID(int=i + 1), 1, {}))
+    journal = engine.read_all(LocalMetadataStore.JOURNAL_PATH) or b""
+    assert journal.count(b"\n") == COMPACT_AT + 10  # more topics than lines: appended only
+    assert engine.read_all(LocalMetadataStore.PATH) == document
+    store.remove_topic("t7")  # as many lines as topics: rewritten, the journal emptied
+    assert engine.read_all(LocalMetadataStore.JOURNAL_PATH) == b""
+    assert "t7" not in json.loads(engine.read_all(LocalMetadataStore.PATH) or b"")["topics"]
+    store.put_topic(TopicRecord("t7", uuid.UUID(int=99), 2, {}))
+    store.remove_topic("t8")
+    journal = engine.read_all(LocalMetadataStore.JOURNAL_PATH) or b""
+    assert journal.count(b"\n") == 2
+    torn = journal + b'{"topic":{"name":"half'
+    engine.write_atomic(LocalMetadataStore.JOURNAL_PATH, torn)
+    reopened = LocalMetadataStore(engine, NODE)
+    assert reopened.topics() == store.topics() and "t8" not in reopened.topics()
+    assert engine.read_all(LocalMetadataStore.JOURNAL_PATH) == journal  # the torn line cut off
+    old_lines = b"".join(
+        json.dumps({"topic": {"name": "t7", "id": str(uuid.UUID(int=8)), "partitions": 1}})
+        .encode() + b"\n" + b'{"removed":"t7"}\n'
+        for _ in range(2)
+    )  # fmt: skip
+    engine.write_atomic(LocalMetadataStore.JOURNAL_PATH, old_lines + journal)
+    assert LocalMetadataStore(engine, NODE).topics() == store.topics()
+
+
+def test_a_failed_append_leaves_the_next_change_to_rewrite_the_document() -> None:
+    engine = MemoryEngine()
+    store = LocalMetadataStore(engine, NODE)
+    store.put_topic(TopicRecord("orders", ORDERS_ID, 1, {}))
+    engine.faults.write_errno = errno.EIO
+    with pytest.raises(OSError):
+        store.put_topic(TopicRecord("audit", AUDIT_ID, 1, {}))
+    engine.faults.write_errno = None
+    store.remove_topic("audit")  # (as TopicManager undoes it): the document is rewritten
+    assert engine.read_all(LocalMetadataStore.JOURNAL_PATH) == b""
+    store.put_topic(TopicRecord("audit", AUDIT_ID, 2, {}))  # and the journal takes lines again
+    assert engine.read_all(LocalMetadataStore.JOURNAL_PATH)
+    assert LocalMetadataStore(engine, NODE).topics() == store.topics()
 
 
 def test_a_new_data_directory_gets_a_cluster_id_that_stays() -> None:
@@ -175,11 +230,12 @@ def test_a_topic_that_cannot_be_recorded_leaves_no_partition_led() -> None:
     engine = MemoryEngine()
     store = LocalMetadataStore(engine, NODE)
     topics = TopicManager(engine, store, BrokerConfig({"node.id": str(NODE)}), lambda: 1_000)
-    engine.faults.atomic_errno = errno.ENOSPC
+    engine.faults.write_errno = errno.ENOSPC
     with pytest.raises(Exception, match="recording topic orders"):
         topics.create("orders", 2, 1, {})
-    engine.faults.atomic_errno = None
+    engine.faults.write_errno = None
     assert store.view.topics == {} and store.view.partitions == {}
+    assert LocalMetadataStore(engine, NODE).topics() == {}
 
 
 def test_a_topic_is_created_in_steps_and_its_name_is_taken_from_the_first() -> None:

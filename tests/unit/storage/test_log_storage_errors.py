@@ -211,11 +211,11 @@ def test_create_topic_whose_metadata_write_fails_records_nothing() -> None:
     faults = MemoryFaults()
     engine = MemoryEngine(faults)
     topics = manager(engine)
-    faults.atomic_errno = errno.ENOSPC
-    with pytest.raises(KafkaProtocolError) as caught:
+    faults.write_errno = errno.ENOSPC  # (the metadata journal's append)
+    with pytest.raises(KafkaProtocolError, match="recording topic t") as caught:
         topics.create("t", 3, 1, {})
     assert caught.value.code == ErrorCode.kafka_storage_error
-    faults.atomic_errno = None
+    faults.write_errno = None
     assert topics.store.topics() == {}
     assert not any(name.startswith("t-") for name in engine.list_dir(""))
     topics.create("other", 1, 1, {})  # the next write must not carry the failed topic along
@@ -239,8 +239,9 @@ def test_add_partitions_failing_midway_keeps_the_old_count() -> None:
 
 
 def test_log_config_is_unchanged_by_a_failed_create() -> None:
-    faults = MemoryFaults(opens_left=0)
+    faults = MemoryFaults()
     topics = manager(MemoryEngine(faults))
+    faults.opens_left = 0  # (after the metadata journal's opening)
     with pytest.raises(KafkaProtocolError):
         topics.create("t", 1, 1, {"segment.bytes": "1048576"})
     faults.opens_left = None
