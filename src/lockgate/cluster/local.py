@@ -116,7 +116,7 @@ class LocalMetadataStore:
         pass  # everything was read at construction
 
     async def close(self) -> None:
-        pass  # every write was already durable when it returned
+        self._journal.close()  # (every write was already durable when it returned)
 
     async def register(self, broker: BrokerRegistration) -> None:
         self.view.brokers = {broker.node_id: broker}

@@ -598,6 +598,7 @@ class Broker:
         if synced:
             self.snapshots.write_all()
         self.topics.close()
+        await self.store.close()
         if synced and self.topics.unverified:
             log.warning("logs left by a crash were not all opened: the next start checks them")
         elif synced:
