@@ -19,6 +19,8 @@ class MemoryFaults:
     atomic_errno: int | None = None  # write_atomic fails with this errno
     opens_left: int | None = None  # open_append calls that succeed before EMFILE
     make_dirs_errno: int | None = None
+    rename_errno: int | None = None  # renames fail with this errno
+    remove_errno: int | None = None  # removing a directory tree fails with this errno
 
 
 class MemoryFile:
@@ -151,12 +153,16 @@ class MemoryEngine:
         self.files.pop(path, None)
 
     def remove_tree(self, path: str) -> None:
+        if self.faults.remove_errno is not None:
+            raise StorageError(self.faults.remove_errno, f"remove {path}")
         prefix = path.rstrip("/") + "/"
         for name in [n for n in self.files if n.startswith(prefix)]:
             del self.files[name]
         self.dirs = {d for d in self.dirs if d != path and not d.startswith(prefix)}
 
     def rename(self, source: str, target: str) -> None:
+        if self.faults.rename_errno is not None:
+            raise StorageError(self.faults.rename_errno, f"rename {source}")
         if source in self.files:
             self.files[target] = self.files.pop(source)
             return

@@ -83,6 +83,10 @@ class TopicManager:
         self._pending: dict[tuple[str, int], int] = {}
         self._log_configs: dict[str, LogConfig] = {}
         self._busy: set[str] = set()  # topics whose partitions are being created or deleted
+        # deleted topics with a directory that could be neither set aside nor removed: their
+        # names stay taken (the old records must not come back as a new topic's) until the
+        # next start removes the directories as orphans
+        self._stuck: set[str] = set()
         self.clean_start = False  # the broker's last stop was a clean shutdown
         self.step_s = STEP_S  # what opening, creating or deleting partitions holds the loop for
         self.deletion_listeners: list[TopicDeletionListener] = []
@@ -337,8 +341,14 @@ class TopicManager:
     ) -> TopicRecord:
         """A new topic's record, every part of the request checked (-1: num.partitions)."""
         validate_topic_name(name)
-        if name in self.topics or name in self._busy:
-            being = " is being created or deleted" if name in self._busy else " already exists"
+        if name in self.topics or name in self._busy or name in self._stuck:
+            if name in self._stuck:
+                being = (" was deleted but a directory of it could not be removed: the name is"
+                         " free again after the next start")  # fmt: skip
+            elif name in self._busy:
+                being = " is being created or deleted"
+            else:
+                being = " already exists"
             raise KafkaProtocolError(ErrorCode.topic_already_exists, f"topic {name!r}{being}")
         if partitions == -1:
             partitions = self.config.integer("num.partitions")
@@ -491,8 +501,22 @@ class TopicManager:
         if partition is not None:
             partition.close(snapshot=False)  # (its producer state goes with it)
         directory = partition_dir(record.name, index)
-        trash.append(f"{directory}.{record.topic_id.hex}.deleted")
-        self.storage.rename(directory, trash[-1])
+        aside = f"{directory}.{record.topic_id.hex}.deleted"
+        try:
+            self.storage.rename(directory, aside)
+        except OSError as exc:  # the deletion is recorded already: it stands
+            try:
+                self.storage.remove_tree(directory)
+            except OSError as again:
+                self._stuck.add(record.name)
+                log.error("deleted topic %s: %s could not be set aside (%s) nor removed (%s); "
+                          "it stays until the next start, and so does the name", record.name,
+                          directory, exc, again)  # fmt: skip
+            else:
+                log.error("deleted topic %s: %s could not be set aside (%s): removed in place",
+                          record.name, directory, exc)  # fmt: skip
+            return
+        trash.append(aside)
 
     def remove(self, trash: list[str]) -> None:
         """Removes directories a deletion renamed aside (thread-safe: nothing else uses them)."""

@@ -16,6 +16,7 @@ from lockgate.cluster.local import LocalMetadataStore
 from lockgate.config.log import LogConfig
 from lockgate.config.properties import BrokerConfig
 from lockgate.log.partition import Partition
+from lockgate.log.steps import run
 from lockgate.protocol.errors import ErrorCode, KafkaProtocolError
 from lockgate.protocol.records import TRANSACTIONAL_BIT, build_batch, validate_produced_batch
 from lockgate.replication.group_commit import GroupCommit
@@ -278,3 +279,37 @@ def test_create_topic_whose_directory_cannot_be_made_records_nothing() -> None:
         topics.create("t", 2, 1, {})
     assert caught.value.code == ErrorCode.kafka_storage_error
     assert "t" not in topics.topics and topics.store.topics() == {}
+
+
+def test_a_deletion_whose_directories_cannot_be_set_aside_never_lends_them_to_the_name() -> None:
+    """A deletion is done once recorded; a partition directory that can be neither renamed
+    aside nor removed stays until the next start (which removes it as an orphan), and until
+    then the name cannot be created again on top of the old records."""
+    faults = MemoryFaults()
+    engine = MemoryEngine(faults)
+    topics = manager(engine)
+    topics.create("t", 3, 1, {})
+    held = topics.get("t", 1)
+    assert held is not None
+    append(held, batch(0))
+    faults.rename_errno = errno.EIO
+    _record, trash = run(topics.deleting("t"))
+    assert "t" not in topics.topics and "t" not in manager(engine).store.topics()
+    assert trash == [] and not any(n.startswith("t-") for n in engine.list_dir(""))
+    topics.create("t", 3, 1, {})  # removed in place: the name is free
+    fresh = topics.get("t", 1)
+    assert fresh is not None and fresh.log_end_offset == 0
+    append(fresh, batch(0))
+    faults.remove_errno = errno.EIO
+    run(topics.deleting("t"))
+    faults.rename_errno = faults.remove_errno = None
+    with pytest.raises(KafkaProtocolError, match="next start") as refused:
+        topics.create("t", 1, 1, {})
+    assert refused.value.code == ErrorCode.topic_already_exists
+    assert {n for n in engine.list_dir("") if n.startswith("t-")} == {"t-0", "t-1", "t-2"}
+    restarted = manager(engine)
+    restarted.load()
+    assert not any(n.startswith("t-") for n in engine.list_dir(""))  # orphans of a deletion
+    restarted.create("t", 1, 1, {})
+    again = restarted.get("t", 0)
+    assert again is not None and again.log_end_offset == 0
