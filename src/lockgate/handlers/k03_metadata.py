@@ -41,11 +41,19 @@ NO_AUTHORIZED_OPERATIONS = -(2**31)
 PARTITIONS_PER_TURN = 2000  # an all-topics answer gives the event loop back after as many
 
 
-def topic_entry(ctx: RequestContext, record: TopicRecord) -> dict[str, Any]:
-    membership = ctx.services.membership
-    registered = membership.brokers()
+def broker_sets(ctx: RequestContext) -> tuple[set[int], set[int]]:
+    """(registered brokers, those reachable on the request's listener): once per request, not
+    per topic (an answer for 10,000 topics computed them 10,000 times)."""
+    registered = ctx.services.membership.brokers()
     alive = {b.node_id for b in registered}
-    reachable = {b.node_id for b in on_listener(registered, ctx.session.listener)}
+    return alive, {b.node_id for b in on_listener(registered, ctx.session.listener)}
+
+
+def topic_entry(
+    ctx: RequestContext, record: TopicRecord, brokers: tuple[set[int], set[int]]
+) -> dict[str, Any]:
+    membership = ctx.services.membership
+    alive, reachable = brokers
     partitions = []
     lookup = membership.partition
     name = record.name
@@ -124,6 +132,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
     services = ctx.services
     topics = services.topics
     requested = request.topics
+    brokers = broker_sets(ctx)
     if requested is None or (ctx.api_version == 0 and not requested):
         described = filter_authorized(
             ctx, Operation.DESCRIBE, ResourceType.TOPIC, topics.topics.values(), lambda r: r.name
@@ -131,7 +140,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
         entries = []
         built = 0
         for listed in described:
-            entries.append(topic_entry(ctx, listed))
+            entries.append(topic_entry(ctx, listed, brokers))
             built += listed.partitions
             if built >= PARTITIONS_PER_TURN:  # thousands of partitions: others go meanwhile
                 built = 0
@@ -151,7 +160,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
                     entries.append(error_entry(None, topic_id, denied))
                     continue
                 entries.append(
-                    topic_entry(ctx, by_id)
+                    topic_entry(ctx, by_id, brokers)
                     if by_id
                     else error_entry(None, topic_id, ErrorCode.unknown_topic_id)
                 )
@@ -176,7 +185,7 @@ async def handle(ctx: RequestContext, request: Any) -> HandlerResult:
             if record is None:
                 entries.append(error_entry(name, None, _missing(name)))
             else:
-                entries.append(topic_entry(ctx, record))
+                entries.append(topic_entry(ctx, record, brokers))
     if field(request, "include_topic_authorized_operations", False):  # KIP-430
         for entry in entries:
             # as Kafka: every named topic but those the session may not describe (an unknown
