@@ -185,8 +185,12 @@ async def _describe_round(
     """One round of describe_groups: fills `found`; returns the groups to ask again (their
     coordinator is loading or moved) with the error each got. Other errors are raised."""
     by_coordinator: dict[int, list[str]] = defaultdict(list)
-    for group_id in group_ids:
-        by_coordinator[await cluster.find_coordinator(GROUP_KEY_TYPE, group_id)].append(group_id)
+    # asked all at once (pipelined on the connections), not one round trip after another
+    nodes = await asyncio.gather(
+        *(cluster.find_coordinator(GROUP_KEY_TYPE, group_id) for group_id in group_ids)
+    )
+    for group_id, node_id in zip(group_ids, nodes, strict=True):
+        by_coordinator[node_id].append(group_id)
     moving: dict[str, KafkaError] = {}
     for node_id, ids in by_coordinator.items():
         connection = await cluster.connection(node_id)
