@@ -13,6 +13,7 @@ from lockgate.client.admin import Admin
 from lockgate.client.admin_log_dirs import LogDirDescription
 from lockgate.client.cluster import NO_LEADER, PartitionInfo
 from lockgate.client.errors import ErrorCode, KafkaError
+from lockgate.console import bounded
 
 MIN_ISR_KEY = "min.insync.replicas"
 TOP_TOPICS = 10  # the largest topics listed per log directory
@@ -66,7 +67,8 @@ class ClusterOverview:
     controller_id: int
     brokers: tuple[BrokerRow, ...]
     summary: PartitionSummary
-    log_dirs: tuple[LogDirRow, ...]
+    log_dirs: tuple[LogDirRow, ...]  # a broker that did not answer: one row saying why
+    unanswered: tuple[str, ...] = ()  # what the page could not learn, and why
 
 
 MAX_PROBLEMS = 50
@@ -86,11 +88,20 @@ async def overview(admin: Admin) -> ClusterOverview:
     metadata = await admin.cluster.refresh_metadata(None)
     topics = [info for info in metadata.topics.values() if info.error_code == ErrorCode.none]
     broker_ids = sorted(metadata.brokers)
-    # independent of each other: the brokers work on both at once
-    configs, directories = await asyncio.gather(
-        admin.describe_topic_configs([t.name for t in topics], [MIN_ISR_KEY]),
-        admin.describe_log_dirs(broker_ids),
+    # independent of each other: the brokers work on both at once, each answer bounded
+    configs_answer, (directories, silent) = await asyncio.gather(
+        bounded.answer(
+            admin.describe_topic_configs([t.name for t in topics], [MIN_ISR_KEY]),
+            "DescribeConfigs",
+        ),
+        bounded.log_dirs(admin, broker_ids),
     )
+    unanswered: list[str] = []
+    if isinstance(configs_answer, KafkaError):
+        unanswered.append(f"min.insync.replicas unknown, so under-min-ISR is not counted: "
+                          f"{configs_answer}")  # fmt: skip
+        configs_answer = {}
+    configs = configs_answer
     min_isr: dict[str, int | None] = {}
     for topic in topics:
         entries = configs.get(topic.name)
@@ -137,12 +148,15 @@ async def overview(admin: Admin) -> ClusterOverview:
         BrokerRow(b.node_id, b.host, b.port, b.rack, b.node_id == metadata.controller_id)
         for b in sorted(metadata.brokers.values(), key=lambda b: b.node_id)
     )
-    log_dirs = tuple(
-        _log_dir_row(broker, directory)
-        for broker, found in sorted(directories.items())
-        for directory in found
-    )
-    return ClusterOverview(metadata.cluster_id, metadata.controller_id, brokers, summary, log_dirs)
+    rows = [_log_dir_row(broker, d) for broker, found in directories.items() for d in found]
+    rows += [
+        LogDirRow(broker, "–", str(why), None, None, 0, 0, ()) for broker, why in silent.items()
+    ]
+    log_dirs = tuple(sorted(rows, key=lambda row: row.broker))
+    return ClusterOverview(
+        metadata.cluster_id, metadata.controller_id, brokers, summary, log_dirs,
+        tuple(unanswered),
+    )  # fmt: skip
 
 
 def _log_dir_row(broker: int, directory: LogDirDescription) -> LogDirRow:

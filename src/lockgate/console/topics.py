@@ -16,6 +16,7 @@ from lockgate.client.admin_log_dirs import LogDirDescription
 from lockgate.client.admin_records import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, ListedOffset
 from lockgate.client.cluster import NO_LEADER, TopicPartition
 from lockgate.client.errors import ErrorCode, KafkaError, UnknownTopicOrPartitionError, raise_for
+from lockgate.console import bounded
 from lockgate.console.paging import PAGE_SIZE, page_of
 
 READ_UNCOMMITTED = 0
@@ -161,13 +162,12 @@ async def topic_detail(admin: Admin, name: str) -> TopicDetail:
         raise UnknownTopicOrPartitionError(f"topic {name}")
     raise_for(info.error_code, info.error_message, f"topic {name}")
     partitions = [TopicPartition(name, p.partition) for p in info.partitions]
-    earliest, latest, stable, directories, configs = await asyncio.gather(
-        admin.list_offsets(dict.fromkeys(partitions, EARLIEST_TIMESTAMP)),
-        admin.list_offsets(dict.fromkeys(partitions, LATEST_TIMESTAMP)),
-        admin.list_offsets(
-            dict.fromkeys(partitions, LATEST_TIMESTAMP), isolation_level=READ_COMMITTED
-        ),
-        admin.describe_log_dirs(None, {name: [tp.partition for tp in partitions]}),
+    leaders = {TopicPartition(name, p.partition): p.leader_id for p in info.partitions}
+    earliest, latest, stable, (directories, _silent), configs = await asyncio.gather(
+        bounded.offsets(admin, leaders, EARLIEST_TIMESTAMP),
+        bounded.offsets(admin, leaders, LATEST_TIMESTAMP),
+        bounded.offsets(admin, leaders, LATEST_TIMESTAMP, READ_COMMITTED),
+        bounded.log_dirs(admin, metadata.brokers, {name: [tp.partition for tp in partitions]}),
         admin.describe_configs(name),
     )
     sizes = _leader_sizes(directories, {p.partition: p.leader_id for p in info.partitions}, name)
@@ -208,10 +208,12 @@ async def end_offsets_and_size(admin: Admin, name: str) -> dict[str, float]:
     """The topic's counters for the live chart: the sum of its partitions' high watermarks
     (records ever written) and of its leaders' log sizes (bytes)."""
     info = await admin.cluster.topic(name)
-    partitions = [TopicPartition(name, p.partition) for p in info.partitions]
-    latest, directories = await asyncio.gather(
-        admin.list_offsets(dict.fromkeys(partitions, LATEST_TIMESTAMP)),
-        admin.describe_log_dirs(None, {name: [tp.partition for tp in partitions]}),
+    leaders = {TopicPartition(name, p.partition): p.leader_id for p in info.partitions}
+    latest, (directories, _silent) = await asyncio.gather(
+        bounded.offsets(admin, leaders, LATEST_TIMESTAMP),
+        bounded.log_dirs(
+            admin, admin.cluster.metadata.brokers, {name: [p.partition for p in info.partitions]}
+        ),
     )
     for answer in latest.values():
         if isinstance(answer, KafkaError):
