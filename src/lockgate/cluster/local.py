@@ -233,7 +233,9 @@ class LocalMetadataStore:
 
     def _compact(self) -> None:
         """Rewrites the document from the view and empties the journal (a fresh file: the old
-        one may refuse appends after a failed one)."""
+        one may refuse appends after a failed one). Cut short by an error, it is done again
+        at the next change."""
+        self._journal_failed = True
         document = {
             "version": 1,
             "cluster_id": self._cluster_id,
