@@ -22,6 +22,7 @@ from lockgate.console import groups
 from lockgate.console.auth import mutation
 from lockgate.console.charts import Series, line_chart
 from lockgate.console.errors import BadInput, ConsoleError
+from lockgate.console.params import whole_number
 from lockgate.console.sampler import levels
 from lockgate.console.web import clients, render, sampler
 from lockgate.tools.common import ToolError
@@ -36,10 +37,7 @@ class GroupNotEmpty(ConsoleError):
 
 
 def _page_number(text: str | None) -> int:
-    try:
-        return max(1, int(text or "1"))
-    except ValueError:
-        raise BadInput(f"page must be a number, got {text!r}") from None
+    return max(1, whole_number(text, "page") or 1)
 
 
 def encode_plan(plan: groups.ResetPlan) -> str:

@@ -7,25 +7,13 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from lockgate.console import producers
-from lockgate.console.errors import BadInput
+from lockgate.console.params import whole_number
 from lockgate.console.web import clients, render
-
-
-def _partition(text: str) -> int | None:
-    if not text.strip():
-        return None
-    try:
-        value = int(text)
-    except ValueError:
-        raise BadInput(f"partition must be a whole number, got {text!r}") from None
-    if value < 0:
-        raise BadInput(f"partition cannot be negative, got {value}")
-    return value
 
 
 async def producers_page(request: Request) -> Response:
     topic = request.query_params.get("topic", "").strip()
-    partition = _partition(request.query_params.get("partition", ""))
+    partition = whole_number(request.query_params.get("partition"), "partition", 0)
     admin = await clients(request).admin()
     view = await producers.describe_producers(admin, topic, partition) if topic else None
     topics = await admin.list_topics() if not topic else []

@@ -19,32 +19,12 @@ from lockgate.client.errors import KafkaError, OffsetOutOfRangeError
 from lockgate.console import records, rendering, topics
 from lockgate.console.charts import Series, line_chart
 from lockgate.console.errors import BadInput
+from lockgate.console.params import choice_param, int_param
 from lockgate.console.sampler import rates
 from lockgate.console.web import clients, render, sampler
 
 DEFAULT_COUNT = 20
 ISOLATIONS = {"committed": records.READ_COMMITTED, "uncommitted": records.READ_UNCOMMITTED}
-
-
-def int_param(request: Request, name: str, default: int, low: int, high: int | None = None) -> int:
-    raw = request.query_params.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise BadInput(f"{name} must be a whole number, not {raw!r}") from None
-    if value < low or (high is not None and value > high):
-        bound = f"from {low} to {high}" if high is not None else f"at least {low}"
-        raise BadInput(f"{name} must be {bound}, not {value}")
-    return value
-
-
-def choice_param(request: Request, name: str, choices: tuple[str, ...]) -> str:
-    raw = request.query_params.get(name, "").strip() or choices[0]
-    if raw not in choices:
-        raise BadInput(f"{name} must be one of {', '.join(choices)}, not {raw!r}")
-    return raw
 
 
 def parse_time(raw: str) -> int:

@@ -18,6 +18,7 @@ from lockgate.client.cluster import TopicPartition
 from lockgate.console import transactions
 from lockgate.console.auth import mutation
 from lockgate.console.errors import BadInput
+from lockgate.console.params import whole_number
 from lockgate.console.web import clients, render
 from lockgate.tools.common import ToolError
 
@@ -35,15 +36,8 @@ STATES = (
 
 
 def _integer(text: str | None, name: str, default: int, minimum: int = 0) -> int:
-    if text is None or not text.strip():
-        return default
-    try:
-        value = int(text)
-    except ValueError:
-        raise BadInput(f"{name} must be a whole number, got {text!r}") from None
-    if value < minimum:
-        raise BadInput(f"{name} must be at least {minimum}, got {value}")
-    return value
+    value = whole_number(text, name, minimum)
+    return default if value is None else value
 
 
 async def transactions_page(request: Request) -> Response:
